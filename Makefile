@@ -1,0 +1,37 @@
+# The two commands of the README: `make run` and `make test`. Both install what is missing first.
+SHELL := /bin/bash
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+# Postgres for the store tests (the local server this machine runs); override to point elsewhere.
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
+export TEST_DATABASE_URL
+
+# Playwright's server gets a database of its own, new for every run.
+E2E_DB_DIR := target/e2e
+
+.PHONY: run test setup setup-test lint unit e2e
+
+setup:
+	scripts/setup.sh
+
+setup-test:
+	scripts/setup.sh --test
+
+## Build and serve the playground at http://127.0.0.1:3000 (SQLite file under data/, demo model).
+run: setup
+	cargo leptos serve
+
+## Every test: lints, Rust tests of the whole workspace, then the Playwright suite.
+test: setup-test lint unit e2e
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets --features nrllm-playground/ssr -- -D warnings
+	cargo clippy -p nrllm-playground --lib --features hydrate --target wasm32-unknown-unknown -- -D warnings
+
+unit:
+	cargo test --workspace --features nrllm-playground/ssr
+
+e2e:
+	rm -rf $(E2E_DB_DIR) && mkdir -p $(E2E_DB_DIR)
+	NRLLM_DATABASE_URL=sqlite:$(E2E_DB_DIR)/e2e.db cargo leptos end-to-end

@@ -1,0 +1,61 @@
+import { test, expect, Page } from "@playwright/test";
+
+async function pingCount(page: Page): Promise<number> {
+  return Number(await page.getByTestId("ping-count").textContent());
+}
+
+test.describe("with JavaScript", () => {
+  test("the page renders on the server with its title", async ({ page }) => {
+    await page.goto("/");
+    await expect(page).toHaveTitle("nrllm playground");
+    await expect(page.getByRole("heading", { level: 1 })).toHaveText("nrllm playground");
+  });
+
+  test("the page hydrates: the counter counts only once the wasm runs", async ({ page }) => {
+    await page.goto("/");
+    await expect(page.getByTestId("hydration-state")).toHaveText("interactive");
+    const counter = page.getByTestId("click-counter");
+    await expect(counter).toHaveText("Clicks: 0");
+    await counter.click();
+    await counter.click();
+    await expect(counter).toHaveText("Clicks: 2");
+  });
+
+  test("the ping server function writes to the database and reads back", async ({ page }) => {
+    await page.goto("/");
+    await expect(page.getByTestId("hydration-state")).toHaveText("interactive");
+    const before = await pingCount(page);
+    const response = page.waitForResponse((r) => r.url().endsWith("/api/nrllm_ping"));
+    await page.getByRole("button", { name: "Ping the database" }).click();
+    expect((await response).status()).toBe(200);
+    await expect(page.getByTestId("ping-count")).toHaveText(String(before + 1));
+    // The write is durable: a fresh page load reads it from the database.
+    await page.reload();
+    await expect(page.getByTestId("ping-count")).toHaveText(String(before + 1));
+  });
+
+  test("the compiled Tailwind classes are served", async ({ page }) => {
+    await page.goto("/");
+    const css = await (await page.request.get("/pkg/nrllm-playground.css")).text();
+    expect(css).toContain(".bg-indigo-600");
+    const background = await page
+      .getByRole("button", { name: "Ping the database" })
+      .evaluate((el) => getComputedStyle(el).backgroundColor);
+    expect(background).not.toBe("rgba(0, 0, 0, 0)");
+  });
+});
+
+test.describe("without JavaScript", () => {
+  test.use({ javaScriptEnabled: false });
+
+  test("the page renders and the form post round-trips with a redirect back", async ({ page }) => {
+    await page.goto("/");
+    await expect(page.getByRole("heading", { level: 1 })).toHaveText("nrllm playground");
+    await expect(page.getByTestId("hydration-state")).toHaveText("server-rendered");
+    const before = await pingCount(page);
+    await page.getByRole("button", { name: "Ping the database" }).click();
+    // The server answers the plain form post with a redirect back to the page.
+    await expect(page.getByTestId("ping-count")).toHaveText(String(before + 1));
+    expect(new URL(page.url()).pathname).toBe("/");
+  });
+});

@@ -1,0 +1,213 @@
+//! The app's settings: `Leptos.toml` (or the file named by `NRLLM_CONFIG`), then environment
+//! overrides. A bad value is reported with the setting's name and where it came from, and start-up
+//! stops; nothing here panics.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The settings file read when `NRLLM_CONFIG` is not set.
+pub const DEFAULT_SETTINGS_FILE: &str = "Leptos.toml";
+
+/// The settings the server runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Address to listen on.
+    pub site_addr: SocketAddr,
+    /// `sqlite:` or `postgres:` URL of the run database.
+    pub database_url: String,
+    /// A `tracing` filter directive (`info`, `debug,sqlx=warn`, …).
+    pub log_level: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            site_addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
+            database_url: "sqlite:data/nrllm.db".to_owned(),
+            log_level: "info".to_owned(),
+        }
+    }
+}
+
+/// What is wrong with the settings; the message names the setting and its source.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("cannot read the settings file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the settings file {path} is not valid: {message}")]
+    Syntax { path: String, message: String },
+    #[error("setting `{setting}` in {source_name} is not valid: {message}")]
+    Invalid {
+        setting: &'static str,
+        source_name: String,
+        message: String,
+    },
+}
+
+/// The file as written: every key optional, unknown keys refused (they are usually typos).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettingsFile {
+    site_addr: Option<String>,
+    database_url: Option<String>,
+    log_level: Option<String>,
+}
+
+impl Settings {
+    /// Loads the settings from the file named by `NRLLM_CONFIG` (default `Leptos.toml`; a missing
+    /// default file means defaults) and applies the `NRLLM_*` environment overrides.
+    pub fn load() -> Result<Settings, SettingsError> {
+        let explicit = std::env::var_os("NRLLM_CONFIG").map(PathBuf::from);
+        let path = explicit
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_SETTINGS_FILE));
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => Some(text),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => None,
+            Err(source) => {
+                return Err(SettingsError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+        };
+        Self::from_sources(&path, text.as_deref(), |name| std::env::var(name).ok())
+    }
+
+    /// Builds settings from a file's text (if any) and an environment lookup.
+    pub fn from_sources(
+        path: &Path,
+        text: Option<&str>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, SettingsError> {
+        let file_name = path.display().to_string();
+        let file: SettingsFile = match text {
+            Some(text) => toml::from_str(text).map_err(|err| SettingsError::Syntax {
+                path: file_name.clone(),
+                message: err.message().to_owned(),
+            })?,
+            None => SettingsFile::default(),
+        };
+        let defaults = Settings::default();
+        // Each value is taken from the environment, else the file, else the default, and is
+        // validated with the name of the place it came from.
+        let pick = |env_name: &str, from_file: Option<String>| {
+            match env(env_name) {
+                Some(value) => Some((value, format!("environment variable {env_name}"))),
+                None => from_file.map(|value| (value, file_name.clone())),
+            }
+            .map(|(value, source)| (value.trim().to_owned(), source))
+        };
+
+        let site_addr = match pick("NRLLM_SITE_ADDR", file.site_addr) {
+            Some((value, source_name)) => {
+                value
+                    .parse::<SocketAddr>()
+                    .map_err(|_| SettingsError::Invalid {
+                        setting: "site_addr",
+                        source_name,
+                        message: format!(
+                            "`{value}` is not a host:port address such as 127.0.0.1:3000"
+                        ),
+                    })?
+            }
+            None => defaults.site_addr,
+        };
+        let database_url = match pick("NRLLM_DATABASE_URL", file.database_url) {
+            Some((value, source_name)) => {
+                if nrllm_runtime::db::Backend::from_url(&value).is_none() {
+                    return Err(SettingsError::Invalid {
+                        setting: "database_url",
+                        source_name,
+                        message: "it must start with `sqlite:` or `postgres://`".to_owned(),
+                    });
+                }
+                value
+            }
+            None => defaults.database_url,
+        };
+        let log_level = match pick("NRLLM_LOG", file.log_level) {
+            Some((value, source_name)) => {
+                tracing_subscriber::EnvFilter::try_new(&value).map_err(|err| {
+                    SettingsError::Invalid {
+                        setting: "log_level",
+                        source_name,
+                        message: format!("`{value}` is not a log level or filter ({err})"),
+                    }
+                })?;
+                value
+            }
+            None => defaults.log_level,
+        };
+        Ok(Settings {
+            site_addr,
+            database_url,
+            log_level,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: Option<&str>, env: &[(&str, &str)]) -> Result<Settings, SettingsError> {
+        Settings::from_sources(Path::new("Leptos.toml"), text, |name| {
+            env.iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.to_string())
+        })
+    }
+
+    #[test]
+    fn no_file_and_no_environment_gives_the_defaults() {
+        assert_eq!(load(None, &[]).unwrap(), Settings::default());
+    }
+
+    #[test]
+    fn the_file_sets_values_and_the_environment_overrides_them() {
+        let text = "site_addr = \"0.0.0.0:8080\"\ndatabase_url = \"postgres://a@b/c\"\n";
+        let settings = load(Some(text), &[("NRLLM_SITE_ADDR", "127.0.0.1:4000")]).unwrap();
+        assert_eq!(settings.site_addr.port(), 4000);
+        assert_eq!(settings.database_url, "postgres://a@b/c");
+        assert_eq!(settings.log_level, "info");
+    }
+
+    #[test]
+    fn a_bad_value_names_the_setting_and_the_file() {
+        let err = load(Some("site_addr = \"nowhere\""), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`site_addr`") && err.contains("Leptos.toml"),
+            "{err}"
+        );
+        let err = load(None, &[("NRLLM_DATABASE_URL", "mysql://x")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`database_url`") && err.contains("NRLLM_DATABASE_URL"),
+            "{err}"
+        );
+        let err = load(Some("log_level = \"info,=[\""), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`log_level`"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_and_broken_syntax_are_refused_with_the_file_name() {
+        let err = load(Some("site_adr = \"x\""), &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("Leptos.toml") && err.contains("site_adr"),
+            "{err}"
+        );
+        let err = load(Some("site_addr = "), &[]).unwrap_err().to_string();
+        assert!(err.contains("Leptos.toml"), "{err}");
+    }
+}
