@@ -5,5 +5,20 @@
 //! as values, decisions, events, providers and run stores. This crate knows nothing of HTTP, HTML
 //! or Leptos; the playground (and any headless program) drives it through its public API.
 
+pub mod agent;
+pub mod assembly;
 pub mod db;
+pub mod decision;
+pub mod events;
+pub mod provider;
+pub mod registry;
+pub mod state;
+pub mod testing;
+pub mod tool;
 pub mod transcript;
+
+pub use agent::{
+    Completed, LoopError, LoopOutcome, RunContext, RunInput, ToolLoop, ToolLoopService,
+};
+pub use decision::{CallDecision, Choice, Decision};
+pub use state::{RunSettings, SuspendedState};

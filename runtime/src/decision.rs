@@ -1,0 +1,209 @@
+//! An operator's decision on a suspended turn: approve all, deny all, or per call (approve,
+//! approve with edited arguments, deny with a reason). A decision is checked against the pending
+//! turn before anything happens: it must answer every pending call exactly once, and edited
+//! arguments must fit the tool's schema.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::registry::Gate;
+use crate::tool::ToolError;
+use crate::transcript::ToolCall;
+
+/// The longest reason an operator may give, in characters.
+pub const MAX_REASON_CHARS: usize = 2000;
+
+/// What happens to one pending call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "choice", rename_all = "snake_case")]
+pub enum Choice {
+    /// Run it as the model asked.
+    Approve,
+    /// Run it with these arguments instead.
+    ApproveEdited { arguments: Value },
+    /// Don't run it; the model reads the reason.
+    Deny {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+/// The choice for one call, by id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallDecision {
+    pub call_id: String,
+    #[serde(flatten)]
+    pub choice: Choice,
+}
+
+/// The operator's answer to a suspension.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum Decision {
+    ApproveAll,
+    DenyAll {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    PerCall {
+        calls: Vec<CallDecision>,
+    },
+}
+
+/// Why a decision was refused. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecisionError {
+    #[error("the decision names call `{call_id}`, which is not in the pending turn")]
+    UnknownCall { call_id: String },
+    #[error("the decision does not say what to do with call `{call_id}` ({tool})")]
+    MissingCall { call_id: String, tool: String },
+    #[error("the decision names call `{call_id}` twice")]
+    DuplicateCall { call_id: String },
+    #[error("the edited arguments for `{tool}` are not valid: field `{field}`: {message}")]
+    InvalidArguments {
+        call_id: String,
+        tool: String,
+        field: String,
+        message: String,
+    },
+    #[error("the reason is longer than {MAX_REASON_CHARS} characters")]
+    ReasonTooLong,
+}
+
+/// The refusal result the model reads for a denied call.
+pub fn refusal_text(reason: Option<&str>) -> String {
+    match reason.map(str::trim).filter(|reason| !reason.is_empty()) {
+        Some(reason) => format!("denied by the operator: {reason}"),
+        None => "denied by the operator (no reason given)".to_owned(),
+    }
+}
+
+impl Decision {
+    /// Pairs every pending call with its choice, in call order, or says why the decision does not
+    /// fit the turn. Edited arguments of offered tools are validated against their schema.
+    pub fn resolve(&self, pending: &[ToolCall], gate: &Gate) -> Result<Vec<Choice>, DecisionError> {
+        let check_reason = |reason: &Option<String>| match reason {
+            Some(reason) if reason.chars().count() > MAX_REASON_CHARS => {
+                Err(DecisionError::ReasonTooLong)
+            }
+            _ => Ok(()),
+        };
+        let choices = match self {
+            Decision::ApproveAll => vec![Choice::Approve; pending.len()],
+            Decision::DenyAll { reason } => {
+                check_reason(reason)?;
+                vec![
+                    Choice::Deny {
+                        reason: reason.clone()
+                    };
+                    pending.len()
+                ]
+            }
+            Decision::PerCall { calls } => {
+                let pending_ids: BTreeSet<&str> = pending.iter().map(|c| c.id.as_str()).collect();
+                let mut by_id: BTreeMap<&str, &Choice> = BTreeMap::new();
+                for decision in calls {
+                    if !pending_ids.contains(decision.call_id.as_str()) {
+                        return Err(DecisionError::UnknownCall {
+                            call_id: decision.call_id.clone(),
+                        });
+                    }
+                    if by_id.insert(&decision.call_id, &decision.choice).is_some() {
+                        return Err(DecisionError::DuplicateCall {
+                            call_id: decision.call_id.clone(),
+                        });
+                    }
+                }
+                pending
+                    .iter()
+                    .map(|call| {
+                        let choice = by_id.get(call.id.as_str()).ok_or_else(|| {
+                            DecisionError::MissingCall {
+                                call_id: call.id.clone(),
+                                tool: call.name.clone(),
+                            }
+                        })?;
+                        if let Choice::Deny { reason } = choice {
+                            check_reason(reason)?;
+                        }
+                        Ok((*choice).clone())
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+        };
+        for (call, choice) in pending.iter().zip(&choices) {
+            let Choice::ApproveEdited { arguments } = choice else {
+                continue;
+            };
+            // A tool no longer offered is refused at resume whatever the arguments say.
+            let Some(tool) = gate.tool(&call.name) else {
+                continue;
+            };
+            if let Err(err) = tool.check_arguments(arguments) {
+                let (field, message) = match err {
+                    ToolError::InvalidArguments { field, message } => (field, message),
+                    other => ("arguments".to_owned(), other.to_string()),
+                };
+                return Err(DecisionError::InvalidArguments {
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    field,
+                    message,
+                });
+            }
+        }
+        Ok(choices)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn decisions_have_a_readable_json_form() {
+        let decision = Decision::PerCall {
+            calls: vec![
+                CallDecision {
+                    call_id: "a".into(),
+                    choice: Choice::ApproveEdited {
+                        arguments: json!({"slug": "x"}),
+                    },
+                },
+                CallDecision {
+                    call_id: "b".into(),
+                    choice: Choice::Deny {
+                        reason: Some("no".into()),
+                    },
+                },
+            ],
+        };
+        let value = serde_json::to_value(&decision).unwrap();
+        assert_eq!(
+            value,
+            json!({"decision": "per_call", "calls": [
+                {"call_id": "a", "choice": "approve_edited", "arguments": {"slug": "x"}},
+                {"call_id": "b", "choice": "deny", "reason": "no"}]})
+        );
+        assert_eq!(serde_json::from_value::<Decision>(value).unwrap(), decision);
+    }
+
+    #[test]
+    fn the_refusal_text_carries_the_reason() {
+        assert_eq!(
+            refusal_text(Some(" too risky ")),
+            "denied by the operator: too risky"
+        );
+        assert_eq!(
+            refusal_text(Some("  ")),
+            "denied by the operator (no reason given)"
+        );
+        assert_eq!(
+            refusal_text(None),
+            "denied by the operator (no reason given)"
+        );
+    }
+}

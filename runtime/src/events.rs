@@ -1,0 +1,165 @@
+//! The run's event stream: every step of the loop, in order. The playground's step list is this
+//! stream; it is also the audit record of tool executions (including those that happen on resume).
+
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::decision::Choice;
+use crate::provider::{FinishReason, Usage};
+use crate::transcript::{Message, ToolCall};
+
+/// One step of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    /// The conversation was assembled (once per run, never on resume).
+    Assembled {
+        system_prompt: bool,
+        skills_included: Vec<String>,
+        /// Skills left out because they did not fit the budget.
+        skills_dropped: Vec<String>,
+        messages: usize,
+    },
+    /// A request is about to go to the provider.
+    Request {
+        round: u32,
+        messages: Vec<Message>,
+        tools_offered: Vec<String>,
+    },
+    /// The provider answered.
+    Llm {
+        round: u32,
+        content: Option<String>,
+        tool_calls: Vec<ToolCall>,
+        usage: Usage,
+        finish_reason: FinishReason,
+        duration_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        raw: Option<Value>,
+    },
+    /// The provider failed.
+    LlmFailed {
+        round: u32,
+        message: String,
+        duration_ms: u64,
+    },
+    /// A tool call was answered (executed, refused by the gate, or denied by the operator).
+    Tool {
+        round: u32,
+        call_id: String,
+        name: String,
+        arguments: String,
+        result: String,
+        is_error: bool,
+        /// `false` when the call was answered without running the tool (denied, not permitted).
+        executed: bool,
+        duration_ms: u64,
+        /// The call was answered while resuming after an operator's decision.
+        on_resume: bool,
+    },
+    /// The run suspended: these calls wait for an operator.
+    ApprovalRequested {
+        round: u32,
+        calls: Vec<ToolCall>,
+        /// The calls whose tool requires approval (the rest of the turn is held with them).
+        gated: Vec<String>,
+    },
+    /// An operator decided.
+    ApprovalDecided {
+        decided_by: String,
+        choices: Vec<CallChoice>,
+    },
+}
+
+impl Event {
+    /// The event's kind, as stored.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Assembled { .. } => "assembled",
+            Event::Request { .. } => "request",
+            Event::Llm { .. } => "llm",
+            Event::LlmFailed { .. } => "llm_failed",
+            Event::Tool { .. } => "tool",
+            Event::ApprovalRequested { .. } => "approval_requested",
+            Event::ApprovalDecided { .. } => "approval_decided",
+        }
+    }
+
+    /// The round the event belongs to, where it has one.
+    pub fn round(&self) -> Option<u32> {
+        match self {
+            Event::Request { round, .. }
+            | Event::Llm { round, .. }
+            | Event::LlmFailed { round, .. }
+            | Event::Tool { round, .. }
+            | Event::ApprovalRequested { round, .. } => Some(*round),
+            _ => None,
+        }
+    }
+
+    /// How long the step took, where it has a duration.
+    pub fn duration_ms(&self) -> Option<u64> {
+        match self {
+            Event::Llm { duration_ms, .. }
+            | Event::LlmFailed { duration_ms, .. }
+            | Event::Tool { duration_ms, .. } => Some(*duration_ms),
+            _ => None,
+        }
+    }
+}
+
+/// The operator's choice for one pending call, as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallChoice {
+    pub call_id: String,
+    pub tool: String,
+    pub choice: Choice,
+}
+
+/// Where the loop sends its events. Emitting never fails the loop: a sink that persists buffers
+/// and writes with the run's next transition.
+pub trait EventSink: Send + Sync {
+    fn emit(&self, event: Event);
+}
+
+/// A sink that keeps every event in memory.
+#[derive(Debug, Default)]
+pub struct VecSink {
+    events: Mutex<Vec<Event>>,
+}
+
+impl VecSink {
+    /// A copy of the events so far.
+    pub fn events(&self) -> Vec<Event> {
+        self.events
+            .lock()
+            .map(|events| events.clone())
+            .unwrap_or_default()
+    }
+
+    /// Takes the events out, leaving the sink empty.
+    pub fn take(&self) -> Vec<Event> {
+        self.events
+            .lock()
+            .map(|mut events| std::mem::take(&mut *events))
+            .unwrap_or_default()
+    }
+}
+
+impl EventSink for VecSink {
+    fn emit(&self, event: Event) {
+        if let Ok(mut events) = self.events.lock() {
+            events.push(event);
+        }
+    }
+}
+
+/// A sink that drops everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn emit(&self, _event: Event) {}
+}

@@ -1,0 +1,146 @@
+//! The provider trait: one chat completion with tools. Adapters for real providers convert the
+//! canonical transcript to their wire format; the loop only ever sees this trait.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::tool::ToolSpec;
+use crate::transcript::{Message, ToolCall};
+
+/// Sampling options for one request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelOptions {
+    /// 0–2; `None` leaves the provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    /// Completion token limit; `None` leaves the provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+}
+
+/// One request to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    /// The tools offered this round; empty for the final, tool-less round.
+    pub tools: Vec<ToolSpec>,
+    pub options: ModelOptions,
+}
+
+/// Token counts, as the provider reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl Usage {
+    /// Prompt plus completion tokens.
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+    }
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    ToolCalls,
+    Length,
+    ContentFilter,
+    Other(String),
+}
+
+/// One model turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponse {
+    pub content: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Usage,
+    pub finish_reason: FinishReason,
+    /// The provider's raw response body, when captured (never containing credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<Value>,
+}
+
+impl ChatResponse {
+    /// A plain text answer.
+    pub fn text(content: impl Into<String>, usage: Usage) -> ChatResponse {
+        ChatResponse {
+            content: Some(content.into()),
+            tool_calls: Vec::new(),
+            usage,
+            finish_reason: FinishReason::Stop,
+            raw: None,
+        }
+    }
+
+    /// A turn of tool calls.
+    pub fn calls(tool_calls: Vec<ToolCall>, usage: Usage) -> ChatResponse {
+        ChatResponse {
+            content: None,
+            tool_calls,
+            usage,
+            finish_reason: FinishReason::ToolCalls,
+            raw: None,
+        }
+    }
+}
+
+/// What the caller should do about a failed request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderErrorKind {
+    /// Worth retrying later (rate limit, 5xx, network).
+    Transient,
+    /// Will fail again as sent (bad request, auth, unknown model).
+    Permanent,
+    /// The transcript is too long for the model.
+    ContextLength,
+}
+
+/// A failed completion. `message` is safe to show an operator (no keys, no internal detail).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[error("{message}")]
+pub struct ProviderError {
+    pub kind: ProviderErrorKind,
+    pub message: String,
+}
+
+impl ProviderError {
+    /// A permanent failure with a safe message.
+    pub fn permanent(message: impl Into<String>) -> ProviderError {
+        ProviderError {
+            kind: ProviderErrorKind::Permanent,
+            message: message.into(),
+        }
+    }
+
+    /// A transient failure with a safe message.
+    pub fn transient(message: impl Into<String>) -> ProviderError {
+        ProviderError {
+            kind: ProviderErrorKind::Transient,
+            message: message.into(),
+        }
+    }
+}
+
+/// A chat-completion backend.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// Short name for logs and the step list (`demo`, `openai`, …).
+    fn name(&self) -> &str;
+    /// The model the provider talks to.
+    fn model(&self) -> &str;
+    /// One completion.
+    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError>;
+}

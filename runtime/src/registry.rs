@@ -1,0 +1,190 @@
+//! The tool registry and the gate. The gate decides which tools a run may use: the run's allow-list
+//! ∩ the tools enabled now (∩ non-admin tools, unless the run is an administrator's). It is applied
+//! when tools are offered, when a call is executed, and again when a suspended run resumes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+
+use serde::{Deserialize, Serialize};
+
+use crate::tool::{DynTool, Tool, ToolSpec, TypedTool};
+
+/// The tools a run was started with permission to use.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "tools", rename_all = "snake_case")]
+pub enum AllowList {
+    /// Every enabled tool.
+    #[default]
+    All,
+    /// Only these tools (by name).
+    Only(BTreeSet<String>),
+}
+
+impl AllowList {
+    /// An allow-list of the named tools.
+    pub fn only<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> AllowList {
+        AllowList::Only(names.into_iter().map(Into::into).collect())
+    }
+
+    fn allows(&self, name: &str) -> bool {
+        match self {
+            AllowList::All => true,
+            AllowList::Only(names) => names.contains(name),
+        }
+    }
+}
+
+/// Every tool this process knows, and which of them are enabled now.
+#[derive(Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Arc<dyn DynTool>>,
+    /// Enable/disable choices that override each tool's default.
+    enabled_overrides: RwLock<BTreeMap<String, bool>>,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// A name registered twice.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a tool named `{0}` is already registered")]
+pub struct DuplicateTool(pub String);
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> ToolRegistry {
+        ToolRegistry::default()
+    }
+
+    /// Adds a tool.
+    pub fn register<T: Tool>(&mut self, tool: T) -> Result<&mut Self, DuplicateTool> {
+        if self.tools.contains_key(T::NAME) {
+            return Err(DuplicateTool(T::NAME.to_owned()));
+        }
+        self.tools
+            .insert(T::NAME.to_owned(), TypedTool::erase(tool));
+        Ok(self)
+    }
+
+    /// The tool with this name, enabled or not.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn DynTool>> {
+        self.tools.get(name)
+    }
+
+    /// Every registered tool's spec, by name.
+    pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools.values().map(|tool| tool.spec())
+    }
+
+    /// Enables or disables a tool for every run from now on (also runs waiting for approval).
+    pub fn set_enabled(&self, name: &str, enabled: bool) {
+        if let Ok(mut overrides) = self.enabled_overrides.write() {
+            overrides.insert(name.to_owned(), enabled);
+        }
+    }
+
+    /// Whether a registered tool is enabled now.
+    pub fn is_enabled(&self, name: &str) -> bool {
+        let Some(tool) = self.tools.get(name) else {
+            return false;
+        };
+        self.enabled_overrides
+            .read()
+            .ok()
+            .and_then(|overrides| overrides.get(name).copied())
+            .unwrap_or(tool.spec().enabled_by_default)
+    }
+
+    /// The gate for a run: the tools it is offered now.
+    pub fn gate(&self, allow_list: &AllowList, admin: bool) -> Gate {
+        let offered = self
+            .tools
+            .iter()
+            .filter(|(name, tool)| {
+                allow_list.allows(name)
+                    && self.is_enabled(name)
+                    && (admin || !tool.spec().admin_only)
+            })
+            .map(|(name, tool)| (name.clone(), Arc::clone(tool)))
+            .collect();
+        Gate { offered }
+    }
+}
+
+/// The tools one run may use at one moment.
+#[derive(Clone)]
+pub struct Gate {
+    offered: BTreeMap<String, Arc<dyn DynTool>>,
+}
+
+impl Gate {
+    /// The offered tool, if `name` is offered.
+    pub fn tool(&self, name: &str) -> Option<&Arc<dyn DynTool>> {
+        self.offered.get(name)
+    }
+
+    /// Specs of the offered tools, in name order.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.offered
+            .values()
+            .map(|tool| tool.spec().clone())
+            .collect()
+    }
+
+    /// Names of the offered tools.
+    pub fn names(&self) -> Vec<String> {
+        self.offered.keys().cloned().collect()
+    }
+
+    /// Whether a call to `name` must wait for approval (only offered tools can).
+    pub fn requires_approval(&self, name: &str) -> bool {
+        self.tool(name)
+            .is_some_and(|tool| tool.spec().requires_approval)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{probe_registry, Probe, ReadNote};
+
+    fn registry() -> ToolRegistry {
+        probe_registry(&Probe::default())
+    }
+
+    #[test]
+    fn offered_is_the_allow_list_intersected_with_enabled() {
+        let registry = registry();
+        assert_eq!(
+            registry.gate(&AllowList::All, false).names(),
+            ["read_note", "write_note"]
+        );
+        assert_eq!(
+            registry.gate(&AllowList::All, true).names(),
+            ["admin_note", "read_note", "write_note"]
+        );
+        assert_eq!(
+            registry
+                .gate(&AllowList::only(["write_note", "nope"]), false)
+                .names(),
+            ["write_note"]
+        );
+        registry.set_enabled("write_note", false);
+        assert_eq!(registry.gate(&AllowList::All, false).names(), ["read_note"]);
+        assert!(!registry
+            .gate(&AllowList::All, false)
+            .requires_approval("write_note"));
+    }
+
+    #[test]
+    fn a_name_can_be_registered_once() {
+        let mut registry = registry();
+        let err = registry.register(ReadNote(Probe::default())).unwrap_err();
+        assert_eq!(err, DuplicateTool("read_note".into()));
+    }
+}

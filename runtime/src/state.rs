@@ -1,0 +1,195 @@
+//! The suspended state: everything needed to continue a run after an operator decides, as our own
+//! versioned JSON. It is what the store keeps in `agent_run.suspended_state`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::provider::{ModelOptions, Usage};
+use crate::registry::AllowList;
+use crate::transcript::{self, Message, Tail, ToolCall};
+
+/// The version of the suspended-state JSON this build writes and reads.
+pub const STATE_SCHEMA_VERSION: u32 = 1;
+
+/// The default round cap.
+pub const DEFAULT_MAX_ROUNDS: u32 = 5;
+
+/// A run's settings, restored on resume.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSettings {
+    /// Tools the run may use.
+    pub allow_list: AllowList,
+    /// Whether the run was started by an administrator (admin-only tools are offered).
+    #[serde(default)]
+    pub admin: bool,
+    pub model: ModelOptions,
+    /// Rounds with tools before the final, tool-less round.
+    pub max_rounds: u32,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        RunSettings {
+            allow_list: AllowList::All,
+            admin: false,
+            model: ModelOptions::default(),
+            max_rounds: DEFAULT_MAX_ROUNDS,
+        }
+    }
+}
+
+/// Counters that span the whole run, across suspensions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// Provider requests made.
+    pub iterations: u32,
+    pub usage: Usage,
+    /// Tool calls answered (executed or refused).
+    pub tool_calls: u32,
+}
+
+/// A run waiting for an operator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SuspendedState {
+    pub schema_version: u32,
+    /// The transcript up to and including the assistant turn that holds the pending calls.
+    pub messages: Vec<Message>,
+    /// The calls of that turn, in order; the whole turn waits.
+    pub pending: Vec<ToolCall>,
+    /// Ids of the pending calls whose tool requires approval.
+    pub gated: Vec<String>,
+    pub counters: Counters,
+    pub settings: RunSettings,
+}
+
+/// Why stored state could not be read back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    #[error("the suspended state is not valid JSON: {0}")]
+    Malformed(String),
+    #[error("the suspended state has schema version {found}; this build reads version {STATE_SCHEMA_VERSION}")]
+    UnsupportedVersion { found: u64 },
+    #[error("the suspended state is inconsistent: {0}")]
+    Inconsistent(String),
+}
+
+impl SuspendedState {
+    /// The state as stored.
+    pub fn to_json(&self) -> String {
+        // Serialising plain data with string keys cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads stored state, refusing unknown versions and states that break the transcript rules.
+    pub fn from_json(text: &str) -> Result<SuspendedState, StateError> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|err| StateError::Malformed(err.to_string()))?;
+        match value.get("schema_version").and_then(|v| v.as_u64()) {
+            Some(version) if version == u64::from(STATE_SCHEMA_VERSION) => {}
+            Some(found) => return Err(StateError::UnsupportedVersion { found }),
+            None => return Err(StateError::Malformed("no schema_version".to_owned())),
+        }
+        let state: SuspendedState =
+            serde_json::from_value(value).map_err(|err| StateError::Malformed(err.to_string()))?;
+        state.check()?;
+        Ok(state)
+    }
+
+    /// Checks that the pending calls are exactly the last turn's calls, none answered yet.
+    pub fn check(&self) -> Result<(), StateError> {
+        if self.pending.is_empty() {
+            return Err(StateError::Inconsistent("no pending calls".to_owned()));
+        }
+        match self.messages.last() {
+            Some(last) if last.tool_calls() == self.pending.as_slice() => {}
+            _ => {
+                return Err(StateError::Inconsistent(
+                    "the pending calls are not the last assistant turn".to_owned(),
+                ))
+            }
+        }
+        if let Some(id) = self
+            .gated
+            .iter()
+            .find(|id| !self.pending.iter().any(|c| &c.id == *id))
+        {
+            return Err(StateError::Inconsistent(format!(
+                "gated call `{id}` is not pending"
+            )));
+        }
+        transcript::validate(&self.messages, Tail::PendingAllowed)
+            .map_err(|err| StateError::Inconsistent(err.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn state() -> SuspendedState {
+        let call = ToolCall::new("c1", "write_note", &json!({"text": "hi"}));
+        SuspendedState {
+            schema_version: STATE_SCHEMA_VERSION,
+            messages: vec![
+                Message::user("write hi"),
+                Message::Assistant {
+                    content: None,
+                    tool_calls: vec![call.clone()],
+                },
+            ],
+            pending: vec![call],
+            gated: vec!["c1".into()],
+            counters: Counters {
+                iterations: 1,
+                usage: Usage {
+                    prompt_tokens: 10,
+                    completion_tokens: 3,
+                },
+                tool_calls: 0,
+            },
+            settings: RunSettings::default(),
+        }
+    }
+
+    #[test]
+    fn state_round_trips_through_json() {
+        let state = state();
+        assert_eq!(SuspendedState::from_json(&state.to_json()).unwrap(), state);
+    }
+
+    #[test]
+    fn corrupted_states_are_typed_errors() {
+        assert!(matches!(
+            SuspendedState::from_json("{nope"),
+            Err(StateError::Malformed(_))
+        ));
+        assert!(matches!(
+            SuspendedState::from_json("{}"),
+            Err(StateError::Malformed(_))
+        ));
+        let mut value: serde_json::Value = serde_json::from_str(&state().to_json()).unwrap();
+        value["schema_version"] = json!(99);
+        assert_eq!(
+            SuspendedState::from_json(&value.to_string()),
+            Err(StateError::UnsupportedVersion { found: 99 })
+        );
+        let mut value: serde_json::Value = serde_json::from_str(&state().to_json()).unwrap();
+        value["counters"] = json!("many");
+        assert!(matches!(
+            SuspendedState::from_json(&value.to_string()),
+            Err(StateError::Malformed(_))
+        ));
+        let mut broken = state();
+        broken.pending[0].id = "other".into();
+        assert!(matches!(
+            SuspendedState::from_json(&broken.to_json()),
+            Err(StateError::Inconsistent(_))
+        ));
+        let mut answered = state();
+        answered.messages.push(Message::tool_result("c1", "done"));
+        assert!(matches!(
+            SuspendedState::from_json(&answered.to_json()),
+            Err(StateError::Inconsistent(_))
+        ));
+    }
+}

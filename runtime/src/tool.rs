@@ -1,0 +1,341 @@
+//! Tools: what the model can call. A tool is a Rust type with an argument type; its JSON Schema is
+//! derived from that type (schemars), and arguments are validated against the schema before the
+//! tool runs. A tool that has side effects opts into human approval with one line:
+//! `const REQUIRES_APPROVAL: bool = true;` — the Rust counterpart of ADR-084's empty marker
+//! interface. Tools that don't say so are untouched.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a tool knows about the run that calls it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolContext {
+    /// The run's id (empty when a tool is called outside a persisted run).
+    pub run_id: String,
+    /// Who asked for this execution: the run's requester, or the operator who approved it.
+    pub actor: String,
+    /// The id of the tool call being executed.
+    pub call_id: String,
+}
+
+/// A tool's description as offered to the model and shown to operators.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: Value,
+    /// The group the tool is listed and enabled under (`site`, `system`, `runs`, …).
+    pub group: String,
+    pub enabled_by_default: bool,
+    /// Offered only to runs started by an administrator.
+    pub admin_only: bool,
+    /// Calls to this tool suspend the run until an operator decides.
+    pub requires_approval: bool,
+}
+
+/// What an approved call would do, shown in the approval panel before anyone decides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Preview {
+    /// A change to a text thing: before and after, for a diff.
+    Change {
+        target: String,
+        before: String,
+        after: String,
+    },
+    /// A plain description of the effect.
+    Text { text: String },
+}
+
+/// Why a tool call produced no normal result. The model only ever sees [`ToolError::model_text`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// The arguments do not fit the schema; `field` names where.
+    #[error("invalid arguments: {field}: {message}")]
+    InvalidArguments { field: String, message: String },
+    /// The tool refused for a reason the model may read (not found, already exists, …).
+    #[error("{0}")]
+    Refused(String),
+    /// The tool failed internally; the detail is logged, never shown to the model.
+    #[error("internal failure: {0}")]
+    Internal(String),
+}
+
+impl ToolError {
+    /// An internal failure with its cause (logged, not shown).
+    pub fn internal(cause: impl std::fmt::Display) -> ToolError {
+        ToolError::Internal(cause.to_string())
+    }
+
+    /// The `Error:` result the model reads. Internal detail is left out.
+    pub fn model_text(&self) -> String {
+        match self {
+            ToolError::InvalidArguments { field, message } => {
+                format!("Error: invalid arguments: {field}: {message}")
+            }
+            ToolError::Refused(reason) => format!("Error: {reason}"),
+            ToolError::Internal(_) => {
+                "Error: the tool failed; the details are in the server log.".to_owned()
+            }
+        }
+    }
+}
+
+/// A tool, written against its own argument type.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// The arguments; their JSON Schema is what the model is offered.
+    type Args: DeserializeOwned + JsonSchema + Send + Sync;
+
+    /// Unique name the model calls the tool by.
+    const NAME: &'static str;
+    /// What the tool does, for the model and for operators.
+    const DESCRIPTION: &'static str;
+    /// Listing and enable/disable group.
+    const GROUP: &'static str = "general";
+    /// Whether a fresh installation enables the tool.
+    const ENABLED_BY_DEFAULT: bool = true;
+    /// Offered only to administrators' runs.
+    const ADMIN_ONLY: bool = false;
+    /// The opt-in: `true` makes every call to this tool wait for an operator's approval.
+    const REQUIRES_APPROVAL: bool = false;
+
+    /// Runs the tool. `Ok` is the result text; `Err` becomes an `Error:` result.
+    async fn call(&self, args: Self::Args, ctx: &ToolContext) -> Result<String, ToolError>;
+
+    /// What a call with these arguments would do, for the approval panel. Tools without
+    /// side effects need not say.
+    async fn preview(
+        &self,
+        _args: Self::Args,
+        _ctx: &ToolContext,
+    ) -> Result<Option<Preview>, ToolError> {
+        Ok(None)
+    }
+}
+
+/// The object-safe face of a [`Tool`], used by the registry and the loop: arguments as JSON,
+/// validated against the derived schema before the tool sees them.
+#[async_trait]
+pub trait DynTool: Send + Sync {
+    /// The tool's spec.
+    fn spec(&self) -> &ToolSpec;
+    /// Checks arguments against the schema and decodes them.
+    fn check_arguments(&self, args: &Value) -> Result<(), ToolError>;
+    /// Validates and runs.
+    async fn execute(&self, args: &Value, ctx: &ToolContext) -> Result<String, ToolError>;
+    /// Validates and previews.
+    async fn preview(&self, args: &Value, ctx: &ToolContext) -> Result<Option<Preview>, ToolError>;
+}
+
+/// Wraps a [`Tool`] with its spec and compiled schema.
+pub(crate) struct TypedTool<T: Tool> {
+    tool: T,
+    spec: ToolSpec,
+    validator: ArgumentValidator,
+}
+
+impl<T: Tool> TypedTool<T> {
+    pub(crate) fn erase(tool: T) -> Arc<dyn DynTool> {
+        let parameters = schema_of::<T::Args>();
+        let validator = ArgumentValidator::new(&parameters);
+        Arc::new(TypedTool {
+            tool,
+            spec: ToolSpec {
+                name: T::NAME.to_owned(),
+                description: T::DESCRIPTION.to_owned(),
+                parameters,
+                group: T::GROUP.to_owned(),
+                enabled_by_default: T::ENABLED_BY_DEFAULT,
+                admin_only: T::ADMIN_ONLY,
+                requires_approval: T::REQUIRES_APPROVAL,
+            },
+            validator,
+        })
+    }
+
+    fn decode(&self, args: &Value) -> Result<T::Args, ToolError> {
+        self.validator.check(args)?;
+        serde_json::from_value(args.clone()).map_err(|err| ToolError::InvalidArguments {
+            field: "arguments".to_owned(),
+            message: err.to_string(),
+        })
+    }
+}
+
+#[async_trait]
+impl<T: Tool> DynTool for TypedTool<T> {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn check_arguments(&self, args: &Value) -> Result<(), ToolError> {
+        self.decode(args).map(|_| ())
+    }
+
+    async fn execute(&self, args: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let args = self.decode(args)?;
+        self.tool.call(args, ctx).await
+    }
+
+    async fn preview(&self, args: &Value, ctx: &ToolContext) -> Result<Option<Preview>, ToolError> {
+        let args = self.decode(args)?;
+        self.tool.preview(args, ctx).await
+    }
+}
+
+/// The JSON Schema of `A`, as offered to providers (without the `$schema` meta key).
+pub fn schema_of<A: JsonSchema>() -> Value {
+    let mut schema = schemars::schema_for!(A).to_value();
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("$schema");
+        object.remove("title");
+        // Providers expect an object schema even for tools without arguments.
+        object
+            .entry("type")
+            .or_insert_with(|| Value::from("object"));
+        if object.get("type") == Some(&Value::from("object")) {
+            object
+                .entry("properties")
+                .or_insert_with(|| Value::Object(Default::default()));
+        }
+    }
+    schema
+}
+
+/// A compiled JSON Schema for a tool's arguments.
+pub(crate) struct ArgumentValidator {
+    validator: Option<jsonschema::Validator>,
+}
+
+impl ArgumentValidator {
+    pub(crate) fn new(schema: &Value) -> ArgumentValidator {
+        let validator = match jsonschema::validator_for(schema) {
+            Ok(validator) => Some(validator),
+            Err(err) => {
+                // A derived schema always compiles; if one ever does not, serde still checks.
+                tracing::error!(%err, "a tool's argument schema does not compile");
+                None
+            }
+        };
+        ArgumentValidator { validator }
+    }
+
+    /// `Ok` when `args` fits the schema; otherwise the first problem, naming the field.
+    pub(crate) fn check(&self, args: &Value) -> Result<(), ToolError> {
+        let Some(validator) = &self.validator else {
+            return Ok(());
+        };
+        let Some(error) = validator.iter_errors(args).next() else {
+            return Ok(());
+        };
+        let path = error
+            .instance_path()
+            .as_str()
+            .trim_start_matches('/')
+            .replace('/', ".");
+        let field = match error.kind() {
+            jsonschema::error::ValidationErrorKind::Required { property } => {
+                let property = property
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| property.to_string());
+                if path.is_empty() {
+                    property
+                } else {
+                    format!("{path}.{property}")
+                }
+            }
+            _ if path.is_empty() => "arguments".to_owned(),
+            _ => path,
+        };
+        Err(ToolError::InvalidArguments {
+            field,
+            message: error.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Arguments of the test tools.
+    #[derive(Debug, Deserialize, JsonSchema)]
+    pub struct SlugArgs {
+        /// The page's slug.
+        pub slug: String,
+    }
+
+    struct Echo;
+
+    #[async_trait]
+    impl Tool for Echo {
+        type Args = SlugArgs;
+        const NAME: &'static str = "echo";
+        const DESCRIPTION: &'static str = "Echoes the slug.";
+
+        async fn call(&self, args: SlugArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+            if args.slug == "boom" {
+                return Err(ToolError::internal("disk on fire at /var/secret"));
+            }
+            Ok(format!("slug={}", args.slug))
+        }
+    }
+
+    #[test]
+    fn the_schema_is_derived_from_the_argument_type() {
+        let tool = TypedTool::erase(Echo);
+        let schema = &tool.spec().parameters;
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["required"], json!(["slug"]));
+        assert_eq!(
+            schema["properties"]["slug"]["description"],
+            "The page's slug."
+        );
+        assert!(schema.get("$schema").is_none());
+        assert!(!tool.spec().requires_approval);
+    }
+
+    #[tokio::test]
+    async fn invalid_arguments_name_the_field_and_never_reach_the_tool() {
+        let tool = TypedTool::erase(Echo);
+        let ctx = ToolContext::default();
+        let missing = tool.execute(&json!({}), &ctx).await.unwrap_err();
+        assert!(
+            matches!(&missing, ToolError::InvalidArguments { field, .. } if field == "slug"),
+            "{missing:?}"
+        );
+        let wrong_type = tool.execute(&json!({"slug": 7}), &ctx).await.unwrap_err();
+        assert!(
+            matches!(&wrong_type, ToolError::InvalidArguments { field, .. } if field == "slug"),
+            "{wrong_type:?}"
+        );
+        assert!(wrong_type
+            .model_text()
+            .starts_with("Error: invalid arguments: slug"));
+        assert_eq!(
+            tool.execute(&json!({"slug": "home"}), &ctx).await.unwrap(),
+            "slug=home"
+        );
+    }
+
+    #[tokio::test]
+    async fn internal_failures_hide_their_detail_from_the_model() {
+        let tool = TypedTool::erase(Echo);
+        let err = tool
+            .execute(&json!({"slug": "boom"}), &ToolContext::default())
+            .await
+            .unwrap_err();
+        let text = err.model_text();
+        assert!(text.starts_with("Error:"));
+        assert!(!text.contains("/var/secret"), "{text}");
+    }
+}
