@@ -1,15 +1,70 @@
 //! The playground server: settings, database, routes, serve.
 
 #[cfg(feature = "ssr")]
+const USAGE: &str = "usage: nrllm-playground          serve the playground
+       nrllm-playground purge    delete runs older than the retention windows, then exit";
+
+#[cfg(feature = "ssr")]
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match serve().await {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        [] => serve().await,
+        ["purge"] => purge().await,
+        ["--help" | "-h" | "help"] => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        _ => Err(format!("unknown arguments `{}`\n{USAGE}", args.join(" "))),
+    };
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("nrllm-playground: {message}");
             std::process::ExitCode::from(2)
         }
     }
+}
+
+/// Settings and logging, shared by every command.
+#[cfg(feature = "ssr")]
+fn load_settings() -> Result<nrllm_playground::settings::Settings, String> {
+    let settings = nrllm_playground::settings::Settings::load().map_err(|err| err.to_string())?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log_level))
+        .init();
+    Ok(settings)
+}
+
+/// Opens the database named by the settings.
+#[cfg(feature = "ssr")]
+async fn open_database(
+    settings: &nrllm_playground::settings::Settings,
+) -> Result<nrllm_runtime::db::Database, String> {
+    nrllm_runtime::db::Database::connect(&settings.database_url)
+        .await
+        .map_err(|err| format!("setting `database_url`: {err}"))
+}
+
+/// `nrllm-playground purge`: one purge with the configured windows.
+#[cfg(feature = "ssr")]
+async fn purge() -> Result<(), String> {
+    use nrllm_runtime::store::SqlRunStore;
+    let settings = load_settings()?;
+    let store = SqlRunStore::new(open_database(&settings).await?);
+    let report = nrllm_playground::server::retention::purge_once(&store, &settings)
+        .await
+        .map_err(|err| format!("the purge failed: {err}"))?;
+    println!(
+        "purged {} runs and {} events (finished more than {} days ago, or waiting more than {} days)",
+        report.runs, report.events, settings.retention_terminal_days, settings.retention_waiting_days
+    );
+    Ok(())
 }
 
 /// Starts the server; an `Err` is a message for the operator who started it.
@@ -19,22 +74,20 @@ async fn serve() -> Result<(), String> {
     use leptos::prelude::*;
     use leptos_axum::{generate_route_list, LeptosRoutes};
     use nrllm_playground::app::{shell, App};
-    use nrllm_playground::server::AppState;
-    use nrllm_playground::settings::Settings;
-    use nrllm_runtime::db::Database;
+    use nrllm_playground::server::{retention, AppState};
+    use nrllm_runtime::store::SqlRunStore;
 
-    let settings = Settings::load().map_err(|err| err.to_string())?;
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log_level))
-        .init();
+    let settings = load_settings()?;
 
     let conf = get_configuration(None).map_err(|err| format!("Leptos configuration: {err}"))?;
     let mut leptos_options = conf.leptos_options;
     leptos_options.site_addr = settings.site_addr;
 
-    let db = Database::connect(&settings.database_url)
-        .await
-        .map_err(|err| format!("setting `database_url`: {err}"))?;
+    let db = open_database(&settings).await?;
+    retention::spawn_hourly(
+        std::sync::Arc::new(SqlRunStore::new(db.clone())),
+        settings.clone(),
+    );
     let state = AppState {
         leptos_options: leptos_options.clone(),
         db,

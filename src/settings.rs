@@ -19,6 +19,10 @@ pub struct Settings {
     pub database_url: String,
     /// A `tracing` filter directive (`info`, `debug,sqlx=warn`, …).
     pub log_level: String,
+    /// Finished runs older than this many days are purged.
+    pub retention_terminal_days: u32,
+    /// Runs waiting for a decision longer than this many days are purged.
+    pub retention_waiting_days: u32,
 }
 
 impl Default for Settings {
@@ -27,6 +31,8 @@ impl Default for Settings {
             site_addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
             database_url: "sqlite:data/nrllm.db".to_owned(),
             log_level: "info".to_owned(),
+            retention_terminal_days: 30,
+            retention_waiting_days: 90,
         }
     }
 }
@@ -56,6 +62,8 @@ struct SettingsFile {
     site_addr: Option<String>,
     database_url: Option<String>,
     log_level: Option<String>,
+    retention_terminal_days: Option<i64>,
+    retention_waiting_days: Option<i64>,
 }
 
 impl Settings {
@@ -144,10 +152,38 @@ impl Settings {
             }
             None => defaults.log_level,
         };
+        let days = |setting: &'static str, env_name: &str, from_file: Option<i64>, default: u32| {
+            match pick(env_name, from_file.map(|days| days.to_string())) {
+                Some((value, source_name)) => value
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|days| (1..=36_500).contains(days))
+                    .ok_or_else(|| SettingsError::Invalid {
+                        setting,
+                        source_name,
+                        message: format!("`{value}` is not a whole number of days from 1 to 36500"),
+                    }),
+                None => Ok(default),
+            }
+        };
+        let retention_terminal_days = days(
+            "retention_terminal_days",
+            "NRLLM_RETENTION_TERMINAL_DAYS",
+            file.retention_terminal_days,
+            defaults.retention_terminal_days,
+        )?;
+        let retention_waiting_days = days(
+            "retention_waiting_days",
+            "NRLLM_RETENTION_WAITING_DAYS",
+            file.retention_waiting_days,
+            defaults.retention_waiting_days,
+        )?;
         Ok(Settings {
             site_addr,
             database_url,
             log_level,
+            retention_terminal_days,
+            retention_waiting_days,
         })
     }
 }
@@ -198,6 +234,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`log_level`"), "{err}");
+    }
+
+    #[test]
+    fn retention_windows_are_whole_days() {
+        let settings = load(
+            Some("retention_terminal_days = 7\nretention_waiting_days = 14"),
+            &[("NRLLM_RETENTION_WAITING_DAYS", "21")],
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                settings.retention_terminal_days,
+                settings.retention_waiting_days
+            ),
+            (7, 21)
+        );
+        let err = load(Some("retention_terminal_days = 0"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`retention_terminal_days`") && err.contains("Leptos.toml"),
+            "{err}"
+        );
+        let err = load(None, &[("NRLLM_RETENTION_WAITING_DAYS", "soon")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("NRLLM_RETENTION_WAITING_DAYS"), "{err}");
     }
 
     #[test]

@@ -94,7 +94,7 @@ fn bench_suspend_resume(c: &mut Criterion) {
                         let stored = state.to_json();
                         let state = SuspendedState::from_json(&stored).unwrap();
                         let outcome = tool_loop
-                            .resume(state, &Decision::ApproveAll, &ctx, &NullSink)
+                            .resume(&state, &Decision::ApproveAll, &ctx, &NullSink)
                             .await
                             .unwrap();
                         assert!(matches!(outcome, LoopOutcome::Completed(_)));

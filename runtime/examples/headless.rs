@@ -1,12 +1,13 @@
-//! A headless consumer of the runtime: one process runs until the run suspends and writes the
-//! suspended state to a file; another process reads it, applies the operator's decision given on
-//! the command line, and finishes the run. The side effect (appending a line to a notes file)
-//! happens only in the second process, and only when approved.
+//! A headless consumer of the runtime: one process starts a run, which suspends to the database
+//! when the model asks for a side-effecting tool; another process — later, or after a restart —
+//! applies the operator's decision given on the command line and finishes the run. The side effect
+//! (appending a line to a notes file) happens only in the second process, only when approved, and
+//! only once however often the decision is sent.
 //!
 //! ```text
-//! cargo run -p nrllm-runtime --example headless -- start  STATE NOTES "remember the milk"
-//! cargo run -p nrllm-runtime --example headless -- resume STATE NOTES approve
-//! cargo run -p nrllm-runtime --example headless -- resume STATE NOTES deny "not now"
+//! cargo run -p nrllm-runtime --example headless -- start  sqlite:runs.db notes.txt "remember the milk"
+//! cargo run -p nrllm-runtime --example headless -- resume sqlite:runs.db notes.txt RUN_ID approve
+//! cargo run -p nrllm-runtime --example headless -- resume sqlite:runs.db notes.txt RUN_ID deny "not now"
 //! ```
 
 use std::io::Write;
@@ -15,14 +16,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use nrllm_runtime::events::NullSink;
+use nrllm_runtime::db::Database;
 use nrllm_runtime::provider::{ChatRequest, ChatResponse, Provider, ProviderError, Usage};
 use nrllm_runtime::registry::ToolRegistry;
+use nrllm_runtime::service::{RunService, SingleLoop};
+use nrllm_runtime::store::{RunConfiguration, RunRecord, SqlRunStore};
 use nrllm_runtime::tool::{Tool, ToolContext, ToolError};
 use nrllm_runtime::transcript::{Message, ToolCall};
-use nrllm_runtime::{
-    Decision, LoopOutcome, RunContext, RunInput, SuspendedState, ToolLoop, ToolLoopService,
-};
+use nrllm_runtime::{Decision, RunSettings, SuspendedState, ToolLoop};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -90,51 +91,68 @@ impl Provider for NoteTaker {
     }
 }
 
-fn tool_loop(notes: PathBuf) -> ToolLoop {
+async fn service(db_url: &str, notes: PathBuf) -> Result<RunService, String> {
+    let db = Database::connect(db_url)
+        .await
+        .map_err(|err| err.to_string())?;
     let mut registry = ToolRegistry::new();
     registry
         .register(AppendNote { path: notes })
-        .expect("one tool registers");
-    ToolLoop::new(Arc::new(NoteTaker), Arc::new(registry))
+        .map_err(|err| err.to_string())?;
+    let tool_loop = Arc::new(ToolLoop::new(Arc::new(NoteTaker), Arc::new(registry)));
+    Ok(RunService::new(
+        Arc::new(SqlRunStore::new(db)),
+        Arc::new(SingleLoop(tool_loop)),
+    ))
 }
 
-async fn start(state_path: PathBuf, notes: PathBuf, prompt: String) -> Result<String, String> {
-    let input = RunInput {
-        messages: vec![Message::user(prompt)],
-        ..RunInput::default()
-    };
-    let ctx = RunContext {
-        run_id: "headless".into(),
-        actor: "cli".into(),
-    };
-    match tool_loop(notes).run(input, &ctx, &NullSink).await {
-        Ok(LoopOutcome::Suspended(state)) => {
-            std::fs::write(&state_path, state.to_json())
-                .map_err(|err| format!("cannot write the state: {err}"))?;
+fn describe(run: &RunRecord) -> String {
+    let pending = run
+        .suspended_state
+        .as_deref()
+        .and_then(|text| SuspendedState::from_json(text).ok())
+        .map(|state| {
             let calls: Vec<String> = state
                 .pending
                 .iter()
                 .map(|c| format!("{}({})", c.name, c.arguments))
                 .collect();
-            Ok(format!(
-                "suspended: waiting for approval of {}",
-                calls.join(", ")
-            ))
-        }
-        Ok(LoopOutcome::Completed(done)) => Ok(format!("completed: {}", done.content)),
-        Err(err) => Err(err.to_string()),
-    }
+            format!(" {}", calls.join(", "))
+        })
+        .unwrap_or_default();
+    let answer = run
+        .final_answer
+        .as_deref()
+        .map(|a| format!(": {a}"))
+        .unwrap_or_default();
+    format!("run {} {}{pending}{answer}", run.id, run.status)
+}
+
+async fn start(db_url: &str, notes: PathBuf, prompt: String) -> Result<String, String> {
+    let configuration = RunConfiguration {
+        provider: "note-taker".into(),
+        model: "rules".into(),
+        prompt,
+        system_prompt: None,
+        skills: Vec::new(),
+        settings: RunSettings::default(),
+    };
+    let run = service(db_url, notes)
+        .await?
+        .start(configuration, "cli")
+        .await
+        .map_err(|err| err.to_string())?;
+    Ok(describe(&run))
 }
 
 async fn resume(
-    state_path: PathBuf,
+    db_url: &str,
     notes: PathBuf,
+    run_id: &str,
     verdict: &str,
     reason: Option<String>,
 ) -> Result<String, String> {
-    let text = std::fs::read_to_string(&state_path)
-        .map_err(|err| format!("cannot read the state: {err}"))?;
-    let state = SuspendedState::from_json(&text).map_err(|err| err.to_string())?;
+    let id = uuid::Uuid::parse_str(run_id).map_err(|_| format!("`{run_id}` is not a run id"))?;
     let decision = match verdict {
         "approve" => Decision::ApproveAll,
         "deny" => Decision::DenyAll { reason },
@@ -144,35 +162,23 @@ async fn resume(
             ))
         }
     };
-    let ctx = RunContext {
-        run_id: "headless".into(),
-        actor: "operator".into(),
-    };
-    // The state is removed before the effect can happen: a second resume finds nothing to run.
-    std::fs::remove_file(&state_path).map_err(|err| format!("cannot claim the state: {err}"))?;
-    match tool_loop(notes)
-        .resume(&state, &decision, &ctx, &NullSink)
+    let run = service(db_url, notes)
+        .await?
+        .resume(id, &decision, "operator", None)
         .await
-    {
-        Ok(LoopOutcome::Completed(done)) => Ok(format!("completed: {}", done.content)),
-        Ok(LoopOutcome::Suspended(state)) => {
-            std::fs::write(&state_path, state.to_json())
-                .map_err(|err| format!("cannot write the state: {err}"))?;
-            Ok("suspended again".into())
-        }
-        Err(err) => Err(err.to_string()),
-    }
+        .map_err(|err| err.to_string())?;
+    Ok(describe(&run))
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.as_slice() {
-        [cmd, state, notes, prompt] if cmd == "start" => start(state.into(), notes.into(), prompt.clone()).await,
-        [cmd, state, notes, verdict, rest @ ..] if cmd == "resume" && rest.len() <= 1 => {
-            resume(state.into(), notes.into(), verdict, rest.first().cloned()).await
+        [cmd, db, notes, prompt] if cmd == "start" => start(db, notes.into(), prompt.clone()).await,
+        [cmd, db, notes, run_id, verdict, rest @ ..] if cmd == "resume" && rest.len() <= 1 => {
+            resume(db, notes.into(), run_id, verdict, rest.first().cloned()).await
         }
-        _ => Err("usage: headless start STATE NOTES PROMPT | headless resume STATE NOTES approve|deny [REASON]".into()),
+        _ => Err("usage: headless start DB_URL NOTES PROMPT | headless resume DB_URL NOTES RUN_ID approve|deny [REASON]".into()),
     };
     match result {
         Ok(line) => {

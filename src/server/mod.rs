@@ -1,6 +1,8 @@
 //! Server-side state shared by every request: the database and the Leptos options. Server
 //! functions reach it with [`state`].
 
+pub mod retention;
+
 use axum::extract::FromRef;
 use leptos::prelude::*;
 use nrllm_runtime::db::Database;

@@ -1,0 +1,495 @@
+//! The run service: ties the loop to the store. It starts runs, drives them until they complete or
+//! suspend, and resumes a waiting run with a decision — check the decision, claim the run (exactly
+//! one claimer wins), resume the loop, persist. The web app and headless programs both use it.
+//!
+//! Events of a segment are numbered as they happen (continuing the run's sequence) and committed
+//! with the segment's closing transition, so a run's rows and its events never disagree. A
+//! [`RunListener`] sees each event at once, for live views.
+
+use std::sync::{Arc, Mutex};
+
+use uuid::Uuid;
+
+use crate::agent::{LoopError, LoopOutcome, RunContext, RunInput, ToolLoopService};
+use crate::decision::{Choice, Decision, DecisionError};
+use crate::events::{Event, EventSink};
+use crate::provider::Usage;
+use crate::state::{Counters, SuspendedState};
+use crate::store::{
+    Claim, Finish, NewRun, RunConfiguration, RunRecord, RunStatus, RunStore, SequencedEvent,
+    StoreError, TerminationReason, Verdict,
+};
+use crate::transcript::Message;
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}
+
+/// Builds the loop for a run's configuration (its provider and model).
+pub trait LoopFactory: Send + Sync {
+    /// The loop to drive a run with, or a message an operator can act on (e.g. "no API key").
+    fn tool_loop(
+        &self,
+        configuration: &RunConfiguration,
+    ) -> Result<Arc<dyn ToolLoopService>, String>;
+
+    /// Estimated cost of `usage` under the configuration's prices, in millionths of a dollar.
+    fn estimate_cost_micros(
+        &self,
+        _configuration: &RunConfiguration,
+        _usage: Usage,
+    ) -> Option<i64> {
+        None
+    }
+}
+
+/// A factory that uses one loop for every run.
+pub struct SingleLoop(pub Arc<dyn ToolLoopService>);
+
+impl LoopFactory for SingleLoop {
+    fn tool_loop(
+        &self,
+        _configuration: &RunConfiguration,
+    ) -> Result<Arc<dyn ToolLoopService>, String> {
+        Ok(Arc::clone(&self.0))
+    }
+}
+
+/// Sees a run's events and status changes as they happen.
+pub trait RunListener: Send + Sync {
+    fn event(&self, run_id: Uuid, event: &SequencedEvent);
+    fn status(&self, run_id: Uuid, status: RunStatus);
+}
+
+/// Why a resume was refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    #[error("run {0} not found")]
+    NotFound(Uuid),
+    /// The run is not waiting: someone decided first, or it ended.
+    #[error("{}", already_decided_text(.0))]
+    NotWaiting(Box<RunRecord>),
+    /// The decision was made on a page that showed another pending turn.
+    #[error("this decision was made on an outdated page: the run's pending calls have changed; reload and decide again")]
+    Stale,
+    #[error(transparent)]
+    InvalidDecision(#[from] DecisionError),
+    /// The stored state could not be read; the run is now failed and the state kept for inspection.
+    #[error("the run's saved state cannot be read; the run was marked failed")]
+    StateCorrupted,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// "already decided (approved) at <time>" or why else the run is not waiting.
+pub fn already_decided_text(run: &RunRecord) -> String {
+    match (&run.decision, run.decided_at_ms) {
+        (Some(decision), Some(at)) => format!(
+            "already decided ({decision}) at {}{}",
+            format_utc(at),
+            run.decided_by
+                .as_deref()
+                .map(|who| format!(" by {who}"))
+                .unwrap_or_default()
+        ),
+        _ => format!("the run is {}, not waiting for approval", run.status),
+    }
+}
+
+/// `2026-11-30 06:41:29 UTC` for a Unix-millisecond time.
+pub fn format_utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil-from-days (Howard Hinnant's algorithm), proleptic Gregorian calendar.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Failure to start or drive a run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("{0}")]
+    Configuration(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A digest of a waiting run's pending turn, as shown on a page: a decision carrying another digest
+/// was made on a stale page.
+pub fn pending_digest(run_id: Uuid, version: i64, state: &SuspendedState) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(run_id.as_bytes());
+    hasher.update(version.to_be_bytes());
+    for call in &state.pending {
+        hasher.update(call.id.as_bytes());
+        hasher.update([0]);
+        hasher.update(call.name.as_bytes());
+        hasher.update([0]);
+        hasher.update(call.arguments.as_bytes());
+        hasher.update([0]);
+    }
+    hasher.finalize()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The verdict a decision amounts to.
+pub fn verdict_of(decision: &Decision) -> Verdict {
+    match decision {
+        Decision::ApproveAll => Verdict::Approved,
+        Decision::DenyAll { .. } => Verdict::Denied,
+        Decision::PerCall { calls } => {
+            let denied = calls
+                .iter()
+                .filter(|c| matches!(c.choice, Choice::Deny { .. }))
+                .count();
+            match denied {
+                0 => Verdict::Approved,
+                n if n == calls.len() => Verdict::Denied,
+                _ => Verdict::Mixed,
+            }
+        }
+    }
+}
+
+/// Numbers a segment's events and keeps them until the segment's transition commits.
+struct SegmentSink {
+    run_id: Uuid,
+    inner: Mutex<(i64, Vec<SequencedEvent>)>,
+    listener: Option<Arc<dyn RunListener>>,
+}
+
+impl SegmentSink {
+    fn new(
+        run_id: Uuid,
+        last_sequence: i64,
+        listener: Option<Arc<dyn RunListener>>,
+    ) -> SegmentSink {
+        SegmentSink {
+            run_id,
+            inner: Mutex::new((last_sequence, Vec::new())),
+            listener,
+        }
+    }
+
+    fn take(&self) -> Vec<SequencedEvent> {
+        self.inner
+            .lock()
+            .map(|mut inner| std::mem::take(&mut inner.1))
+            .unwrap_or_default()
+    }
+}
+
+impl EventSink for SegmentSink {
+    fn emit(&self, event: Event) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        inner.0 += 1;
+        let sequenced = SequencedEvent {
+            sequence: inner.0,
+            event,
+            created_at_ms: now_ms(),
+        };
+        if let Some(listener) = &self.listener {
+            listener.event(self.run_id, &sequenced);
+        }
+        inner.1.push(sequenced);
+    }
+}
+
+/// Starts, drives and resumes persisted runs.
+pub struct RunService {
+    store: Arc<dyn RunStore>,
+    loops: Arc<dyn LoopFactory>,
+    listener: Option<Arc<dyn RunListener>>,
+}
+
+impl RunService {
+    /// A service over `store`, building loops with `loops`.
+    pub fn new(store: Arc<dyn RunStore>, loops: Arc<dyn LoopFactory>) -> RunService {
+        RunService {
+            store,
+            loops,
+            listener: None,
+        }
+    }
+
+    /// Also tells `listener` about every event and status change.
+    pub fn with_listener(mut self, listener: Arc<dyn RunListener>) -> RunService {
+        self.listener = Some(listener);
+        self
+    }
+
+    /// The store behind the service.
+    pub fn store(&self) -> &Arc<dyn RunStore> {
+        &self.store
+    }
+
+    /// Records a new run (status `running`) without driving it yet.
+    pub async fn create(
+        &self,
+        configuration: RunConfiguration,
+        requested_by: &str,
+    ) -> Result<RunRecord, ServiceError> {
+        // Refuse a configuration that cannot be driven before anything is stored.
+        self.loops
+            .tool_loop(&configuration)
+            .map_err(ServiceError::Configuration)?;
+        let run = NewRun {
+            id: Uuid::now_v7(),
+            configuration,
+            requested_by: requested_by.to_owned(),
+        };
+        Ok(self.store.create(&run, now_ms()).await?)
+    }
+
+    /// Creates a run and drives it until it completes or suspends.
+    pub async fn start(
+        &self,
+        configuration: RunConfiguration,
+        requested_by: &str,
+    ) -> Result<RunRecord, ServiceError> {
+        let run = self.create(configuration, requested_by).await?;
+        self.drive(run).await
+    }
+
+    /// Drives a freshly created run from its first round until it completes or suspends.
+    pub async fn drive(&self, run: RunRecord) -> Result<RunRecord, ServiceError> {
+        let Some(configuration) = run.configuration.clone() else {
+            return Err(ServiceError::Configuration(
+                "the run's configuration cannot be read".into(),
+            ));
+        };
+        let sink = SegmentSink::new(run.id, run.last_sequence, self.listener.clone());
+        let ctx = RunContext {
+            run_id: run.id.to_string(),
+            actor: run.requested_by.clone(),
+        };
+        let outcome = match self.loops.tool_loop(&configuration) {
+            Ok(tool_loop) => {
+                let input = RunInput {
+                    system_prompt: configuration.system_prompt.clone(),
+                    skills: configuration.skills.clone(),
+                    messages: vec![Message::user(configuration.prompt.clone())],
+                    settings: configuration.settings.clone(),
+                };
+                tool_loop.run(input, &ctx, &sink).await
+            }
+            Err(message) => Err(LoopError::Provider {
+                error: crate::provider::ProviderError::permanent(message),
+                counters: Counters::default(),
+            }),
+        };
+        self.persist(run.id, run.version, &configuration, outcome, &sink, None)
+            .await?;
+        Ok(self
+            .store
+            .get(run.id)
+            .await?
+            .ok_or(StoreError::NotFound(run.id))?)
+    }
+
+    /// Resumes a waiting run with an operator's decision. `digest`, when given, must match the
+    /// pending turn the operator saw ([`pending_digest`]).
+    pub async fn resume(
+        &self,
+        id: Uuid,
+        decision: &Decision,
+        decided_by: &str,
+        digest: Option<&str>,
+    ) -> Result<RunRecord, ResumeError> {
+        let run = self.store.get(id).await?.ok_or(ResumeError::NotFound(id))?;
+        if run.status != RunStatus::WaitingForApproval {
+            return Err(ResumeError::NotWaiting(Box::new(run)));
+        }
+        let raw_state = run.suspended_state.clone().unwrap_or_default();
+        let (state, configuration) = match (
+            SuspendedState::from_json(&raw_state),
+            run.configuration.clone(),
+        ) {
+            (Ok(state), Some(configuration)) => (state, configuration),
+            (state, _) => {
+                let detail = state
+                    .err()
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "configuration unreadable".into());
+                tracing::error!(run_id = %id, %detail, "suspended state cannot be resumed");
+                return match self
+                    .store
+                    .fail_corrupted(
+                        id,
+                        run.version,
+                        "The run's saved state could not be read; it is kept for inspection.",
+                        now_ms(),
+                    )
+                    .await
+                {
+                    Ok(()) => {
+                        self.notify_status(id, RunStatus::Failed);
+                        Err(ResumeError::StateCorrupted)
+                    }
+                    Err(StoreError::Conflict { .. }) | Err(StoreError::AlreadySettled { .. }) => {
+                        Err(self.lost(id).await)
+                    }
+                    Err(err) => Err(err.into()),
+                };
+            }
+        };
+        if let Some(digest) = digest {
+            if digest != pending_digest(id, run.version, &state) {
+                return Err(ResumeError::Stale);
+            }
+        }
+        let tool_loop = self
+            .loops
+            .tool_loop(&configuration)
+            .map_err(|message| ResumeError::Store(StoreError::Corrupt(message)))?;
+        // A bad decision is refused before the claim: the run stays waiting.
+        match tool_loop.check_decision(&state, decision) {
+            Err(LoopError::Decision(err)) => return Err(err.into()),
+            Err(_) => return Err(ResumeError::StateCorrupted),
+            Ok(()) => {}
+        }
+        let verdict = verdict_of(decision);
+        let version = match self
+            .store
+            .claim_for_resume(id, run.version, decided_by, verdict, now_ms())
+            .await?
+        {
+            Claim::Won { version } => version,
+            Claim::Lost(winner) => return Err(ResumeError::NotWaiting(winner)),
+        };
+        self.notify_status(id, RunStatus::Running);
+        let sink = SegmentSink::new(id, run.last_sequence, self.listener.clone());
+        let ctx = RunContext {
+            run_id: id.to_string(),
+            actor: decided_by.to_owned(),
+        };
+        let outcome = tool_loop.resume(&state, decision, &ctx, &sink).await;
+        self.persist(id, version, &configuration, outcome, &sink, Some(verdict))
+            .await?;
+        Ok(self.store.get(id).await?.ok_or(StoreError::NotFound(id))?)
+    }
+
+    /// Cancels a queued or waiting run.
+    pub async fn cancel(&self, id: Uuid, by: &str) -> Result<RunRecord, StoreError> {
+        let run = self.store.cancel(id, by, now_ms()).await?;
+        self.notify_status(id, RunStatus::Cancelled);
+        Ok(run)
+    }
+
+    async fn lost(&self, id: Uuid) -> ResumeError {
+        match self.store.get(id).await {
+            Ok(Some(run)) => ResumeError::NotWaiting(Box::new(run)),
+            Ok(None) => ResumeError::NotFound(id),
+            Err(err) => err.into(),
+        }
+    }
+
+    /// Writes the end of a segment: suspended again, completed, or failed — with its events.
+    async fn persist(
+        &self,
+        id: Uuid,
+        version: i64,
+        configuration: &RunConfiguration,
+        outcome: Result<LoopOutcome, LoopError>,
+        sink: &SegmentSink,
+        verdict: Option<Verdict>,
+    ) -> Result<(), StoreError> {
+        let events = sink.take();
+        let now = now_ms();
+        match outcome {
+            Ok(LoopOutcome::Suspended(state)) => {
+                self.store
+                    .suspend(id, version, &state, &events, now)
+                    .await?;
+                self.notify_status(id, RunStatus::WaitingForApproval);
+            }
+            Ok(LoopOutcome::Completed(done)) => {
+                let reason = if done.truncated {
+                    TerminationReason::MaxIterations
+                } else if verdict == Some(Verdict::Denied) {
+                    TerminationReason::ApprovalDenied
+                } else {
+                    TerminationReason::Completed
+                };
+                let finish = Finish {
+                    status: RunStatus::Completed,
+                    reason,
+                    counters: done.counters,
+                    truncated: done.truncated,
+                    final_answer: Some(done.content),
+                    error_summary: None,
+                    estimated_cost_micros: self
+                        .loops
+                        .estimate_cost_micros(configuration, done.counters.usage),
+                };
+                self.store
+                    .finish(id, version, &finish, &events, now)
+                    .await?;
+                self.notify_status(id, RunStatus::Completed);
+            }
+            Err(err) => {
+                let (counters, summary) = match &err {
+                    LoopError::Provider { error, counters } => (*counters, error.message.clone()),
+                    other => (Counters::default(), other.to_string()),
+                };
+                tracing::warn!(run_id = %id, error = %err, "run failed");
+                let finish = Finish {
+                    status: RunStatus::Failed,
+                    reason: TerminationReason::ProviderFailed,
+                    counters,
+                    truncated: false,
+                    final_answer: None,
+                    error_summary: Some(summary),
+                    estimated_cost_micros: self
+                        .loops
+                        .estimate_cost_micros(configuration, counters.usage),
+                };
+                self.store
+                    .finish(id, version, &finish, &events, now)
+                    .await?;
+                self.notify_status(id, RunStatus::Failed);
+            }
+        }
+        Ok(())
+    }
+
+    fn notify_status(&self, id: Uuid, status: RunStatus) {
+        if let Some(listener) = &self.listener {
+            listener.status(id, status);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_times_are_formatted_like_a_calendar() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(format_utc(1_796_020_889_000), "2026-11-30 06:41:29 UTC");
+        assert_eq!(format_utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
+    }
+}

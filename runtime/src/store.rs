@@ -1,0 +1,772 @@
+//! Persisted runs: the `agent_run` row with its status machine (DESIGN §3) and the `agent_run_event`
+//! stream. [`RunStore`] is the trait consumers program against; [`SqlRunStore`] implements it on
+//! SQLite and Postgres through one set of queries (sqlx `Any`).
+//!
+//! Every transition is fenced by the run's `version` and commits together with the events it
+//! produced, in one transaction: a failure leaves neither. Transitions:
+//! - create: a new run, `running`;
+//! - suspend: `running` → `waiting_for_approval`, stores the state (not terminal);
+//! - claim for resume: `waiting_for_approval` → `running` by one compare-and-set; exactly one wins;
+//! - finish: any non-terminal → `completed | failed | cancelled`, clears the state (once only);
+//! - cancel: `queued | waiting_for_*` → `cancelled`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row, Transaction};
+use uuid::Uuid;
+
+use crate::assembly::Skill;
+use crate::db::{Backend, Database};
+use crate::events::Event;
+use crate::state::{Counters, RunSettings, SuspendedState};
+
+/// A run's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Queued,
+    Running,
+    WaitingForApproval,
+    WaitingForInput,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [RunStatus; 7] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::WaitingForApproval,
+        RunStatus::WaitingForInput,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::WaitingForApproval => "waiting_for_approval",
+            RunStatus::WaitingForInput => "waiting_for_input",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// The status with this stored name.
+    pub fn parse(text: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// Completed, failed and cancelled runs never change status again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminationReason {
+    Completed,
+    MaxIterations,
+    BudgetExhausted,
+    ApprovalDenied,
+    ApprovalExpired,
+    ProviderFailed,
+    StateCorrupted,
+    Cancelled,
+    Interrupted,
+}
+
+impl TerminationReason {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TerminationReason::Completed => "completed",
+            TerminationReason::MaxIterations => "max_iterations",
+            TerminationReason::BudgetExhausted => "budget_exhausted",
+            TerminationReason::ApprovalDenied => "approval_denied",
+            TerminationReason::ApprovalExpired => "approval_expired",
+            TerminationReason::ProviderFailed => "provider_failed",
+            TerminationReason::StateCorrupted => "state_corrupted",
+            TerminationReason::Cancelled => "cancelled",
+            TerminationReason::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// What a run was started with (stored as JSON in `configuration`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfiguration {
+    /// The provider configuration's name (`demo`, …).
+    pub provider: String,
+    pub model: String,
+    pub prompt: String,
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    #[serde(default)]
+    pub skills: Vec<Skill>,
+    pub settings: RunSettings,
+}
+
+/// A run to create.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    pub id: Uuid,
+    pub configuration: RunConfiguration,
+    pub requested_by: String,
+}
+
+/// One stored run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub id: Uuid,
+    pub status: RunStatus,
+    /// The configuration, or `None` if the stored JSON no longer reads.
+    pub configuration: Option<RunConfiguration>,
+    pub requested_by: String,
+    pub counters: Counters,
+    pub truncated: bool,
+    pub estimated_cost_micros: Option<i64>,
+    pub termination_reason: Option<String>,
+    pub error_summary: Option<String>,
+    pub final_answer: Option<String>,
+    /// The raw suspended state, kept as stored (also when it is corrupted).
+    pub suspended_state: Option<String>,
+    pub decided_by: Option<String>,
+    pub decided_at_ms: Option<i64>,
+    pub decision: Option<String>,
+    pub version: i64,
+    pub last_sequence: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+}
+
+/// An event with the sequence number it is stored under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SequencedEvent {
+    pub sequence: i64,
+    pub event: Event,
+    pub created_at_ms: i64,
+}
+
+/// One stored event row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub run_id: Uuid,
+    pub sequence: i64,
+    pub kind: String,
+    pub round: Option<i64>,
+    pub duration_ms: Option<i64>,
+    /// The event as JSON (an [`Event`] for every kind this build writes).
+    pub payload: serde_json::Value,
+    pub created_at_ms: i64,
+}
+
+impl StoredEvent {
+    /// The payload as an [`Event`], if this build knows its kind.
+    pub fn event(&self) -> Option<Event> {
+        serde_json::from_value(self.payload.clone()).ok()
+    }
+}
+
+/// How a run ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    pub status: RunStatus,
+    pub reason: TerminationReason,
+    pub counters: Counters,
+    pub truncated: bool,
+    pub final_answer: Option<String>,
+    /// Safe text for operators; never an internal cause.
+    pub error_summary: Option<String>,
+    pub estimated_cost_micros: Option<i64>,
+}
+
+/// The operator's verdict as recorded on the run for "already decided" answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Approved,
+    Denied,
+    Mixed,
+}
+
+impl Verdict {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Approved => "approved",
+            Verdict::Denied => "denied",
+            Verdict::Mixed => "mixed",
+        }
+    }
+}
+
+/// What a claim for resume came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// This caller holds the run; write with `version` from now on. The suspended state is the
+    /// one read at the version claimed (a waiting run's state never changes).
+    Won { version: i64 },
+    /// Someone else decided first (or the run is no longer waiting).
+    Lost(Box<RunRecord>),
+}
+
+/// Filter for listing runs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunFilter {
+    pub status: Option<RunStatus>,
+    /// Runs created before this time (for paging, newest first).
+    pub created_before_ms: Option<i64>,
+    pub limit: u32,
+}
+
+/// What the purge removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PurgeReport {
+    pub runs: u64,
+    pub events: u64,
+}
+
+/// A store failure. `Conflict`, `NotFound` and `AlreadySettled` are answers; `Database` is a fault
+/// whose cause is for the log, not for operators.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("run {0} not found")]
+    NotFound(Uuid),
+    #[error("run {id} changed meanwhile (expected version {expected})")]
+    Conflict { id: Uuid, expected: i64 },
+    #[error("run {id} is already {status}; a finished run never changes again")]
+    AlreadySettled { id: Uuid, status: RunStatus },
+    #[error("run {id} is {status}; it cannot be {action}")]
+    InvalidTransition {
+        id: Uuid,
+        status: RunStatus,
+        action: &'static str,
+    },
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("stored data is not valid: {0}")]
+    Corrupt(String),
+}
+
+/// Runs and their events, durable.
+#[async_trait]
+pub trait RunStore: Send + Sync {
+    /// Inserts a new run in `running`.
+    async fn create(&self, run: &NewRun, now_ms: i64) -> Result<RunRecord, StoreError>;
+    /// `running` → `waiting_for_approval`, storing the state and the segment's events.
+    async fn suspend(
+        &self,
+        id: Uuid,
+        version: i64,
+        state: &SuspendedState,
+        events: &[SequencedEvent],
+        now_ms: i64,
+    ) -> Result<i64, StoreError>;
+    /// `waiting_for_approval` → `running` if the run is still at `version`; exactly one caller wins.
+    async fn claim_for_resume(
+        &self,
+        id: Uuid,
+        version: i64,
+        decided_by: &str,
+        verdict: Verdict,
+        now_ms: i64,
+    ) -> Result<Claim, StoreError>;
+    /// Ends a non-terminal run at `version`, clearing its state, with the segment's events.
+    async fn finish(
+        &self,
+        id: Uuid,
+        version: i64,
+        finish: &Finish,
+        events: &[SequencedEvent],
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    /// Ends a run whose stored state cannot be read: `failed` with `state_corrupted`, keeping the
+    /// raw state for inspection.
+    async fn fail_corrupted(
+        &self,
+        id: Uuid,
+        version: i64,
+        summary: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    /// `queued | waiting_for_*` → `cancelled`.
+    async fn cancel(&self, id: Uuid, by: &str, now_ms: i64) -> Result<RunRecord, StoreError>;
+    /// One run.
+    async fn get(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError>;
+    /// Runs, newest first.
+    async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;
+    /// Waiting runs, oldest first (the approvals inbox).
+    async fn waiting(&self, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
+    /// A run's events with a sequence above `after`, in order.
+    async fn events(&self, id: Uuid, after: i64) -> Result<Vec<StoredEvent>, StoreError>;
+    /// Deletes terminal runs finished before `terminal_before_ms` and waiting runs last changed
+    /// before `waiting_before_ms`, with their events, `chunk` runs per transaction.
+    async fn purge(
+        &self,
+        terminal_before_ms: i64,
+        waiting_before_ms: i64,
+        chunk: u32,
+    ) -> Result<PurgeReport, StoreError>;
+}
+
+/// [`RunStore`] on an SQLite or Postgres database.
+#[derive(Debug, Clone)]
+pub struct SqlRunStore {
+    db: Database,
+    /// Durable writes made through this store (each transaction or single-statement write).
+    commits: Arc<AtomicU64>,
+}
+
+const RUN_COLUMNS: &str =
+    "id, status, configuration, requested_by, iterations, tool_calls, truncated, \
+    prompt_tokens, completion_tokens, estimated_cost_micros, termination_reason, error_summary, \
+    final_answer, suspended_state, decided_by, decided_at_ms, decision, version, last_sequence, \
+    created_at_ms, updated_at_ms, started_at_ms, finished_at_ms";
+
+impl SqlRunStore {
+    /// A store on an open, migrated database.
+    pub fn new(db: Database) -> SqlRunStore {
+        SqlRunStore {
+            db,
+            commits: Arc::default(),
+        }
+    }
+
+    /// How many durable commits this store has made (for the benchmark's commits-per-cycle).
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    fn committed(&self) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The database behind the store.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Starts a write transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`),
+    /// so concurrent writers wait their turn instead of failing when they upgrade a read.
+    async fn write_tx(&self) -> Result<Transaction<'static, Any>, sqlx::Error> {
+        match self.db.backend() {
+            Backend::Sqlite => self.db.pool().begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.db.pool().begin().await,
+        }
+    }
+
+    async fn status_of(&self, id: Uuid) -> Result<RunRecord, StoreError> {
+        self.get(id).await?.ok_or(StoreError::NotFound(id))
+    }
+
+    /// Explains a fenced update that matched no row.
+    async fn refusal(&self, id: Uuid, expected: i64) -> StoreError {
+        match self.status_of(id).await {
+            Ok(run) if run.status.is_terminal() => StoreError::AlreadySettled {
+                id,
+                status: run.status,
+            },
+            Ok(_) => StoreError::Conflict { id, expected },
+            Err(err) => err,
+        }
+    }
+}
+
+async fn insert_events(
+    tx: &mut Transaction<'static, Any>,
+    id: Uuid,
+    events: &[SequencedEvent],
+) -> Result<(), StoreError> {
+    let id = id.to_string();
+    for event in events {
+        let payload = serde_json::to_string(&event.event)
+            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        sqlx::query(
+            "INSERT INTO agent_run_event (run_id, sequence, kind, round, duration_ms, payload, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&id)
+        .bind(event.sequence)
+        .bind(event.event.kind())
+        .bind(event.event.round().map(i64::from))
+        .bind(event.event.duration_ms().map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)))
+        .bind(payload)
+        .bind(event.created_at_ms)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+fn last_sequence(events: &[SequencedEvent]) -> Option<i64> {
+    events.iter().map(|e| e.sequence).max()
+}
+
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn read_run(row: &AnyRow) -> Result<RunRecord, StoreError> {
+    let text: String = row.try_get("id")?;
+    let id = Uuid::parse_str(&text)
+        .map_err(|err| StoreError::Corrupt(format!("run id `{text}`: {err}")))?;
+    let status_text: String = row.try_get("status")?;
+    let status = RunStatus::parse(&status_text)
+        .ok_or_else(|| StoreError::Corrupt(format!("run {id}: unknown status `{status_text}`")))?;
+    let configuration: String = row.try_get("configuration")?;
+    let get_u64 = |name: &str| -> Result<u64, StoreError> {
+        let value: i64 = row.try_get(name)?;
+        Ok(u64::try_from(value).unwrap_or_default())
+    };
+    Ok(RunRecord {
+        id,
+        status,
+        configuration: serde_json::from_str(&configuration).ok(),
+        requested_by: row.try_get("requested_by")?,
+        counters: Counters {
+            iterations: u32::try_from(get_u64("iterations")?).unwrap_or(u32::MAX),
+            tool_calls: u32::try_from(get_u64("tool_calls")?).unwrap_or(u32::MAX),
+            usage: crate::provider::Usage {
+                prompt_tokens: get_u64("prompt_tokens")?,
+                completion_tokens: get_u64("completion_tokens")?,
+            },
+        },
+        truncated: row.try_get::<i64, _>("truncated")? != 0,
+        estimated_cost_micros: row.try_get("estimated_cost_micros")?,
+        termination_reason: row.try_get("termination_reason")?,
+        error_summary: row.try_get("error_summary")?,
+        final_answer: row.try_get("final_answer")?,
+        suspended_state: row.try_get("suspended_state")?,
+        decided_by: row.try_get("decided_by")?,
+        decided_at_ms: row.try_get("decided_at_ms")?,
+        decision: row.try_get("decision")?,
+        version: row.try_get("version")?,
+        last_sequence: row.try_get("last_sequence")?,
+        created_at_ms: row.try_get("created_at_ms")?,
+        updated_at_ms: row.try_get("updated_at_ms")?,
+        started_at_ms: row.try_get("started_at_ms")?,
+        finished_at_ms: row.try_get("finished_at_ms")?,
+    })
+}
+
+#[async_trait]
+impl RunStore for SqlRunStore {
+    async fn create(&self, run: &NewRun, now_ms: i64) -> Result<RunRecord, StoreError> {
+        let configuration = serde_json::to_string(&run.configuration)
+            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        sqlx::query(
+            "INSERT INTO agent_run (id, status, configuration, requested_by, truncated, version, last_sequence, \
+             created_at_ms, updated_at_ms, started_at_ms) VALUES ($1, $2, $3, $4, 0, 0, 0, $5, $5, $5)",
+        )
+        .bind(run.id.to_string())
+        .bind(RunStatus::Running.as_str())
+        .bind(configuration)
+        .bind(&run.requested_by)
+        .bind(now_ms)
+        .execute(self.db.pool())
+        .await?;
+        self.committed();
+        self.status_of(run.id).await
+    }
+
+    async fn suspend(
+        &self,
+        id: Uuid,
+        version: i64,
+        state: &SuspendedState,
+        events: &[SequencedEvent],
+        now_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let mut tx = self.write_tx().await?;
+        let updated = sqlx::query(
+            "UPDATE agent_run SET status = $1, suspended_state = $2, iterations = $3, tool_calls = $4, \
+             prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, \
+             last_sequence = CASE WHEN $8 > last_sequence THEN $8 ELSE last_sequence END, \
+             version = version + 1, updated_at_ms = $9 \
+             WHERE id = $10 AND status = $11 AND version = $12",
+        )
+        .bind(RunStatus::WaitingForApproval.as_str())
+        .bind(state.to_json())
+        .bind(i64::from(state.counters.iterations))
+        .bind(i64::from(state.counters.tool_calls))
+        .bind(to_i64(state.counters.usage.prompt_tokens))
+        .bind(to_i64(state.counters.usage.completion_tokens))
+        .bind(to_i64(state.counters.usage.total()))
+        .bind(last_sequence(events).unwrap_or(0))
+        .bind(now_ms)
+        .bind(id.to_string())
+        .bind(RunStatus::Running.as_str())
+        .bind(version)
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() != 1 {
+            drop(tx);
+            return Err(self.refusal(id, version).await);
+        }
+        insert_events(&mut tx, id, events).await?;
+        tx.commit().await?;
+        self.committed();
+        Ok(version + 1)
+    }
+
+    async fn claim_for_resume(
+        &self,
+        id: Uuid,
+        version: i64,
+        decided_by: &str,
+        verdict: Verdict,
+        now_ms: i64,
+    ) -> Result<Claim, StoreError> {
+        // One statement: the compare-and-set is atomic on both backends.
+        let row = sqlx::query(
+            "UPDATE agent_run SET status = $1, decided_by = $2, decided_at_ms = $3, decision = $4, \
+             version = version + 1, updated_at_ms = $3 \
+             WHERE id = $5 AND status = $6 AND version = $7 \
+             RETURNING version",
+        )
+        .bind(RunStatus::Running.as_str())
+        .bind(decided_by)
+        .bind(now_ms)
+        .bind(verdict.as_str())
+        .bind(id.to_string())
+        .bind(RunStatus::WaitingForApproval.as_str())
+        .bind(version)
+        .fetch_optional(self.db.pool())
+        .await?;
+        match row {
+            Some(row) => {
+                self.committed();
+                Ok(Claim::Won {
+                    version: row.try_get("version")?,
+                })
+            }
+            None => Ok(Claim::Lost(Box::new(self.status_of(id).await?))),
+        }
+    }
+
+    async fn finish(
+        &self,
+        id: Uuid,
+        version: i64,
+        finish: &Finish,
+        events: &[SequencedEvent],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        if !finish.status.is_terminal() {
+            return Err(StoreError::InvalidTransition {
+                id,
+                status: finish.status,
+                action: "a finishing status",
+            });
+        }
+        let mut tx = self.write_tx().await?;
+        let updated = sqlx::query(
+            "UPDATE agent_run SET status = $1, termination_reason = $2, iterations = $3, tool_calls = $4, \
+             prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, truncated = $8, final_answer = $9, \
+             error_summary = $10, estimated_cost_micros = $11, suspended_state = NULL, \
+             last_sequence = CASE WHEN $12 > last_sequence THEN $12 ELSE last_sequence END, \
+             version = version + 1, updated_at_ms = $13, finished_at_ms = $13 \
+             WHERE id = $14 AND version = $15 AND status NOT IN ('completed', 'failed', 'cancelled')",
+        )
+        .bind(finish.status.as_str())
+        .bind(finish.reason.as_str())
+        .bind(i64::from(finish.counters.iterations))
+        .bind(i64::from(finish.counters.tool_calls))
+        .bind(to_i64(finish.counters.usage.prompt_tokens))
+        .bind(to_i64(finish.counters.usage.completion_tokens))
+        .bind(to_i64(finish.counters.usage.total()))
+        .bind(i64::from(finish.truncated))
+        .bind(finish.final_answer.as_deref())
+        .bind(finish.error_summary.as_deref())
+        .bind(finish.estimated_cost_micros)
+        .bind(last_sequence(events).unwrap_or(0))
+        .bind(now_ms)
+        .bind(id.to_string())
+        .bind(version)
+        .execute(&mut *tx)
+        .await?;
+        if updated.rows_affected() != 1 {
+            drop(tx);
+            return Err(self.refusal(id, version).await);
+        }
+        insert_events(&mut tx, id, events).await?;
+        tx.commit().await?;
+        self.committed();
+        Ok(())
+    }
+
+    async fn fail_corrupted(
+        &self,
+        id: Uuid,
+        version: i64,
+        summary: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let updated = sqlx::query(
+            "UPDATE agent_run SET status = $1, termination_reason = $2, error_summary = $3, \
+             version = version + 1, updated_at_ms = $4, finished_at_ms = $4 \
+             WHERE id = $5 AND version = $6 AND status NOT IN ('completed', 'failed', 'cancelled')",
+        )
+        .bind(RunStatus::Failed.as_str())
+        .bind(TerminationReason::StateCorrupted.as_str())
+        .bind(summary)
+        .bind(now_ms)
+        .bind(id.to_string())
+        .bind(version)
+        .execute(self.db.pool())
+        .await?;
+        if updated.rows_affected() != 1 {
+            return Err(self.refusal(id, version).await);
+        }
+        Ok(())
+    }
+
+    async fn cancel(&self, id: Uuid, by: &str, now_ms: i64) -> Result<RunRecord, StoreError> {
+        let updated = sqlx::query(
+            "UPDATE agent_run SET status = $1, termination_reason = $2, suspended_state = NULL, decided_by = $3, \
+             decided_at_ms = $4, decision = 'cancelled', version = version + 1, updated_at_ms = $4, finished_at_ms = $4 \
+             WHERE id = $5 AND status IN ('queued', 'waiting_for_approval', 'waiting_for_input')",
+        )
+        .bind(RunStatus::Cancelled.as_str())
+        .bind(TerminationReason::Cancelled.as_str())
+        .bind(by)
+        .bind(now_ms)
+        .bind(id.to_string())
+        .execute(self.db.pool())
+        .await?;
+        let run = self.status_of(id).await?;
+        if updated.rows_affected() != 1 {
+            return Err(StoreError::InvalidTransition {
+                id,
+                status: run.status,
+                action: "cancelled",
+            });
+        }
+        Ok(run)
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM agent_run WHERE id = $1"
+        ))
+        .bind(id.to_string())
+        .fetch_optional(self.db.pool())
+        .await?;
+        row.as_ref().map(read_run).transpose()
+    }
+
+    async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM agent_run \
+             WHERE ($1 IS NULL OR status = $1) AND created_at_ms < $2 \
+             ORDER BY created_at_ms DESC, id DESC LIMIT $3"
+        ))
+        .bind(filter.status.map(RunStatus::as_str))
+        .bind(filter.created_before_ms.unwrap_or(i64::MAX))
+        .bind(i64::from(filter.limit.clamp(1, 500)))
+        .fetch_all(self.db.pool())
+        .await?;
+        rows.iter().map(read_run).collect()
+    }
+
+    async fn waiting(&self, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM agent_run WHERE status = 'waiting_for_approval' \
+             ORDER BY updated_at_ms ASC, id ASC LIMIT $1"
+        ))
+        .bind(i64::from(limit.clamp(1, 1000)))
+        .fetch_all(self.db.pool())
+        .await?;
+        rows.iter().map(read_run).collect()
+    }
+
+    async fn events(&self, id: Uuid, after: i64) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT sequence, kind, round, duration_ms, payload, created_at_ms FROM agent_run_event \
+             WHERE run_id = $1 AND sequence > $2 ORDER BY sequence",
+        )
+        .bind(id.to_string())
+        .bind(after)
+        .fetch_all(self.db.pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let payload: String = row.try_get("payload")?;
+                Ok(StoredEvent {
+                    run_id: id,
+                    sequence: row.try_get("sequence")?,
+                    kind: row.try_get("kind")?,
+                    round: row.try_get("round")?,
+                    duration_ms: row.try_get("duration_ms")?,
+                    payload: serde_json::from_str(&payload)
+                        .map_err(|err| StoreError::Corrupt(format!("event payload: {err}")))?,
+                    created_at_ms: row.try_get("created_at_ms")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn purge(
+        &self,
+        terminal_before_ms: i64,
+        waiting_before_ms: i64,
+        chunk: u32,
+    ) -> Result<PurgeReport, StoreError> {
+        let mut report = PurgeReport::default();
+        let chunk = i64::from(chunk.max(1));
+        loop {
+            let mut tx = self.write_tx().await?;
+            let ids: Vec<String> = sqlx::query_scalar(
+                "SELECT id FROM agent_run WHERE \
+                 (status IN ('completed', 'failed', 'cancelled') AND finished_at_ms < $1) \
+                 OR (status IN ('waiting_for_approval', 'waiting_for_input') AND updated_at_ms < $2) \
+                 LIMIT $3",
+            )
+            .bind(terminal_before_ms)
+            .bind(waiting_before_ms)
+            .bind(chunk)
+            .fetch_all(&mut *tx)
+            .await?;
+            if ids.is_empty() {
+                return Ok(report);
+            }
+            for id in &ids {
+                let events = sqlx::query("DELETE FROM agent_run_event WHERE run_id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM agent_run WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                report.events += events.rows_affected();
+                report.runs += 1;
+            }
+            tx.commit().await?;
+        }
+    }
+}
