@@ -9,14 +9,18 @@ pub mod agent;
 pub mod assembly;
 pub mod db;
 pub mod decision;
+pub mod demo;
 pub mod events;
 pub mod provider;
 pub mod registry;
 pub mod service;
+pub mod site;
 pub mod state;
 pub mod store;
 pub mod testing;
 pub mod tool;
+pub mod tool_settings;
+pub mod tools;
 pub mod transcript;
 
 pub use agent::{

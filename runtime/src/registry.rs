@@ -40,6 +40,8 @@ pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn DynTool>>,
     /// Enable/disable choices that override each tool's default.
     enabled_overrides: RwLock<BTreeMap<String, bool>>,
+    /// Groups switched off (or on) as a whole; a tool is enabled only if its group is.
+    group_overrides: RwLock<BTreeMap<String, bool>>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -88,16 +90,35 @@ impl ToolRegistry {
         }
     }
 
-    /// Whether a registered tool is enabled now.
+    /// Enables or disables a whole group of tools.
+    pub fn set_group_enabled(&self, group: &str, enabled: bool) {
+        if let Ok(mut overrides) = self.group_overrides.write() {
+            overrides.insert(group.to_owned(), enabled);
+        }
+    }
+
+    /// Whether a group is enabled (groups are, unless switched off).
+    pub fn is_group_enabled(&self, group: &str) -> bool {
+        self.group_overrides
+            .read()
+            .ok()
+            .and_then(|overrides| overrides.get(group).copied())
+            .unwrap_or(true)
+    }
+
+    /// Whether a registered tool is enabled now: its group is, and the tool is (by its own
+    /// setting, or by default).
     pub fn is_enabled(&self, name: &str) -> bool {
         let Some(tool) = self.tools.get(name) else {
             return false;
         };
-        self.enabled_overrides
-            .read()
-            .ok()
-            .and_then(|overrides| overrides.get(name).copied())
-            .unwrap_or(tool.spec().enabled_by_default)
+        self.is_group_enabled(&tool.spec().group)
+            && self
+                .enabled_overrides
+                .read()
+                .ok()
+                .and_then(|overrides| overrides.get(name).copied())
+                .unwrap_or(tool.spec().enabled_by_default)
     }
 
     /// The gate for a run: the tools it is offered now.
@@ -176,7 +197,19 @@ mod tests {
         );
         registry.set_enabled("write_note", false);
         assert_eq!(registry.gate(&AllowList::All, false).names(), ["read_note"]);
+        // A tool that is not offered never asks for approval.
         assert!(!registry
+            .gate(&AllowList::All, false)
+            .requires_approval("write_note"));
+        registry.set_group_enabled("general", false);
+        assert!(registry.gate(&AllowList::All, true).names().is_empty());
+        registry.set_group_enabled("general", true);
+        registry.set_enabled("write_note", true);
+        assert_eq!(
+            registry.gate(&AllowList::All, false).names(),
+            ["read_note", "write_note"]
+        );
+        assert!(registry
             .gate(&AllowList::All, false)
             .requires_approval("write_note"));
     }

@@ -25,7 +25,7 @@ use crate::events::Event;
 use crate::state::{Counters, RunSettings, SuspendedState};
 
 /// A run's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Queued,

@@ -252,6 +252,15 @@ impl ArgumentValidator {
                     format!("{path}.{property}")
                 }
             }
+            jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected }
+                if !unexpected.is_empty() =>
+            {
+                if path.is_empty() {
+                    unexpected[0].clone()
+                } else {
+                    format!("{path}.{}", unexpected[0])
+                }
+            }
             _ if path.is_empty() => "arguments".to_owned(),
             _ => path,
         };

@@ -54,7 +54,7 @@ async fn admin_pool(url: &str) -> Result<sqlx::AnyPool, sqlx::Error> {
         .await
 }
 
-async fn sqlite() -> TestDb {
+pub async fn sqlite() -> TestDb {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite:{}", dir.path().join("runs.db").display());
     let db = Database::connect(&url).await.expect("sqlite opens");
