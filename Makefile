@@ -34,4 +34,4 @@ unit:
 
 e2e:
 	rm -rf $(E2E_DB_DIR) && mkdir -p $(E2E_DB_DIR)
-	NRLLM_DATABASE_URL=sqlite:$(E2E_DB_DIR)/e2e.db cargo leptos end-to-end
+	NRLLM_DATABASE_URL=sqlite:$(E2E_DB_DIR)/e2e.db NRLLM_DEMO_THINK_MS=700 cargo leptos end-to-end

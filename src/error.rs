@@ -11,6 +11,9 @@ pub enum AppError {
     /// The request was malformed; the message names the field.
     #[error("{0}")]
     BadRequest(String),
+    /// One field's value is not acceptable; shown next to that field.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
     /// The thing asked for does not exist.
     #[error("{0}")]
     NotFound(String),
@@ -31,6 +34,42 @@ impl AppError {
     pub fn internal(context: &str, cause: impl std::fmt::Display) -> AppError {
         tracing::error!(%cause, "{context}");
         AppError::Internal
+    }
+
+    /// A field's value is not acceptable.
+    pub fn invalid(field: &str, message: impl Into<String>) -> AppError {
+        AppError::Invalid {
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    /// The field this error is about, if it is about one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            AppError::Invalid { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+
+    /// The HTTP status API clients get for this error.
+    pub fn status(&self) -> http::StatusCode {
+        match self {
+            AppError::BadRequest(_) | AppError::Invalid { .. } => http::StatusCode::BAD_REQUEST,
+            AppError::NotFound(_) => http::StatusCode::NOT_FOUND,
+            AppError::Conflict(_) => http::StatusCode::CONFLICT,
+            AppError::Internal => http::StatusCode::INTERNAL_SERVER_ERROR,
+            AppError::Transport(_) => http::StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// The error a form post left in its redirect URL (`__err`), if any.
+    pub fn from_url_query(encoded: &str) -> Option<AppError> {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::URL_SAFE
+            .decode(encoded)
+            .ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 }
 

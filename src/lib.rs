@@ -1,8 +1,16 @@
 //! The nrllm playground web app: Leptos pages and components, their server functions, and (with
-//! the `ssr` feature) the server-side state, settings and error handling.
+//! the `ssr` feature) the server-side state, settings, live event stream and error handling.
 
+// Leptos views are deeply nested types; the run page needs more than the default depth.
+#![recursion_limit = "256"]
+
+pub mod api;
 pub mod app;
+pub mod components;
 pub mod error;
+pub mod islands;
+pub mod model;
+pub mod pages;
 #[cfg(feature = "ssr")]
 pub mod server;
 #[cfg(feature = "ssr")]

@@ -1,5 +1,8 @@
 //! The playground server: settings, database, routes, serve.
 
+// Leptos views are deeply nested types; the run page needs more than the default depth.
+#![recursion_limit = "256"]
+
 #[cfg(feature = "ssr")]
 const USAGE: &str = "usage: nrllm-playground          serve the playground
        nrllm-playground purge    delete runs older than the retention windows, then exit";
@@ -74,8 +77,7 @@ async fn serve() -> Result<(), String> {
     use leptos::prelude::*;
     use leptos_axum::{generate_route_list, LeptosRoutes};
     use nrllm_playground::app::{shell, App};
-    use nrllm_playground::server::{retention, AppState};
-    use nrllm_runtime::store::SqlRunStore;
+    use nrllm_playground::server::{export, json_body, live, retention, AppState};
 
     let settings = load_settings()?;
 
@@ -84,22 +86,25 @@ async fn serve() -> Result<(), String> {
     leptos_options.site_addr = settings.site_addr;
 
     let db = open_database(&settings).await?;
-    retention::spawn_hourly(
-        std::sync::Arc::new(SqlRunStore::new(db.clone())),
-        settings.clone(),
-    );
-    let state = AppState {
-        leptos_options: leptos_options.clone(),
-        db,
-    };
+    let state = AppState::open(leptos_options.clone(), db, &settings).await?;
+    retention::spawn_hourly(state.store.clone(), settings.clone());
 
     let routes = generate_route_list(App);
     let app = Router::new()
+        .route(
+            "/api/runs/{id}/events",
+            axum::routing::get(live::run_events),
+        )
+        .route(
+            "/runs/{id}/export.json",
+            axum::routing::get(export::run_export),
+        )
         .leptos_routes(&state, routes, {
             let options = leptos_options.clone();
             move || shell(options.clone())
         })
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(axum::middleware::from_fn(json_body::accept_json))
         .with_state(state);
 
     let listener = tokio::net::TcpListener::bind(settings.site_addr)

@@ -23,6 +23,8 @@ pub struct Settings {
     pub retention_terminal_days: u32,
     /// Runs waiting for a decision longer than this many days are purged.
     pub retention_waiting_days: u32,
+    /// The demo model waits this long before each answer (0: answers at once).
+    pub demo_think_ms: u32,
 }
 
 impl Default for Settings {
@@ -33,6 +35,7 @@ impl Default for Settings {
             log_level: "info".to_owned(),
             retention_terminal_days: 30,
             retention_waiting_days: 90,
+            demo_think_ms: 0,
         }
     }
 }
@@ -64,6 +67,7 @@ struct SettingsFile {
     log_level: Option<String>,
     retention_terminal_days: Option<i64>,
     retention_waiting_days: Option<i64>,
+    demo_think_ms: Option<i64>,
 }
 
 impl Settings {
@@ -178,12 +182,30 @@ impl Settings {
             file.retention_waiting_days,
             defaults.retention_waiting_days,
         )?;
+        let demo_think_ms = match pick(
+            "NRLLM_DEMO_THINK_MS",
+            file.demo_think_ms.map(|ms| ms.to_string()),
+        ) {
+            Some((value, source_name)) => value
+                .parse::<u32>()
+                .ok()
+                .filter(|ms| *ms <= 60_000)
+                .ok_or_else(|| SettingsError::Invalid {
+                    setting: "demo_think_ms",
+                    source_name,
+                    message: format!(
+                        "`{value}` is not a whole number of milliseconds from 0 to 60000"
+                    ),
+                })?,
+            None => defaults.demo_think_ms,
+        };
         Ok(Settings {
             site_addr,
             database_url,
             log_level,
             retention_terminal_days,
             retention_waiting_days,
+            demo_think_ms,
         })
     }
 }

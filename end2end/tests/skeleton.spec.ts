@@ -8,11 +8,11 @@ test.describe("with JavaScript", () => {
   test("the page renders on the server with its title", async ({ page }) => {
     await page.goto("/");
     await expect(page).toHaveTitle("nrllm playground");
-    await expect(page.getByRole("heading", { level: 1 })).toHaveText("nrllm playground");
+    await expect(page.getByRole("heading", { level: 1 })).toHaveText("Playground");
   });
 
   test("the page hydrates: the counter counts only once the wasm runs", async ({ page }) => {
-    await page.goto("/");
+    await page.goto("/system");
     await expect(page.getByTestId("hydration-state")).toHaveText("interactive");
     const counter = page.getByTestId("click-counter");
     await expect(counter).toHaveText("Clicks: 0");
@@ -22,7 +22,7 @@ test.describe("with JavaScript", () => {
   });
 
   test("the ping server function writes to the database and reads back", async ({ page }) => {
-    await page.goto("/");
+    await page.goto("/system");
     await expect(page.getByTestId("hydration-state")).toHaveText("interactive");
     const before = await pingCount(page);
     const response = page.waitForResponse((r) => r.url().endsWith("/api/nrllm_ping"));
@@ -35,7 +35,7 @@ test.describe("with JavaScript", () => {
   });
 
   test("the compiled Tailwind classes are served", async ({ page }) => {
-    await page.goto("/");
+    await page.goto("/system");
     const css = await (await page.request.get("/pkg/nrllm-playground.css")).text();
     expect(css).toContain(".bg-indigo-600");
     const background = await page
@@ -49,13 +49,13 @@ test.describe("without JavaScript", () => {
   test.use({ javaScriptEnabled: false });
 
   test("the page renders and the form post round-trips with a redirect back", async ({ page }) => {
-    await page.goto("/");
-    await expect(page.getByRole("heading", { level: 1 })).toHaveText("nrllm playground");
+    await page.goto("/system");
+    await expect(page.getByRole("heading", { level: 1 })).toHaveText("System");
     await expect(page.getByTestId("hydration-state")).toHaveText("server-rendered");
     const before = await pingCount(page);
     await page.getByRole("button", { name: "Ping the database" }).click();
     // The server answers the plain form post with a redirect back to the page.
     await expect(page.getByTestId("ping-count")).toHaveText(String(before + 1));
-    expect(new URL(page.url()).pathname).toBe("/");
+    expect(new URL(page.url()).pathname).toBe("/system");
   });
 });

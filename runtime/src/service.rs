@@ -81,8 +81,24 @@ pub enum ResumeError {
     /// The stored state could not be read; the run is now failed and the state kept for inspection.
     #[error("the run's saved state cannot be read; the run was marked failed")]
     StateCorrupted,
+    /// The run's configuration cannot be driven now (for example its provider has no API key).
+    #[error("{0}")]
+    Unavailable(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A waiting run claimed by one caller, ready to continue.
+pub struct ClaimedRun {
+    pub id: Uuid,
+    version: i64,
+    last_sequence: i64,
+    state: SuspendedState,
+    configuration: RunConfiguration,
+    tool_loop: Arc<dyn ToolLoopService>,
+    decision: Decision,
+    decided_by: String,
+    verdict: Verdict,
 }
 
 /// "already decided (approved) at <time>" or why else the run is not waiting.
@@ -309,8 +325,8 @@ impl RunService {
             .ok_or(StoreError::NotFound(run.id))?)
     }
 
-    /// Resumes a waiting run with an operator's decision. `digest`, when given, must match the
-    /// pending turn the operator saw ([`pending_digest`]).
+    /// Resumes a waiting run with an operator's decision: [`RunService::claim`] then
+    /// [`RunService::continue_claimed`].
     pub async fn resume(
         &self,
         id: Uuid,
@@ -318,6 +334,21 @@ impl RunService {
         decided_by: &str,
         digest: Option<&str>,
     ) -> Result<RunRecord, ResumeError> {
+        let claimed = self.claim(id, decision, decided_by, digest).await?;
+        Ok(self.continue_claimed(claimed).await?)
+    }
+
+    /// Checks a decision against a waiting run and claims the run for it. `digest`, when given,
+    /// must match the pending turn the operator saw ([`pending_digest`]). Every refusal leaves the
+    /// run as it was (except a corrupted state, which fails the run). After `Ok`, this caller alone
+    /// continues the run.
+    pub async fn claim(
+        &self,
+        id: Uuid,
+        decision: &Decision,
+        decided_by: &str,
+        digest: Option<&str>,
+    ) -> Result<ClaimedRun, ResumeError> {
         let run = self.store.get(id).await?.ok_or(ResumeError::NotFound(id))?;
         if run.status != RunStatus::WaitingForApproval {
             return Err(ResumeError::NotWaiting(Box::new(run)));
@@ -363,7 +394,7 @@ impl RunService {
         let tool_loop = self
             .loops
             .tool_loop(&configuration)
-            .map_err(|message| ResumeError::Store(StoreError::Corrupt(message)))?;
+            .map_err(ResumeError::Unavailable)?;
         // A bad decision is refused before the claim: the run stays waiting.
         match tool_loop.check_decision(&state, decision) {
             Err(LoopError::Decision(err)) => return Err(err.into()),
@@ -380,15 +411,41 @@ impl RunService {
             Claim::Lost(winner) => return Err(ResumeError::NotWaiting(winner)),
         };
         self.notify_status(id, RunStatus::Running);
-        let sink = SegmentSink::new(id, run.last_sequence, self.listener.clone());
+        Ok(ClaimedRun {
+            id,
+            version,
+            last_sequence: run.last_sequence,
+            state,
+            configuration,
+            tool_loop,
+            decision: decision.clone(),
+            decided_by: decided_by.to_owned(),
+            verdict,
+        })
+    }
+
+    /// Runs a claimed run on from its decision until it completes, fails or suspends again.
+    pub async fn continue_claimed(&self, claimed: ClaimedRun) -> Result<RunRecord, StoreError> {
+        let id = claimed.id;
+        let sink = SegmentSink::new(id, claimed.last_sequence, self.listener.clone());
         let ctx = RunContext {
             run_id: id.to_string(),
-            actor: decided_by.to_owned(),
+            actor: claimed.decided_by.clone(),
         };
-        let outcome = tool_loop.resume(&state, decision, &ctx, &sink).await;
-        self.persist(id, version, &configuration, outcome, &sink, Some(verdict))
-            .await?;
-        Ok(self.store.get(id).await?.ok_or(StoreError::NotFound(id))?)
+        let outcome = claimed
+            .tool_loop
+            .resume(&claimed.state, &claimed.decision, &ctx, &sink)
+            .await;
+        self.persist(
+            id,
+            claimed.version,
+            &claimed.configuration,
+            outcome,
+            &sink,
+            Some(claimed.verdict),
+        )
+        .await?;
+        self.store.get(id).await?.ok_or(StoreError::NotFound(id))
     }
 
     /// Cancels a queued or waiting run.

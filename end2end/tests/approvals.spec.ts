@@ -1,0 +1,227 @@
+import { test, expect, Page, Browser } from "@playwright/test";
+
+// Each test acts on its own page of the demo site, so the tests do not depend on each other.
+
+async function startRun(page: Page, prompt: string): Promise<string> {
+  await page.goto("/");
+  await page.getByLabel("Prompt", { exact: true }).fill(prompt);
+  await page.getByTestId("start-run").click();
+  await page.waitForURL(/\/runs\/[0-9a-f-]{36}$/);
+  return page.url();
+}
+
+/** Waits until the run page shows `testId`, reloading when JavaScript is off (no live updates). */
+async function waitFor(page: Page, testId: string, reload: boolean) {
+  const target = page.getByTestId(testId);
+  for (let i = 0; i < 40; i++) {
+    if (await target.count()) return;
+    if (reload) {
+      await page.waitForTimeout(250);
+      await page.reload();
+    } else {
+      await target.first().waitFor({ timeout: 500 }).catch(() => undefined);
+    }
+  }
+  await expect(target.first()).toBeVisible();
+}
+
+test.describe("with JavaScript", () => {
+  test("approve: the page shows the change, the operator approves, the run finishes", async ({ page }) => {
+    await startRun(page, 'Rename the about page to "About Example Co."');
+    await waitFor(page, "approval-panel", false);
+    const call = page.getByTestId("pending-call");
+    await expect(call).toHaveCount(1);
+    await expect(call).toHaveAttribute("data-tool", "update_page");
+    const preview = call.getByTestId("preview");
+    await expect(preview).toContainText("- title: About us");
+    await expect(preview).toContainText("+ title: About Example Co.");
+    await page.getByRole("button", { name: "Approve all (a)" }).click();
+    await waitFor(page, "final-answer", false);
+    await expect(page.getByTestId("final-answer")).toContainText('"About us" → "About Example Co."');
+    await expect(page.getByTestId("status")).toHaveText("Completed");
+    await expect(page.getByTestId("step").filter({ hasText: "update_page: ok (after the decision)" })).toHaveCount(1);
+  });
+
+  test("deny: the reason is in the steps and in the final answer", async ({ page }) => {
+    await startRun(page, "Delete the changelog page");
+    await waitFor(page, "approval-panel", false);
+    await expect(page.getByTestId("pending-call")).toHaveAttribute("data-tool", "delete_page");
+    await page.getByLabel("Reason (shown to the model when you deny all)").fill("we still link to it");
+    await page.getByRole("button", { name: "Deny all (d)" }).click();
+    await waitFor(page, "final-answer", false);
+    await expect(page.getByTestId("final-answer")).toContainText("we still link to it");
+    const denied = page.getByTestId("step").filter({ hasText: "delete_page: denied" });
+    await expect(denied).toHaveCount(1);
+    await denied.locator("summary").click();
+    await denied.getByText("Result", { exact: true }).click();
+    await expect(denied.getByText("denied by the operator: we still link to it", { exact: true })).toBeVisible();
+  });
+
+  test("per-call decisions: approve one call of the turn, deny the other", async ({ page }) => {
+    await startRun(page, "Publish the careers page and tell team@example.com");
+    await waitFor(page, "approval-panel", false);
+    const calls = page.getByTestId("pending-call");
+    await expect(calls).toHaveCount(2);
+    const message = page.locator('[data-testid="pending-call"][data-tool="send_message"]');
+    await message.getByLabel("Deny", { exact: true }).check();
+    await message.getByLabel("Reason if denied (the model reads it)").fill("announce it on Monday");
+    await page.getByRole("button", { name: "Apply the choices above" }).click();
+    await waitFor(page, "final-answer", false);
+    const answer = page.getByTestId("final-answer");
+    await expect(answer).toContainText("Published page `careers`");
+    await expect(answer).toContainText("announce it on Monday");
+  });
+
+  test("edited arguments: invalid JSON for the schema is refused, valid edits are written", async ({ page }) => {
+    const url = await startRun(page, 'Rename the pricing page to "Prices"');
+    await waitFor(page, "approval-panel", false);
+    const call = page.getByTestId("pending-call");
+    await call.getByLabel("Approve with edited arguments").check();
+    const args = call.getByLabel("Edited arguments (JSON, used with “edited”)");
+    await args.fill('{"slug": "pricing", "title": 42}');
+    await page.getByRole("button", { name: "Apply the choices above" }).click();
+    await expect(page.getByTestId("error-banner")).toContainText("field `title`");
+    await expect(page.getByTestId("approval-panel")).toBeVisible();
+    expect(page.url().split("?")[0]).toBe(url);
+
+    const again = page.getByTestId("pending-call");
+    await again.getByLabel("Approve with edited arguments").check();
+    await again.getByLabel("Edited arguments (JSON, used with “edited”)").fill('{"slug": "pricing", "title": "Our prices"}');
+    await page.getByRole("button", { name: "Apply the choices above" }).click();
+    await waitFor(page, "final-answer", false);
+    await expect(page.getByTestId("final-answer")).toContainText('"Pricing" → "Our prices"');
+  });
+
+  test("two pages decide the same run: one wins, the other is told it was already decided", async ({ browser }) => {
+    const first = await (await browser.newContext()).newPage();
+    const url = await startRun(first, 'Rename the home page to "Hello from two tabs"');
+    await waitFor(first, "approval-panel", false);
+    const second = await (await browser.newContext()).newPage();
+    await second.goto(url);
+    await expect(second.getByTestId("approval-panel")).toBeVisible();
+
+    await first.getByRole("button", { name: "Approve all (a)" }).click();
+    await waitFor(first, "final-answer", false);
+    await second.getByRole("button", { name: "Deny all (d)" }).click();
+    await expect(second.getByTestId("error-banner")).toContainText(/already decided \(approved\) at \d{4}-\d\d-\d\d/);
+    await expect(second.getByTestId("final-answer")).toContainText("Hello from two tabs");
+  });
+
+  test("markup in tool arguments and results is shown as text and never runs", async ({ page }) => {
+    let dialogs = 0;
+    page.on("dialog", async (dialog) => {
+      dialogs++;
+      await dialog.dismiss();
+    });
+    await startRun(page, 'Create a page xss titled "<script>window.__xss=1</script><img src=x onerror=alert(1)>"');
+    await waitFor(page, "approval-panel", false);
+    await expect(page.getByTestId("call-arguments")).toContainText("<script>window.__xss=1</script>");
+    await page.getByRole("button", { name: "Approve all (a)" }).click();
+    await waitFor(page, "final-answer", false);
+    await expect(page.getByTestId("final-answer")).toContainText("<script>window.__xss=1</script>");
+    expect(await page.evaluate(() => (window as unknown as { __xss?: number }).__xss)).toBeUndefined();
+    expect(await page.locator("main script").count()).toBe(0);
+    expect(dialogs).toBe(0);
+  });
+
+  test("live steps appear without a reload", async ({ page }) => {
+    await startRun(page, "List the pages");
+    // Mark this document: a reload would drop the mark.
+    await page.evaluate(() => ((window as unknown as { __mark: number }).__mark = 1));
+    await page.waitForFunction(
+      () =>
+        document.querySelectorAll('[data-testid="step"]').length >= 3 &&
+        (window as unknown as { __mark?: number }).__mark === 1,
+      undefined,
+      { timeout: 15_000 },
+    );
+    await waitFor(page, "final-answer", false);
+  });
+
+  test("keyboard: a approves all", async ({ page }) => {
+    await startRun(page, 'Rename the contact page to "Talk to us"');
+    await waitFor(page, "approval-panel", false);
+    await page.locator("body").press("a");
+    await waitFor(page, "final-answer", false);
+    await expect(page.getByTestId("final-answer")).toContainText('"Talk to us"');
+  });
+
+  test("bad form values are shown at their field and start nothing", async ({ page }) => {
+    await page.goto("/");
+    await page.getByLabel("Prompt", { exact: true }).fill("List the pages");
+    await page.getByLabel("Max rounds").fill("50");
+    await page.getByTestId("start-run").click();
+    await expect(page.getByTestId("error-max_rounds")).toHaveText("a whole number from 1 to 20");
+    expect(new URL(page.url()).pathname).toBe("/");
+  });
+
+  test("an unknown run is a 404 page", async ({ page }) => {
+    const response = await page.goto("/runs/00000000-0000-7000-8000-000000000000");
+    expect(response?.status()).toBe(404);
+    await expect(page.getByTestId("not-found")).toBeVisible();
+  });
+});
+
+test.describe("without JavaScript", () => {
+  test.use({ javaScriptEnabled: false });
+
+  test("the whole approve path works with plain form posts", async ({ page }) => {
+    await startRun(page, 'Rename the careers page to "Jobs"');
+    await waitFor(page, "approval-panel", true);
+    await expect(page.getByTestId("pending-call")).toHaveAttribute("data-tool", "update_page");
+    await page.getByRole("button", { name: "Approve all (a)" }).click();
+    await waitFor(page, "final-answer", true);
+    await expect(page.getByTestId("final-answer")).toContainText('"Careers" → "Jobs"');
+    await page.goto("/runs?status=completed");
+    await expect(page.getByTestId("run-row").filter({ hasText: 'Rename the careers page to "Jobs"' })).toHaveCount(1);
+  });
+});
+
+test.describe("the API", () => {
+  test("JSON clients get status codes: 400 naming the field, 404, 409 once decided", async ({ request }) => {
+    const bad = await request.post("/api/nrllm_tool_run", { data: { prompt: "List the pages", temperature: "9" } });
+    expect(bad.status()).toBe(400);
+    expect(JSON.stringify(await bad.json())).toContain("temperature");
+
+    const missing = await request.post("/api/nrllm_run_get", { data: { run_id: "00000000-0000-7000-8000-000000000000" } });
+    expect(missing.status()).toBe(404);
+
+    const started = await request.post("/api/nrllm_tool_run", { data: { prompt: 'Rename the changelog page to "News"' } });
+    expect(started.status()).toBe(200);
+    const runId: string = await started.json();
+    let view: { summary: { status: string }; digest: string | null } = { summary: { status: "" }, digest: null };
+    for (let i = 0; i < 40 && view.summary.status !== "waiting_for_approval"; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      view = await (await request.post("/api/nrllm_run_get", { data: { run_id: runId } })).json();
+    }
+    expect(view.summary.status).toBe("waiting_for_approval");
+    const stale = await request.post("/api/nrllm_tool_resume", {
+      data: { run_id: runId, decision: "approve_all", digest: "not-the-digest" },
+    });
+    expect(stale.status()).toBe(409);
+    const ok = await request.post("/api/nrllm_tool_resume", {
+      data: { run_id: runId, decision: "deny_all", reason: "keep the name", digest: view.digest },
+    });
+    expect(ok.status()).toBe(200);
+    const again = await request.post("/api/nrllm_tool_resume", { data: { run_id: runId, decision: "approve_all" } });
+    expect(again.status()).toBe(409);
+    expect(JSON.stringify(await again.json())).toContain("already decided (denied) at");
+  });
+});
+
+test.describe("the approvals inbox", () => {
+  test("lists waiting runs with their pending tools and decides from there", async ({ page }) => {
+    const url = await startRun(page, 'Change the body of the home page to "We build careful tools."');
+    await waitFor(page, "approval-panel", false);
+    await page.goto("/approvals");
+    const item = page.getByTestId("inbox-item").filter({ hasText: "Change the body of the home page" });
+    await expect(item).toHaveCount(1);
+    await expect(item.getByTestId("inbox-tools")).toHaveText("update_page");
+    await item.getByRole("button", { name: "Approve" }).click();
+    await page.waitForURL(url);
+    await waitFor(page, "final-answer", false);
+    await expect(page.getByTestId("final-answer")).toContainText("body changed");
+    await page.goto("/approvals");
+    await expect(page.getByTestId("inbox-item").filter({ hasText: "Change the body of the home page" })).toHaveCount(0);
+  });
+});

@@ -1,0 +1,554 @@
+//! The server functions: the app's API, each at a fixed endpoint under `/api/` (DESIGN §6). They
+//! take form posts (answered with a redirect, errors carried back in the URL) and JSON (answered
+//! with JSON and a status code). They are thin: validation, then the run service.
+
+// A server function's arguments are its form fields, one per field; the client stubs the macro
+// generates for them cannot carry an attribute of their own.
+#![allow(clippy::too_many_arguments)]
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+use crate::model::{PlaygroundOptions, ResumeAccepted, RunList, RunView};
+
+/// One call's decision as a form sends it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallForm {
+    pub call_id: String,
+    /// `approve`, `deny` or `edit`.
+    pub choice: String,
+    /// With `edit`: the arguments to run with, as JSON text.
+    #[serde(default)]
+    pub arguments: Option<String>,
+    /// With `deny`: the reason the model reads.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Starts a run and returns its id; a browser is sent on to `/runs/<id>`. The run executes in
+/// the background.
+#[server(endpoint = "nrllm_tool_run")]
+pub async fn nrllm_tool_run(
+    prompt: String,
+    configuration: Option<String>,
+    system_prompt: Option<String>,
+    max_rounds: Option<String>,
+    temperature: Option<String>,
+    max_tokens: Option<String>,
+    tools: Option<Vec<String>>,
+    choose_tools: Option<String>,
+    skills: Option<String>,
+) -> Result<String, AppError> {
+    use crate::server::{current_operator, state, wants_html, with_status};
+    let form = ssr::RunForm {
+        prompt,
+        configuration,
+        system_prompt,
+        max_rounds,
+        temperature,
+        max_tokens,
+        tools,
+        choose_tools,
+        skills,
+    };
+    let state = state()?;
+    let configuration = form.validate(&state).map_err(with_status)?;
+    let run = state
+        .runs
+        .create(configuration, &current_operator())
+        .await
+        .map_err(|err| with_status(ssr::service_error(err)))?;
+    let id = run.id.to_string();
+    let runs = state.runs.clone();
+    tokio::spawn(async move {
+        if let Err(err) = runs.drive(run).await {
+            tracing::error!(%err, "driving a run failed");
+        }
+    });
+    if wants_html() {
+        leptos_axum::redirect(&format!("/runs/{id}"));
+    }
+    Ok(id)
+}
+
+/// Applies an operator's decision to a waiting run. The claim happens now (exactly one decision
+/// wins); the run continues in the background.
+#[server(endpoint = "nrllm_tool_resume")]
+pub async fn nrllm_tool_resume(
+    run_id: String,
+    decision: String,
+    reason: Option<String>,
+    digest: Option<String>,
+    calls: Option<Vec<CallForm>>,
+) -> Result<ResumeAccepted, AppError> {
+    use crate::server::{current_operator, state, wants_html, with_status};
+    let state = state()?;
+    let id = ssr::parse_run_id(&run_id).map_err(with_status)?;
+    let decision =
+        ssr::decision(&decision, reason, calls.unwrap_or_default()).map_err(with_status)?;
+    let claimed = state
+        .runs
+        .claim(
+            id,
+            &decision,
+            &current_operator(),
+            digest.as_deref().filter(|d| !d.is_empty()),
+        )
+        .await
+        .map_err(|err| with_status(ssr::resume_error(err)))?;
+    let runs = state.runs.clone();
+    tokio::spawn(async move {
+        if let Err(err) = runs.continue_claimed(claimed).await {
+            tracing::error!(%err, "continuing a run failed");
+        }
+    });
+    if wants_html() {
+        leptos_axum::redirect(&format!("/runs/{id}"));
+    }
+    Ok(ResumeAccepted {
+        run_id: id.to_string(),
+        status: "running".into(),
+    })
+}
+
+/// One run: summary, counters, pending calls (with previews) and steps.
+#[server(endpoint = "nrllm_run_get")]
+pub async fn nrllm_run_get(run_id: String) -> Result<RunView, AppError> {
+    use crate::server::{state, views, with_status};
+    let state = state()?;
+    let id = ssr::parse_run_id(&run_id).map_err(with_status)?;
+    let run = state
+        .store
+        .get(id)
+        .await
+        .map_err(|err| AppError::internal("reading a run", err))?
+        .ok_or_else(|| with_status(AppError::NotFound(format!("There is no run {id}."))))?;
+    let events = state
+        .store
+        .events(id, 0)
+        .await
+        .map_err(|err| AppError::internal("reading a run's events", err))?;
+    let mut view = views::run_view(&run, &events, &state.registry).await;
+    // A running segment's steps are not committed yet; show what this server has seen of them.
+    let last = view.last_sequence;
+    for event in state
+        .live
+        .unpersisted(id)
+        .iter()
+        .filter(|e| e.sequence > last)
+    {
+        view.steps.push(views::live_step(event, &state.registry));
+    }
+    Ok(view)
+}
+
+/// Runs, newest first, optionally with one status; `before` (a creation time in ms) pages on.
+#[server(endpoint = "nrllm_runs_list")]
+pub async fn nrllm_runs_list(
+    status: Option<String>,
+    before: Option<i64>,
+    limit: Option<u32>,
+) -> Result<RunList, AppError> {
+    use crate::server::{state, views, with_status};
+    use nrllm_runtime::store::{RunFilter, RunStatus};
+    let state = state()?;
+    let status = match status.as_deref().filter(|s| !s.is_empty() && *s != "all") {
+        None => None,
+        Some(text) => Some(RunStatus::parse(text).ok_or_else(|| {
+            with_status(AppError::invalid(
+                "status",
+                format!("`{text}` is not a run status"),
+            ))
+        })?),
+    };
+    let limit = limit.unwrap_or(25).clamp(1, 200);
+    let runs = state
+        .store
+        .list(&RunFilter {
+            status,
+            created_before_ms: before,
+            limit: limit + 1,
+        })
+        .await
+        .map_err(|err| AppError::internal("listing runs", err))?;
+    let more = runs.len() > limit as usize;
+    let runs: Vec<_> = runs
+        .iter()
+        .take(limit as usize)
+        .map(views::summary)
+        .collect();
+    Ok(RunList {
+        next_before: more.then(|| runs.last().map(|r| r.created_at_ms)).flatten(),
+        runs,
+    })
+}
+
+/// Every run waiting for a decision, oldest first (the approvals inbox).
+#[server(endpoint = "nrllm_approvals_list")]
+pub async fn nrllm_approvals_list() -> Result<Vec<RunView>, AppError> {
+    use crate::server::{state, views};
+    let state = state()?;
+    let waiting = state
+        .store
+        .waiting(200)
+        .await
+        .map_err(|err| AppError::internal("listing waiting runs", err))?;
+    let mut views_list = Vec::with_capacity(waiting.len());
+    for run in &waiting {
+        views_list.push(views::run_view(run, &[], &state.registry).await);
+    }
+    Ok(views_list)
+}
+
+/// Cancels a queued or waiting run.
+#[server(endpoint = "nrllm_run_cancel")]
+pub async fn nrllm_run_cancel(run_id: String) -> Result<String, AppError> {
+    use crate::server::{current_operator, state, wants_html, with_status};
+    use nrllm_runtime::store::StoreError;
+    let state = state()?;
+    let id = ssr::parse_run_id(&run_id).map_err(with_status)?;
+    let run = state
+        .runs
+        .cancel(id, &current_operator())
+        .await
+        .map_err(|err| {
+            with_status(match err {
+                StoreError::NotFound(id) => AppError::NotFound(format!("There is no run {id}.")),
+                StoreError::InvalidTransition { status, .. } => AppError::Conflict(format!(
+                    "The run is {status}; only queued or waiting runs can be cancelled."
+                )),
+                other => AppError::internal("cancelling a run", other),
+            })
+        })?;
+    if wants_html() {
+        leptos_axum::redirect(&format!("/runs/{id}"));
+    }
+    Ok(run.status.as_str().to_owned())
+}
+
+/// What the playground form offers: configurations, tools, example prompts.
+#[server(endpoint = "nrllm_playground_options")]
+pub async fn nrllm_playground_options() -> Result<PlaygroundOptions, AppError> {
+    use crate::model::ToolView;
+    let state = crate::server::state()?;
+    let tools = state
+        .registry
+        .specs()
+        .map(|spec| ToolView {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            group: spec.group.clone(),
+            requires_approval: spec.requires_approval,
+            enabled: state.registry.is_enabled(&spec.name),
+        })
+        .collect();
+    Ok(PlaygroundOptions {
+        configurations: state.configurations(),
+        tools,
+        example_prompts: nrllm_runtime::demo::DEMO_PROMPTS
+            .iter()
+            .map(|p| (*p).to_owned())
+            .collect(),
+    })
+}
+
+#[cfg(feature = "ssr")]
+mod ssr {
+    //! Validation and error mapping for the server functions above.
+
+    use nrllm_runtime::assembly::Skill;
+    use nrllm_runtime::decision::{CallDecision, Choice, Decision, DecisionError};
+    use nrllm_runtime::provider::ModelOptions;
+    use nrllm_runtime::registry::AllowList;
+    use nrllm_runtime::service::{ResumeError, ServiceError};
+    use nrllm_runtime::store::RunConfiguration;
+    use nrllm_runtime::RunSettings;
+    use uuid::Uuid;
+
+    use super::CallForm;
+    use crate::error::AppError;
+    use crate::server::AppState;
+
+    pub const MAX_PROMPT_CHARS: usize = 20_000;
+
+    /// The playground form as posted.
+    pub struct RunForm {
+        pub prompt: String,
+        pub configuration: Option<String>,
+        pub system_prompt: Option<String>,
+        pub max_rounds: Option<String>,
+        pub temperature: Option<String>,
+        pub max_tokens: Option<String>,
+        pub tools: Option<Vec<String>>,
+        pub choose_tools: Option<String>,
+        pub skills: Option<String>,
+    }
+
+    fn present(value: &Option<String>) -> Option<&str> {
+        value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+    }
+
+    impl RunForm {
+        /// The run configuration, or the first field that is not acceptable.
+        pub fn validate(self, state: &AppState) -> Result<RunConfiguration, AppError> {
+            let prompt = self.prompt.trim().to_owned();
+            if prompt.is_empty() {
+                return Err(AppError::invalid(
+                    "prompt",
+                    "write what the agent should do",
+                ));
+            }
+            if prompt.chars().count() > MAX_PROMPT_CHARS {
+                return Err(AppError::invalid(
+                    "prompt",
+                    format!("at most {MAX_PROMPT_CHARS} characters"),
+                ));
+            }
+            let configuration = present(&self.configuration)
+                .unwrap_or(crate::server::DEMO_CONFIGURATION)
+                .to_owned();
+            let offered = state.configurations();
+            let Some(chosen) = offered.iter().find(|c| c.name == configuration) else {
+                return Err(AppError::invalid(
+                    "configuration",
+                    format!("there is no configuration `{configuration}`"),
+                ));
+            };
+            if !chosen.available {
+                return Err(AppError::invalid(
+                    "configuration",
+                    chosen
+                        .reason
+                        .clone()
+                        .unwrap_or_else(|| "this configuration is not available".into()),
+                ));
+            }
+            let max_rounds = match present(&self.max_rounds) {
+                None => nrllm_runtime::state::DEFAULT_MAX_ROUNDS,
+                Some(text) => text
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=20).contains(n))
+                    .ok_or_else(|| {
+                        AppError::invalid("max_rounds", "a whole number from 1 to 20")
+                    })?,
+            };
+            let temperature = match present(&self.temperature) {
+                None => None,
+                Some(text) => Some(
+                    text.parse::<f32>()
+                        .ok()
+                        .filter(|t| (0.0..=2.0).contains(t))
+                        .ok_or_else(|| AppError::invalid("temperature", "a number from 0 to 2"))?,
+                ),
+            };
+            let max_tokens = match present(&self.max_tokens) {
+                None => None,
+                Some(text) => Some(
+                    text.parse::<u32>()
+                        .ok()
+                        .filter(|n| (1..=200_000).contains(n))
+                        .ok_or_else(|| {
+                            AppError::invalid("max_tokens", "a whole number from 1 to 200000")
+                        })?,
+                ),
+            };
+            let allow_list = match (self.choose_tools.is_some(), self.tools) {
+                (false, None) => AllowList::All,
+                (_, tools) => {
+                    let tools = tools.unwrap_or_default();
+                    if let Some(unknown) = tools.iter().find(|t| state.registry.get(t).is_none()) {
+                        return Err(AppError::invalid(
+                            "tools",
+                            format!("there is no tool `{unknown}`"),
+                        ));
+                    }
+                    AllowList::only(tools)
+                }
+            };
+            let skills = parse_skills(self.skills.as_deref().unwrap_or_default())?;
+            Ok(RunConfiguration {
+                provider: chosen.name.clone(),
+                model: chosen.model.clone(),
+                prompt,
+                system_prompt: present(&self.system_prompt).map(str::to_owned),
+                skills,
+                settings: RunSettings {
+                    allow_list,
+                    admin: false,
+                    model: ModelOptions {
+                        temperature,
+                        max_tokens,
+                    },
+                    max_rounds,
+                },
+            })
+        }
+    }
+
+    /// Skills as typed in the form: blocks separated by a line `---`; each block's first line is
+    /// its name, the rest its text.
+    pub fn parse_skills(text: &str) -> Result<Vec<Skill>, AppError> {
+        let mut skills = Vec::new();
+        for block in text
+            .split("\n---")
+            .map(|b| b.trim_matches(|c| c == '\n' || c == '\r' || c == '-'))
+        {
+            let block = block.trim();
+            if block.is_empty() {
+                continue;
+            }
+            let (name, content) = block.split_once('\n').unwrap_or((block, ""));
+            if content.trim().is_empty() {
+                return Err(AppError::invalid(
+                    "skills",
+                    format!("the skill `{}` has a name but no text", name.trim()),
+                ));
+            }
+            skills.push(Skill {
+                name: name.trim().to_owned(),
+                content: content.trim().to_owned(),
+            });
+        }
+        Ok(skills)
+    }
+
+    pub fn parse_run_id(text: &str) -> Result<Uuid, AppError> {
+        Uuid::parse_str(text.trim())
+            .map_err(|_| AppError::invalid("run_id", format!("`{text}` is not a run id")))
+    }
+
+    fn reason(text: Option<String>) -> Option<String> {
+        text.map(|r| r.trim().to_owned()).filter(|r| !r.is_empty())
+    }
+
+    /// The decision a form or client sent.
+    pub fn decision(
+        kind: &str,
+        reason_text: Option<String>,
+        calls: Vec<CallForm>,
+    ) -> Result<Decision, AppError> {
+        match kind {
+            "approve_all" => Ok(Decision::ApproveAll),
+            "deny_all" => Ok(Decision::DenyAll {
+                reason: reason(reason_text),
+            }),
+            "per_call" => {
+                if calls.is_empty() {
+                    return Err(AppError::invalid(
+                        "calls",
+                        "say what to do with each pending call",
+                    ));
+                }
+                let calls = calls
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, call)| {
+                        let choice = match call.choice.as_str() {
+                            "approve" => Choice::Approve,
+                            "deny" => Choice::Deny {
+                                reason: reason(call.reason),
+                            },
+                            "edit" => {
+                                let text = call.arguments.unwrap_or_default();
+                                let arguments = serde_json::from_str(&text).map_err(|err| {
+                                    AppError::invalid(
+                                        &format!("calls[{i}].arguments"),
+                                        format!("not valid JSON ({err})"),
+                                    )
+                                })?;
+                                Choice::ApproveEdited { arguments }
+                            }
+                            other => {
+                                return Err(AppError::invalid(
+                                    &format!("calls[{i}].choice"),
+                                    format!("`{other}` is not approve, deny or edit"),
+                                ))
+                            }
+                        };
+                        Ok(CallDecision {
+                            call_id: call.call_id,
+                            choice,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, AppError>>()?;
+                Ok(Decision::PerCall { calls })
+            }
+            other => Err(AppError::invalid(
+                "decision",
+                format!("`{other}` is not approve_all, deny_all or per_call"),
+            )),
+        }
+    }
+
+    pub fn resume_error(err: ResumeError) -> AppError {
+        match err {
+            ResumeError::NotFound(id) => AppError::NotFound(format!("There is no run {id}.")),
+            ResumeError::NotWaiting(_) | ResumeError::Stale => AppError::Conflict(err.to_string()),
+            ResumeError::InvalidDecision(DecisionError::InvalidArguments {
+                call_id,
+                tool,
+                field,
+                message,
+            }) => AppError::invalid(
+                &format!("arguments of {tool} ({call_id})"),
+                format!("field `{field}`: {message}"),
+            ),
+            ResumeError::InvalidDecision(other) => AppError::invalid("calls", other.to_string()),
+            ResumeError::StateCorrupted => AppError::Conflict(err.to_string()),
+            ResumeError::Unavailable(message) => AppError::Conflict(message),
+            ResumeError::Store(store) => AppError::internal("resuming a run", store),
+        }
+    }
+
+    pub fn service_error(err: ServiceError) -> AppError {
+        match err {
+            ServiceError::Configuration(message) => AppError::invalid("configuration", message),
+            ServiceError::Store(store) => AppError::internal("starting a run", store),
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn skills_are_blocks_with_a_name_line() {
+            let skills =
+                parse_skills("tone\nBe brief.\n---\nstyle\nUse lists.\nShort ones.").unwrap();
+            assert_eq!(skills.len(), 2);
+            assert_eq!(skills[1].name, "style");
+            assert_eq!(skills[1].content, "Use lists.\nShort ones.");
+            assert!(parse_skills("  ").unwrap().is_empty());
+            let err = parse_skills("lonely name").unwrap_err();
+            assert_eq!(err.field(), Some("skills"));
+        }
+
+        #[test]
+        fn decisions_from_forms_name_the_bad_field() {
+            let edit = |args: &str| CallForm {
+                call_id: "c1".into(),
+                choice: "edit".into(),
+                arguments: Some(args.into()),
+                reason: None,
+            };
+            let err = decision("per_call", None, vec![edit("{not json")]).unwrap_err();
+            assert_eq!(err.field(), Some("calls[0].arguments"));
+            assert!(matches!(
+                decision("per_call", None, vec![edit("{\"a\":1}")]),
+                Ok(Decision::PerCall { .. })
+            ));
+            assert_eq!(
+                decision("maybe", None, vec![]).unwrap_err().field(),
+                Some("decision")
+            );
+            assert_eq!(
+                decision("deny_all", Some("  no  ".into()), vec![]).unwrap(),
+                Decision::DenyAll {
+                    reason: Some("no".into())
+                }
+            );
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! Small pieces every page uses: the status badge, the error banner that shows what a form post
+//! left in the URL, field errors.
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
+
+use crate::error::AppError;
+use crate::model::{status_classes, status_label};
+
+/// A status as coloured text (the words carry the meaning; the colour only helps).
+#[component]
+pub fn StatusBadge(status: String) -> impl IntoView {
+    let classes = format!(
+        "inline-flex items-center gap-1 rounded-full px-2 py-0.5 text-xs font-medium ring-1 ring-inset {}",
+        status_classes(&status)
+    );
+    view! { <span class=classes data-testid="status">{status_label(&status)}</span> }
+}
+
+/// The error a form post left in this page's URL (`__err`), if any.
+pub fn url_error() -> Option<AppError> {
+    let query = use_query_map();
+    let encoded = query.read_untracked().get("__err")?;
+    AppError::from_url_query(&encoded)
+}
+
+/// A banner with the error of the last form post, if it was not about one field.
+#[component]
+pub fn ErrorBanner(error: Option<AppError>) -> impl IntoView {
+    error.map(|error| {
+        view! {
+            <div role="alert" data-testid="error-banner"
+                class="mb-4 rounded-md border border-rose-300 bg-rose-50 px-4 py-3 text-rose-900 dark:border-rose-800 dark:bg-rose-950 dark:text-rose-100">
+                {error.to_string()}
+            </div>
+        }
+    })
+}
+
+/// The message for `field`, if the last form post's error is about it.
+#[component]
+pub fn FieldError(error: Option<AppError>, field: &'static str) -> impl IntoView {
+    error.and_then(|error| match error {
+        AppError::Invalid { field: f, message } if f == field => Some(view! {
+            <p class="mt-1 text-sm text-rose-700 dark:text-rose-300" role="alert" data-testid=format!("error-{field}")>
+                {message}
+            </p>
+        }),
+        _ => None,
+    })
+}
+
+/// A card with a heading.
+#[component]
+pub fn Card(title: &'static str, children: Children) -> impl IntoView {
+    view! {
+        <section class="rounded-lg border border-slate-200 bg-white p-4 shadow-sm dark:border-slate-800 dark:bg-slate-900">
+            <h2 class="mb-3 font-semibold">{title}</h2>
+            {children()}
+        </section>
+    }
+}
+
+/// Milliseconds as `0.4 s` or `12 ms`.
+pub fn duration_text(ms: i64) -> String {
+    if ms >= 1000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+/// Classes shared by text inputs.
+pub const INPUT: &str = "mt-1 block w-full rounded-md border border-slate-300 bg-white px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus-visible:ring-2 focus-visible:ring-indigo-400 dark:border-slate-700 dark:bg-slate-950";
+/// Classes of the main action button.
+pub const BUTTON_PRIMARY: &str = "rounded-md bg-indigo-600 px-3 py-1.5 text-sm font-medium text-white hover:bg-indigo-500 focus:outline-none focus-visible:ring-2 focus-visible:ring-indigo-400 focus-visible:ring-offset-2";
+/// Classes of an approving button.
+pub const BUTTON_APPROVE: &str = "rounded-md bg-emerald-600 px-3 py-1.5 text-sm font-medium text-white hover:bg-emerald-500 focus:outline-none focus-visible:ring-2 focus-visible:ring-emerald-400 focus-visible:ring-offset-2";
+/// Classes of a denying button.
+pub const BUTTON_DENY: &str = "rounded-md bg-rose-600 px-3 py-1.5 text-sm font-medium text-white hover:bg-rose-500 focus:outline-none focus-visible:ring-2 focus-visible:ring-rose-400 focus-visible:ring-offset-2";
+/// Classes of a secondary button.
+pub const BUTTON_SECONDARY: &str = "rounded-md border border-slate-300 px-3 py-1.5 text-sm hover:bg-slate-100 focus:outline-none focus-visible:ring-2 focus-visible:ring-indigo-400 dark:border-slate-700 dark:hover:bg-slate-800";

@@ -1,0 +1,169 @@
+//! What the pages show, as plain serialisable data. The server builds these from runs and events
+//! (`server::views`); server functions return them and islands receive them as props.
+
+use serde::{Deserialize, Serialize};
+
+/// A run as listed and as shown in the summary strip.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub id: String,
+    /// `queued`, `running`, `waiting_for_approval`, … (stable, for clients).
+    pub status: String,
+    pub prompt: String,
+    pub configuration: String,
+    pub model: String,
+    pub requested_by: String,
+    /// `2026-11-30 06:41:29 UTC`.
+    pub created_at: String,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub rounds: u32,
+    pub tool_calls: u32,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub total_tokens: u64,
+    /// `$0.0012`, when the configuration has prices.
+    pub estimated_cost: Option<String>,
+    /// From start to finish (or to now, for a live run), in milliseconds.
+    pub wall_ms: Option<i64>,
+    pub truncated: bool,
+    pub termination_reason: Option<String>,
+    pub error_summary: Option<String>,
+    pub final_answer: Option<String>,
+    /// "approved by bob at …", once decided.
+    pub decision: Option<String>,
+    /// Tools of the calls waiting for a decision.
+    pub pending_tools: Vec<String>,
+    /// How long the run has been waiting for a decision, while it waits.
+    pub waiting_for_ms: Option<i64>,
+}
+
+/// One line of a before/after diff.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiffLine {
+    /// `-` removed, `+` added, ` ` unchanged.
+    pub op: char,
+    pub text: String,
+}
+
+/// What an approved call would do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PreviewView {
+    Change {
+        target: String,
+        lines: Vec<DiffLine>,
+    },
+    Text {
+        text: String,
+    },
+    Unavailable {
+        reason: String,
+    },
+}
+
+/// One call of the turn waiting for a decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingCallView {
+    pub call_id: String,
+    pub tool: String,
+    /// The arguments as the model sent them, pretty-printed JSON (or the raw text if not JSON).
+    pub arguments: String,
+    /// This call's tool requires approval (the others are held with it).
+    pub gated: bool,
+    pub preview: Option<PreviewView>,
+}
+
+/// One row of the step list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepView {
+    pub sequence: i64,
+    pub kind: String,
+    /// One line: what happened.
+    pub title: String,
+    pub round: Option<u32>,
+    pub duration_ms: Option<u64>,
+    pub tokens: Option<u64>,
+    pub ok: bool,
+    /// Detail tabs: (label, text). Text is shown as text, never as HTML.
+    pub tabs: Vec<(String, String)>,
+}
+
+/// Everything `/runs/:id` shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunView {
+    pub summary: RunSummary,
+    pub steps: Vec<StepView>,
+    pub pending: Vec<PendingCallView>,
+    /// Digest of the pending turn, sent back with a decision to detect stale pages.
+    pub digest: Option<String>,
+    pub last_sequence: i64,
+}
+
+/// A provider configuration offered in the playground form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigurationView {
+    pub name: String,
+    pub model: String,
+    pub available: bool,
+    /// Why it is unavailable (e.g. a missing API key).
+    pub reason: Option<String>,
+}
+
+/// A tool offered in the playground form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolView {
+    pub name: String,
+    pub description: String,
+    pub group: String,
+    pub requires_approval: bool,
+    pub enabled: bool,
+}
+
+/// What the playground form offers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlaygroundOptions {
+    pub configurations: Vec<ConfigurationView>,
+    pub tools: Vec<ToolView>,
+    pub example_prompts: Vec<String>,
+}
+
+/// A decision accepted: the run continues in the background.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResumeAccepted {
+    pub run_id: String,
+    pub status: String,
+}
+
+/// A page of runs, newest first; `next_before` continues the list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunList {
+    pub runs: Vec<RunSummary>,
+    pub next_before: Option<i64>,
+}
+
+/// Human words for a status.
+pub fn status_label(status: &str) -> &'static str {
+    match status {
+        "queued" => "Queued",
+        "running" => "Running",
+        "waiting_for_approval" => "Waiting for approval",
+        "waiting_for_input" => "Waiting for input",
+        "completed" => "Completed",
+        "failed" => "Failed",
+        "cancelled" => "Cancelled",
+        _ => "Unknown",
+    }
+}
+
+/// Tailwind classes for a status badge (the label always carries the meaning too).
+pub fn status_classes(status: &str) -> &'static str {
+    match status {
+        "waiting_for_approval" | "waiting_for_input" => {
+            "bg-amber-100 text-amber-900 ring-amber-300 dark:bg-amber-900/40 dark:text-amber-200"
+        }
+        "running" | "queued" => "bg-sky-100 text-sky-900 ring-sky-300 dark:bg-sky-900/40 dark:text-sky-200",
+        "completed" => "bg-emerald-100 text-emerald-900 ring-emerald-300 dark:bg-emerald-900/40 dark:text-emerald-200",
+        "failed" => "bg-rose-100 text-rose-900 ring-rose-300 dark:bg-rose-900/40 dark:text-rose-200",
+        _ => "bg-slate-100 text-slate-800 ring-slate-300 dark:bg-slate-800 dark:text-slate-200",
+    }
+}

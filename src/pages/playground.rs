@@ -1,0 +1,151 @@
+//! `/`: start a run. A plain form (it works without JavaScript); bad values come back as a
+//! message at the field and nothing is started.
+
+use leptos::prelude::*;
+
+use crate::api::nrllm_playground_options;
+use crate::components::{url_error, ErrorBanner, FieldError, BUTTON_PRIMARY, INPUT};
+use crate::model::PlaygroundOptions;
+
+/// The playground form.
+#[component]
+pub fn PlaygroundPage() -> impl IntoView {
+    let options = Resource::new(|| (), |_| nrllm_playground_options());
+    view! {
+        <h1 class="text-2xl font-semibold">"Playground"</h1>
+        <p class="mt-1 max-w-prose text-sm text-slate-600 dark:text-slate-400">
+            "Give the agent a task. Tools that change something wait for your approval."
+        </p>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match options.await {
+                    Ok(options) => view! { <RunForm options /> }.into_any(),
+                    Err(err) => view! { <ErrorBanner error=Some(err) /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn RunForm(options: PlaygroundOptions) -> impl IntoView {
+    let error = url_error();
+    let field_only = error.as_ref().and_then(|e| e.field()).is_some();
+    let banner = if field_only { None } else { error.clone() };
+    let mut groups: Vec<String> = options.tools.iter().map(|t| t.group.clone()).collect();
+    groups.dedup();
+    groups.sort();
+    groups.dedup();
+    let tool_groups = groups
+        .into_iter()
+        .map(|group| {
+            let tools = options
+                .tools
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.group == group)
+                .map(|(i, tool)| {
+                    let id = format!("tool-{}", tool.name);
+                    view! {
+                        <label for=id.clone() class="flex items-start gap-2 py-0.5 text-sm" title=tool.description.clone()>
+                            <input type="checkbox" id=id.clone() name=format!("tools[{i}]") value=tool.name.clone()
+                                checked={tool.enabled} disabled={!tool.enabled} class="mt-1" />
+                            <span>
+                                <span class="font-mono">{tool.name.clone()}</span>
+                                {tool.requires_approval.then(|| view! {
+                                    <span class="ml-1 rounded bg-amber-100 px-1 text-xs text-amber-900 dark:bg-amber-900/40 dark:text-amber-200">"needs approval"</span>
+                                })}
+                                {(!tool.enabled).then(|| view! { <span class="ml-1 text-xs text-slate-500">"(disabled)"</span> })}
+                            </span>
+                        </label>
+                    }
+                })
+                .collect_view();
+            view! {
+                <fieldset class="rounded-md border border-slate-200 p-3 dark:border-slate-800">
+                    <legend class="px-1 text-sm font-medium">{group}</legend>
+                    {tools}
+                </fieldset>
+            }
+        })
+        .collect_view();
+    let configurations = options
+        .configurations
+        .iter()
+        .map(|c| {
+            let label = match &c.reason {
+                Some(reason) if !c.available => {
+                    format!("{} ({}) — unavailable: {reason}", c.name, c.model)
+                }
+                _ => format!("{} ({})", c.name, c.model),
+            };
+            view! { <option value={c.name.clone()} disabled={!c.available}>{label}</option> }
+        })
+        .collect_view();
+    let examples = options
+        .example_prompts
+        .iter()
+        .map(|p| view! { <li class="font-mono text-xs">{p.clone()}</li> })
+        .collect_view();
+    view! {
+        <ErrorBanner error=banner />
+        <form method="post" action="/api/nrllm_tool_run" class="mt-4 grid gap-6 lg:grid-cols-3" data-testid="run-form">
+            <input type="hidden" name="choose_tools" value="1" />
+            <div class="space-y-4 lg:col-span-2">
+                <div>
+                    <label for="prompt" class="text-sm font-medium">"Prompt"</label>
+                    <textarea id="prompt" name="prompt" rows="4" required class=INPUT
+                        placeholder="Rename the home page to \"Hello\""></textarea>
+                    <FieldError error=error.clone() field="prompt" />
+                </div>
+                <div>
+                    <label for="system_prompt" class="text-sm font-medium">"System prompt"</label>
+                    <textarea id="system_prompt" name="system_prompt" rows="2" class=INPUT>
+                        "You maintain the Example Co. website. Look before you change anything."
+                    </textarea>
+                </div>
+                <div>
+                    <label for="skills" class="text-sm font-medium">"Skills"</label>
+                    <textarea id="skills" name="skills" rows="3" class=INPUT
+                        placeholder="style-guide\nTitles are short.\n---\nglossary\nEUR, not €."></textarea>
+                    <p class="mt-1 text-xs text-slate-500">"Blocks separated by a line ---; the first line of each is its name. The model reads them as untrusted reference text."</p>
+                    <FieldError error=error.clone() field="skills" />
+                </div>
+                <button type="submit" class=BUTTON_PRIMARY data-testid="start-run">"Start run"</button>
+                <div>
+                    <h2 class="mt-2 text-sm font-medium">"The demo model understands"</h2>
+                    <ul class="mt-1 list-inside list-disc text-slate-600 dark:text-slate-400">{examples}</ul>
+                </div>
+            </div>
+            <div class="space-y-4">
+                <div>
+                    <label for="configuration" class="text-sm font-medium">"Model configuration"</label>
+                    <select id="configuration" name="configuration" class=INPUT>{configurations}</select>
+                    <FieldError error=error.clone() field="configuration" />
+                </div>
+                <div class="grid grid-cols-3 gap-2">
+                    <div>
+                        <label for="max_rounds" class="text-sm font-medium">"Max rounds"</label>
+                        <input id="max_rounds" name="max_rounds" inputmode="numeric" value="5" class=INPUT />
+                    </div>
+                    <div>
+                        <label for="temperature" class="text-sm font-medium">"Temperature"</label>
+                        <input id="temperature" name="temperature" inputmode="decimal" value="0.2" class=INPUT />
+                    </div>
+                    <div>
+                        <label for="max_tokens" class="text-sm font-medium">"Max tokens"</label>
+                        <input id="max_tokens" name="max_tokens" inputmode="numeric" value="1024" class=INPUT />
+                    </div>
+                </div>
+                <FieldError error=error.clone() field="max_rounds" />
+                <FieldError error=error.clone() field="temperature" />
+                <FieldError error=error.clone() field="max_tokens" />
+                <div class="space-y-2">
+                    <p class="text-sm font-medium">"Tools"</p>
+                    {tool_groups}
+                    <FieldError error=error.clone() field="tools" />
+                </div>
+            </div>
+        </form>
+    }
+}
