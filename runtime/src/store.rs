@@ -383,6 +383,26 @@ impl SqlRunStore {
         self.get(id).await?.ok_or(StoreError::NotFound(id))
     }
 
+    /// Ends a fenced transition: if its update matched no row the transition is refused (and
+    /// rolled back); otherwise the segment's events are written and everything commits at once.
+    async fn close_transition(
+        &self,
+        mut tx: Transaction<'static, Any>,
+        rows_affected: u64,
+        id: Uuid,
+        version: i64,
+        events: &[SequencedEvent],
+    ) -> Result<(), StoreError> {
+        if rows_affected != 1 {
+            drop(tx);
+            return Err(self.refusal(id, version).await);
+        }
+        insert_events(&mut tx, id, events).await?;
+        tx.commit().await?;
+        self.committed();
+        Ok(())
+    }
+
     /// Explains a fenced update that matched no row.
     async fn refusal(&self, id: Uuid, expected: i64) -> StoreError {
         match self.status_of(id).await {
@@ -523,13 +543,8 @@ impl RunStore for SqlRunStore {
         .bind(version)
         .execute(&mut *tx)
         .await?;
-        if updated.rows_affected() != 1 {
-            drop(tx);
-            return Err(self.refusal(id, version).await);
-        }
-        insert_events(&mut tx, id, events).await?;
-        tx.commit().await?;
-        self.committed();
+        self.close_transition(tx, updated.rows_affected(), id, version, events)
+            .await?;
         Ok(version + 1)
     }
 
@@ -609,14 +624,8 @@ impl RunStore for SqlRunStore {
         .bind(version)
         .execute(&mut *tx)
         .await?;
-        if updated.rows_affected() != 1 {
-            drop(tx);
-            return Err(self.refusal(id, version).await);
-        }
-        insert_events(&mut tx, id, events).await?;
-        tx.commit().await?;
-        self.committed();
-        Ok(())
+        self.close_transition(tx, updated.rows_affected(), id, version, events)
+            .await
     }
 
     async fn fail_corrupted(
