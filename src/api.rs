@@ -368,6 +368,7 @@ mod ssr {
                 }
             };
             let skills = parse_skills(self.skills.as_deref().unwrap_or_default())?;
+            let defaults = state.configuration_defaults(&chosen.name);
             Ok(RunConfiguration {
                 provider: chosen.name.clone(),
                 model: chosen.model.clone(),
@@ -377,9 +378,10 @@ mod ssr {
                 settings: RunSettings {
                     allow_list,
                     admin: false,
+                    // Values left empty in the form take the configuration's defaults.
                     model: ModelOptions {
-                        temperature,
-                        max_tokens,
+                        temperature: temperature.or(defaults.temperature),
+                        max_tokens: max_tokens.or(defaults.max_tokens),
                     },
                     max_rounds,
                 },

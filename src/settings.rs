@@ -25,6 +25,76 @@ pub struct Settings {
     pub retention_waiting_days: u32,
     /// The demo model waits this long before each answer (0: answers at once).
     pub demo_think_ms: u32,
+    /// Real model configurations (`[[configurations]]`); the demo model is always there too.
+    pub configurations: Vec<ModelConfiguration>,
+}
+
+/// Which wire format a configuration speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// OpenAI chat completions: OpenAI, Ollama, vLLM, llama.cpp, LM Studio, OpenRouter…
+    Openai,
+    Anthropic,
+    Gemini,
+}
+
+impl ProviderKind {
+    /// The environment variable that holds this kind's key unless the configuration names another.
+    pub fn default_key_env(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "OPENAI_API_KEY",
+            ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+            ProviderKind::Gemini => "GEMINI_API_KEY",
+        }
+    }
+
+    /// The public endpoint used when a configuration gives no base URL.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            ProviderKind::Openai => "https://api.openai.com/v1",
+            ProviderKind::Anthropic => "https://api.anthropic.com/v1",
+            ProviderKind::Gemini => "https://generativelanguage.googleapis.com/v1beta",
+        }
+    }
+}
+
+/// One named model configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfiguration {
+    pub name: String,
+    pub kind: ProviderKind,
+    pub model: String,
+    /// Up to the API version (`…/v1`); the kind's public endpoint if absent (for `openai`,
+    /// `OPENAI_BASE_URL` if set).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// The environment variable holding the API key; the kind's usual one if absent, none if
+    /// empty (local servers).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// US dollars per million prompt tokens, for the cost estimate.
+    #[serde(default)]
+    pub price_input_per_million: Option<f64>,
+    /// US dollars per million completion tokens.
+    #[serde(default)]
+    pub price_output_per_million: Option<f64>,
+}
+
+impl ModelConfiguration {
+    /// The environment variable that holds this configuration's key, if it uses one.
+    pub fn key_env(&self) -> Option<&str> {
+        match self.api_key_env.as_deref() {
+            Some("") => None,
+            Some(name) => Some(name),
+            None => Some(self.kind.default_key_env()),
+        }
+    }
 }
 
 impl Default for Settings {
@@ -36,6 +106,7 @@ impl Default for Settings {
             retention_terminal_days: 30,
             retention_waiting_days: 90,
             demo_think_ms: 0,
+            configurations: Vec::new(),
         }
     }
 }
@@ -68,6 +139,7 @@ struct SettingsFile {
     retention_terminal_days: Option<i64>,
     retention_waiting_days: Option<i64>,
     demo_think_ms: Option<i64>,
+    configurations: Option<Vec<ModelConfiguration>>,
 }
 
 impl Settings {
@@ -199,6 +271,59 @@ impl Settings {
                 })?,
             None => defaults.demo_think_ms,
         };
+        let configurations = file.configurations.unwrap_or_default();
+        let invalid = |message: String| SettingsError::Invalid {
+            setting: "configurations",
+            source_name: file_name.clone(),
+            message,
+        };
+        let mut configurations_out = Vec::with_capacity(configurations.len());
+        for mut configuration in configurations {
+            let name = configuration.name.trim().to_owned();
+            if name.is_empty()
+                || name == "demo"
+                || configurations_out
+                    .iter()
+                    .any(|c: &ModelConfiguration| c.name == name)
+            {
+                return Err(invalid(format!(
+                    "every configuration needs its own name, not empty and not `demo` (`{name}`)"
+                )));
+            }
+            if configuration.model.trim().is_empty() {
+                return Err(invalid(format!("configuration `{name}` has no model")));
+            }
+            if configuration.kind == ProviderKind::Openai && configuration.base_url.is_none() {
+                configuration.base_url =
+                    env("OPENAI_BASE_URL").filter(|url| !url.trim().is_empty());
+            }
+            if let Some(url) = &configuration.base_url {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(invalid(format!(
+                        "configuration `{name}`: base_url must start with http:// or https://"
+                    )));
+                }
+            }
+            if configuration
+                .temperature
+                .is_some_and(|t| !(0.0..=2.0).contains(&t))
+            {
+                return Err(invalid(format!(
+                    "configuration `{name}`: temperature must be from 0 to 2"
+                )));
+            }
+            let prices = [
+                configuration.price_input_per_million,
+                configuration.price_output_per_million,
+            ];
+            if prices.iter().flatten().any(|p| !p.is_finite() || *p < 0.0) {
+                return Err(invalid(format!(
+                    "configuration `{name}`: prices must be numbers of 0 or more"
+                )));
+            }
+            configuration.name = name;
+            configurations_out.push(configuration);
+        }
         Ok(Settings {
             site_addr,
             database_url,
@@ -206,6 +331,7 @@ impl Settings {
             retention_terminal_days,
             retention_waiting_days,
             demo_think_ms,
+            configurations: configurations_out,
         })
     }
 }
@@ -283,6 +409,52 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("NRLLM_RETENTION_WAITING_DAYS"), "{err}");
+    }
+
+    #[test]
+    fn model_configurations_are_read_and_checked() {
+        let text = r#"
+            [[configurations]]
+            name = "openai"
+            kind = "openai"
+            model = "gpt-4o-mini"
+            price_input_per_million = 0.15
+
+            [[configurations]]
+            name = "ollama"
+            kind = "openai"
+            model = "llama3.1"
+            base_url = "http://127.0.0.1:11434/v1"
+            api_key_env = ""
+        "#;
+        let settings = load(Some(text), &[("OPENAI_BASE_URL", "http://proxy.local/v1")]).unwrap();
+        let [openai, ollama] = settings.configurations.as_slice() else {
+            panic!("two configurations")
+        };
+        assert_eq!(openai.base_url.as_deref(), Some("http://proxy.local/v1"));
+        assert_eq!(openai.key_env(), Some("OPENAI_API_KEY"));
+        assert_eq!(
+            ollama.base_url.as_deref(),
+            Some("http://127.0.0.1:11434/v1")
+        );
+        assert_eq!(ollama.key_env(), None);
+
+        let twice = "[[configurations]]\nname = \"a\"\nkind = \"openai\"\nmodel = \"m\"\n[[configurations]]\nname = \"a\"\nkind = \"gemini\"\nmodel = \"m\"\n";
+        let err = load(Some(twice), &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("`configurations`") && err.contains("own name"),
+            "{err}"
+        );
+        let bad_kind = "[[configurations]]\nname = \"a\"\nkind = \"cohere\"\nmodel = \"m\"\n";
+        assert!(load(Some(bad_kind), &[])
+            .unwrap_err()
+            .to_string()
+            .contains("Leptos.toml"));
+        let bad_url = "[[configurations]]\nname = \"a\"\nkind = \"openai\"\nmodel = \"m\"\nbase_url = \"ftp://x\"\n";
+        assert!(load(Some(bad_url), &[])
+            .unwrap_err()
+            .to_string()
+            .contains("base_url"));
     }
 
     #[test]

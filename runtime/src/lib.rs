@@ -12,6 +12,7 @@ pub mod decision;
 pub mod demo;
 pub mod events;
 pub mod provider;
+pub mod providers;
 pub mod registry;
 pub mod service;
 pub mod site;

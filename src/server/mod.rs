@@ -14,6 +14,10 @@ use axum::extract::FromRef;
 use leptos::prelude::*;
 use nrllm_runtime::db::Database;
 use nrllm_runtime::demo::DemoProvider;
+use nrllm_runtime::provider::{ModelOptions, Provider, Usage};
+use nrllm_runtime::providers::anthropic::{AnthropicConfig, AnthropicProvider};
+use nrllm_runtime::providers::http::HttpSettings;
+use nrllm_runtime::providers::openai::{OpenAiConfig, OpenAiProvider};
 use nrllm_runtime::registry::ToolRegistry;
 use nrllm_runtime::service::{LoopFactory, RunService};
 use nrllm_runtime::site::SiteStore;
@@ -24,7 +28,7 @@ use nrllm_runtime::{ToolLoop, ToolLoopService};
 
 use crate::error::AppError;
 use crate::model::ConfigurationView;
-use crate::settings::Settings;
+use crate::settings::{ProviderKind, Settings};
 use live::LiveHub;
 
 /// The configuration every playground has: the offline demo model.
@@ -41,6 +45,7 @@ pub struct AppState {
     pub site: SiteStore,
     pub tool_settings: ToolSettingsStore,
     pub live: Arc<LiveHub>,
+    configured: Arc<Vec<Configured>>,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -49,10 +54,94 @@ impl FromRef<AppState> for LeptosOptions {
     }
 }
 
+/// A configured model: its provider if it can be used, else why not.
+struct Configured {
+    view: ConfigurationView,
+    provider: Result<Arc<dyn Provider>, String>,
+    defaults: ModelOptions,
+    prices: (Option<f64>, Option<f64>),
+}
+
+/// Builds every configuration's provider once, at start. Keys are read from the environment here
+/// and live only inside the providers.
+fn configure(settings: &Settings) -> Vec<Configured> {
+    let demo: Arc<dyn Provider> = Arc::new(DemoProvider::with_think_time(
+        std::time::Duration::from_millis(u64::from(settings.demo_think_ms)),
+    ));
+    let mut configured = vec![Configured {
+        view: ConfigurationView {
+            name: DEMO_CONFIGURATION.to_owned(),
+            model: "demo-1".to_owned(),
+            available: true,
+            reason: None,
+        },
+        provider: Ok(demo),
+        defaults: ModelOptions::default(),
+        prices: (None, None),
+    }];
+    for configuration in &settings.configurations {
+        let key = match configuration.key_env() {
+            None => Ok(None),
+            Some(var) => match std::env::var(var) {
+                Ok(key) if !key.trim().is_empty() => Ok(Some(key.trim().to_owned())),
+                _ => Err(format!("set the environment variable {var} to its API key")),
+            },
+        };
+        let base_url = configuration
+            .base_url
+            .clone()
+            .unwrap_or_else(|| configuration.kind.default_base_url().to_owned());
+        let provider: Result<Arc<dyn Provider>, String> = match (configuration.kind, key) {
+            (_, Err(reason)) => Err(reason),
+            (ProviderKind::Openai, Ok(api_key)) => OpenAiProvider::new(OpenAiConfig {
+                name: configuration.name.clone(),
+                // OpenAI itself takes the newer `max_completion_tokens`; compatible servers `max_tokens`.
+                max_completion_tokens: base_url.contains("api.openai.com"),
+                base_url,
+                model: configuration.model.clone(),
+                api_key,
+                http: HttpSettings::default(),
+            })
+            .map(|p| Arc::new(p) as Arc<dyn Provider>)
+            .map_err(|err| err.message),
+            (ProviderKind::Anthropic, Ok(api_key)) => AnthropicProvider::new(AnthropicConfig {
+                name: configuration.name.clone(),
+                base_url,
+                model: configuration.model.clone(),
+                api_key: api_key.unwrap_or_default(),
+                http: HttpSettings::default(),
+            })
+            .map(|p| Arc::new(p) as Arc<dyn Provider>)
+            .map_err(|err| err.message),
+            (ProviderKind::Gemini, Ok(_)) => {
+                Err("the Gemini adapter is not part of this build yet".to_owned())
+            }
+        };
+        configured.push(Configured {
+            view: ConfigurationView {
+                name: configuration.name.clone(),
+                model: configuration.model.clone(),
+                available: provider.is_ok(),
+                reason: provider.as_ref().err().cloned(),
+            },
+            provider,
+            defaults: ModelOptions {
+                temperature: configuration.temperature,
+                max_tokens: configuration.max_tokens,
+            },
+            prices: (
+                configuration.price_input_per_million,
+                configuration.price_output_per_million,
+            ),
+        });
+    }
+    configured
+}
+
 /// Builds the loop for a run's configuration.
 struct AppLoops {
     registry: Arc<ToolRegistry>,
-    demo: Arc<DemoProvider>,
+    configured: Arc<Vec<Configured>>,
 }
 
 impl LoopFactory for AppLoops {
@@ -60,13 +149,39 @@ impl LoopFactory for AppLoops {
         &self,
         configuration: &RunConfiguration,
     ) -> Result<Arc<dyn ToolLoopService>, String> {
-        match configuration.provider.as_str() {
-            DEMO_CONFIGURATION => Ok(Arc::new(ToolLoop::new(
-                self.demo.clone(),
+        let found = self
+            .configured
+            .iter()
+            .find(|c| c.view.name == configuration.provider);
+        match found.map(|c| &c.provider) {
+            Some(Ok(provider)) => Ok(Arc::new(ToolLoop::new(
+                Arc::clone(provider),
                 Arc::clone(&self.registry),
             ))),
-            other => Err(format!("the configuration `{other}` is not available")),
+            Some(Err(reason)) => Err(format!(
+                "the configuration `{}` is not available: {reason}",
+                configuration.provider
+            )),
+            None => Err(format!(
+                "there is no configuration `{}`",
+                configuration.provider
+            )),
         }
+    }
+
+    fn estimate_cost_micros(&self, configuration: &RunConfiguration, usage: Usage) -> Option<i64> {
+        let found = self
+            .configured
+            .iter()
+            .find(|c| c.view.name == configuration.provider)?;
+        let (input, output) = found.prices;
+        if input.is_none() && output.is_none() {
+            return None;
+        }
+        // Dollars per million tokens are micro-dollars per token.
+        let micros = usage.prompt_tokens as f64 * input.unwrap_or(0.0)
+            + usage.completion_tokens as f64 * output.unwrap_or(0.0);
+        Some(micros.round() as i64)
     }
 }
 
@@ -90,11 +205,10 @@ impl AppState {
             .await
             .map_err(|err| format!("cannot read the tool settings: {err}"))?;
         let live = Arc::new(LiveHub::default());
+        let configured = Arc::new(configure(settings));
         let loops = Arc::new(AppLoops {
             registry: Arc::clone(&registry),
-            demo: Arc::new(DemoProvider::with_think_time(
-                std::time::Duration::from_millis(u64::from(settings.demo_think_ms)),
-            )),
+            configured: Arc::clone(&configured),
         });
         let runs = Arc::new(RunService::new(Arc::clone(&store), loops).with_listener(live.clone()));
         Ok(AppState {
@@ -106,17 +220,22 @@ impl AppState {
             site,
             tool_settings,
             live,
+            configured,
         })
     }
 
-    /// The configurations the playground offers.
+    /// The configurations the playground offers, usable or not (with the reason).
     pub fn configurations(&self) -> Vec<ConfigurationView> {
-        vec![ConfigurationView {
-            name: DEMO_CONFIGURATION.to_owned(),
-            model: "demo-1".to_owned(),
-            available: true,
-            reason: None,
-        }]
+        self.configured.iter().map(|c| c.view.clone()).collect()
+    }
+
+    /// A configuration's default temperature and token limit.
+    pub fn configuration_defaults(&self, name: &str) -> ModelOptions {
+        self.configured
+            .iter()
+            .find(|c| c.view.name == name)
+            .map(|c| c.defaults.clone())
+            .unwrap_or_default()
     }
 
     /// How many pings the database holds.
@@ -173,4 +292,79 @@ pub fn with_status(err: AppError) -> AppError {
 /// Who is acting. Accounts come later; until then every operator is `operator`.
 pub fn current_operator() -> String {
     "operator".to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::ModelConfiguration;
+
+    fn configuration(name: &str, kind: ProviderKind, key_env: &str) -> ModelConfiguration {
+        ModelConfiguration {
+            name: name.into(),
+            kind,
+            model: "m-1".into(),
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            api_key_env: Some(key_env.into()),
+            temperature: Some(0.4),
+            max_tokens: None,
+            price_input_per_million: Some(2.0),
+            price_output_per_million: Some(8.0),
+        }
+    }
+
+    #[test]
+    fn configurations_without_their_key_are_listed_with_the_reason() {
+        let settings = Settings {
+            configurations: vec![
+                configuration(
+                    "cloud",
+                    ProviderKind::Openai,
+                    "NRLLM_TEST_KEY_THAT_IS_NEVER_SET",
+                ),
+                configuration("local", ProviderKind::Openai, ""),
+                configuration("gem", ProviderKind::Gemini, ""),
+            ],
+            ..Settings::default()
+        };
+        let configured = configure(&settings);
+        let views: Vec<_> = configured.iter().map(|c| c.view.clone()).collect();
+        assert_eq!(
+            views.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(),
+            ["demo", "cloud", "local", "gem"]
+        );
+        assert!(views[0].available && views[2].available);
+        assert!(!views[1].available);
+        assert_eq!(
+            views[1].reason.as_deref(),
+            Some("set the environment variable NRLLM_TEST_KEY_THAT_IS_NEVER_SET to its API key")
+        );
+        assert!(!views[3].available);
+
+        let loops = AppLoops {
+            registry: Arc::new(ToolRegistry::new()),
+            configured: Arc::new(configured),
+        };
+        let run = |provider: &str| RunConfiguration {
+            provider: provider.into(),
+            model: "m-1".into(),
+            prompt: "p".into(),
+            system_prompt: None,
+            skills: Vec::new(),
+            settings: Default::default(),
+        };
+        let err = loops.tool_loop(&run("cloud")).err().unwrap();
+        assert!(
+            err.contains("not available") && err.contains("NRLLM_TEST_KEY_THAT_IS_NEVER_SET"),
+            "{err}"
+        );
+        assert!(loops.tool_loop(&run("local")).is_ok());
+        // $2 and $8 per million tokens: 1000 prompt + 500 completion tokens = $0.006.
+        let usage = Usage {
+            prompt_tokens: 1000,
+            completion_tokens: 500,
+        };
+        assert_eq!(loops.estimate_cost_micros(&run("local"), usage), Some(6000));
+        assert_eq!(loops.estimate_cost_micros(&run("demo"), usage), None);
+    }
 }
