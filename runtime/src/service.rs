@@ -509,7 +509,12 @@ impl RunService {
             Err(err) => {
                 let (counters, summary) = match &err {
                     LoopError::Provider { error, counters } => (*counters, error.message.clone()),
-                    other => (Counters::default(), other.to_string()),
+                    // Decision and state errors are refused before a claim; should one reach
+                    // here, its detail stays in the log (below), not in the operator's summary.
+                    _ => (
+                        Counters::default(),
+                        "The run could not continue; the details are in the server log.".to_owned(),
+                    ),
                 };
                 tracing::warn!(run_id = %id, error = %err, "run failed");
                 let finish = Finish {

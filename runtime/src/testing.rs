@@ -48,11 +48,6 @@ impl ScriptedProvider {
     pub fn requests(&self) -> Vec<ChatRequest> {
         self.requests.lock().map(|r| r.clone()).unwrap_or_default()
     }
-
-    /// How many responses are still queued.
-    pub fn remaining(&self) -> usize {
-        self.responses.lock().map(|q| q.len()).unwrap_or_default()
-    }
 }
 
 #[async_trait]
