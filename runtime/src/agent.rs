@@ -14,7 +14,9 @@ use serde_json::Value;
 use crate::assembly::{assemble, Skill};
 use crate::decision::{refusal_text, Choice, Decision, DecisionError};
 use crate::events::{CallChoice, Event, EventSink};
-use crate::provider::{ChatRequest, ChatResponse, Provider, ProviderError};
+use crate::provider::{
+    ChatRequest, ChatResponse, Provider, ProviderError, RetryNotice, ToolChoice,
+};
 use crate::registry::{Gate, ToolRegistry};
 use crate::state::{Counters, RunSettings, StateError, SuspendedState, STATE_SCHEMA_VERSION};
 use crate::tool::{ToolContext, ToolError};
@@ -149,11 +151,24 @@ impl ToolLoop {
             let capped = counters.iterations >= settings.max_rounds;
             // The gate is taken fresh each round: a tool disabled meanwhile is no longer offered.
             let gate = self.gate(&settings);
-            let tools = if capped { Vec::new() } else { gate.specs() };
+            // The capped round still declares the tools (formats such as Anthropic's reject a
+            // transcript with tool calls but no tools) and forbids calling them.
+            let choice = if capped {
+                ToolChoice::Disabled
+            } else {
+                ToolChoice::Auto
+            };
             counters.iterations += 1;
             let round = counters.iterations;
             let response = self
-                .ask(round, &messages, tools, &settings, &mut counters, sink)
+                .ask(
+                    round,
+                    &messages,
+                    (gate.specs(), choice),
+                    &settings,
+                    &mut counters,
+                    sink,
+                )
                 .await?;
 
             if capped || response.tool_calls.is_empty() {
@@ -211,7 +226,7 @@ impl ToolLoop {
         &self,
         round: u32,
         messages: &[Message],
-        tools: Vec<crate::tool::ToolSpec>,
+        (tools, tool_choice): (Vec<crate::tool::ToolSpec>, ToolChoice),
         settings: &RunSettings,
         counters: &mut Counters,
         sink: &dyn EventSink,
@@ -219,15 +234,27 @@ impl ToolLoop {
         sink.emit(Event::Request {
             round,
             messages: messages.to_vec(),
-            tools_offered: tools.iter().map(|t| t.name.clone()).collect(),
+            tools_offered: match tool_choice {
+                ToolChoice::Auto => tools.iter().map(|t| t.name.clone()).collect(),
+                ToolChoice::Disabled => Vec::new(),
+            },
         });
         let request = ChatRequest {
             messages: messages.to_vec(),
             tools,
+            tool_choice,
             options: settings.model.clone(),
         };
         let started = Instant::now();
-        match self.provider.complete(&request).await {
+        let on_retry = |notice: RetryNotice| {
+            sink.emit(Event::ProviderRetry {
+                round,
+                retry: notice.retry,
+                wait_ms: notice.wait_ms,
+                reason: notice.reason,
+            })
+        };
+        match self.provider.complete_observed(&request, &on_retry).await {
             Ok(response) => {
                 counters.usage += response.usage;
                 sink.emit(Event::Llm {

@@ -8,7 +8,9 @@
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use crate::provider::{ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, Usage};
+use crate::provider::{
+    ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, ToolChoice, Usage,
+};
 use crate::transcript::{Message, ToolCall};
 
 /// The prompts the demo model understands (shown when it understands none).
@@ -508,7 +510,10 @@ impl Provider for DemoProvider {
         let prompt_tokens = estimate_tokens(&prompt_text);
         let task = parse_task(&task_text(&request.messages));
         let done = steps(&request.messages);
-        let offered: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
+        let offered: Vec<String> = match request.tool_choice {
+            ToolChoice::Auto => request.tools.iter().map(|t| t.name.clone()).collect(),
+            ToolChoice::Disabled => Vec::new(),
+        };
         // In the final, tool-less round the demo model sums up what it has.
         let next = if offered.is_empty() && !done.is_empty() {
             Next::Answer(format!(

@@ -39,6 +39,15 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         raw: Option<Value>,
     },
+    /// A provider request failed in a way worth retrying; it is retried after `wait_ms`.
+    ProviderRetry {
+        round: u32,
+        /// 1 for the first retry of this request.
+        retry: u32,
+        wait_ms: u64,
+        /// What went wrong with the previous attempt.
+        reason: String,
+    },
     /// The provider failed.
     LlmFailed {
         round: u32,
@@ -80,6 +89,7 @@ impl Event {
             Event::Assembled { .. } => "assembled",
             Event::Request { .. } => "request",
             Event::Llm { .. } => "llm",
+            Event::ProviderRetry { .. } => "provider_retry",
             Event::LlmFailed { .. } => "llm_failed",
             Event::Tool { .. } => "tool",
             Event::ApprovalRequested { .. } => "approval_requested",
@@ -93,6 +103,7 @@ impl Event {
             Event::Request { round, .. }
             | Event::Llm { round, .. }
             | Event::LlmFailed { round, .. }
+            | Event::ProviderRetry { round, .. }
             | Event::Tool { round, .. }
             | Event::ApprovalRequested { round, .. } => Some(*round),
             _ => None,

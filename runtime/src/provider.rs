@@ -19,12 +19,27 @@ pub struct ModelOptions {
     pub max_tokens: Option<u32>,
 }
 
+/// Whether the model may call the tools it is shown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// The tools are declared (some formats require that once tools were used) but must not be
+    /// called: the final round after the round cap.
+    Disabled,
+}
+
 /// One request to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
     pub messages: Vec<Message>,
-    /// The tools offered this round; empty for the final, tool-less round.
+    /// The tools declared this round.
     pub tools: Vec<ToolSpec>,
+    /// Whether they may be called.
+    #[serde(default)]
+    pub tool_choice: ToolChoice,
     pub options: ModelOptions,
 }
 
@@ -134,6 +149,20 @@ impl ProviderError {
     }
 }
 
+/// A retry a provider is about to make, for the step list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryNotice {
+    /// 1 for the first retry.
+    pub retry: u32,
+    /// How long the provider waits before it.
+    pub wait_ms: u64,
+    /// What went wrong with the previous attempt (safe to show: no keys).
+    pub reason: String,
+}
+
+/// Told about each retry as it is about to happen.
+pub type RetryObserver<'a> = &'a (dyn Fn(RetryNotice) + Send + Sync);
+
 /// A chat-completion backend.
 #[async_trait]
 pub trait Provider: Send + Sync {
@@ -143,4 +172,14 @@ pub trait Provider: Send + Sync {
     fn model(&self) -> &str;
     /// One completion.
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError>;
+    /// One completion, telling `on_retry` before every retry. Providers that never retry keep
+    /// this default.
+    async fn complete_observed(
+        &self,
+        request: &ChatRequest,
+        on_retry: RetryObserver<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let _ = on_retry;
+        self.complete(request).await
+    }
 }

@@ -89,6 +89,9 @@ pub struct ToolCall {
     pub name: String,
     /// The arguments as raw JSON text, exactly as the model produced them.
     pub arguments: String,
+    /// An opaque token the provider attached to the call and wants back with it in later
+    /// requests (Gemini's `thoughtSignature`); `None` for most providers.
+    pub signature: Option<String>,
 }
 
 impl ToolCall {
@@ -102,6 +105,21 @@ impl ToolCall {
             id: id.into(),
             name: name.into(),
             arguments: arguments.to_string(),
+            signature: None,
+        }
+    }
+
+    /// A call with arguments as the raw text the model produced (which may not be JSON).
+    pub fn with_raw_arguments(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+            signature: None,
         }
     }
 
@@ -120,6 +138,8 @@ struct WireToolCall {
     #[serde(rename = "type", default = "function_kind")]
     kind: String,
     function: WireFunction,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    signature: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -142,6 +162,7 @@ impl From<ToolCall> for WireToolCall {
                 name: call.name,
                 arguments: call.arguments,
             },
+            signature: call.signature,
         }
     }
 }
@@ -157,6 +178,7 @@ impl TryFrom<WireToolCall> for ToolCall {
             id: wire.id,
             name: wire.function.name,
             arguments: wire.function.arguments,
+            signature: wire.signature,
         })
     }
 }
@@ -283,6 +305,17 @@ mod tests {
     }
 
     #[test]
+    fn a_providers_call_signature_is_kept_and_only_written_when_present() {
+        let mut signed = call("g1");
+        signed.signature = Some("c2lnbmVk".into());
+        let value = serde_json::to_value(&signed).unwrap();
+        assert_eq!(value["signature"], "c2lnbmVk");
+        assert_eq!(serde_json::from_value::<ToolCall>(value).unwrap(), signed);
+        let plain = serde_json::to_value(call("o1")).unwrap();
+        assert!(plain.get("signature").is_none(), "{plain}");
+    }
+
+    #[test]
     fn an_unknown_tool_call_type_is_rejected() {
         let bad = json!({"role": "assistant", "tool_calls": [{"id": "x", "type": "code",
             "function": {"name": "f", "arguments": "{}"}}]});
@@ -291,11 +324,7 @@ mod tests {
 
     #[test]
     fn malformed_arguments_are_kept_and_reported_on_parse() {
-        let call = ToolCall {
-            id: "x".into(),
-            name: "f".into(),
-            arguments: "{not json".into(),
-        };
+        let call = ToolCall::with_raw_arguments("x", "f", "{not json");
         assert!(call.parsed_arguments().is_err());
         let empty = ToolCall {
             arguments: String::new(),

@@ -51,6 +51,7 @@ async fn a_plain_answer_lifts_the_system_prompt_and_maps_usage() {
         .complete(&ChatRequest {
             messages: vec![Message::system("Be brief."), Message::user("Hi")],
             tools: Vec::new(),
+            tool_choice: Default::default(),
             options: ModelOptions {
                 temperature: Some(0.3),
                 max_tokens: None,
@@ -168,6 +169,7 @@ async fn an_overloaded_answer_is_retried_and_errors_never_show_the_key() {
     let chat = ChatRequest {
         messages: vec![Message::user("Hi")],
         tools: Vec::new(),
+        tool_choice: Default::default(),
         options: ModelOptions::default(),
     };
     assert_eq!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use nrllm_runtime::agent::{cap_result, MAX_RESULT_BYTES};
 use nrllm_runtime::assembly::Skill;
 use nrllm_runtime::events::{Event, VecSink};
-use nrllm_runtime::provider::{ChatResponse, ModelOptions};
+use nrllm_runtime::provider::{ChatResponse, ModelOptions, ToolChoice};
 use nrllm_runtime::registry::{AllowList, ToolRegistry};
 use nrllm_runtime::state::Counters;
 use nrllm_runtime::testing::{call_turn, probe_registry, usage, Probe, ScriptedProvider};
@@ -567,8 +567,13 @@ async fn the_round_cap_ends_with_a_tool_less_round_marked_truncated() {
     assert_eq!(done.content, "stopping here");
     assert_eq!(done.counters.iterations, 4);
     let requests = f.provider.requests();
-    assert!(requests[..3].iter().all(|r| !r.tools.is_empty()));
-    assert!(requests[3].tools.is_empty());
+    assert!(requests
+        .iter()
+        .all(|r| r.tools.iter().any(|t| t.name == "read_note")));
+    assert!(requests[..3]
+        .iter()
+        .all(|r| r.tool_choice == ToolChoice::Auto));
+    assert_eq!(requests[3].tool_choice, ToolChoice::Disabled);
 }
 
 #[tokio::test]
@@ -578,11 +583,7 @@ async fn tool_failures_become_error_results_without_internal_detail() {
             vec![
                 ToolCall::new("a", "read_note", &json!({"text": "fail"})),
                 ToolCall::new("b", "read_note", &json!({"wrong": 1})),
-                ToolCall {
-                    id: "c".into(),
-                    name: "read_note".into(),
-                    arguments: "{broken".into(),
-                },
+                ToolCall::with_raw_arguments("c", "read_note", "{broken"),
                 ToolCall::new("d", "no_such_tool", &json!({})),
             ],
             usage(1, 1),

@@ -16,6 +16,7 @@ use nrllm_runtime::db::Database;
 use nrllm_runtime::demo::DemoProvider;
 use nrllm_runtime::provider::{ModelOptions, Provider, Usage};
 use nrllm_runtime::providers::anthropic::{AnthropicConfig, AnthropicProvider};
+use nrllm_runtime::providers::gemini::{GeminiConfig, GeminiProvider};
 use nrllm_runtime::providers::http::HttpSettings;
 use nrllm_runtime::providers::openai::{OpenAiConfig, OpenAiProvider};
 use nrllm_runtime::registry::ToolRegistry;
@@ -113,9 +114,15 @@ fn configure(settings: &Settings) -> Vec<Configured> {
             })
             .map(|p| Arc::new(p) as Arc<dyn Provider>)
             .map_err(|err| err.message),
-            (ProviderKind::Gemini, Ok(_)) => {
-                Err("the Gemini adapter is not part of this build yet".to_owned())
-            }
+            (ProviderKind::Gemini, Ok(api_key)) => GeminiProvider::new(GeminiConfig {
+                name: configuration.name.clone(),
+                base_url,
+                model: configuration.model.clone(),
+                api_key: api_key.unwrap_or_default(),
+                http: HttpSettings::default(),
+            })
+            .map(|p| Arc::new(p) as Arc<dyn Provider>)
+            .map_err(|err| err.message),
         };
         configured.push(Configured {
             view: ConfigurationView {
@@ -339,7 +346,7 @@ mod tests {
             views[1].reason.as_deref(),
             Some("set the environment variable NRLLM_TEST_KEY_THAT_IS_NEVER_SET to its API key")
         );
-        assert!(!views[3].available);
+        assert!(views[3].available, "{:?}", views[3].reason);
 
         let loops = AppLoops {
             registry: Arc::new(ToolRegistry::new()),

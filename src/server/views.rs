@@ -171,6 +171,22 @@ pub fn step(sequence: i64, event: &Event, registry: &ToolRegistry) -> StepView {
                     .push(("Provider response".into(), pretty(provider_raw)));
             }
         }
+        Event::ProviderRetry {
+            retry,
+            wait_ms,
+            reason,
+            ..
+        } => {
+            view.ok = false;
+            view.title = format!(
+                "retry {retry} in {}: {reason}",
+                if *wait_ms < 1000 {
+                    format!("{wait_ms} ms")
+                } else {
+                    format!("{:.1} s", *wait_ms as f64 / 1000.0)
+                }
+            );
+        }
         Event::LlmFailed { message, .. } => {
             view.ok = false;
             view.title = format!("model failed: {message}");
@@ -401,5 +417,29 @@ mod tests {
         assert_eq!(created.iter().map(|l| l.op).collect::<String>(), "++");
         let deleted = diff_lines("a", "");
         assert_eq!(deleted.iter().map(|l| l.op).collect::<String>(), "-");
+    }
+
+    #[test]
+    fn a_retry_is_a_step_that_says_why_and_how_long_it_waits() {
+        let retry = |wait_ms| Event::ProviderRetry {
+            round: 2,
+            retry: 1,
+            wait_ms,
+            reason: "openai: rate limited (HTTP 429): slow down".into(),
+        };
+        let view = step(7, &retry(1500), &ToolRegistry::new());
+        assert_eq!(view.kind, "provider_retry");
+        assert_eq!(view.round, Some(2));
+        assert!(!view.ok);
+        assert_eq!(
+            view.title,
+            "retry 1 in 1.5 s: openai: rate limited (HTTP 429): slow down"
+        );
+        let quick = step(8, &retry(250), &ToolRegistry::new());
+        assert!(
+            quick.title.starts_with("retry 1 in 250 ms: "),
+            "{}",
+            quick.title
+        );
     }
 }

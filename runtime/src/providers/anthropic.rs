@@ -4,10 +4,14 @@
 //! `tool_use_id` — the shape the API requires after every tool-using turn.
 
 use async_trait::async_trait;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::http::{HttpSettings, JsonClient};
-use crate::provider::{ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, Usage};
+use super::{arguments_object, reads_as_error};
+use crate::provider::{
+    ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, RetryObserver, ToolChoice,
+    Usage,
+};
 use crate::transcript::{Message, ToolCall};
 
 /// The API version this adapter speaks.
@@ -59,13 +63,7 @@ impl AnthropicProvider {
                         blocks.push(json!({"type": "text", "text": text}));
                     }
                     for call in tool_calls {
-                        // A call whose arguments were not JSON was answered with an error; the API
-                        // still needs an object here.
-                        let input = call
-                            .parsed_arguments()
-                            .ok()
-                            .filter(Value::is_object)
-                            .unwrap_or_else(|| Value::Object(Map::new()));
+                        let input = arguments_object(call);
                         blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
                     }
                     if blocks.is_empty() {
@@ -79,7 +77,7 @@ impl AnthropicProvider {
                 } => {
                     let block = json!({
                         "type": "tool_result", "tool_use_id": tool_call_id, "content": content,
-                        "is_error": content.starts_with("Error:") || content.starts_with("denied by the operator"),
+                        "is_error": reads_as_error(content),
                     });
                     // Consecutive results share one user message.
                     let merged = messages.last_mut().filter(|last| {
@@ -118,6 +116,9 @@ impl AnthropicProvider {
                     .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
                     .collect(),
             );
+            if request.tool_choice == ToolChoice::Disabled {
+                body["tool_choice"] = json!({"type": "none"});
+            }
         }
         body
     }
@@ -141,23 +142,18 @@ pub fn parse_response(body: &Value, provider: &str) -> Result<ChatResponse, Prov
                     .and_then(Value::as_str)
                     .unwrap_or_default(),
             ),
-            Some("tool_use") => tool_calls.push(ToolCall {
-                id: block
+            Some("tool_use") => tool_calls.push(ToolCall::new(
+                block
                     .get("id")
                     .and_then(Value::as_str)
                     .map(str::to_owned)
                     .unwrap_or_else(|| format!("toolu_{}", uuid::Uuid::new_v4().simple())),
-                name: block
+                block
                     .get("name")
                     .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-                arguments: block
-                    .get("input")
-                    .cloned()
-                    .unwrap_or_else(|| json!({}))
-                    .to_string(),
-            }),
+                    .unwrap_or_default(),
+                block.get("input").unwrap_or(&json!({})),
+            )),
             _ => {}
         }
     }
@@ -197,15 +193,23 @@ impl Provider for AnthropicProvider {
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        self.complete_observed(request, &|_| {}).await
+    }
+
+    async fn complete_observed(
+        &self,
+        request: &ChatRequest,
+        on_retry: RetryObserver<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
         let url = format!("{}/messages", self.config.base_url.trim_end_matches('/'));
         let headers = [
             ("x-api-key", self.config.api_key.clone()),
             ("anthropic-version", ANTHROPIC_VERSION.to_owned()),
         ];
-        let reply = self
+        let body = self
             .client
-            .post(&url, &headers, &self.request_body(request))
+            .post(&url, &headers, &self.request_body(request), on_retry)
             .await?;
-        parse_response(&reply.body, &self.config.name)
+        parse_response(&body, &self.config.name)
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::provider::{ProviderError, ProviderErrorKind};
+use crate::provider::{ProviderError, ProviderErrorKind, RetryNotice, RetryObserver};
 
 /// When and how often to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,13 +61,6 @@ impl Default for HttpSettings {
             retry: RetryPolicy::default(),
         }
     }
-}
-
-/// A JSON response and how many retries it took.
-#[derive(Debug)]
-pub struct Reply {
-    pub body: Value,
-    pub retries: u32,
 }
 
 /// Posts JSON to one provider endpoint.
@@ -161,13 +154,15 @@ impl JsonClient {
         self.scrub(short.trim())
     }
 
-    /// POSTs `body` as JSON with `headers`, retrying what is worth retrying.
+    /// POSTs `body` as JSON with `headers`, retrying what is worth retrying (and telling
+    /// `on_retry` before each retry); the response body as JSON.
     pub async fn post(
         &self,
         url: &str,
         headers: &[(&str, String)],
         body: &Value,
-    ) -> Result<Reply, ProviderError> {
+        on_retry: RetryObserver<'_>,
+    ) -> Result<Value, ProviderError> {
         let mut retries = 0;
         loop {
             let mut request = self.client.post(url).json(body);
@@ -180,8 +175,15 @@ impl JsonClient {
                     let hint = retry_after(response.headers());
                     match response.text().await {
                         Ok(text) if status.is_success() => {
+                            // The body becomes a step's raw payload: a key echoed back must not.
+                            let text = match &self.secret {
+                                Some(secret) if text.contains(secret.as_str()) => {
+                                    text.replace(secret.as_str(), "[redacted]")
+                                }
+                                _ => text,
+                            };
                             return match serde_json::from_str::<Value>(&text) {
-                                Ok(body) => Ok(Reply { body, retries }),
+                                Ok(body) => Ok(body),
                                 Err(_) => Err(ProviderError::permanent(format!(
                                     "{}: the response is not valid JSON",
                                     self.provider
@@ -229,7 +231,13 @@ impl JsonClient {
                 return Err(error);
             }
             let wait = self.settings.retry.delay(retries, wait_hint, jitter_unit());
-            tracing::warn!(provider = %self.provider, retry = retries + 1, wait_ms = wait.as_millis() as u64, error = %error.message, "retrying a provider request");
+            let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+            tracing::warn!(provider = %self.provider, retry = retries + 1, wait_ms, error = %error.message, "retrying a provider request");
+            on_retry(RetryNotice {
+                retry: retries + 1,
+                wait_ms,
+                reason: error.message,
+            });
             tokio::time::sleep(wait).await;
             retries += 1;
         }
@@ -241,10 +249,14 @@ impl JsonClient {
         match status {
             429 => ProviderError::transient(format!("{provider}: rate limited (HTTP 429): {message}")),
             500..=599 => ProviderError::transient(format!("{provider}: the provider failed (HTTP {status}): {message}")),
-            401 | 403 => ProviderError::permanent(format!(
+            // Gemini answers a bad key with 400 and the reason API_KEY_INVALID.
+            401 | 403 | 400 if status != 400 || body.contains("API_KEY_INVALID") => ProviderError::permanent(format!(
                 "{provider}: the API key was refused (HTTP {status}): {message}"
             )),
-            _ if message.to_lowercase().contains("context length") || message.to_lowercase().contains("too many tokens") => {
+            _ if ["context length", "too many tokens", "input token count"]
+                .iter()
+                .any(|phrase| message.to_lowercase().contains(phrase)) =>
+            {
                 ProviderError {
                     kind: ProviderErrorKind::ContextLength,
                     message: format!("{provider}: the conversation is too long for the model (HTTP {status}): {message}"),

@@ -8,7 +8,10 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use super::http::{HttpSettings, JsonClient};
-use crate::provider::{ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, Usage};
+use crate::provider::{
+    ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, RetryObserver, ToolChoice,
+    Usage,
+};
 use crate::transcript::ToolCall;
 
 /// How to reach one OpenAI-compatible endpoint.
@@ -57,7 +60,10 @@ impl OpenAiProvider {
                 })
                 .collect();
             body["tools"] = Value::Array(tools);
-            body["tool_choice"] = json!("auto");
+            body["tool_choice"] = json!(match request.tool_choice {
+                ToolChoice::Auto => "auto",
+                ToolChoice::Disabled => "none",
+            });
         }
         if let Some(temperature) = request.options.temperature {
             body["temperature"] = json!(temperature);
@@ -119,11 +125,7 @@ pub fn parse_response(body: &Value, provider: &str) -> Result<ChatResponse, Prov
                     &uuid::Uuid::new_v4().simple().to_string()[..12]
                 )
             });
-        tool_calls.push(ToolCall {
-            id,
-            name: name.to_owned(),
-            arguments,
-        });
+        tool_calls.push(ToolCall::with_raw_arguments(id, name, arguments));
     }
     let usage = Usage {
         prompt_tokens: body
@@ -163,6 +165,14 @@ impl Provider for OpenAiProvider {
     }
 
     async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        self.complete_observed(request, &|_| {}).await
+    }
+
+    async fn complete_observed(
+        &self,
+        request: &ChatRequest,
+        on_retry: RetryObserver<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
         let url = format!(
             "{}/chat/completions",
             self.config.base_url.trim_end_matches('/')
@@ -171,10 +181,10 @@ impl Provider for OpenAiProvider {
         if let Some(key) = &self.config.api_key {
             headers.push(("authorization", format!("Bearer {key}")));
         }
-        let reply = self
+        let body = self
             .client
-            .post(&url, &headers, &self.request_body(request))
+            .post(&url, &headers, &self.request_body(request), on_retry)
             .await?;
-        parse_response(&reply.body, &self.config.name)
+        parse_response(&body, &self.config.name)
     }
 }
