@@ -43,7 +43,10 @@ fn text(text: &str) -> Value {
 #[tokio::test]
 async fn a_plain_answer_sends_the_exact_request() {
     let server = MockServer::start(vec![Reply::ok(text("Hello."))]).await;
-    let response = provider(&server, "models/gemini-test")
+    let gemini = provider(&server, "models/gemini-test");
+    // A logged provider or configuration never shows its key.
+    assert!(!format!("{gemini:?}").contains("AIza-test-key"));
+    let response = gemini
         .complete(&ChatRequest {
             messages: vec![
                 Message::system("Be brief."),

@@ -17,7 +17,7 @@ use nrllm_runtime::demo::DemoProvider;
 use nrllm_runtime::provider::{ModelOptions, Provider, Usage};
 use nrllm_runtime::providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use nrllm_runtime::providers::gemini::{GeminiConfig, GeminiProvider};
-use nrllm_runtime::providers::http::HttpSettings;
+use nrllm_runtime::providers::http::{ApiKey, HttpSettings};
 use nrllm_runtime::providers::openai::{OpenAiConfig, OpenAiProvider};
 use nrllm_runtime::registry::ToolRegistry;
 use nrllm_runtime::service::{LoopFactory, RunService};
@@ -84,7 +84,7 @@ fn configure(settings: &Settings) -> Vec<Configured> {
         let key = match configuration.key_env() {
             None => Ok(None),
             Some(var) => match std::env::var(var) {
-                Ok(key) if !key.trim().is_empty() => Ok(Some(key.trim().to_owned())),
+                Ok(key) if !key.trim().is_empty() => Ok(Some(ApiKey::from(key.trim()))),
                 _ => Err(format!("set the environment variable {var} to its API key")),
             },
         };

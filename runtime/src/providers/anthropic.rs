@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::http::{HttpSettings, JsonClient};
+use super::http::{ApiKey, HttpSettings, JsonClient};
 use super::{arguments_object, reads_as_error};
 use crate::provider::{
     ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, RetryObserver, ToolChoice,
@@ -26,7 +26,7 @@ pub struct AnthropicConfig {
     /// Up to `/v1` (e.g. `https://api.anthropic.com/v1`).
     pub base_url: String,
     pub model: String,
-    pub api_key: String,
+    pub api_key: ApiKey,
     pub http: HttpSettings,
 }
 
@@ -203,7 +203,7 @@ impl Provider for AnthropicProvider {
     ) -> Result<ChatResponse, ProviderError> {
         let url = format!("{}/messages", self.config.base_url.trim_end_matches('/'));
         let headers = [
-            ("x-api-key", self.config.api_key.clone()),
+            ("x-api-key", self.config.api_key.expose().to_owned()),
             ("anthropic-version", ANTHROPIC_VERSION.to_owned()),
         ];
         let body = self

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use serde_json::{json, Map, Value};
 
-use super::http::{HttpSettings, JsonClient};
+use super::http::{ApiKey, HttpSettings, JsonClient};
 use super::{arguments_object, reads_as_error};
 use crate::provider::{
     ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, RetryObserver, ToolChoice,
@@ -32,7 +32,7 @@ pub struct GeminiConfig {
     pub base_url: String,
     /// The model, with or without the `models/` prefix.
     pub model: String,
-    pub api_key: String,
+    pub api_key: ApiKey,
     pub http: HttpSettings,
 }
 
@@ -456,7 +456,7 @@ impl Provider for GeminiProvider {
         request: &ChatRequest,
         on_retry: RetryObserver<'_>,
     ) -> Result<ChatResponse, ProviderError> {
-        let headers = [("x-goog-api-key", self.config.api_key.clone())];
+        let headers = [("x-goog-api-key", self.config.api_key.expose().to_owned())];
         let body = self
             .client
             .post(&self.url(), &headers, &self.request_body(request), on_retry)

@@ -63,6 +63,35 @@ impl Default for HttpSettings {
     }
 }
 
+/// An API key. Its `Debug` output never shows it, so a logged configuration cannot leak it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// The key itself, for the one header that carries it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey([redacted])")
+    }
+}
+
+impl From<String> for ApiKey {
+    fn from(key: String) -> Self {
+        ApiKey(key)
+    }
+}
+
+impl From<&str> for ApiKey {
+    fn from(key: &str) -> Self {
+        ApiKey(key.to_owned())
+    }
+}
+
 /// Posts JSON to one provider endpoint.
 #[derive(Debug, Clone)]
 pub struct JsonClient {
@@ -71,7 +100,7 @@ pub struct JsonClient {
     /// The provider's name, for messages (`openai`, …).
     provider: String,
     /// The API key, so that it can be scrubbed from anything shown.
-    secret: Option<String>,
+    secret: Option<ApiKey>,
 }
 
 fn jitter_unit() -> f64 {
@@ -98,7 +127,7 @@ impl JsonClient {
     pub fn new(
         provider: &str,
         settings: HttpSettings,
-        secret: Option<String>,
+        secret: Option<ApiKey>,
     ) -> Result<JsonClient, ProviderError> {
         let client = reqwest::Client::builder()
             .connect_timeout(settings.connect_timeout)
@@ -113,7 +142,7 @@ impl JsonClient {
             client,
             settings,
             provider: provider.to_owned(),
-            secret: secret.filter(|s| !s.is_empty()),
+            secret: secret.filter(|s| !s.expose().is_empty()),
         })
     }
 
@@ -121,7 +150,7 @@ impl JsonClient {
     pub fn scrub(&self, text: &str) -> String {
         let mut text = text.to_owned();
         if let Some(secret) = &self.secret {
-            text = text.replace(secret.as_str(), "[redacted]");
+            text = text.replace(secret.expose(), "[redacted]");
         }
         text.split(' ')
             .map(|word| {
@@ -177,8 +206,8 @@ impl JsonClient {
                         Ok(text) if status.is_success() => {
                             // The body becomes a step's raw payload: a key echoed back must not.
                             let text = match &self.secret {
-                                Some(secret) if text.contains(secret.as_str()) => {
-                                    text.replace(secret.as_str(), "[redacted]")
+                                Some(secret) if text.contains(secret.expose()) => {
+                                    text.replace(secret.expose(), "[redacted]")
                                 }
                                 _ => text,
                             };
@@ -300,6 +329,7 @@ mod tests {
             Some("sk-live-123456789abc".into()),
         )
         .unwrap();
+        assert!(!format!("{client:?}").contains("sk-live-123456789abc"));
         let message = client.provider_message(
             r#"{"error":{"message":"Incorrect API key provided: sk-live-123456789abc."}}"#,
         );

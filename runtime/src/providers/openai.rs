@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::http::{HttpSettings, JsonClient};
+use super::http::{ApiKey, HttpSettings, JsonClient};
 use crate::provider::{
     ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, RetryObserver, ToolChoice,
     Usage,
@@ -23,7 +23,7 @@ pub struct OpenAiConfig {
     pub base_url: String,
     pub model: String,
     /// `None` for local servers without keys.
-    pub api_key: Option<String>,
+    pub api_key: Option<ApiKey>,
     /// Send `max_completion_tokens` (OpenAI's current name) instead of `max_tokens`.
     pub max_completion_tokens: bool,
     pub http: HttpSettings,
@@ -179,7 +179,7 @@ impl Provider for OpenAiProvider {
         );
         let mut headers = Vec::new();
         if let Some(key) = &self.config.api_key {
-            headers.push(("authorization", format!("Bearer {key}")));
+            headers.push(("authorization", format!("Bearer {}", key.expose())));
         }
         let body = self
             .client
