@@ -9,7 +9,7 @@ export TEST_DATABASE_URL
 # Playwright's server gets a database of its own, new for every run.
 E2E_DB_DIR := target/e2e
 
-.PHONY: run test setup setup-test lint unit e2e
+.PHONY: run test setup setup-test lint unit e2e size
 
 setup:
 	scripts/setup.sh
@@ -35,3 +35,8 @@ unit:
 e2e:
 	rm -rf $(E2E_DB_DIR) && mkdir -p $(E2E_DB_DIR)
 	NRLLM_DATABASE_URL=sqlite:$(E2E_DB_DIR)/e2e.db NRLLM_DEMO_THINK_MS=700 cargo leptos end-to-end
+
+## What the browser downloads for a page (release build), against the 250 KB gzip budget.
+size: setup
+	cargo leptos build --release
+	scripts/wasm-size.sh

@@ -45,6 +45,26 @@ test.describe("with JavaScript", () => {
   });
 });
 
+test.describe("transfer", () => {
+  test("the wasm bundle is sent gzipped to browsers that accept it, and plain to others", async ({
+    request,
+  }) => {
+    const gzipped = await request.get("/pkg/nrllm-playground.wasm", {
+      headers: { "accept-encoding": "gzip" },
+    });
+    expect(gzipped.status()).toBe(200);
+    expect(gzipped.headers()["content-encoding"]).toBe("gzip");
+    const plain = await request.get("/pkg/nrllm-playground.wasm", {
+      headers: { "accept-encoding": "identity" },
+    });
+    expect(plain.headers()["content-encoding"]).toBeUndefined();
+    // Either way the bytes that arrive are the same wasm module.
+    const body = await gzipped.body();
+    expect(body.subarray(0, 4)).toEqual(Buffer.from([0x00, 0x61, 0x73, 0x6d]));
+    expect(body.length).toBe((await plain.body()).length);
+  });
+});
+
 test.describe("without JavaScript", () => {
   test.use({ javaScriptEnabled: false });
 
