@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use mock_http::{MockServer, Recorded, Reply};
 use nrllm_runtime::events::{Event, NullSink, VecSink};
-use nrllm_runtime::provider::{ChatRequest, ModelOptions, Provider, ProviderErrorKind};
+use nrllm_runtime::provider::{
+    ChatRequest, ModelOptions, Provider, ProviderError, ProviderErrorKind,
+};
 use nrllm_runtime::providers::anthropic::{AnthropicConfig, AnthropicProvider};
 use nrllm_runtime::providers::gemini::{GeminiConfig, GeminiProvider};
 use nrllm_runtime::providers::http::{HttpSettings, RetryPolicy};
@@ -298,6 +300,22 @@ fn hi() -> ChatRequest {
     }
 }
 
+/// Asks once against a server scripted with `replies`; the error, and how many requests it saw.
+async fn failing(
+    format: Format,
+    replies: Vec<Reply>,
+    retries: u32,
+    timeout: Duration,
+) -> (ProviderError, usize) {
+    let server = MockServer::start(replies).await;
+    let err = format
+        .provider(&server, retries, timeout)
+        .complete(&hi())
+        .await
+        .unwrap_err();
+    (err, server.requests().len())
+}
+
 #[tokio::test]
 async fn a_plain_answer_reads_text_and_usage_and_sends_the_key_in_its_header() {
     for format in FORMATS {
@@ -497,16 +515,8 @@ async fn the_round_after_the_cap_declares_the_tools_but_forbids_calls() {
 #[tokio::test]
 async fn a_400_is_not_retried_and_carries_the_providers_message() {
     for format in FORMATS {
-        let server = MockServer::start(vec![Reply::status(
-            400,
-            &format.error("Invalid value at 'tools[0]'"),
-        )])
-        .await;
-        let err = format
-            .provider(&server, 3, Duration::from_secs(5))
-            .complete(&hi())
-            .await
-            .unwrap_err();
+        let reply = Reply::status(400, &format.error("Invalid value at 'tools[0]'"));
+        let (err, requests) = failing(format, vec![reply], 3, Duration::from_secs(5)).await;
         assert_eq!(err.kind, ProviderErrorKind::Permanent);
         assert_eq!(
             err.message,
@@ -515,7 +525,7 @@ async fn a_400_is_not_retried_and_carries_the_providers_message() {
                 format.name()
             )
         );
-        assert_eq!(server.requests().len(), 1);
+        assert_eq!(requests, 1);
     }
 }
 
@@ -523,12 +533,8 @@ async fn a_400_is_not_retried_and_carries_the_providers_message() {
 async fn a_refused_key_is_named_without_showing_it() {
     for format in FORMATS {
         let body = format.error(&format!("Incorrect API key provided: {KEY}."));
-        let server = MockServer::start(vec![Reply::status(401, &body)]).await;
-        let err = format
-            .provider(&server, 3, Duration::from_secs(5))
-            .complete(&hi())
-            .await
-            .unwrap_err();
+        let reply = Reply::status(401, &body);
+        let (err, requests) = failing(format, vec![reply], 3, Duration::from_secs(5)).await;
         assert_eq!(
             err.message,
             format!(
@@ -536,17 +542,13 @@ async fn a_refused_key_is_named_without_showing_it() {
                 format.name()
             )
         );
-        assert_eq!(server.requests().len(), 1);
+        assert_eq!(requests, 1);
     }
     // Gemini says so with a 400 and the reason API_KEY_INVALID.
     let body = json!({"error": {"code": 400, "message": "API key not valid. Please pass a valid API key.",
         "status": "INVALID_ARGUMENT", "details": [{"reason": "API_KEY_INVALID"}]}});
-    let server = MockServer::start(vec![Reply::status(400, &body.to_string())]).await;
-    let err = Format::Gemini
-        .provider(&server, 3, Duration::from_secs(5))
-        .complete(&hi())
-        .await
-        .unwrap_err();
+    let reply = Reply::status(400, &body.to_string());
+    let (err, _) = failing(Format::Gemini, vec![reply], 3, Duration::from_secs(5)).await;
     assert_eq!(
         err.message,
         "gemini: the API key was refused (HTTP 400): API key not valid. Please pass a valid API key."
@@ -635,12 +637,8 @@ async fn a_429_with_retry_after_and_a_500_are_retried_and_each_retry_is_a_step()
 #[tokio::test]
 async fn retries_stop_at_the_cap_with_a_transient_error() {
     for format in FORMATS {
-        let server = MockServer::start(vec![Reply::status(503, "upstream down"); 3]).await;
-        let err = format
-            .provider(&server, 2, Duration::from_secs(5))
-            .complete(&hi())
-            .await
-            .unwrap_err();
+        let replies = vec![Reply::status(503, "upstream down"); 3];
+        let (err, requests) = failing(format, replies, 2, Duration::from_secs(5)).await;
         assert_eq!(err.kind, ProviderErrorKind::Transient);
         assert_eq!(
             err.message,
@@ -649,19 +647,15 @@ async fn retries_stop_at_the_cap_with_a_transient_error() {
                 format.name()
             )
         );
-        assert_eq!(server.requests().len(), 3);
+        assert_eq!(requests, 3);
     }
 }
 
 #[tokio::test]
 async fn a_timeout_is_retried_and_then_reported() {
     for format in FORMATS {
-        let server = MockServer::start(vec![Reply::Hang, Reply::Hang]).await;
-        let err = format
-            .provider(&server, 1, Duration::from_millis(300))
-            .complete(&hi())
-            .await
-            .unwrap_err();
+        let replies = vec![Reply::Hang, Reply::Hang];
+        let (err, requests) = failing(format, replies, 1, Duration::from_millis(300)).await;
         assert_eq!(err.kind, ProviderErrorKind::Transient);
         assert_eq!(
             err.message,
@@ -670,7 +664,7 @@ async fn a_timeout_is_retried_and_then_reported() {
                 format.name()
             )
         );
-        assert_eq!(server.requests().len(), 2);
+        assert_eq!(requests, 2);
     }
 }
 
