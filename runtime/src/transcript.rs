@@ -101,12 +101,7 @@ impl ToolCall {
         name: impl Into<String>,
         arguments: &serde_json::Value,
     ) -> Self {
-        ToolCall {
-            id: id.into(),
-            name: name.into(),
-            arguments: arguments.to_string(),
-            signature: None,
-        }
+        ToolCall::with_raw_arguments(id, name, arguments.to_string())
     }
 
     /// A call with arguments as the raw text the model produced (which may not be JSON).

@@ -15,7 +15,9 @@ use nrllm_runtime::providers::http::{HttpSettings, RetryPolicy};
 use nrllm_runtime::providers::openai::{OpenAiConfig, OpenAiProvider};
 use nrllm_runtime::testing::{probe_registry, Probe};
 use nrllm_runtime::transcript::Message;
-use nrllm_runtime::{LoopOutcome, RunContext, RunInput, ToolLoop, ToolLoopService};
+use nrllm_runtime::{
+    CallDecision, Choice, Decision, LoopOutcome, RunContext, RunInput, ToolLoop, ToolLoopService,
+};
 use serde_json::{json, Value};
 
 fn provider(server: &MockServer, retries: u32, timeout: Duration) -> OpenAiProvider {
@@ -124,6 +126,61 @@ async fn tool_calls_come_back_parallel_with_missing_ids_synthesised() {
         sent["tools"][0]["function"]["parameters"]["required"],
         json!(["text"])
     );
+}
+
+#[tokio::test]
+async fn the_request_after_a_decision_is_the_recorded_exchange() {
+    let server = MockServer::start(vec![
+        Reply::ok(calls(json!([
+            {"id": "r1", "type": "function", "function": {"name": "read_note", "arguments": "{\"text\":\"x\"}"}},
+            {"id": "w1", "type": "function", "function": {"name": "write_note", "arguments": "{\"text\":\"y\"}"}}
+        ]))),
+        Reply::ok(answer("Done.")),
+    ])
+    .await;
+    let tool_loop = ToolLoop::new(
+        Arc::new(provider(&server, 0, Duration::from_secs(5))),
+        Arc::new(probe_registry(&Probe::default())),
+    );
+    let ctx = RunContext::default();
+    let input = RunInput {
+        messages: vec![Message::user("read and write")],
+        ..RunInput::default()
+    };
+    let LoopOutcome::Suspended(state) = tool_loop.run(input, &ctx, &NullSink).await.unwrap() else {
+        panic!("the write suspends the run")
+    };
+    let decision = Decision::PerCall {
+        calls: vec![
+            CallDecision {
+                call_id: "r1".into(),
+                choice: Choice::Approve,
+            },
+            CallDecision {
+                call_id: "w1".into(),
+                choice: Choice::Deny { reason: None },
+            },
+        ],
+    };
+    tool_loop
+        .resume(&state, &decision, &ctx, &NullSink)
+        .await
+        .unwrap();
+    let sent = &server.requests()[1].body;
+    assert_eq!(
+        sent["messages"],
+        json!([
+            {"role": "user", "content": "read and write"},
+            {"role": "assistant", "tool_calls": [
+                {"id": "r1", "type": "function", "function": {"name": "read_note", "arguments": "{\"text\":\"x\"}"}},
+                {"id": "w1", "type": "function", "function": {"name": "write_note", "arguments": "{\"text\":\"y\"}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "r1", "content": "note: x"},
+            {"role": "tool", "tool_call_id": "w1", "content": "denied by the operator (no reason given)"}
+        ])
+    );
+    assert_eq!(sent["tool_choice"], "auto");
+    assert_eq!(sent["max_completion_tokens"], Value::Null);
 }
 
 #[tokio::test]
