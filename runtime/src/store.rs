@@ -313,6 +313,9 @@ pub trait RunStore: Send + Sync {
         summary: &str,
         now_ms: i64,
     ) -> Result<(), StoreError>;
+    /// Ends every `running` run as `failed` with `interrupted` and `summary`, keeping its decision;
+    /// how many. Only for a moment when nothing can be running: the start of the only instance.
+    async fn interrupt_running(&self, summary: &str, now_ms: i64) -> Result<u64, StoreError>;
     /// `queued | waiting_for_*` → `cancelled`.
     async fn cancel(&self, id: Uuid, by: &str, now_ms: i64) -> Result<RunRecord, StoreError>;
     /// One run.
@@ -652,6 +655,22 @@ impl RunStore for SqlRunStore {
             return Err(self.refusal(id, version).await);
         }
         Ok(())
+    }
+
+    async fn interrupt_running(&self, summary: &str, now_ms: i64) -> Result<u64, StoreError> {
+        let updated = sqlx::query(
+            "UPDATE agent_run SET status = $1, termination_reason = $2, error_summary = $3, \
+             suspended_state = NULL, version = version + 1, updated_at_ms = $4, finished_at_ms = $4 \
+             WHERE status = 'running'",
+        )
+        .bind(RunStatus::Failed.as_str())
+        .bind(TerminationReason::Interrupted.as_str())
+        .bind(summary)
+        .bind(now_ms)
+        .execute(self.db.pool())
+        .await?;
+        self.committed();
+        Ok(updated.rows_affected())
     }
 
     async fn cancel(&self, id: Uuid, by: &str, now_ms: i64) -> Result<RunRecord, StoreError> {

@@ -548,3 +548,76 @@ async fn cancel_list_and_the_inbox_follow_the_status_rules() {
         db.cleanup().await;
     }
 }
+
+#[tokio::test]
+async fn interrupting_ends_only_running_runs_and_keeps_their_decision() {
+    for db in backends().await {
+        let responses = vec![
+            call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
+            call_turn("c2", "write_note", json!({"text": "b"}), usage(1, 1)),
+            ChatResponse::text("Plain.", usage(1, 1)),
+        ];
+        let s = setup(&db.db, responses);
+        // Claimed (running) but cut off before it went on: the decision is on record.
+        let claimed = s
+            .service
+            .start(configuration("write a"), "alice")
+            .await
+            .unwrap();
+        s.service
+            .claim(claimed.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap();
+        let waiting = s
+            .service
+            .start(configuration("write b"), "alice")
+            .await
+            .unwrap();
+        let done = s
+            .service
+            .start(configuration("say"), "alice")
+            .await
+            .unwrap();
+        let fresh = s
+            .service
+            .create(configuration("never driven"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(done.status, RunStatus::Completed);
+
+        let count = s
+            .store
+            .interrupt_running("stopped mid-run", now_ms())
+            .await
+            .unwrap();
+        assert_eq!(count, 2, "{}", db.name);
+
+        for id in [claimed.id, fresh.id] {
+            let run = s.store.get(id).await.unwrap().unwrap();
+            assert_eq!(run.status, RunStatus::Failed);
+            assert_eq!(run.termination_reason.as_deref(), Some("interrupted"));
+            assert_eq!(run.error_summary.as_deref(), Some("stopped mid-run"));
+            assert!(run.finished_at_ms.is_some() && run.suspended_state.is_none());
+        }
+        let claimed = s.store.get(claimed.id).await.unwrap().unwrap();
+        assert_eq!(claimed.decided_by.as_deref(), Some("bob"));
+        assert!(claimed.decision.is_some());
+        // A terminal run never changes again, and nothing was executed by the interruption.
+        let err = s
+            .service
+            .resume(claimed.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("already decided"), "{err}");
+        assert_eq!(s.probe.count("write_note"), 0);
+        assert_eq!(
+            s.store.get(waiting.id).await.unwrap().unwrap().status,
+            RunStatus::WaitingForApproval
+        );
+        assert_eq!(
+            s.store.get(done.id).await.unwrap().unwrap().status,
+            RunStatus::Completed
+        );
+        db.cleanup().await;
+    }
+}

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use axum::extract::FromRef;
 use leptos::prelude::*;
-use nrllm_runtime::db::Database;
+use nrllm_runtime::db::{Backend, Database};
 use nrllm_runtime::demo::DemoProvider;
 use nrllm_runtime::provider::{ModelOptions, Provider, Usage};
 use nrllm_runtime::providers::anthropic::{AnthropicConfig, AnthropicProvider};
@@ -20,7 +20,7 @@ use nrllm_runtime::providers::gemini::{GeminiConfig, GeminiProvider};
 use nrllm_runtime::providers::http::{ApiKey, HttpSettings};
 use nrllm_runtime::providers::openai::{OpenAiConfig, OpenAiProvider};
 use nrllm_runtime::registry::ToolRegistry;
-use nrllm_runtime::service::{LoopFactory, RunService};
+use nrllm_runtime::service::{now_ms, LoopFactory, RunService};
 use nrllm_runtime::site::SiteStore;
 use nrllm_runtime::store::{RunConfiguration, RunStore, SqlRunStore};
 use nrllm_runtime::tool_settings::ToolSettingsStore;
@@ -61,6 +61,26 @@ struct Configured {
     provider: Result<Arc<dyn Provider>, String>,
     defaults: ModelOptions,
     prices: (Option<f64>, Option<f64>),
+}
+
+/// What an operator reads on a run that the last stop of the server cut off.
+pub const INTERRUPTED_SUMMARY: &str = "The server stopped while this run was running, so it ended \
+here. Steps after the last saved one are lost, and a tool approved just before the stop may or may \
+not have run: check its target before you run the prompt again.";
+
+/// At start, ends the runs that the last stop cut off. With the embedded SQLite database this
+/// process is the only instance, so a run still `running` can only be one that was running when
+/// the server stopped (crash, kill, restart). On Postgres several instances may share the
+/// database and a `running` run may be alive in another one; telling those apart needs leases,
+/// so nothing is touched there.
+pub async fn mark_interrupted_runs(store: &dyn RunStore, backend: Backend) -> Result<u64, String> {
+    match backend {
+        Backend::Sqlite => store
+            .interrupt_running(INTERRUPTED_SUMMARY, now_ms())
+            .await
+            .map_err(|err| err.to_string()),
+        Backend::Postgres => Ok(0),
+    }
 }
 
 /// Builds every configuration's provider once, at start. Keys are read from the environment here
@@ -205,6 +225,15 @@ impl AppState {
             .await
             .map_err(|err| format!("cannot seed the demo site: {err}"))?;
         let store: Arc<dyn RunStore> = Arc::new(SqlRunStore::new(db.clone()));
+        let interrupted = mark_interrupted_runs(store.as_ref(), db.backend())
+            .await
+            .map_err(|err| format!("cannot check for runs cut off by the last stop: {err}"))?;
+        if interrupted > 0 {
+            tracing::warn!(
+                runs = interrupted,
+                "runs still running when the server last stopped are marked interrupted"
+            );
+        }
         let registry = Arc::new(builtin_registry(site.clone(), Arc::clone(&store)));
         let tool_settings = ToolSettingsStore::new(db.clone());
         tool_settings
@@ -305,6 +334,43 @@ pub fn current_operator() -> String {
 mod tests {
     use super::*;
     use crate::settings::ModelConfiguration;
+    use nrllm_runtime::store::{NewRun, RunStatus};
+
+    #[tokio::test]
+    async fn at_start_runs_cut_off_are_explained_on_sqlite_and_left_alone_on_postgres() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}/runs.db", dir.path().display());
+        let db = Database::connect(&url).await.unwrap();
+        let store = SqlRunStore::new(db.clone());
+        let new_run = || NewRun {
+            id: uuid::Uuid::new_v4(),
+            configuration: RunConfiguration {
+                provider: "demo".into(),
+                model: "demo-1".into(),
+                prompt: "p".into(),
+                system_prompt: None,
+                skills: Vec::new(),
+                settings: Default::default(),
+            },
+            requested_by: "operator".into(),
+        };
+        let first = store.create(&new_run(), now_ms()).await.unwrap();
+        // Another instance may be running it: with Postgres nothing is touched.
+        assert_eq!(
+            mark_interrupted_runs(&store, Backend::Postgres).await,
+            Ok(0)
+        );
+        assert_eq!(
+            store.get(first.id).await.unwrap().unwrap().status,
+            RunStatus::Running
+        );
+        assert_eq!(mark_interrupted_runs(&store, db.backend()).await, Ok(1));
+        let run = store.get(first.id).await.unwrap().unwrap();
+        assert_eq!(run.status, RunStatus::Failed);
+        assert_eq!(run.error_summary.as_deref(), Some(INTERRUPTED_SUMMARY));
+        // Started again, nothing is left to mark.
+        assert_eq!(mark_interrupted_runs(&store, db.backend()).await, Ok(0));
+    }
 
     fn configuration(name: &str, kind: ProviderKind, key_env: &str) -> ModelConfiguration {
         ModelConfiguration {
