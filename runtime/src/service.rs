@@ -292,6 +292,17 @@ impl RunService {
     /// Drives a freshly created run from its first round until it completes or suspends.
     pub async fn drive(&self, run: RunRecord) -> Result<RunRecord, ServiceError> {
         let Some(configuration) = run.configuration.clone() else {
+            // Nothing can drive it: end it with a reason instead of leaving it `running`.
+            tracing::error!(run_id = %run.id, "a new run's stored configuration cannot be read");
+            self.store
+                .fail_corrupted(
+                    run.id,
+                    run.version,
+                    "The run's saved configuration could not be read; it is kept for inspection.",
+                    now_ms(),
+                )
+                .await?;
+            self.notify_status(run.id, RunStatus::Failed);
             return Err(ServiceError::Configuration(
                 "the run's configuration cannot be read".into(),
             ));

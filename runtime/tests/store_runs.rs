@@ -621,3 +621,30 @@ async fn interrupting_ends_only_running_runs_and_keeps_their_decision() {
         db.cleanup().await;
     }
 }
+
+#[tokio::test]
+async fn a_new_run_whose_configuration_cannot_be_read_ends_failed_not_running() {
+    for db in backends().await {
+        let s = setup(&db.db, vec![ChatResponse::text("never asked", usage(1, 1))]);
+        let mut run = s
+            .service
+            .create(configuration("hello"), "alice")
+            .await
+            .unwrap();
+        run.configuration = None;
+        let err = s.service.drive(run.clone()).await.unwrap_err();
+        assert_eq!(err.to_string(), "the run's configuration cannot be read");
+        let stored = s.store.get(run.id).await.unwrap().unwrap();
+        assert_eq!(stored.status, RunStatus::Failed, "{}", db.name);
+        assert_eq!(
+            stored.termination_reason.as_deref(),
+            Some("state_corrupted")
+        );
+        assert!(stored
+            .error_summary
+            .unwrap()
+            .contains("configuration could not be read"));
+        assert!(s.provider.requests().is_empty());
+        db.cleanup().await;
+    }
+}
