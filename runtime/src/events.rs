@@ -149,14 +149,6 @@ impl VecSink {
             .map(|events| events.clone())
             .unwrap_or_default()
     }
-
-    /// Takes the events out, leaving the sink empty.
-    pub fn take(&self) -> Vec<Event> {
-        self.events
-            .lock()
-            .map(|mut events| std::mem::take(&mut *events))
-            .unwrap_or_default()
-    }
 }
 
 impl EventSink for VecSink {

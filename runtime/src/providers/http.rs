@@ -147,7 +147,7 @@ impl JsonClient {
     }
 
     /// Replaces the API key (and anything shaped like a bearer key) in text meant for people.
-    pub fn scrub(&self, text: &str) -> String {
+    fn scrub(&self, text: &str) -> String {
         let mut text = text.to_owned();
         if let Some(secret) = &self.secret {
             text = text.replace(secret.expose(), "[redacted]");
@@ -275,17 +275,20 @@ impl JsonClient {
     fn status_error(&self, status: u16, body: &str) -> ProviderError {
         let message = self.provider_message(body);
         let provider = &self.provider;
+        // Gemini answers a bad key with 400 and the reason API_KEY_INVALID.
+        let key_refused =
+            matches!(status, 401 | 403) || (status == 400 && body.contains("API_KEY_INVALID"));
+        let lowercase = message.to_lowercase();
+        let too_long = ["context length", "too many tokens", "input token count"]
+            .iter()
+            .any(|phrase| lowercase.contains(phrase));
         match status {
             429 => ProviderError::transient(format!("{provider}: rate limited (HTTP 429): {message}")),
             500..=599 => ProviderError::transient(format!("{provider}: the provider failed (HTTP {status}): {message}")),
-            // Gemini answers a bad key with 400 and the reason API_KEY_INVALID.
-            401 | 403 | 400 if status != 400 || body.contains("API_KEY_INVALID") => ProviderError::permanent(format!(
+            _ if key_refused => ProviderError::permanent(format!(
                 "{provider}: the API key was refused (HTTP {status}): {message}"
             )),
-            _ if ["context length", "too many tokens", "input token count"]
-                .iter()
-                .any(|phrase| message.to_lowercase().contains(phrase)) =>
-            {
+            _ if too_long => {
                 ProviderError {
                     kind: ProviderErrorKind::ContextLength,
                     message: format!("{provider}: the conversation is too long for the model (HTTP {status}): {message}"),
