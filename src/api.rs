@@ -10,18 +10,20 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
-use crate::model::{PlaygroundOptions, ResumeAccepted, RunList, RunView};
+use crate::model::{ApprovalsPage, PlaygroundOptions, ResumeAccepted, RunList, RunView};
 
-/// One call's decision as a form sends it.
+/// One call's part of an approval form.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallForm {
     pub call_id: String,
-    /// `approve`, `deny` or `edit`.
-    pub choice: String,
-    /// With `edit`: the arguments to run with, as JSON text.
+    /// `approve`, `deny` or `edit`: read when the decision is `per_call`.
+    #[serde(default)]
+    pub choice: Option<String>,
+    /// The arguments as the form holds them, as JSON text. Text that differs from the model's
+    /// arguments is an edit: the call runs with it when it is approved.
     #[serde(default)]
     pub arguments: Option<String>,
-    /// With `deny`: the reason the model reads.
+    /// The reason the model reads if this call is denied.
     #[serde(default)]
     pub reason: Option<String>,
 }
@@ -72,8 +74,10 @@ pub async fn nrllm_tool_run(
     Ok(id)
 }
 
-/// Applies an operator's decision to a waiting run. The claim happens now (exactly one decision
-/// wins); the run continues in the background.
+/// Applies an operator's decision to a waiting run: exactly what the form showed when its button
+/// was pressed (edited arguments run, each reason reaches its call; a button that would drop typed
+/// text is refused unless `acknowledge_discard` is set). The claim happens now (exactly one
+/// decision wins); the run continues in the background.
 #[server(endpoint = "nrllm_tool_resume")]
 pub async fn nrllm_tool_resume(
     run_id: String,
@@ -81,17 +85,23 @@ pub async fn nrllm_tool_resume(
     reason: Option<String>,
     digest: Option<String>,
     calls: Option<Vec<CallForm>>,
+    acknowledge_discard: Option<String>,
 ) -> Result<ResumeAccepted, AppError> {
     use crate::server::{current_operator, state, wants_html, with_status};
     let state = state()?;
     let id = ssr::parse_run_id(&run_id).map_err(with_status)?;
-    let decision =
-        ssr::decision(&decision, reason, calls.unwrap_or_default()).map_err(with_status)?;
+    let submission = ssr::submission(
+        &decision,
+        reason,
+        calls.unwrap_or_default(),
+        acknowledge_discard.is_some_and(|a| !a.is_empty() && a != "false"),
+    )
+    .map_err(with_status)?;
     let claimed = state
         .runs
-        .claim(
+        .claim_submission(
             id,
-            &decision,
+            &submission,
             &current_operator(),
             digest.as_deref().filter(|d| !d.is_empty()),
         )
@@ -112,9 +122,14 @@ pub async fn nrllm_tool_resume(
     })
 }
 
-/// One run: summary, counters, pending calls (with previews) and steps.
+/// One run: summary, counters, pending calls (with previews), steps, and the detail of step
+/// `step` (the latest if absent) with its tab `tab` selected.
 #[server(endpoint = "nrllm_run_get")]
-pub async fn nrllm_run_get(run_id: String) -> Result<RunView, AppError> {
+pub async fn nrllm_run_get(
+    run_id: String,
+    step: Option<i64>,
+    tab: Option<String>,
+) -> Result<RunView, AppError> {
     use crate::server::{state, views, with_status};
     let state = state()?;
     let id = ssr::parse_run_id(&run_id).map_err(with_status)?;
@@ -129,7 +144,9 @@ pub async fn nrllm_run_get(run_id: String) -> Result<RunView, AppError> {
         .events(id, 0)
         .await
         .map_err(|err| AppError::internal("reading a run's events", err))?;
-    let mut view = views::run_view(&run, &events, &state.registry).await;
+    let pending = state.runs.pending(&run).await;
+    let detail = views::step_detail(&events, step, tab.as_deref(), &state.registry);
+    let mut view = views::run_view(&run, &events, pending.as_ref(), detail);
     // A running segment's steps are not committed yet; show what this server has seen of them.
     let last = view.last_sequence;
     for event in state
@@ -138,7 +155,7 @@ pub async fn nrllm_run_get(run_id: String) -> Result<RunView, AppError> {
         .iter()
         .filter(|e| e.sequence > last)
     {
-        view.steps.push(views::live_step(event, &state.registry));
+        view.steps.push(views::live_step(event));
     }
     Ok(view)
 }
@@ -184,21 +201,70 @@ pub async fn nrllm_runs_list(
     })
 }
 
-/// Every run waiting for a decision, oldest first (the approvals inbox).
+/// Runs waiting for a decision, oldest first (the approvals inbox), each with its pending calls,
+/// previews and digest: `configuration` and `tool` filter, `after` (the `next_after` of the page
+/// before) pages on. Previews are built concurrently, each within a time limit.
 #[server(endpoint = "nrllm_approvals_list")]
-pub async fn nrllm_approvals_list() -> Result<Vec<RunView>, AppError> {
-    use crate::server::{state, views};
+pub async fn nrllm_approvals_list(
+    configuration: Option<String>,
+    tool: Option<String>,
+    after: Option<String>,
+    limit: Option<u32>,
+) -> Result<ApprovalsPage, AppError> {
+    use crate::server::{state, views, with_status};
+    use futures::StreamExt;
+    use nrllm_runtime::store::WaitingFilter;
     let state = state()?;
-    let waiting = state
+    let present = |v: Option<String>| v.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+    let after = match present(after) {
+        None => None,
+        Some(cursor) => Some(ssr::parse_cursor(&cursor).map_err(with_status)?),
+    };
+    let limit = limit.unwrap_or(ssr::INBOX_PAGE).clamp(1, 200);
+    let filter = WaitingFilter {
+        provider: present(configuration),
+        tool: present(tool),
+        after,
+        limit: limit + 1,
+    };
+    let mut waiting = state
         .store
-        .waiting(200)
+        .waiting(&filter)
         .await
         .map_err(|err| AppError::internal("listing waiting runs", err))?;
-    let mut views_list = Vec::with_capacity(waiting.len());
-    for run in &waiting {
-        views_list.push(views::run_view(run, &[], &state.registry).await);
-    }
-    Ok(views_list)
+    let more = waiting.len() > limit as usize;
+    waiting.truncate(limit as usize);
+    let next_after = more
+        .then(|| {
+            waiting
+                .last()
+                .map(|r| format!("{}.{}", r.updated_at_ms, r.id))
+        })
+        .flatten();
+    let runs = futures::stream::iter(waiting)
+        .map(|run| {
+            let runs = std::sync::Arc::clone(&state.runs);
+            async move {
+                let pending = runs.pending(&run).await;
+                views::run_view(&run, &[], pending.as_ref(), None)
+            }
+        })
+        .buffered(ssr::INBOX_PREVIEWS_AT_ONCE)
+        .collect()
+        .await;
+    let mut tools: Vec<String> = state
+        .registry
+        .specs()
+        .filter(|spec| spec.requires_approval)
+        .map(|spec| spec.name.clone())
+        .collect();
+    tools.sort();
+    Ok(ApprovalsPage {
+        runs,
+        next_after,
+        configurations: state.configurations().into_iter().map(|c| c.name).collect(),
+        tools,
+    })
 }
 
 /// Cancels a queued or waiting run.
@@ -258,7 +324,7 @@ mod ssr {
     //! Validation and error mapping for the server functions above.
 
     use nrllm_runtime::assembly::Skill;
-    use nrllm_runtime::decision::{CallDecision, Choice, Decision, DecisionError};
+    use nrllm_runtime::decision::{Action, DecisionError, Submission, SubmittedCall};
     use nrllm_runtime::provider::ModelOptions;
     use nrllm_runtime::registry::AllowList;
     use nrllm_runtime::service::{ResumeError, ServiceError};
@@ -416,78 +482,80 @@ mod ssr {
         Ok(skills)
     }
 
+    /// Waiting runs on one page of the inbox, unless the client asks for another number.
+    pub const INBOX_PAGE: u32 = 50;
+    /// Waiting runs whose previews are built at the same time.
+    pub const INBOX_PREVIEWS_AT_ONCE: usize = 8;
+
+    /// An inbox cursor: `<updated_at_ms>.<run id>` of the last run on the page before.
+    pub fn parse_cursor(text: &str) -> Result<(i64, Uuid), AppError> {
+        text.split_once('.')
+            .and_then(|(ms, id)| Some((ms.parse().ok()?, Uuid::parse_str(id).ok()?)))
+            .ok_or_else(|| AppError::invalid("after", format!("`{text}` is not an inbox cursor")))
+    }
+
     pub fn parse_run_id(text: &str) -> Result<Uuid, AppError> {
         Uuid::parse_str(text.trim())
             .map_err(|_| AppError::invalid("run_id", format!("`{text}` is not a run id")))
     }
 
-    fn reason(text: Option<String>) -> Option<String> {
-        text.map(|r| r.trim().to_owned()).filter(|r| !r.is_empty())
-    }
-
-    /// The decision a form or client sent.
-    pub fn decision(
-        kind: &str,
-        reason_text: Option<String>,
+    /// The approval form (or JSON client) as submitted.
+    pub fn submission(
+        action: &str,
+        reason: Option<String>,
         calls: Vec<CallForm>,
-    ) -> Result<Decision, AppError> {
-        match kind {
-            "approve_all" => Ok(Decision::ApproveAll),
-            "deny_all" => Ok(Decision::DenyAll {
-                reason: reason(reason_text),
-            }),
-            "per_call" => {
-                if calls.is_empty() {
-                    return Err(AppError::invalid(
-                        "calls",
-                        "say what to do with each pending call",
-                    ));
-                }
-                let calls = calls
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, call)| {
-                        let choice = match call.choice.as_str() {
-                            "approve" => Choice::Approve,
-                            "deny" => Choice::Deny {
-                                reason: reason(call.reason),
-                            },
-                            "edit" => {
-                                let text = call.arguments.unwrap_or_default();
-                                let arguments = serde_json::from_str(&text).map_err(|err| {
-                                    AppError::invalid(
-                                        &format!("calls[{i}].arguments"),
-                                        format!("not valid JSON ({err})"),
-                                    )
-                                })?;
-                                Choice::ApproveEdited { arguments }
-                            }
-                            other => {
-                                return Err(AppError::invalid(
-                                    &format!("calls[{i}].choice"),
-                                    format!("`{other}` is not approve, deny or edit"),
-                                ))
-                            }
-                        };
-                        Ok(CallDecision {
-                            call_id: call.call_id,
-                            choice,
-                        })
-                    })
-                    .collect::<Result<Vec<_>, AppError>>()?;
-                Ok(Decision::PerCall { calls })
+        acknowledge_discard: bool,
+    ) -> Result<Submission, AppError> {
+        let action = match action {
+            "approve_all" => Action::ApproveAll,
+            "deny_all" => Action::DenyAll,
+            "per_call" => Action::PerCall,
+            other => {
+                return Err(AppError::invalid(
+                    "decision",
+                    format!("`{other}` is not approve_all, deny_all or per_call"),
+                ))
             }
-            other => Err(AppError::invalid(
-                "decision",
-                format!("`{other}` is not approve_all, deny_all or per_call"),
-            )),
+        };
+        if action == Action::PerCall && calls.is_empty() {
+            return Err(AppError::invalid(
+                "calls",
+                "say what to do with each pending call",
+            ));
         }
+        Ok(Submission {
+            action,
+            reason,
+            calls: calls
+                .into_iter()
+                .map(|call| SubmittedCall {
+                    call_id: call.call_id,
+                    choice: call.choice,
+                    arguments: call.arguments,
+                    reason: call.reason,
+                })
+                .collect(),
+            acknowledge_discard,
+        })
     }
 
     pub fn resume_error(err: ResumeError) -> AppError {
         match err {
             ResumeError::NotFound(id) => AppError::NotFound(format!("There is no run {id}.")),
-            ResumeError::NotWaiting(_) | ResumeError::Stale => AppError::Conflict(err.to_string()),
+            ResumeError::NotWaiting(_) | ResumeError::Stale | ResumeError::TargetChanged(_) => {
+                AppError::Conflict(err.to_string())
+            }
+            ResumeError::InvalidDecision(DecisionError::EditNotJson {
+                call_id,
+                tool,
+                message,
+            }) => AppError::invalid(
+                &format!("arguments of {tool} ({call_id})"),
+                format!("not valid JSON ({message})"),
+            ),
+            ResumeError::InvalidDecision(DecisionError::WouldDiscard(_)) => {
+                AppError::BadRequest(err.to_string())
+            }
             ResumeError::InvalidDecision(DecisionError::InvalidArguments {
                 call_id,
                 tool,
@@ -528,29 +596,21 @@ mod ssr {
         }
 
         #[test]
-        fn decisions_from_forms_name_the_bad_field() {
-            let edit = |args: &str| CallForm {
+        fn forms_name_a_bad_button_and_an_empty_per_call_decision() {
+            let err = submission("maybe", None, vec![], false).unwrap_err();
+            assert_eq!(err.field(), Some("decision"));
+            let err = submission("per_call", None, vec![], false).unwrap_err();
+            assert_eq!(err.field(), Some("calls"));
+            let call = CallForm {
                 call_id: "c1".into(),
-                choice: "edit".into(),
-                arguments: Some(args.into()),
-                reason: None,
+                choice: Some("deny".into()),
+                arguments: None,
+                reason: Some("no".into()),
             };
-            let err = decision("per_call", None, vec![edit("{not json")]).unwrap_err();
-            assert_eq!(err.field(), Some("calls[0].arguments"));
-            assert!(matches!(
-                decision("per_call", None, vec![edit("{\"a\":1}")]),
-                Ok(Decision::PerCall { .. })
-            ));
-            assert_eq!(
-                decision("maybe", None, vec![]).unwrap_err().field(),
-                Some("decision")
-            );
-            assert_eq!(
-                decision("deny_all", Some("  no  ".into()), vec![]).unwrap(),
-                Decision::DenyAll {
-                    reason: Some("no".into())
-                }
-            );
+            let ok = submission("per_call", Some("all".into()), vec![call], true).unwrap();
+            assert_eq!(ok.action, Action::PerCall);
+            assert!(ok.acknowledge_discard);
+            assert_eq!(ok.calls[0].reason.as_deref(), Some("no"));
         }
     }
 }

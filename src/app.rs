@@ -13,8 +13,11 @@ use crate::pages::runs::RunsPage;
 use crate::pages::system::SystemPage;
 use crate::pages::NotFound;
 
-/// The HTML document around every page.
+/// The HTML document around every page. On the server it also sets the page's
+/// Content-Security-Policy, with the nonce its hydration script carries.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    crate::server::security::set_page_policy();
     view! {
         <!DOCTYPE html>
         <html lang="en">

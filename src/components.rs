@@ -1,5 +1,5 @@
 //! Small pieces every page uses: the status badge, the error banner that shows what a form post
-//! left in the URL, field errors.
+//! left in the URL, field errors, the page title, and the one way this app renders a `<textarea>`.
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
@@ -80,3 +80,92 @@ pub const BUTTON_APPROVE: &str = "rounded-md bg-emerald-600 px-3 py-1.5 text-sm 
 pub const BUTTON_DENY: &str = "rounded-md bg-rose-600 px-3 py-1.5 text-sm font-medium text-white hover:bg-rose-500 focus:outline-none focus-visible:ring-2 focus-visible:ring-rose-400 focus-visible:ring-offset-2";
 /// Classes of a secondary button.
 pub const BUTTON_SECONDARY: &str = "rounded-md border border-slate-300 px-3 py-1.5 text-sm hover:bg-slate-100 focus:outline-none focus-visible:ring-2 focus-visible:ring-indigo-400 dark:border-slate-700 dark:hover:bg-slate-800";
+
+/// The text of a `<textarea>` or `<title>` as HTML: `&`, `<` and `>` escaped. Both elements hold
+/// "escapable raw text": the parser decodes entities in them, but the first `</textarea>` or
+/// `</title>` ends them whatever came before. Leptos writes a textarea's children and the
+/// `<Title>` text into the page as they are, so text from a run must pass through here first.
+pub fn raw_text_html(text: &str) -> String {
+    let escaped = html_escape::encode_text(text);
+    // The parser drops one newline right after `<textarea>`; a value that starts with one keeps
+    // it only if another comes first.
+    if text.starts_with('\n') || text.starts_with('\r') {
+        format!("\n{escaped}")
+    } else {
+        escaped.into_owned()
+    }
+}
+
+/// A multi-line text field whose initial text is `value`, shown exactly as given: the text is
+/// escaped and written as the element's inner HTML (see [`raw_text_html`]), never as a raw child.
+/// Every textarea of the app is this component.
+#[component]
+pub fn TextArea(
+    /// The field's id (its label's `for`).
+    #[prop(into)]
+    id: String,
+    /// The form field's name.
+    #[prop(into)]
+    name: String,
+    /// The initial text.
+    #[prop(into, optional)]
+    value: String,
+    #[prop(optional)] rows: Option<u32>,
+    #[prop(into, optional)] class: String,
+    #[prop(into, optional)] placeholder: Option<String>,
+    #[prop(optional)] required: bool,
+    /// The longest text the browser lets the operator type, in characters.
+    #[prop(optional)]
+    maxlength: Option<usize>,
+) -> impl IntoView {
+    view! {
+        <textarea id=id name=name rows=rows.unwrap_or(3) class=class placeholder=placeholder
+            required=required maxlength=maxlength inner_html=raw_text_html(&value)></textarea>
+    }
+}
+
+/// The document title for a page about `subject` (text from a run, escaped for `<title>`).
+pub fn page_title(subject: &str) -> String {
+    const MAX_CHARS: usize = 60;
+    let mut short: String = subject.chars().take(MAX_CHARS).collect();
+    if subject.chars().count() > MAX_CHARS {
+        short.push('…');
+    }
+    raw_text_html(&format!("{short} · nrllm playground"))
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::*;
+
+    const PAYLOAD: &str =
+        "</textarea><img src=x onerror=alert(1)></title><script>alert(1)</script>";
+
+    #[test]
+    fn a_textarea_shows_its_value_as_text_and_cannot_be_closed_by_it() {
+        let html = view! { <TextArea id="args" name="args" value=PAYLOAD /> }.to_html();
+        assert_eq!(html.matches("</textarea>").count(), 1, "{html}");
+        assert!(!html.contains("<img"), "{html}");
+        assert!(!html.contains("<script"), "{html}");
+        assert!(
+            html.contains("&lt;/textarea&gt;&lt;img src=x onerror=alert(1)&gt;"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn raw_text_keeps_a_leading_newline_and_escapes_markup() {
+        assert_eq!(raw_text_html("a < b & c > d"), "a &lt; b &amp; c &gt; d");
+        assert_eq!(raw_text_html("\nfirst line"), "\n\nfirst line");
+        assert_eq!(raw_text_html(""), "");
+    }
+
+    #[test]
+    fn a_page_title_is_escaped_and_short() {
+        let title = page_title(PAYLOAD);
+        assert!(!title.contains('<'), "{title}");
+        assert!(title.starts_with("&lt;/textarea&gt;"), "{title}");
+        assert!(title.ends_with("… · nrllm playground"), "{title}");
+        assert_eq!(page_title("Runs"), "Runs · nrllm playground");
+    }
+}

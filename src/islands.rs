@@ -51,9 +51,9 @@ pub fn PingPanel(initial: i64) -> impl IntoView {
     }
 }
 
-/// One row of the step list: a summary line that opens to the step's detail tabs.
+/// One row of the step list: a link to the step's detail (works without JavaScript).
 #[component]
-pub fn StepRow(step: StepView) -> impl IntoView {
+pub fn StepRow(run_id: String, step: StepView, #[prop(optional)] selected: bool) -> impl IntoView {
     let marker = if step.ok { "ok" } else { "error" };
     let marker_class = if step.ok {
         "text-emerald-700 dark:text-emerald-300"
@@ -69,70 +69,56 @@ pub fn StepRow(step: StepView) -> impl IntoView {
     .flatten()
     .collect::<Vec<_>>()
     .join(" · ");
-    let group = format!("step-{}", step.sequence);
+    let row_class = if selected {
+        "flex items-baseline gap-2 rounded bg-indigo-50 px-1 py-1.5 text-sm dark:bg-indigo-950"
+    } else {
+        "flex items-baseline gap-2 rounded px-1 py-1.5 text-sm hover:bg-slate-50 dark:hover:bg-slate-800"
+    };
     let kind = step.kind.clone();
-    let tabs = step
-        .tabs
-        .into_iter()
-        .enumerate()
-        .map(|(i, (label, text))| {
-            let id = format!("{group}-tab-{i}");
-            view! {
-                <div class="tab">
-                    <input type="radio" class="peer sr-only" name=group.clone() id=id.clone() checked={i == 0} />
-                    <label for=id class="cursor-pointer rounded px-2 py-1 text-xs font-medium text-slate-600 peer-checked:bg-indigo-100 peer-checked:text-indigo-900 peer-focus-visible:ring-2 peer-focus-visible:ring-indigo-400 dark:text-slate-300 dark:peer-checked:bg-indigo-900 dark:peer-checked:text-indigo-100">
-                        {label}
-                    </label>
-                    <pre class="tab-panel mt-2 hidden max-h-96 overflow-auto whitespace-pre-wrap break-words rounded bg-slate-50 p-2 text-xs peer-checked:block dark:bg-slate-950">
-                        {text}
-                    </pre>
-                </div>
-            }
-        })
-        .collect_view();
     view! {
         <li data-testid="step" data-kind=kind class="border-b border-slate-100 last:border-0 dark:border-slate-800">
-            <details class="group py-1.5">
-                <summary class="flex cursor-pointer list-none items-baseline gap-2 rounded px-1 text-sm hover:bg-slate-50 focus:outline-none focus-visible:ring-2 focus-visible:ring-indigo-400 dark:hover:bg-slate-800">
-                    <span class="w-32 shrink-0 font-mono text-xs text-slate-500">{step.kind}</span>
-                    <span class="grow" data-testid="step-title">{step.title}</span>
-                    <span class="shrink-0 text-xs text-slate-500">{meta}</span>
-                    <span class=format!("shrink-0 text-xs font-medium {marker_class}")>{marker}</span>
-                </summary>
-                <div class="tabs flex flex-wrap gap-1 px-1 pt-2">{tabs}</div>
-            </details>
+            <a href=format!("/runs/{run_id}?step={}#detail", step.sequence) class=row_class
+                aria-current=selected.then_some("step")>
+                <span class="w-32 shrink-0 font-mono text-xs text-slate-500">{step.kind}</span>
+                <span class="grow" data-testid="step-title">{step.title}</span>
+                <span class="shrink-0 text-xs text-slate-500">{meta}</span>
+                <span class=format!("shrink-0 text-xs font-medium {marker_class}")>{marker}</span>
+            </a>
         </li>
     }
 }
 
-/// The step list. While the run is running it grows live from the server's event stream and the
-/// page reloads when the run stops running (to show the answer or the approval panel).
+/// The step list. The steps the page was rendered with are its children (server-rendered, sent
+/// once); while the run is running, later steps arrive from the server's event stream and are
+/// added here, and the page reloads when the run stops running (to show the answer or the
+/// approval panel).
 #[island]
-pub fn LiveSteps(run_id: String, steps: Vec<StepView>, live: bool) -> impl IntoView {
-    let steps = RwSignal::new(steps);
+pub fn LiveSteps(run_id: String, after: i64, live: bool, children: Children) -> impl IntoView {
+    let added = RwSignal::new(Vec::<StepView>::new());
     if live {
+        let run_id = run_id.clone();
         Effect::new(move |_| {
             #[cfg(feature = "hydrate")]
-            listen(&run_id, steps);
+            listen(&run_id, after, added);
             #[cfg(not(feature = "hydrate"))]
-            let _ = &run_id;
+            let _ = (&run_id, after);
         });
     }
     view! {
         <ol data-testid="steps" class="divide-y divide-transparent">
-            <For each=move || steps.get() key=|step| step.sequence let:step>
-                <StepRow step=step />
+            {children()}
+            <For each=move || added.get() key=|step| step.sequence let:step>
+                <StepRow run_id=run_id.clone() step=step />
             </For>
         </ol>
     }
 }
 
 #[cfg(feature = "hydrate")]
-fn listen(run_id: &str, steps: RwSignal<Vec<StepView>>) {
+fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
     use wasm_bindgen::closure::Closure;
     use wasm_bindgen::JsCast;
 
-    let after = steps.with_untracked(|list| list.last().map(|s| s.sequence).unwrap_or(0));
     let Ok(source) = web_sys::EventSource::new(&format!("/api/runs/{run_id}/events?after={after}"))
     else {
         return;
@@ -145,8 +131,9 @@ fn listen(run_id: &str, steps: RwSignal<Vec<StepView>>) {
             let Ok(step) = serde_json::from_str::<StepView>(&text) else {
                 return;
             };
-            steps.update(|list| {
-                if list.last().is_none_or(|last| last.sequence < step.sequence) {
+            added.update(|list| {
+                let last = list.last().map(|s| s.sequence).unwrap_or(after);
+                if last < step.sequence {
                     list.push(step);
                 }
             });
@@ -163,59 +150,184 @@ fn listen(run_id: &str, steps: RwSignal<Vec<StepView>>) {
     on_status.forget();
 }
 
-/// Keyboard shortcuts of the approval panel: `a` approves all, `d` denies all (not while typing).
+/// Guards the page's approval forms (`form[data-approval-form]`): before a button drops text the
+/// operator typed — a reason for a call that is approved, edits of a call that is denied — it
+/// asks, and says which; "Approve all" with edited arguments says that it runs the edits. With
+/// `keys`, `a` approves all and `d` denies all (never while focus is in a text field).
 #[island]
-pub fn DecisionShortcuts() -> impl IntoView {
+pub fn ApprovalGuard(keys: bool) -> impl IntoView {
     Effect::new(move |_| {
         #[cfg(feature = "hydrate")]
-        install_shortcuts();
+        guard::install(keys);
+        #[cfg(not(feature = "hydrate"))]
+        let _ = keys;
     });
-    view! {
-        <p class="text-xs text-slate-500">
-            "Keyboard: " <kbd class="rounded border px-1">"a"</kbd> " approve all, "
-            <kbd class="rounded border px-1">"d"</kbd> " deny all"
-        </p>
-    }
 }
 
 #[cfg(feature = "hydrate")]
-fn install_shortcuts() {
+mod guard {
+    //! The browser side of [`super::ApprovalGuard`]. The server applies the same rules whatever
+    //! the browser does; this only asks first, so that nothing the operator typed is dropped
+    //! without them knowing.
+
     use wasm_bindgen::closure::Closure;
     use wasm_bindgen::JsCast;
+    use web_sys::{Element, HtmlElement, HtmlFormElement, HtmlInputElement, HtmlTextAreaElement};
 
-    let Some(window) = web_sys::window() else {
-        return;
-    };
-    let handler =
-        Closure::<dyn FnMut(web_sys::KeyboardEvent)>::new(move |event: web_sys::KeyboardEvent| {
-            if event.ctrl_key() || event.meta_key() || event.alt_key() {
-                return;
-            }
-            let typing = event
-                .target()
-                .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
-                .is_some_and(|el| {
-                    matches!(el.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT")
+    fn elements(root: &Element, selector: &str) -> Vec<Element> {
+        let Ok(list) = root.query_selector_all(selector) else {
+            return Vec::new();
+        };
+        (0..list.length())
+            .filter_map(|i| list.item(i))
+            .filter_map(|node| node.dyn_into::<Element>().ok())
+            .collect()
+    }
+
+    fn input_value(root: &Element, selector: &str) -> String {
+        root.query_selector(selector)
+            .ok()
+            .flatten()
+            .and_then(|el| el.dyn_into::<HtmlInputElement>().ok())
+            .map(|input| input.value())
+            .unwrap_or_default()
+    }
+
+    /// What pressing `action` would do with what the form holds: the confirmation to ask, if any.
+    fn question(form: &Element, action: &str) -> (Option<String>, bool) {
+        let mut edited_and_run = Vec::new();
+        let mut dropped = Vec::new();
+        let mut any_denied = false;
+        for call in elements(form, "[data-testid=pending-call]") {
+            let tool = call.get_attribute("data-tool").unwrap_or_default();
+            let edited = call
+                .query_selector("textarea")
+                .ok()
+                .flatten()
+                .and_then(|el| el.dyn_into::<HtmlTextAreaElement>().ok())
+                .is_some_and(|area| {
+                    area.value().trim() != area.default_value().unwrap_or_default().trim()
                 });
-            if typing {
-                return;
+            let reason_typed = !input_value(&call, "input[name$='[reason]']")
+                .trim()
+                .is_empty();
+            let denied = match action {
+                "deny_all" => true,
+                "approve_all" => false,
+                _ => input_value(&call, "input[type=radio]:checked") == "deny",
+            };
+            any_denied |= denied;
+            if denied && edited {
+                dropped.push(format!("your edits of {tool}"));
             }
-            let button = match event.key().as_str() {
-                "a" => "approve-all",
-                "d" => "deny-all",
-                _ => return,
-            };
-            let Some(document) = web_sys::window().and_then(|w| w.document()) else {
-                return;
-            };
-            if let Some(button) = document
-                .get_element_by_id(button)
-                .and_then(|el| el.dyn_into::<web_sys::HtmlElement>().ok())
+            if !denied && reason_typed {
+                dropped.push(format!("the reason you typed for {tool}"));
+            }
+            if !denied && edited {
+                edited_and_run.push(tool);
+            }
+        }
+        let shared_reason = !input_value(form, "input[name=reason]").trim().is_empty();
+        if shared_reason && !any_denied {
+            dropped.push("the reason you typed for the whole turn".to_owned());
+        }
+        let mut lines = Vec::new();
+        if action == "approve_all" && !edited_and_run.is_empty() {
+            lines.push(format!(
+                "Approve all runs your edited arguments for {}.",
+                edited_and_run.join(", ")
+            ));
+        }
+        if !dropped.is_empty() {
+            lines.push(format!("This drops {}.", dropped.join(" and ")));
+        }
+        if lines.is_empty() {
+            (None, false)
+        } else {
+            lines.push("Go on?".to_owned());
+            (Some(lines.join("\n")), !dropped.is_empty())
+        }
+    }
+
+    fn on_submit(event: web_sys::SubmitEvent) {
+        let Some(form) = event
+            .target()
+            .and_then(|t| t.dyn_into::<HtmlFormElement>().ok())
+        else {
+            return;
+        };
+        let action = event
+            .submitter()
+            .and_then(|b| b.get_attribute("value"))
+            .unwrap_or_default();
+        let (Some(message), drops) = question(&form, &action) else {
+            return;
+        };
+        let confirmed = web_sys::window()
+            .and_then(|w| w.confirm_with_message(&message).ok())
+            .unwrap_or(false);
+        if !confirmed {
+            event.prevent_default();
+            return;
+        }
+        if drops {
+            if let Some(flag) = form
+                .query_selector("input[name=acknowledge_discard]")
+                .ok()
+                .flatten()
+                .and_then(|el| el.dyn_into::<HtmlInputElement>().ok())
             {
-                event.prevent_default();
-                button.click();
+                flag.set_value("1");
             }
-        });
-    let _ = window.add_event_listener_with_callback("keydown", handler.as_ref().unchecked_ref());
-    handler.forget();
+        }
+    }
+
+    fn on_key(event: web_sys::KeyboardEvent) {
+        if event.ctrl_key() || event.meta_key() || event.alt_key() {
+            return;
+        }
+        let typing = event
+            .target()
+            .and_then(|t| t.dyn_into::<Element>().ok())
+            .is_some_and(|el| {
+                matches!(el.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT")
+                    || el.closest("[contenteditable]").ok().flatten().is_some()
+            });
+        if typing {
+            return;
+        }
+        let button = match event.key().as_str() {
+            "a" => "approve-all",
+            "d" => "deny-all",
+            _ => return,
+        };
+        if let Some(button) = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.get_element_by_id(button))
+            .and_then(|el| el.dyn_into::<HtmlElement>().ok())
+        {
+            event.prevent_default();
+            button.click();
+        }
+    }
+
+    pub fn install(keys: bool) {
+        let Some(document) = web_sys::window().and_then(|w| w.document()) else {
+            return;
+        };
+        let submit = Closure::<dyn FnMut(web_sys::SubmitEvent)>::new(on_submit);
+        if let Some(root) = document.document_element() {
+            for form in elements(&root, "form[data-approval-form]") {
+                let _ = form
+                    .add_event_listener_with_callback("submit", submit.as_ref().unchecked_ref());
+            }
+        }
+        submit.forget();
+        if keys {
+            let key = Closure::<dyn FnMut(web_sys::KeyboardEvent)>::new(on_key);
+            let _ =
+                document.add_event_listener_with_callback("keydown", key.as_ref().unchecked_ref());
+            key.forget();
+        }
+    }
 }

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod app;
+pub mod approval;
 pub mod components;
 pub mod error;
 pub mod islands;

@@ -77,7 +77,7 @@ async fn serve() -> Result<(), String> {
     use leptos::prelude::*;
     use leptos_axum::{generate_route_list, LeptosRoutes};
     use nrllm_playground::app::{shell, App};
-    use nrllm_playground::server::{export, json_body, live, retention, AppState};
+    use nrllm_playground::server::{export, json_body, live, retention, security, AppState};
 
     let settings = load_settings()?;
 
@@ -99,12 +99,17 @@ async fn serve() -> Result<(), String> {
             "/runs/{id}/export.json",
             axum::routing::get(export::run_export),
         )
+        .route(
+            "/runs/{id}/calls/{call_id}/preview.diff",
+            axum::routing::get(export::preview_diff),
+        )
         .leptos_routes(&state, routes, {
             let options = leptos_options.clone();
             move || shell(options.clone())
         })
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
         .layer(axum::middleware::from_fn(json_body::accept_json))
+        .layer(axum::middleware::from_fn(security::security_headers))
         // gzip for clients that accept it: the wasm bundle shrinks to well under half. The
         // default predicate leaves the live step stream (text/event-stream) uncompressed.
         .layer(tower_http::compression::CompressionLayer::new())

@@ -3,6 +3,11 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The longest reason an operator may type, in characters (the runtime refuses longer ones).
+pub const MAX_REASON_CHARS: usize = 2000;
+/// The longest edited-arguments text an operator may send, in characters.
+pub const MAX_EDIT_CHARS: usize = 100_000;
+
 /// A run as listed and as shown in the summary strip.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSummary {
@@ -30,7 +35,7 @@ pub struct RunSummary {
     pub termination_reason: Option<String>,
     pub error_summary: Option<String>,
     pub final_answer: Option<String>,
-    /// "approved by bob at …", once decided.
+    /// "approved by bob at …", once decided (not while the run waits for its next decision).
     pub decision: Option<String>,
     /// Tools of the calls waiting for a decision.
     pub pending_tools: Vec<String>,
@@ -41,7 +46,7 @@ pub struct RunSummary {
 /// One line of a before/after diff.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DiffLine {
-    /// `-` removed, `+` added, ` ` unchanged.
+    /// `-` removed, `+` added, ` ` unchanged, `…` unchanged lines left out between hunks.
     pub op: char,
     pub text: String,
 }
@@ -51,7 +56,12 @@ pub struct DiffLine {
 pub enum PreviewView {
     Change {
         target: String,
+        /// The diff's hunks (empty when it is too large to show).
         lines: Vec<DiffLine>,
+        /// Lines removed plus lines added.
+        changed: usize,
+        /// Where the whole diff can be downloaded, when it is too large to show.
+        download: Option<String>,
     },
     Text {
         text: String,
@@ -73,7 +83,7 @@ pub struct PendingCallView {
     pub preview: Option<PreviewView>,
 }
 
-/// One row of the step list.
+/// One row of the step list: what happened, in one line. Its detail is a [`StepDetail`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepView {
     pub sequence: i64,
@@ -84,8 +94,24 @@ pub struct StepView {
     pub duration_ms: Option<u64>,
     pub tokens: Option<u64>,
     pub ok: bool,
-    /// Detail tabs: (label, text). Text is shown as text, never as HTML.
-    pub tabs: Vec<(String, String)>,
+}
+
+/// One tab of a step's detail. Text is shown as text, never as HTML.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepTab {
+    /// Stable key for links: `arguments`, `result`, `messages`, `transcript`, `tools`, `raw`.
+    pub key: String,
+    pub label: String,
+    pub text: String,
+}
+
+/// The detail of the selected step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepDetail {
+    pub step: StepView,
+    pub tabs: Vec<StepTab>,
+    /// The key of the tab shown.
+    pub selected: String,
 }
 
 /// Everything `/runs/:id` shows.
@@ -93,8 +119,11 @@ pub struct StepView {
 pub struct RunView {
     pub summary: RunSummary,
     pub steps: Vec<StepView>,
+    /// The selected step's detail (the latest step unless another was asked for).
+    pub detail: Option<StepDetail>,
     pub pending: Vec<PendingCallView>,
-    /// Digest of the pending turn, sent back with a decision to detect stale pages.
+    /// Digest of the pending turn and its previews, sent back with a decision: a decision made on
+    /// a page whose turn or previewed targets changed since is refused.
     pub digest: Option<String>,
     pub last_sequence: i64,
 }
@@ -132,6 +161,16 @@ pub struct PlaygroundOptions {
 pub struct ResumeAccepted {
     pub run_id: String,
     pub status: String,
+}
+
+/// A page of the approvals inbox, oldest first; `next_after` continues it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalsPage {
+    pub runs: Vec<RunView>,
+    pub next_after: Option<String>,
+    /// What the inbox can be filtered by.
+    pub configurations: Vec<String>,
+    pub tools: Vec<String>,
 }
 
 /// A page of runs, newest first; `next_before` continues the list.

@@ -1,29 +1,7 @@
-import { test, expect, Page, Browser } from "@playwright/test";
+import { test, expect } from "@playwright/test";
+import { startRun, waitFor } from "../helpers";
 
 // Each test acts on its own page of the demo site, so the tests do not depend on each other.
-
-async function startRun(page: Page, prompt: string): Promise<string> {
-  await page.goto("/");
-  await page.getByLabel("Prompt", { exact: true }).fill(prompt);
-  await page.getByTestId("start-run").click();
-  await page.waitForURL(/\/runs\/[0-9a-f-]{36}$/);
-  return page.url();
-}
-
-/** Waits until the run page shows `testId`, reloading when JavaScript is off (no live updates). */
-async function waitFor(page: Page, testId: string, reload: boolean) {
-  const target = page.getByTestId(testId);
-  for (let i = 0; i < 40; i++) {
-    if (await target.count()) return;
-    if (reload) {
-      await page.waitForTimeout(250);
-      await page.reload();
-    } else {
-      await target.first().waitFor({ timeout: 500 }).catch(() => undefined);
-    }
-  }
-  await expect(target.first()).toBeVisible();
-}
 
 test.describe("with JavaScript", () => {
   test("approve: the page shows the change, the operator approves, the run finishes", async ({ page }) => {
@@ -46,15 +24,15 @@ test.describe("with JavaScript", () => {
     await startRun(page, "Delete the changelog page");
     await waitFor(page, "approval-panel", false);
     await expect(page.getByTestId("pending-call")).toHaveAttribute("data-tool", "delete_page");
-    await page.getByLabel("Reason (shown to the model when you deny all)").fill("we still link to it");
+    await page.getByLabel(/^Reason for every denied call/).fill("we still link to it");
     await page.getByRole("button", { name: "Deny all (d)" }).click();
     await waitFor(page, "final-answer", false);
     await expect(page.getByTestId("final-answer")).toContainText("we still link to it");
     const denied = page.getByTestId("step").filter({ hasText: "delete_page: denied" });
     await expect(denied).toHaveCount(1);
-    await denied.locator("summary").click();
-    await denied.getByText("Result", { exact: true }).click();
-    await expect(denied.getByText("denied by the operator: we still link to it", { exact: true })).toBeVisible();
+    await denied.getByRole("link").click();
+    await page.getByTestId("step-detail").getByRole("link", { name: "Result" }).click();
+    await expect(page.getByTestId("detail-text")).toHaveText("denied by the operator: we still link to it");
   });
 
   test("per-call decisions: approve one call of the turn, deny the other", async ({ page }) => {
@@ -76,8 +54,7 @@ test.describe("with JavaScript", () => {
     const url = await startRun(page, 'Rename the pricing page to "Prices"');
     await waitFor(page, "approval-panel", false);
     const call = page.getByTestId("pending-call");
-    await call.getByLabel("Approve with edited arguments").check();
-    const args = call.getByLabel("Edited arguments (JSON, used with “edited”)");
+    const args = call.getByLabel(/^Arguments it runs with/);
     await args.fill('{"slug": "pricing", "title": 42}');
     await page.getByRole("button", { name: "Apply the choices above" }).click();
     await expect(page.getByTestId("error-banner")).toContainText("field `title`");
@@ -85,8 +62,7 @@ test.describe("with JavaScript", () => {
     expect(page.url().split("?")[0]).toBe(url);
 
     const again = page.getByTestId("pending-call");
-    await again.getByLabel("Approve with edited arguments").check();
-    await again.getByLabel("Edited arguments (JSON, used with “edited”)").fill('{"slug": "pricing", "title": "Our prices"}');
+    await again.getByLabel(/^Arguments it runs with/).fill('{"slug": "pricing", "title": "Our prices"}');
     await page.getByRole("button", { name: "Apply the choices above" }).click();
     await waitFor(page, "final-answer", false);
     await expect(page.getByTestId("final-answer")).toContainText('"Pricing" → "Our prices"');
@@ -217,7 +193,7 @@ test.describe("the approvals inbox", () => {
     const item = page.getByTestId("inbox-item").filter({ hasText: "Change the body of the home page" });
     await expect(item).toHaveCount(1);
     await expect(item.getByTestId("inbox-tools")).toHaveText("update_page");
-    await item.getByRole("button", { name: "Approve" }).click();
+    await item.getByRole("button", { name: "Approve all" }).click();
     await page.waitForURL(url);
     await waitFor(page, "final-answer", false);
     await expect(page.getByTestId("final-answer")).toContainText("body changed");

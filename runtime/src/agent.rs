@@ -4,6 +4,7 @@
 //! an error. `resume` applies an operator's decision to the pending turn and continues without
 //! re-assembly; counters carry on, so totals span the whole run, and a resumed run may suspend again.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,6 +15,7 @@ use serde_json::Value;
 use crate::assembly::{assemble, Skill};
 use crate::decision::{refusal_text, Choice, Decision, DecisionError};
 use crate::events::{CallChoice, Event, EventSink};
+use crate::preview::{preview_pending, CallPreview};
 use crate::provider::{
     ChatRequest, ChatResponse, Provider, ProviderError, RetryNotice, ToolChoice,
 };
@@ -41,6 +43,9 @@ pub struct RunContext {
     pub run_id: String,
     /// The requester on `run`; the deciding operator on `resume`.
     pub actor: String,
+    /// On `resume`: the preview basis each call was approved against, by call id (the tool
+    /// refuses to write if its target no longer has it).
+    pub approved_bases: BTreeMap<String, String>,
 }
 
 /// One tool call answered during this segment of the loop.
@@ -119,6 +124,12 @@ pub trait ToolLoopService: Send + Sync {
     /// Checks `decision` against `state` without doing anything (so a caller can refuse a bad
     /// decision before claiming the run).
     fn check_decision(&self, state: &SuspendedState, decision: &Decision) -> Result<(), LoopError>;
+
+    /// The previews of the pending turn's gated calls, as the operator sees them. A loop whose
+    /// tools have no previews need not say.
+    async fn preview(&self, _state: &SuspendedState, _run_id: &str) -> Vec<CallPreview> {
+        Vec::new()
+    }
 }
 
 /// The loop over one provider and one tool registry.
@@ -138,9 +149,12 @@ impl ToolLoop {
     }
 
     /// Rounds until the model answers without tools, a turn needs approval, or the cap is hit.
+    /// `recorded` is how many messages of the transcript earlier `request` events hold already.
+    #[allow(clippy::too_many_arguments)]
     async fn drive(
         &self,
         mut messages: Vec<Message>,
+        mut recorded: usize,
         mut counters: Counters,
         settings: RunSettings,
         ctx: &RunContext,
@@ -163,13 +177,14 @@ impl ToolLoop {
             let response = self
                 .ask(
                     round,
-                    &messages,
+                    (&messages, recorded),
                     (gate.specs(), choice),
                     &settings,
                     &mut counters,
                     sink,
                 )
                 .await?;
+            recorded = messages.len();
 
             if capped || response.tool_calls.is_empty() {
                 let content = response.content.unwrap_or_default();
@@ -208,6 +223,7 @@ impl ToolLoop {
                     gated,
                     counters,
                     settings,
+                    recorded_messages: recorded,
                 }));
             }
             for call in &calls {
@@ -225,15 +241,17 @@ impl ToolLoop {
     async fn ask(
         &self,
         round: u32,
-        messages: &[Message],
+        (messages, recorded): (&[Message], usize),
         (tools, tool_choice): (Vec<crate::tool::ToolSpec>, ToolChoice),
         settings: &RunSettings,
         counters: &mut Counters,
         sink: &dyn EventSink,
     ) -> Result<ChatResponse, LoopError> {
+        let first = recorded.min(messages.len());
         sink.emit(Event::Request {
             round,
-            messages: messages.to_vec(),
+            first: Some(first),
+            messages: messages[first..].to_vec(),
             tools_offered: match tool_choice {
                 ToolChoice::Auto => tools.iter().map(|t| t.name.clone()).collect(),
                 ToolChoice::Disabled => Vec::new(),
@@ -329,6 +347,7 @@ impl ToolLoop {
                     run_id: ctx.run_id.clone(),
                     actor: ctx.actor.clone(),
                     call_id: call.id.clone(),
+                    approved_basis: ctx.approved_bases.get(&call.id).cloned(),
                 };
                 let outcome = match arguments {
                     Ok(arguments) => tool.execute(&arguments, &tool_ctx).await,
@@ -396,6 +415,7 @@ impl ToolLoopService for ToolLoop {
         });
         self.drive(
             assembly.messages,
+            0,
             Counters::default(),
             input.settings,
             ctx,
@@ -417,6 +437,7 @@ impl ToolLoopService for ToolLoop {
         let gate = self.gate(&state.settings);
         let choices = decision.resolve(&state.pending, &gate)?;
         sink.emit(Event::ApprovalDecided {
+            round: Some(state.counters.iterations),
             decided_by: ctx.actor.clone(),
             choices: state
                 .pending
@@ -426,6 +447,8 @@ impl ToolLoopService for ToolLoop {
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
                     choice: choice.clone(),
+                    original_arguments: matches!(choice, Choice::ApproveEdited { .. })
+                        .then(|| call.arguments.clone()),
                 })
                 .collect(),
         });
@@ -442,6 +465,7 @@ impl ToolLoopService for ToolLoop {
         }
         self.drive(
             messages,
+            state.recorded_messages,
             counters,
             state.settings.clone(),
             ctx,
@@ -455,6 +479,10 @@ impl ToolLoopService for ToolLoop {
         state.check()?;
         decision.resolve(&state.pending, &self.gate(&state.settings))?;
         Ok(())
+    }
+
+    async fn preview(&self, state: &SuspendedState, run_id: &str) -> Vec<CallPreview> {
+        preview_pending(&self.gate(&state.settings), state, run_id).await
     }
 }
 

@@ -2,6 +2,12 @@
 //! approve with edited arguments, deny with a reason). A decision is checked against the pending
 //! turn before anything happens: it must answer every pending call exactly once, and edited
 //! arguments must fit the tool's schema.
+//!
+//! An approval form arrives as a [`Submission`]: the button pressed and everything the form held
+//! (each call's argument text and reason, the reason for all). [`Submission::resolve`] turns it
+//! into the [`Decision`] the form *showed*: changed argument text is an edit, a reason goes to the
+//! call it was typed for, and a button that would drop typed text is refused unless the operator
+//! acknowledged that.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -61,6 +67,8 @@ pub enum DecisionError {
     MissingCall { call_id: String, tool: String },
     #[error("the decision names call `{call_id}` twice")]
     DuplicateCall { call_id: String },
+    #[error("the choice `{choice}` for call `{call_id}` is not approve, deny or edit")]
+    InvalidChoice { call_id: String, choice: String },
     #[error("the edited arguments for `{tool}` are not valid: field `{field}`: {message}")]
     InvalidArguments {
         call_id: String,
@@ -70,6 +78,17 @@ pub enum DecisionError {
     },
     #[error("the reason is longer than {MAX_REASON_CHARS} characters")]
     ReasonTooLong,
+    /// Arguments the operator edited are not JSON; nothing was decided.
+    #[error("the edited arguments of {tool} ({call_id}) are not valid JSON: {message}")]
+    EditNotJson {
+        call_id: String,
+        tool: String,
+        message: String,
+    },
+    /// The button pressed would drop text the operator typed; nothing was decided. Submitting
+    /// again with `acknowledge_discard` (the page asks first) decides anyway.
+    #[error("nothing was decided: {0}")]
+    WouldDiscard(String),
 }
 
 /// The refusal result the model reads for a denied call.
@@ -77,6 +96,157 @@ pub fn refusal_text(reason: Option<&str>) -> String {
     match reason.map(str::trim).filter(|reason| !reason.is_empty()) {
         Some(reason) => format!("denied by the operator: {reason}"),
         None => "denied by the operator (no reason given)".to_owned(),
+    }
+}
+
+/// The button an approval form was submitted with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    ApproveAll,
+    DenyAll,
+    /// Each call as its own choice says.
+    PerCall,
+}
+
+/// One call's part of a submitted form.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmittedCall {
+    pub call_id: String,
+    /// `approve`, `deny` or `edit` (the per-call choice; read with [`Action::PerCall`]).
+    #[serde(default)]
+    pub choice: Option<String>,
+    /// The argument text as the form holds it (the model's arguments unless the operator edited
+    /// them).
+    #[serde(default)]
+    pub arguments: Option<String>,
+    /// The reason typed beside this call.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// An approval form as submitted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submission {
+    pub action: Action,
+    /// The reason typed for the whole turn.
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub calls: Vec<SubmittedCall>,
+    /// The operator was told which typed text this button drops, and went on.
+    #[serde(default)]
+    pub acknowledge_discard: bool,
+}
+
+fn typed(text: &Option<String>) -> Option<&str> {
+    text.as_deref().map(str::trim).filter(|t| !t.is_empty())
+}
+
+/// The edit a call's submitted argument text amounts to: `None` when it says what the model
+/// said (the same JSON value, or the same text), else the new arguments.
+fn edit_of(call: &ToolCall, text: Option<&str>) -> Result<Option<Value>, DecisionError> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    if text.trim() == call.arguments.trim() {
+        return Ok(None);
+    }
+    let edited: Value = serde_json::from_str(text).map_err(|err| DecisionError::EditNotJson {
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        message: err.to_string(),
+    })?;
+    match call.parsed_arguments() {
+        Ok(original) if original == edited => Ok(None),
+        _ => Ok(Some(edited)),
+    }
+}
+
+impl Submission {
+    /// The decision this form showed for `pending`: see the module documentation.
+    pub fn resolve(&self, pending: &[ToolCall]) -> Result<Decision, DecisionError> {
+        let pending_ids: BTreeSet<&str> = pending.iter().map(|c| c.id.as_str()).collect();
+        let mut by_id: BTreeMap<&str, &SubmittedCall> = BTreeMap::new();
+        for submitted in &self.calls {
+            if !pending_ids.contains(submitted.call_id.as_str()) {
+                return Err(DecisionError::UnknownCall {
+                    call_id: submitted.call_id.clone(),
+                });
+            }
+            if by_id.insert(&submitted.call_id, submitted).is_some() {
+                return Err(DecisionError::DuplicateCall {
+                    call_id: submitted.call_id.clone(),
+                });
+            }
+        }
+        let shared_reason = typed(&self.reason);
+        let mut dropped: Vec<String> = Vec::new();
+        let mut any_denied = false;
+        let mut calls = Vec::with_capacity(pending.len());
+        for call in pending {
+            let submitted = by_id.get(call.id.as_str());
+            let own_reason = submitted.and_then(|s| typed(&s.reason));
+            let edit = edit_of(call, submitted.and_then(|s| s.arguments.as_deref()))?;
+            let deny = match self.action {
+                Action::ApproveAll => false,
+                Action::DenyAll => true,
+                Action::PerCall => {
+                    match submitted.and_then(|s| s.choice.as_deref()).map(str::trim) {
+                        Some("deny") => true,
+                        Some("approve") | Some("edit") => false,
+                        Some(other) => {
+                            return Err(DecisionError::InvalidChoice {
+                                call_id: call.id.clone(),
+                                choice: other.to_owned(),
+                            })
+                        }
+                        None => {
+                            return Err(DecisionError::MissingCall {
+                                call_id: call.id.clone(),
+                                tool: call.name.clone(),
+                            })
+                        }
+                    }
+                }
+            };
+            let choice = if deny {
+                any_denied = true;
+                if edit.is_some() {
+                    dropped.push(format!("the edited arguments of {}", call.name));
+                }
+                Choice::Deny {
+                    reason: own_reason.or(shared_reason).map(str::to_owned),
+                }
+            } else {
+                if own_reason.is_some() {
+                    dropped.push(format!("the reason typed for {}", call.name));
+                }
+                match edit {
+                    Some(arguments) => Choice::ApproveEdited { arguments },
+                    None => Choice::Approve,
+                }
+            };
+            calls.push(CallDecision {
+                call_id: call.id.clone(),
+                choice,
+            });
+        }
+        if shared_reason.is_some() && !any_denied {
+            dropped.push("the reason typed for the whole turn".to_owned());
+        }
+        if !dropped.is_empty() && !self.acknowledge_discard {
+            let button = match self.action {
+                Action::ApproveAll => "Approve all",
+                Action::DenyAll => "Deny all",
+                Action::PerCall => "these choices",
+            };
+            return Err(DecisionError::WouldDiscard(format!(
+                "{button} would drop {}. Clear it, or choose per call, and decide again.",
+                dropped.join(" and ")
+            )));
+        }
+        Ok(Decision::PerCall { calls })
     }
 }
 
@@ -189,6 +359,183 @@ mod tests {
                 {"call_id": "b", "choice": "deny", "reason": "no"}]})
         );
         assert_eq!(serde_json::from_value::<Decision>(value).unwrap(), decision);
+    }
+
+    fn turn() -> Vec<ToolCall> {
+        vec![
+            ToolCall::new("a", "update_page", &json!({"slug": "home", "title": "Hi"})),
+            ToolCall::new("b", "send_message", &json!({"to": "x", "body": "y"})),
+        ]
+    }
+
+    fn submitted(
+        call_id: &str,
+        choice: &str,
+        arguments: Option<&str>,
+        reason: &str,
+    ) -> SubmittedCall {
+        SubmittedCall {
+            call_id: call_id.into(),
+            choice: Some(choice.into()),
+            arguments: arguments.map(str::to_owned),
+            reason: Some(reason.into()),
+        }
+    }
+
+    fn submission(action: Action, calls: Vec<SubmittedCall>) -> Submission {
+        Submission {
+            action,
+            reason: None,
+            calls,
+            acknowledge_discard: false,
+        }
+    }
+
+    fn choices(decision: Decision) -> Vec<Choice> {
+        match decision {
+            Decision::PerCall { calls } => calls.into_iter().map(|c| c.choice).collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn changed_argument_text_is_an_edit_whichever_approving_button_is_pressed() {
+        let pending = turn();
+        // The form shows the arguments pretty-printed: the same value is no edit.
+        let same = "{\n  \"body\": \"y\",\n  \"to\": \"x\"\n}";
+        let edited = r#"{"slug": "home", "title": "Hello"}"#;
+        for action in [Action::ApproveAll, Action::PerCall] {
+            let decision = submission(
+                action,
+                vec![
+                    submitted("a", "approve", Some(edited), ""),
+                    submitted("b", "approve", Some(same), ""),
+                ],
+            )
+            .resolve(&pending)
+            .unwrap();
+            assert_eq!(
+                choices(decision),
+                [
+                    Choice::ApproveEdited {
+                        arguments: json!({"slug": "home", "title": "Hello"})
+                    },
+                    Choice::Approve
+                ],
+                "{action:?}"
+            );
+        }
+        let not_json = submission(
+            Action::ApproveAll,
+            vec![submitted("a", "approve", Some("{oops"), "")],
+        )
+        .resolve(&pending)
+        .unwrap_err();
+        assert!(
+            matches!(&not_json, DecisionError::EditNotJson { call_id, tool, .. } if call_id == "a" && tool == "update_page"),
+            "{not_json:?}"
+        );
+    }
+
+    #[test]
+    fn deny_all_gives_each_call_its_own_reason_or_the_shared_one() {
+        let mut form = submission(
+            Action::DenyAll,
+            vec![
+                submitted("a", "approve", None, "  not today "),
+                submitted("b", "approve", None, ""),
+            ],
+        );
+        form.reason = Some("ask first".into());
+        assert_eq!(
+            choices(form.resolve(&turn()).unwrap()),
+            [
+                Choice::Deny {
+                    reason: Some("not today".into())
+                },
+                Choice::Deny {
+                    reason: Some("ask first".into())
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_button_that_would_drop_typed_text_is_refused_until_acknowledged() {
+        let pending = turn();
+        let cases = [
+            // A reason typed for a call that Approve all approves.
+            (
+                Action::ApproveAll,
+                vec![submitted("a", "approve", None, "careful")],
+                None,
+                "the reason typed for update_page",
+            ),
+            // Edits of a call that is denied.
+            (
+                Action::DenyAll,
+                vec![submitted("a", "approve", Some(r#"{"slug": "x"}"#), "")],
+                None,
+                "the edited arguments of update_page",
+            ),
+            // A shared reason when nothing is denied.
+            (
+                Action::PerCall,
+                vec![
+                    submitted("a", "approve", None, ""),
+                    submitted("b", "approve", None, ""),
+                ],
+                Some("why"),
+                "the reason typed for the whole turn",
+            ),
+        ];
+        for (action, calls, reason, named) in cases {
+            let mut form = submission(action, calls);
+            form.reason = reason.map(str::to_owned);
+            let err = form.resolve(&pending).unwrap_err();
+            assert!(
+                matches!(&err, DecisionError::WouldDiscard(text) if text.contains(named)),
+                "{action:?}: {err}"
+            );
+            form.acknowledge_discard = true;
+            assert!(form.resolve(&pending).is_ok(), "{action:?}");
+        }
+    }
+
+    #[test]
+    fn per_call_forms_must_answer_every_call_with_a_known_choice() {
+        let pending = turn();
+        let missing = submission(Action::PerCall, vec![submitted("a", "approve", None, "")])
+            .resolve(&pending)
+            .unwrap_err();
+        assert!(
+            matches!(missing, DecisionError::MissingCall { ref call_id, .. } if call_id == "b")
+        );
+        let unknown = submission(Action::PerCall, vec![submitted("z", "approve", None, "")])
+            .resolve(&pending)
+            .unwrap_err();
+        assert!(matches!(unknown, DecisionError::UnknownCall { .. }));
+        let bad = submission(
+            Action::PerCall,
+            vec![
+                submitted("a", "maybe", None, ""),
+                submitted("b", "deny", None, "no"),
+            ],
+        )
+        .resolve(&pending)
+        .unwrap_err();
+        assert!(
+            matches!(bad, DecisionError::InvalidChoice { ref choice, .. } if choice == "maybe")
+        );
+        // Approve all needs no per-call part at all (a JSON client's plain approval).
+        assert_eq!(
+            choices(
+                submission(Action::ApproveAll, vec![])
+                    .resolve(&pending)
+                    .unwrap()
+            ),
+            [Choice::Approve, Choice::Approve]
+        );
     }
 
     #[test]

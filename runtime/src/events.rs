@@ -25,6 +25,12 @@ pub enum Event {
     /// A request is about to go to the provider.
     Request {
         round: u32,
+        /// Where `messages` start in the transcript sent. Each request records only the messages
+        /// new since the previous one, so a run's stored size grows with its length, not with
+        /// its length squared; [`transcript_at`] rebuilds the whole transcript. Absent in runs
+        /// recorded before: there `messages` is the whole transcript.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        first: Option<usize>,
         messages: Vec<Message>,
         tools_offered: Vec<String>,
     },
@@ -77,6 +83,9 @@ pub enum Event {
     },
     /// An operator decided.
     ApprovalDecided {
+        /// The round whose turn was decided (absent in runs recorded before it was kept).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        round: Option<u32>,
         decided_by: String,
         choices: Vec<CallChoice>,
     },
@@ -106,6 +115,7 @@ impl Event {
             | Event::ProviderRetry { round, .. }
             | Event::Tool { round, .. }
             | Event::ApprovalRequested { round, .. } => Some(*round),
+            Event::ApprovalDecided { round, .. } => *round,
             _ => None,
         }
     }
@@ -127,6 +137,9 @@ pub struct CallChoice {
     pub call_id: String,
     pub tool: String,
     pub choice: Choice,
+    /// With an edit: the arguments the model had given, so the step can show what changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_arguments: Option<String>,
 }
 
 /// Where the loop sends its events. Emitting never fails the loop: a sink that persists buffers
@@ -165,4 +178,20 @@ pub struct NullSink;
 
 impl EventSink for NullSink {
     fn emit(&self, _event: Event) {}
+}
+
+/// The whole transcript sent by the last `request` among `events` (in order), rebuilt from each
+/// request's new messages.
+pub fn transcript_at<'a>(events: impl IntoIterator<Item = &'a Event>) -> Vec<Message> {
+    let mut transcript: Vec<Message> = Vec::new();
+    for event in events {
+        if let Event::Request {
+            first, messages, ..
+        } = event
+        {
+            transcript.truncate(first.unwrap_or(0));
+            transcript.extend(messages.iter().cloned());
+        }
+    }
+    transcript
 }

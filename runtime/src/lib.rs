@@ -11,6 +11,8 @@ pub mod db;
 pub mod decision;
 pub mod demo;
 pub mod events;
+pub mod hash;
+pub mod preview;
 pub mod provider;
 pub mod providers;
 pub mod registry;

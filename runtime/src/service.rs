@@ -6,13 +6,15 @@
 //! with the segment's closing transition, so a run's rows and its events never disagree. A
 //! [`RunListener`] sees each event at once, for live views.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
 use crate::agent::{LoopError, LoopOutcome, RunContext, RunInput, ToolLoopService};
-use crate::decision::{Choice, Decision, DecisionError};
+use crate::decision::{Choice, Decision, DecisionError, Submission};
 use crate::events::{Event, EventSink};
+use crate::preview::{check_digest, pending_digest, CallPreview, DigestCheck};
 use crate::provider::Usage;
 use crate::state::{Counters, SuspendedState};
 use crate::store::{
@@ -76,6 +78,9 @@ pub enum ResumeError {
     /// The decision was made on a page that showed another pending turn.
     #[error("this decision was made on an outdated page: the run's pending calls have changed; reload and decide again")]
     Stale,
+    /// The target of these calls changed after the operator saw its preview; nothing ran.
+    #[error("what {} would change has changed since you looked, so nothing was run: check the new preview and decide again", .0.join(", "))]
+    TargetChanged(Vec<String>),
     #[error(transparent)]
     InvalidDecision(#[from] DecisionError),
     /// The stored state could not be read; the run is now failed and the state kept for inspection.
@@ -99,6 +104,16 @@ pub struct ClaimedRun {
     decision: Decision,
     decided_by: String,
     verdict: Verdict,
+    /// Each approved call's preview basis, by call id, as taken at the claim.
+    approved_bases: BTreeMap<String, String>,
+}
+
+/// A waiting run's pending turn with its previews and digest ([`RunService::pending`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingTurn {
+    pub state: SuspendedState,
+    pub previews: Vec<CallPreview>,
+    pub digest: String,
 }
 
 /// "already decided (approved) at <time>" or why else the run is not waiting.
@@ -145,27 +160,6 @@ pub enum ServiceError {
     Configuration(String),
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-/// A digest of a waiting run's pending turn, as shown on a page: a decision carrying another digest
-/// was made on a stale page.
-pub fn pending_digest(run_id: Uuid, version: i64, state: &SuspendedState) -> String {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    hasher.update(run_id.as_bytes());
-    hasher.update(version.to_be_bytes());
-    for call in &state.pending {
-        hasher.update(call.id.as_bytes());
-        hasher.update([0]);
-        hasher.update(call.name.as_bytes());
-        hasher.update([0]);
-        hasher.update(call.arguments.as_bytes());
-        hasher.update([0]);
-    }
-    hasher.finalize()[..12]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The verdict a decision amounts to.
@@ -311,6 +305,7 @@ impl RunService {
         let ctx = RunContext {
             run_id: run.id.to_string(),
             actor: run.requested_by.clone(),
+            ..RunContext::default()
         };
         let outcome = match self.loops.tool_loop(&configuration) {
             Ok(tool_loop) => {
@@ -349,14 +344,61 @@ impl RunService {
         Ok(self.continue_claimed(claimed).await?)
     }
 
+    /// A waiting run's pending turn as an operator sees it: the state, each call's preview and
+    /// the digest a decision on this view must carry. `None` for a run that is not waiting, or
+    /// whose state or configuration cannot be read (the claim explains those).
+    pub async fn pending(&self, run: &RunRecord) -> Option<PendingTurn> {
+        if run.status != RunStatus::WaitingForApproval {
+            return None;
+        }
+        let state = SuspendedState::from_json(run.suspended_state.as_deref()?).ok()?;
+        let tool_loop = self.loops.tool_loop(run.configuration.as_ref()?).ok()?;
+        let previews = tool_loop.preview(&state, &run.id.to_string()).await;
+        let digest = pending_digest(run.id, run.version, &state, &previews);
+        Some(PendingTurn {
+            state,
+            previews,
+            digest,
+        })
+    }
+
     /// Checks a decision against a waiting run and claims the run for it. `digest`, when given,
-    /// must match the pending turn the operator saw ([`pending_digest`]). Every refusal leaves the
-    /// run as it was (except a corrupted state, which fails the run). After `Ok`, this caller alone
-    /// continues the run.
+    /// must match the turn and previews the operator saw ([`PendingTurn::digest`]). Every refusal
+    /// leaves the run as it was (except a corrupted state, which fails the run). After `Ok`, this
+    /// caller alone continues the run.
     pub async fn claim(
         &self,
         id: Uuid,
         decision: &Decision,
+        decided_by: &str,
+        digest: Option<&str>,
+    ) -> Result<ClaimedRun, ResumeError> {
+        self.claim_with(id, |_| Ok(decision.clone()), decided_by, digest)
+            .await
+    }
+
+    /// [`RunService::claim`] for a submitted approval form: the decision is what the form showed
+    /// for the pending turn ([`Submission::resolve`]).
+    pub async fn claim_submission(
+        &self,
+        id: Uuid,
+        submission: &Submission,
+        decided_by: &str,
+        digest: Option<&str>,
+    ) -> Result<ClaimedRun, ResumeError> {
+        self.claim_with(
+            id,
+            |state| submission.resolve(&state.pending),
+            decided_by,
+            digest,
+        )
+        .await
+    }
+
+    async fn claim_with(
+        &self,
+        id: Uuid,
+        decide: impl FnOnce(&SuspendedState) -> Result<Decision, DecisionError>,
         decided_by: &str,
         digest: Option<&str>,
     ) -> Result<ClaimedRun, ResumeError> {
@@ -397,22 +439,32 @@ impl RunService {
                 };
             }
         };
-        if let Some(digest) = digest {
-            if digest != pending_digest(id, run.version, &state) {
-                return Err(ResumeError::Stale);
-            }
-        }
         let tool_loop = self
             .loops
             .tool_loop(&configuration)
             .map_err(ResumeError::Unavailable)?;
+        // The previews are taken again now: their bases say whether the targets still are what
+        // the operator saw, and each approved call's tool checks its basis again before it writes.
+        let previews = tool_loop.preview(&state, &id.to_string()).await;
+        if let Some(digest) = digest {
+            match check_digest(
+                digest,
+                &pending_digest(id, run.version, &state, &previews),
+                &previews,
+            ) {
+                DigestCheck::Same => {}
+                DigestCheck::TurnChanged => return Err(ResumeError::Stale),
+                DigestCheck::TargetChanged(tools) => return Err(ResumeError::TargetChanged(tools)),
+            }
+        }
+        let decision = decide(&state)?;
         // A bad decision is refused before the claim: the run stays waiting.
-        match tool_loop.check_decision(&state, decision) {
+        match tool_loop.check_decision(&state, &decision) {
             Err(LoopError::Decision(err)) => return Err(err.into()),
             Err(_) => return Err(ResumeError::StateCorrupted),
             Ok(()) => {}
         }
-        let verdict = verdict_of(decision);
+        let verdict = verdict_of(&decision);
         let version = match self
             .store
             .claim_for_resume(id, run.version, decided_by, verdict, now_ms())
@@ -422,6 +474,10 @@ impl RunService {
             Claim::Lost(winner) => return Err(ResumeError::NotWaiting(winner)),
         };
         self.notify_status(id, RunStatus::Running);
+        let approved_bases = previews
+            .iter()
+            .filter_map(|p| Some((p.call_id.clone(), p.basis()?.to_owned())))
+            .collect();
         Ok(ClaimedRun {
             id,
             version,
@@ -429,9 +485,10 @@ impl RunService {
             state,
             configuration,
             tool_loop,
-            decision: decision.clone(),
+            decision,
             decided_by: decided_by.to_owned(),
             verdict,
+            approved_bases,
         })
     }
 
@@ -442,6 +499,7 @@ impl RunService {
         let ctx = RunContext {
             run_id: id.to_string(),
             actor: claimed.decided_by.clone(),
+            approved_bases: claimed.approved_bases.clone(),
         };
         let outcome = claimed
             .tool_loop

@@ -80,11 +80,27 @@ pub struct SiteStats {
     pub messages: i64,
 }
 
-/// Who makes a change: the operator (and the run) it is recorded against.
+/// Who makes a change: the operator (and the run) it is recorded against, and what they saw.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Author {
     pub actor: String,
     pub run_id: Option<String>,
+    /// The page's [`page_basis`] when the operator approved the change. If the page has changed
+    /// since, the change is refused ([`SiteError::Changed`]) and nothing is written.
+    pub approved_basis: Option<String>,
+}
+
+/// The version of a page that a preview was computed from: its slug and a hash of its content
+/// (`absent` when there is no such page). Equal bases mean the preview's diff is still exact.
+pub fn page_basis(slug: &str, page: Option<&Page>) -> String {
+    match page {
+        None => format!("page:{slug}@absent"),
+        Some(page) => {
+            let parts = [page.title.as_str(), &page.body, page.status.as_str()];
+            let hash = crate::hash::short_hash(parts.iter().map(|p| p.as_bytes()), 8);
+            format!("page:{slug}@{hash}")
+        }
+    }
 }
 
 /// A failed site operation. `NotFound` and `AlreadyExists` are answers the model may read.
@@ -94,6 +110,8 @@ pub enum SiteError {
     NotFound(String),
     #[error("a page with slug `{0}` already exists")]
     AlreadyExists(String),
+    #[error("the page `{0}` changed after the operator approved this change; nothing was written")]
+    Changed(String),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
 }
@@ -344,6 +362,15 @@ impl SiteStore {
         .fetch_optional(&mut *tx)
         .await?;
         let before = row.as_ref().map(read_page).transpose()?;
+        // The operator approved a diff of the page as it was then; a page that changed since is
+        // not touched. (A basis of another target, after an edit of the slug, says nothing here.)
+        if let Some(approved) = &author.approved_basis {
+            let current = page_basis(slug, before.as_ref());
+            let same_target = approved.split('@').next() == current.split('@').next();
+            if same_target && *approved != current {
+                return Err(SiteError::Changed(slug.to_owned()));
+            }
+        }
         let after = change(before.clone())?;
         match (&before, &after) {
             (None, Some(page)) => {

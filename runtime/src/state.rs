@@ -59,6 +59,10 @@ pub struct SuspendedState {
     pub gated: Vec<String>,
     pub counters: Counters,
     pub settings: RunSettings,
+    /// How many messages of `messages` the run's `request` events hold already (0 in states
+    /// saved before this was kept: the next request then records the whole transcript).
+    #[serde(default)]
+    pub recorded_messages: usize,
 }
 
 /// Why stored state could not be read back.
@@ -148,6 +152,7 @@ mod tests {
                 tool_calls: 0,
             },
             settings: RunSettings::default(),
+            recorded_messages: 1,
         }
     }
 

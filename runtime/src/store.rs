@@ -243,6 +243,18 @@ pub struct RunFilter {
     pub limit: u32,
 }
 
+/// Which waiting runs to list (the approvals inbox), oldest first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WaitingFilter {
+    /// Only runs of this configuration.
+    pub provider: Option<String>,
+    /// Only runs whose pending turn calls this tool.
+    pub tool: Option<String>,
+    /// Runs after this one in the inbox's order: (`updated_at_ms`, id) of the last run seen.
+    pub after: Option<(i64, Uuid)>,
+    pub limit: u32,
+}
+
 /// What the purge removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PurgeReport {
@@ -323,7 +335,7 @@ pub trait RunStore: Send + Sync {
     /// Runs, newest first.
     async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;
     /// Waiting runs, oldest first (the approvals inbox).
-    async fn waiting(&self, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
+    async fn waiting(&self, filter: &WaitingFilter) -> Result<Vec<RunRecord>, StoreError>;
     /// A run's events with a sequence above `after`, in order.
     async fn events(&self, id: Uuid, after: i64) -> Result<Vec<StoredEvent>, StoreError>;
     /// Deletes terminal runs finished before `terminal_before_ms` and waiting runs last changed
@@ -445,6 +457,16 @@ async fn insert_events(
     Ok(())
 }
 
+/// The `pending_tools` column of a suspended run: `,tool_a,tool_b,` (see the migration).
+fn pending_tools(state: &SuspendedState) -> String {
+    let mut text = String::from(",");
+    for call in &state.pending {
+        text.push_str(&call.name);
+        text.push(',');
+    }
+    text
+}
+
 fn last_sequence(events: &[SequencedEvent]) -> Option<i64> {
     events.iter().map(|e| e.sequence).max()
 }
@@ -503,13 +525,14 @@ impl RunStore for SqlRunStore {
             .map_err(|err| StoreError::Corrupt(err.to_string()))?;
         sqlx::query(
             "INSERT INTO agent_run (id, status, configuration, requested_by, truncated, version, last_sequence, \
-             created_at_ms, updated_at_ms, started_at_ms) VALUES ($1, $2, $3, $4, 0, 0, 0, $5, $5, $5)",
+             created_at_ms, updated_at_ms, started_at_ms, provider) VALUES ($1, $2, $3, $4, 0, 0, 0, $5, $5, $5, $6)",
         )
         .bind(run.id.to_string())
         .bind(RunStatus::Running.as_str())
         .bind(configuration)
         .bind(&run.requested_by)
         .bind(now_ms)
+        .bind(&run.configuration.provider)
         .execute(self.db.pool())
         .await?;
         self.committed();
@@ -529,7 +552,7 @@ impl RunStore for SqlRunStore {
             "UPDATE agent_run SET status = $1, suspended_state = $2, iterations = $3, tool_calls = $4, \
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, \
              last_sequence = CASE WHEN $8 > last_sequence THEN $8 ELSE last_sequence END, \
-             version = version + 1, updated_at_ms = $9 \
+             version = version + 1, updated_at_ms = $9, pending_tools = $13 \
              WHERE id = $10 AND status = $11 AND version = $12",
         )
         .bind(RunStatus::WaitingForApproval.as_str())
@@ -544,6 +567,7 @@ impl RunStore for SqlRunStore {
         .bind(id.to_string())
         .bind(RunStatus::Running.as_str())
         .bind(version)
+        .bind(pending_tools(state))
         .execute(&mut *tx)
         .await?;
         self.close_transition(tx, updated.rows_affected(), id, version, events)
@@ -721,12 +745,22 @@ impl RunStore for SqlRunStore {
         rows.iter().map(read_run).collect()
     }
 
-    async fn waiting(&self, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+    async fn waiting(&self, filter: &WaitingFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let (after_ms, after_id) = filter
+            .after
+            .map(|(ms, id)| (ms, id.to_string()))
+            .unwrap_or((i64::MIN, String::new()));
         let rows = sqlx::query(&format!(
             "SELECT {RUN_COLUMNS} FROM agent_run WHERE status = 'waiting_for_approval' \
-             ORDER BY updated_at_ms ASC, id ASC LIMIT $1"
+             AND ($1 IS NULL OR provider = $1) AND ($2 IS NULL OR pending_tools LIKE $2) \
+             AND (updated_at_ms > $3 OR (updated_at_ms = $3 AND id > $4)) \
+             ORDER BY updated_at_ms ASC, id ASC LIMIT $5"
         ))
-        .bind(i64::from(limit.clamp(1, 1000)))
+        .bind(filter.provider.as_deref())
+        .bind(filter.tool.as_deref().map(|tool| format!("%,{tool},%")))
+        .bind(after_ms)
+        .bind(after_id)
+        .bind(i64::from(filter.limit.clamp(1, 1000)))
         .fetch_all(self.db.pool())
         .await?;
         rows.iter().map(read_run).collect()

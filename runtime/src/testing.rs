@@ -165,11 +165,7 @@ impl Tool for WriteNote {
         args: NoteArgs,
         _ctx: &ToolContext,
     ) -> Result<Option<Preview>, ToolError> {
-        Ok(Some(Preview::Change {
-            target: "note".into(),
-            before: String::new(),
-            after: args.text,
-        }))
+        Ok(Some(Preview::change("note", "", args.text)))
     }
 }
 

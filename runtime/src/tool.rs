@@ -21,6 +21,10 @@ pub struct ToolContext {
     pub actor: String,
     /// The id of the tool call being executed.
     pub call_id: String,
+    /// The [`Preview::basis`] the operator approved this call against, if any. A tool whose
+    /// target no longer has this basis must refuse to write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_basis: Option<String>,
 }
 
 /// A tool's description as offered to the model and shown to operators.
@@ -41,8 +45,20 @@ pub struct ToolSpec {
 
 /// What an approved call would do, shown in the approval panel before anyone decides.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preview {
+    pub effect: Effect,
+    /// The state of the target the effect was computed from (for a page: its content's version),
+    /// when the effect depends on one. It is part of the digest the operator decides on, and the
+    /// tool checks it again before it writes ([`ToolContext::approved_basis`]): a decision never
+    /// applies to a target that changed after the operator looked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<String>,
+}
+
+/// The effect a preview shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Preview {
+pub enum Effect {
     /// A change to a text thing: before and after, for a diff.
     Change {
         target: String,
@@ -51,6 +67,38 @@ pub enum Preview {
     },
     /// A plain description of the effect.
     Text { text: String },
+}
+
+impl Preview {
+    /// A before/after change of `target`.
+    pub fn change(
+        target: impl Into<String>,
+        before: impl Into<String>,
+        after: impl Into<String>,
+    ) -> Preview {
+        Preview {
+            effect: Effect::Change {
+                target: target.into(),
+                before: before.into(),
+                after: after.into(),
+            },
+            basis: None,
+        }
+    }
+
+    /// A plain description of the effect.
+    pub fn text(text: impl Into<String>) -> Preview {
+        Preview {
+            effect: Effect::Text { text: text.into() },
+            basis: None,
+        }
+    }
+
+    /// The same preview, computed from `basis`.
+    pub fn with_basis(mut self, basis: impl Into<String>) -> Preview {
+        self.basis = Some(basis.into());
+        self
+    }
 }
 
 /// Why a tool call produced no normal result. The model only ever sees [`ToolError::model_text`].

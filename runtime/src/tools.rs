@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::registry::ToolRegistry;
-use crate::site::{Author, Page, PageStatus, SiteError, SiteStore};
+use crate::site::{page_basis, Author, Page, PageStatus, SiteError, SiteStore};
 use crate::store::{RunFilter, RunStatus, RunStore};
 use crate::tool::{Preview, Tool, ToolContext, ToolError};
 
@@ -48,7 +48,9 @@ pub fn builtin_registry(site: SiteStore, runs: Arc<dyn RunStore>) -> ToolRegistr
 
 fn site_error(err: SiteError) -> ToolError {
     match err {
-        SiteError::NotFound(_) | SiteError::AlreadyExists(_) => ToolError::Refused(err.to_string()),
+        SiteError::NotFound(_) | SiteError::AlreadyExists(_) | SiteError::Changed(_) => {
+            ToolError::Refused(err.to_string())
+        }
         SiteError::Database(cause) => ToolError::internal(cause),
     }
 }
@@ -57,6 +59,7 @@ fn author(ctx: &ToolContext) -> Author {
     Author {
         actor: ctx.actor.clone(),
         run_id: (!ctx.run_id.is_empty()).then(|| ctx.run_id.clone()),
+        approved_basis: ctx.approved_basis.clone(),
     }
 }
 
@@ -484,11 +487,14 @@ impl Tool for UpdatePage {
         if let Some(body) = args.body {
             after.body = body;
         }
-        Ok(Some(Preview::Change {
-            target: format!("page {}", before.slug),
-            before: page_text(&before),
-            after: page_text(&after),
-        }))
+        Ok(Some(
+            Preview::change(
+                format!("page {}", before.slug),
+                page_text(&before),
+                page_text(&after),
+            )
+            .with_basis(page_basis(&before.slug, Some(&before))),
+        ))
     }
 }
 
@@ -543,11 +549,10 @@ impl Tool for CreatePage {
             status: PageStatus::Draft,
             updated_at_ms: 0,
         };
-        Ok(Some(Preview::Change {
-            target: format!("new page {}", after.slug),
-            before: String::new(),
-            after: page_text(&after),
-        }))
+        Ok(Some(
+            Preview::change(format!("new page {}", after.slug), "", page_text(&after))
+                .with_basis(page_basis(&after.slug, None)),
+        ))
     }
 }
 
@@ -584,11 +589,14 @@ impl Tool for PublishPage {
             status: PageStatus::Published,
             ..before.clone()
         };
-        Ok(Some(Preview::Change {
-            target: format!("page {}", before.slug),
-            before: page_text(&before),
-            after: page_text(&after),
-        }))
+        Ok(Some(
+            Preview::change(
+                format!("page {}", before.slug),
+                page_text(&before),
+                page_text(&after),
+            )
+            .with_basis(page_basis(&before.slug, Some(&before))),
+        ))
     }
 }
 
@@ -621,11 +629,10 @@ impl Tool for DeletePage {
         _ctx: &ToolContext,
     ) -> Result<Option<Preview>, ToolError> {
         let before = self.0.get_page(&args.slug).await.map_err(site_error)?;
-        Ok(Some(Preview::Change {
-            target: format!("page {}", before.slug),
-            before: page_text(&before),
-            after: String::new(),
-        }))
+        Ok(Some(
+            Preview::change(format!("page {}", before.slug), page_text(&before), "")
+                .with_basis(page_basis(&before.slug, Some(&before))),
+        ))
     }
 }
 
@@ -644,6 +651,19 @@ pub struct SendMessageArgs {
     pub body: String,
 }
 
+/// A message as the operator sees it before it is sent.
+fn message_text(args: &SendMessageArgs) -> String {
+    format!(
+        "To: {}\nSubject: {}\n\n{}",
+        args.to, args.subject, args.body
+    )
+}
+
+/// The basis of a message preview: a hash of the text the operator read.
+fn message_basis(text: &str) -> String {
+    format!("message:{}", crate::hash::short_hash([text.as_bytes()], 8))
+}
+
 /// Writes a message to the outbox (nothing leaves the machine).
 pub struct SendMessage(pub SiteStore);
 
@@ -656,6 +676,14 @@ impl Tool for SendMessage {
     const REQUIRES_APPROVAL: bool = true;
 
     async fn call(&self, args: SendMessageArgs, ctx: &ToolContext) -> Result<String, ToolError> {
+        let approved = ctx.approved_basis.as_deref();
+        if approved.is_some_and(|basis| basis.starts_with("message:"))
+            && approved != Some(message_basis(&message_text(&args)).as_str())
+        {
+            return Err(ToolError::Refused(
+                "the message differs from the one the operator approved; nothing was sent".into(),
+            ));
+        }
         let message = self
             .0
             .send_message(&args.to, &args.subject, &args.body, &author(ctx))
@@ -672,11 +700,8 @@ impl Tool for SendMessage {
         args: SendMessageArgs,
         _ctx: &ToolContext,
     ) -> Result<Option<Preview>, ToolError> {
-        Ok(Some(Preview::Text {
-            text: format!(
-                "To: {}\nSubject: {}\n\n{}",
-                args.to, args.subject, args.body
-            ),
-        }))
+        let text = message_text(&args);
+        let basis = message_basis(&text);
+        Ok(Some(Preview::text(text).with_basis(basis)))
     }
 }

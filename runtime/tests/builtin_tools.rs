@@ -6,9 +6,9 @@ mod common;
 use std::sync::Arc;
 
 use nrllm_runtime::registry::ToolRegistry;
-use nrllm_runtime::site::{PageStatus, SiteStore};
+use nrllm_runtime::site::{page_basis, PageStatus, SiteStore};
 use nrllm_runtime::store::{RunStore, SqlRunStore};
-use nrllm_runtime::tool::{Preview, ToolContext, ToolError};
+use nrllm_runtime::tool::{Effect, Preview, ToolContext, ToolError};
 use nrllm_runtime::tool_settings::ToolSettingsStore;
 use nrllm_runtime::tools::builtin_registry;
 use serde_json::{json, Value};
@@ -33,6 +33,7 @@ fn ctx() -> ToolContext {
         run_id: "0193a000-0000-7000-8000-000000000001".into(),
         actor: "olga".into(),
         call_id: "call_1".into(),
+        approved_basis: None,
     }
 }
 
@@ -227,13 +228,17 @@ async fn side_effecting_tools_write_with_history_and_preview_first() {
         .preview(&json!({"slug": "home", "title": "Hello"}), &ctx())
         .await
         .unwrap();
+    let home = s.site.get_page("home").await.unwrap();
     assert_eq!(
         preview,
-        Some(Preview::Change {
-            target: "page home".into(),
-            before: "title: Welcome\nstatus: published\n\nWelcome to the Example Co. website. We make tools for careful teams.".into(),
-            after: "title: Hello\nstatus: published\n\nWelcome to the Example Co. website. We make tools for careful teams.".into(),
-        })
+        Some(
+            Preview::change(
+                "page home",
+                "title: Welcome\nstatus: published\n\nWelcome to the Example Co. website. We make tools for careful teams.",
+                "title: Hello\nstatus: published\n\nWelcome to the Example Co. website. We make tools for careful teams.",
+            )
+            .with_basis(page_basis("home", Some(&home)))
+        )
     );
     assert_eq!(
         s.site.get_page("home").await.unwrap().title,
@@ -309,7 +314,9 @@ async fn side_effecting_tools_write_with_history_and_preview_first() {
         .preview(&json!({"slug": "faq"}), &ctx())
         .await
         .unwrap();
-    assert!(matches!(delete_preview, Some(Preview::Change { ref after, .. }) if after.is_empty()));
+    assert!(
+        matches!(&delete_preview, Some(Preview { effect: Effect::Change { after, .. }, .. }) if after.is_empty())
+    );
     assert_eq!(
         call(&s, "delete_page", json!({"slug": "faq"}))
             .await
@@ -335,12 +342,14 @@ async fn side_effecting_tools_write_with_history_and_preview_first() {
         )
         .await
         .unwrap();
+    let preview = preview.unwrap();
     assert_eq!(
-        preview,
-        Some(Preview::Text {
+        preview.effect,
+        Effect::Text {
             text: "To: team\nSubject: Hi\n\nLive!".into()
-        })
+        }
     );
+    assert!(preview.basis.unwrap().starts_with("message:"));
     let sent = call(
         &s,
         "send_message",
@@ -394,5 +403,51 @@ async fn seeding_happens_once_and_tool_settings_persist() {
     assert!(fresh.is_enabled("update_page"));
     settings.set_group(&fresh, "runs", true).await.unwrap();
     assert!(fresh.is_enabled("list_runs"));
+    s.db.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_write_approved_against_a_page_that_changed_since_is_refused_and_writes_nothing() {
+    let s = site().await;
+    let update = s.registry.get("update_page").unwrap();
+    let args = json!({"slug": "about", "title": "About Example Co."});
+    let seen = update.preview(&args, &ctx()).await.unwrap().unwrap();
+    let basis = seen.basis.clone().unwrap();
+    assert!(basis.starts_with("page:about@"), "{basis}");
+    // Someone else changes the page after the operator looked.
+    call(
+        &s,
+        "update_page",
+        json!({"slug": "about", "body": "Changed meanwhile."}),
+    )
+    .await
+    .unwrap();
+    let changes_before = s.site.history("about", 10).await.unwrap().len();
+    let approved = ToolContext {
+        approved_basis: Some(basis.clone()),
+        ..ctx()
+    };
+    let refused = update.execute(&args, &approved).await.unwrap_err();
+    assert_eq!(
+        refused.model_text(),
+        "Error: the page `about` changed after the operator approved this change; nothing was written"
+    );
+    assert_eq!(s.site.get_page("about").await.unwrap().title, "About us");
+    assert_eq!(
+        s.site.history("about", 10).await.unwrap().len(),
+        changes_before
+    );
+    // Against the page as it is now, the same change goes through.
+    let fresh = update.preview(&args, &ctx()).await.unwrap().unwrap();
+    assert_ne!(fresh.basis, seen.basis);
+    let now = ToolContext {
+        approved_basis: fresh.basis,
+        ..ctx()
+    };
+    update.execute(&args, &now).await.unwrap();
+    assert_eq!(
+        s.site.get_page("about").await.unwrap().title,
+        "About Example Co."
+    );
     s.db.cleanup().await;
 }

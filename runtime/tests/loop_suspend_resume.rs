@@ -49,6 +49,7 @@ fn ctx(actor: &str) -> RunContext {
     RunContext {
         run_id: "run-1".into(),
         actor: actor.into(),
+        ..RunContext::default()
     }
 }
 

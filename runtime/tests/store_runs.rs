@@ -13,7 +13,7 @@ use nrllm_runtime::service::{now_ms, LoopFactory, ResumeError, RunService, Singl
 use nrllm_runtime::state::Counters;
 use nrllm_runtime::store::{
     Finish, RunConfiguration, RunFilter, RunRecord, RunStatus, RunStore, SequencedEvent,
-    SqlRunStore, StoreError, TerminationReason,
+    SqlRunStore, StoreError, TerminationReason, WaitingFilter,
 };
 use nrllm_runtime::testing::{call_turn, probe_registry, usage, Probe, ScriptedProvider};
 use nrllm_runtime::{Decision, RunSettings, ToolLoop};
@@ -368,6 +368,7 @@ async fn a_transition_that_fails_midway_leaves_nothing_partial() {
         let clashing = vec![SequencedEvent {
             sequence: 1,
             event: Event::ApprovalDecided {
+                round: None,
                 decided_by: "x".into(),
                 choices: vec![],
             },
@@ -489,15 +490,84 @@ async fn cancel_list_and_the_inbox_follow_the_status_rules() {
             .await
             .unwrap();
         assert_eq!(third.status, RunStatus::Completed);
-        let inbox: Vec<_> = s
+        let inbox = |filter: WaitingFilter| {
+            let store = Arc::clone(&s.store);
+            async move {
+                store
+                    .waiting(&filter)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| r.id)
+                    .collect::<Vec<_>>()
+            }
+        };
+        let all = WaitingFilter {
+            limit: 10,
+            ..WaitingFilter::default()
+        };
+        assert_eq!(
+            inbox(all.clone()).await,
+            [first.id, second.id],
+            "{}: oldest first",
+            db.name
+        );
+        // Keyset paging: one at a time, each page after the last run seen.
+        let page_one = s
             .store
-            .waiting(10)
+            .waiting(&WaitingFilter {
+                limit: 1,
+                ..all.clone()
+            })
             .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
-        assert_eq!(inbox, [first.id, second.id], "{}: oldest first", db.name);
+            .unwrap();
+        assert_eq!(page_one.len(), 1);
+        let after = Some((page_one[0].updated_at_ms, page_one[0].id));
+        assert_eq!(
+            inbox(WaitingFilter {
+                after,
+                limit: 1,
+                ..all.clone()
+            })
+            .await,
+            [second.id],
+            "{}",
+            db.name
+        );
+        // Filters: by configuration, and by a tool of the pending turn.
+        assert_eq!(
+            inbox(WaitingFilter {
+                tool: Some("write_note".into()),
+                ..all.clone()
+            })
+            .await
+            .len(),
+            2,
+            "{}",
+            db.name
+        );
+        assert!(inbox(WaitingFilter {
+            tool: Some("read_note".into()),
+            ..all.clone()
+        })
+        .await
+        .is_empty());
+        assert!(inbox(WaitingFilter {
+            provider: Some("no-such-configuration".into()),
+            ..all.clone()
+        })
+        .await
+        .is_empty());
+        let provider = first.configuration.as_ref().unwrap().provider.clone();
+        assert_eq!(
+            inbox(WaitingFilter {
+                provider: Some(provider),
+                ..all.clone()
+            })
+            .await
+            .len(),
+            2
+        );
 
         let cancelled = s.service.cancel(first.id, "carol").await.unwrap();
         assert_eq!(cancelled.status, RunStatus::Cancelled);

@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 
 use crate::api::nrllm_playground_options;
-use crate::components::{url_error, ErrorBanner, FieldError, BUTTON_PRIMARY, INPUT};
+use crate::components::{url_error, ErrorBanner, FieldError, TextArea, BUTTON_PRIMARY, INPUT};
 use crate::model::PlaygroundOptions;
 
 /// The playground form.
@@ -94,20 +94,19 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
             <div class="space-y-4 lg:col-span-2">
                 <div>
                     <label for="prompt" class="text-sm font-medium">"Prompt"</label>
-                    <textarea id="prompt" name="prompt" rows="4" required class=INPUT
-                        placeholder="Rename the home page to \"Hello\""></textarea>
+                    <TextArea id="prompt" name="prompt" rows=4 required=true class=INPUT
+                        placeholder="Rename the home page to \"Hello\"" />
                     <FieldError error=error.clone() field="prompt" />
                 </div>
                 <div>
                     <label for="system_prompt" class="text-sm font-medium">"System prompt"</label>
-                    <textarea id="system_prompt" name="system_prompt" rows="2" class=INPUT>
-                        "You maintain the Example Co. website. Look before you change anything."
-                    </textarea>
+                    <TextArea id="system_prompt" name="system_prompt" rows=2 class=INPUT
+                        value="You maintain the Example Co. website. Look before you change anything." />
                 </div>
                 <div>
                     <label for="skills" class="text-sm font-medium">"Skills"</label>
-                    <textarea id="skills" name="skills" rows="3" class=INPUT
-                        placeholder="style-guide\nTitles are short.\n---\nglossary\nEUR, not €."></textarea>
+                    <TextArea id="skills" name="skills" rows=3 class=INPUT
+                        placeholder="style-guide\nTitles are short.\n---\nglossary\nEUR, not €." />
                     <p class="mt-1 text-xs text-slate-500">"Blocks separated by a line ---; the first line of each is its name. The model reads them as untrusted reference text."</p>
                     <FieldError error=error.clone() field="skills" />
                 </div>

@@ -1,27 +1,37 @@
-//! `/runs/:id`: one run — summary strip, step list (live while running), the answer, and the
-//! approval panel while it waits. Every decision is a plain form post, so all of it works without
-//! JavaScript; the page carries a digest of the pending turn so a decision made on a stale page is
-//! refused.
+//! `/runs/:id`: one run — summary strip, the approval panel while it waits, the answer, and the
+//! steps (live while running) beside the selected step's detail. Every decision is a plain form
+//! post and every step and tab a link (`?step=N&tab=…`), so all of it works without JavaScript;
+//! the page carries a digest of the pending turn and its previews, so a decision made on a stale
+//! page, or on a target that changed since, is refused.
 
 use leptos::prelude::*;
-use leptos_router::hooks::use_params_map;
+use leptos_meta::Title;
+use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::api::nrllm_run_get;
+use crate::approval::ApprovalPanel;
 use crate::components::{
-    duration_text, url_error, ErrorBanner, StatusBadge, BUTTON_APPROVE, BUTTON_DENY,
-    BUTTON_PRIMARY, BUTTON_SECONDARY, INPUT,
+    duration_text, page_title, url_error, ErrorBanner, StatusBadge, BUTTON_SECONDARY,
 };
 use crate::error::AppError;
-use crate::islands::{DecisionShortcuts, LiveSteps};
-use crate::model::{PendingCallView, PreviewView, RunSummary, RunView};
+use crate::islands::{ApprovalGuard, LiveSteps, StepRow};
+use crate::model::{RunSummary, RunView, StepDetail};
 use crate::pages::NotFound;
 
 /// The run page.
 #[component]
 pub fn RunPage() -> impl IntoView {
     let params = use_params_map();
-    let id = move || params.read().get("id").unwrap_or_default();
-    let run = Resource::new(id, nrllm_run_get);
+    let query = use_query_map();
+    let request = move || {
+        let q = query.read();
+        (
+            params.read().get("id").unwrap_or_default(),
+            q.get("step").and_then(|s| s.parse::<i64>().ok()),
+            q.get("tab"),
+        )
+    };
+    let run = Resource::new(request, |(id, step, tab)| nrllm_run_get(id, step, tab));
     view! {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
@@ -44,7 +54,18 @@ fn RunDetail(run: RunView) -> impl IntoView {
     let cancellable =
         waiting || summary.status == "queued" || summary.status == "waiting_for_input";
     let id = summary.id.clone();
+    let selected = run.detail.as_ref().map(|d| d.step.sequence);
+    let rows = run
+        .steps
+        .iter()
+        .cloned()
+        .map(|step| {
+            let is_selected = Some(step.sequence) == selected;
+            view! { <StepRow run_id=id.clone() step selected=is_selected /> }
+        })
+        .collect_view();
     view! {
+        <Title text=page_title(&format!("Run: {}", summary.prompt)) />
         <ErrorBanner error=url_error() />
         <SummaryStrip summary=summary.clone() />
         {live.then(|| view! {
@@ -54,7 +75,10 @@ fn RunDetail(run: RunView) -> impl IntoView {
                 " if they don't."
             </p>
         })}
-        {waiting.then(|| view! { <ApprovalPanel run=run.clone() /> })}
+        {waiting.then(|| view! {
+            <ApprovalPanel run=run.clone() shortcuts=true />
+            <ApprovalGuard keys=true />
+        })}
         {summary.final_answer.clone().map(|answer| view! {
             <section class="mt-4 rounded-lg border border-emerald-200 bg-emerald-50 p-4 dark:border-emerald-900 dark:bg-emerald-950">
                 <h2 class="text-sm font-semibold">"Answer"</h2>
@@ -67,13 +91,18 @@ fn RunDetail(run: RunView) -> impl IntoView {
                 <p class="mt-1" data-testid="run-error">{message}</p>
             </section>
         })}
-        <section class="mt-4 rounded-lg border border-slate-200 bg-white p-4 dark:border-slate-800 dark:bg-slate-900">
-            <div class="flex items-center justify-between">
-                <h2 class="font-semibold">"Steps"</h2>
-                <a href=format!("/runs/{}/export.json", summary.id) class="text-sm underline" download="">"Export JSON"</a>
-            </div>
-            <LiveSteps run_id=summary.id.clone() steps=run.steps.clone() live />
-        </section>
+        <div class="mt-4 grid gap-4 lg:grid-cols-2">
+            <section class="rounded-lg border border-slate-200 bg-white p-4 dark:border-slate-800 dark:bg-slate-900">
+                <div class="flex items-center justify-between">
+                    <h2 class="font-semibold">"Steps"</h2>
+                    <a href=format!("/runs/{}/export.json", summary.id) class="text-sm underline" download="">"Export JSON"</a>
+                </div>
+                <LiveSteps run_id=summary.id.clone() after=run.last_sequence live>
+                    {rows}
+                </LiveSteps>
+            </section>
+            <StepDetailPane run_id=summary.id.clone() detail=run.detail.clone() />
+        </div>
         {cancellable.then(|| view! {
             <form method="post" action="/api/nrllm_run_cancel" class="mt-4">
                 <input type="hidden" name="run_id" value=summary.id.clone() />
@@ -81,6 +110,53 @@ fn RunDetail(run: RunView) -> impl IntoView {
             </form>
         })}
     }
+}
+
+/// The selected step's detail: its tabs as links, the selected tab's text.
+#[component]
+fn StepDetailPane(run_id: String, detail: Option<StepDetail>) -> impl IntoView {
+    let Some(detail) = detail else {
+        return view! {
+            <section id="detail" class="rounded-lg border border-slate-200 bg-white p-4 text-sm text-slate-600 dark:border-slate-800 dark:bg-slate-900" data-testid="step-detail">
+                "No steps yet."
+            </section>
+        }
+        .into_any();
+    };
+    let sequence = detail.step.sequence;
+    let tabs = detail
+        .tabs
+        .iter()
+        .map(|tab| {
+            let current = tab.key == detail.selected;
+            let class = if current {
+                "rounded px-2 py-1 text-xs font-medium bg-indigo-100 text-indigo-900 dark:bg-indigo-900 dark:text-indigo-100"
+            } else {
+                "rounded px-2 py-1 text-xs font-medium text-slate-600 underline hover:bg-slate-100 dark:text-slate-300 dark:hover:bg-slate-800"
+            };
+            view! {
+                <a href=format!("/runs/{run_id}?step={sequence}&tab={}#detail", tab.key) class=class
+                    aria-current=current.then_some("page") data-testid="detail-tab">{tab.label.clone()}</a>
+            }
+        })
+        .collect_view();
+    let text = detail
+        .tabs
+        .iter()
+        .find(|t| t.key == detail.selected)
+        .map(|t| t.text.clone())
+        .unwrap_or_default();
+    view! {
+        <section id="detail" class="rounded-lg border border-slate-200 bg-white p-4 dark:border-slate-800 dark:bg-slate-900" data-testid="step-detail">
+            <h2 class="font-semibold">
+                <span class="font-mono text-xs text-slate-500">{format!("#{sequence} {} ", detail.step.kind)}</span>
+                <span data-testid="detail-title">{detail.step.title.clone()}</span>
+            </h2>
+            <nav class="mt-2 flex flex-wrap gap-1" aria-label="Step detail">{tabs}</nav>
+            <pre class="mt-2 max-h-[32rem] overflow-auto whitespace-pre-wrap break-words rounded bg-slate-50 p-2 text-xs dark:bg-slate-950" data-testid="detail-text">{text}</pre>
+        </section>
+    }
+    .into_any()
 }
 
 #[component]
@@ -115,7 +191,7 @@ fn SummaryStrip(summary: RunSummary) -> impl IntoView {
     view! {
         <header class="rounded-lg border border-slate-200 bg-white p-4 dark:border-slate-800 dark:bg-slate-900">
             <div class="flex flex-wrap items-center gap-3">
-                <h1 class="text-lg font-semibold" data-testid="run-prompt">{summary.prompt.clone()}</h1>
+                <h1 class="line-clamp-3 break-words text-lg font-semibold" data-testid="run-prompt">{summary.prompt.clone()}</h1>
                 <StatusBadge status=summary.status.clone() />
                 <span class="text-sm text-slate-500">{format!("{}/{}", summary.configuration, summary.model)}</span>
             </div>
@@ -124,117 +200,5 @@ fn SummaryStrip(summary: RunSummary) -> impl IntoView {
             </ul>
             <p class="mt-1 font-mono text-xs text-slate-500">{format!("run {} · started {} by {}", summary.id, summary.created_at, summary.requested_by)}</p>
         </header>
-    }
-}
-
-#[component]
-fn Preview(preview: PreviewView) -> impl IntoView {
-    match preview {
-        PreviewView::Change { target, lines } => {
-            let lines = lines
-                .into_iter()
-                .map(|line| {
-                    let class = match line.op {
-                        '-' => "bg-rose-50 text-rose-900 dark:bg-rose-950 dark:text-rose-200",
-                        '+' => "bg-emerald-50 text-emerald-900 dark:bg-emerald-950 dark:text-emerald-200",
-                        _ => "text-slate-600 dark:text-slate-400",
-                    };
-                    view! { <div class=class>{format!("{} {}", line.op, line.text)}</div> }
-                })
-                .collect_view();
-            view! {
-                <div class="mt-2" data-testid="preview">
-                    <p class="text-xs font-medium text-slate-500">{format!("Effect on {target}")}</p>
-                    <pre class="mt-1 overflow-auto whitespace-pre-wrap rounded border border-slate-200 p-2 text-xs dark:border-slate-700">{lines}</pre>
-                </div>
-            }
-            .into_any()
-        }
-        PreviewView::Text { text } => view! {
-            <div class="mt-2" data-testid="preview">
-                <p class="text-xs font-medium text-slate-500">"Effect"</p>
-                <pre class="mt-1 whitespace-pre-wrap rounded border border-slate-200 p-2 text-xs dark:border-slate-700">{text}</pre>
-            </div>
-        }
-        .into_any(),
-        PreviewView::Unavailable { reason } => view! {
-            <p class="mt-2 text-xs text-amber-800 dark:text-amber-300" data-testid="preview">{format!("No preview: {reason}")}</p>
-        }
-        .into_any(),
-    }
-}
-
-#[component]
-fn PendingCall(index: usize, call: PendingCallView) -> impl IntoView {
-    let name = |field: &str| format!("calls[{index}][{field}]");
-    let id = |field: &str| format!("call-{index}-{field}");
-    view! {
-        <li class="rounded-md border border-slate-200 p-3 dark:border-slate-700" data-testid="pending-call" data-tool=call.tool.clone()>
-            <input type="hidden" name=name("call_id") value=call.call_id.clone() />
-            <div class="flex flex-wrap items-center gap-2">
-                <span class="font-mono font-semibold">{call.tool.clone()}</span>
-                {if call.gated {
-                    view! { <span class="rounded bg-amber-100 px-1 text-xs text-amber-900 dark:bg-amber-900/40 dark:text-amber-200">"needs approval"</span> }.into_any()
-                } else {
-                    view! { <span class="rounded bg-slate-100 px-1 text-xs dark:bg-slate-800">"held with this turn"</span> }.into_any()
-                }}
-            </div>
-            <pre class="mt-2 overflow-auto whitespace-pre-wrap rounded bg-slate-50 p-2 text-xs dark:bg-slate-950" data-testid="call-arguments">{call.arguments.clone()}</pre>
-            {call.preview.clone().map(|preview| view! { <Preview preview /> })}
-            <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
-                <legend class="sr-only">{format!("Decision for {}", call.tool)}</legend>
-                <label class="flex items-center gap-1">
-                    <input type="radio" name=name("choice") value="approve" checked=true id=id("approve") />" Approve"
-                </label>
-                <label class="flex items-center gap-1">
-                    <input type="radio" name=name("choice") value="deny" id=id("deny") />" Deny"
-                </label>
-                <label class="flex items-center gap-1">
-                    <input type="radio" name=name("choice") value="edit" id=id("edit") />" Approve with edited arguments"
-                </label>
-            </fieldset>
-            <div class="mt-2 grid gap-2 sm:grid-cols-2">
-                <div>
-                    <label for=id("arguments") class="text-xs font-medium">"Edited arguments (JSON, used with “edited”)"</label>
-                    <textarea id=id("arguments") name=name("arguments") rows="4" class=format!("{INPUT} font-mono text-xs")>{call.arguments.clone()}</textarea>
-                </div>
-                <div>
-                    <label for=id("reason") class="text-xs font-medium">"Reason if denied (the model reads it)"</label>
-                    <input id=id("reason") name=name("reason") class=INPUT />
-                </div>
-            </div>
-        </li>
-    }
-}
-
-#[component]
-fn ApprovalPanel(run: RunView) -> impl IntoView {
-    let count = run.pending.len();
-    let calls = run
-        .pending
-        .iter()
-        .cloned()
-        .enumerate()
-        .map(|(index, call)| view! { <PendingCall index call /> })
-        .collect_view();
-    view! {
-        <section class="mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30" data-testid="approval-panel">
-            <h2 class="font-semibold">{format!("Needs your decision — {count} call(s) hold this turn")}</h2>
-            <form method="post" action="/api/nrllm_tool_resume" class="mt-3 space-y-3">
-                <input type="hidden" name="run_id" value=run.summary.id.clone() />
-                <input type="hidden" name="digest" value=run.digest.clone().unwrap_or_default() />
-                <ol class="space-y-3">{calls}</ol>
-                <div>
-                    <label for="reason" class="text-sm font-medium">"Reason (shown to the model when you deny all)"</label>
-                    <input id="reason" name="reason" class=INPUT />
-                </div>
-                <div class="flex flex-wrap items-center gap-2">
-                    <button type="submit" name="decision" value="approve_all" id="approve-all" class=BUTTON_APPROVE>"Approve all (a)"</button>
-                    <button type="submit" name="decision" value="deny_all" id="deny-all" class=BUTTON_DENY>"Deny all (d)"</button>
-                    <button type="submit" name="decision" value="per_call" id="decide-per-call" class=BUTTON_PRIMARY>"Apply the choices above"</button>
-                    <DecisionShortcuts />
-                </div>
-            </form>
-        </section>
     }
 }

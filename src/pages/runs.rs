@@ -69,9 +69,15 @@ fn RunsTable(page: RunList, status: String) -> impl IntoView {
         })
         .collect_view();
     let empty = page.runs.is_empty();
+    // Only a known status goes back into the link (the filter came from the URL).
+    let status_param = STATUSES
+        .iter()
+        .find(|s| **s == status)
+        .copied()
+        .unwrap_or("");
     let next = page
         .next_before
-        .map(|before| format!("/runs?status={status}&before={before}"));
+        .map(|before| format!("/runs?status={status_param}&before={before}"));
     view! {
         <form method="get" action="/runs" class="mt-4 flex items-end gap-2">
             <div>

@@ -5,13 +5,12 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use nrllm_runtime::registry::ToolRegistry;
 use nrllm_runtime::service::RunListener;
 use nrllm_runtime::store::{RunStatus, SequencedEvent};
 use tokio::sync::{broadcast, mpsc};
@@ -107,8 +106,8 @@ pub struct After {
     after: Option<i64>,
 }
 
-fn step_event(event: &SequencedEvent, registry: &ToolRegistry) -> SseEvent {
-    let step = views::live_step(event, registry);
+fn step_event(event: &SequencedEvent) -> SseEvent {
+    let step = views::live_step(event);
     SseEvent::default()
         .id(event.sequence.to_string())
         .event("step")
@@ -161,7 +160,6 @@ pub async fn run_events(
                 .into_response();
         }
     };
-    let registry = Arc::clone(&state.registry);
     let (tx, rx) = mpsc::channel::<SseEvent>(64);
     tokio::spawn(async move {
         let mut last = after;
@@ -175,7 +173,7 @@ pub async fn run_events(
                 created_at_ms: stored_event.created_at_ms,
             };
             last = sequenced.sequence;
-            if tx.send(step_event(&sequenced, &registry)).await.is_err() {
+            if tx.send(step_event(&sequenced)).await.is_err() {
                 return;
             }
         }
@@ -183,7 +181,7 @@ pub async fn run_events(
             unpersisted.iter().filter(|e| e.sequence > last).collect();
         for event in fresh {
             last = event.sequence;
-            if tx.send(step_event(event, &registry)).await.is_err() {
+            if tx.send(step_event(event)).await.is_err() {
                 return;
             }
         }
@@ -195,7 +193,7 @@ pub async fn run_events(
             match live.recv().await {
                 Ok(LiveMessage::Event(event)) if event.sequence > last => {
                     last = event.sequence;
-                    if tx.send(step_event(&event, &registry)).await.is_err() {
+                    if tx.send(step_event(&event)).await.is_err() {
                         return;
                     }
                 }

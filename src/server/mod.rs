@@ -2,10 +2,12 @@
 //! event hub — and the helpers server functions use. Server functions reach the state with
 //! [`state`].
 
+pub mod diff;
 pub mod export;
 pub mod json_body;
 pub mod live;
 pub mod retention;
+pub mod security;
 pub mod views;
 
 use std::sync::Arc;

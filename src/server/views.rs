@@ -1,14 +1,18 @@
 //! Turns stored runs and events into the page models of `crate::model`.
 
-use nrllm_runtime::events::Event;
+use nrllm_runtime::events::{transcript_at, Event};
+use nrllm_runtime::preview::PreviewOutcome;
 use nrllm_runtime::registry::ToolRegistry;
-use nrllm_runtime::service::{format_utc, now_ms, pending_digest};
+use nrllm_runtime::service::{format_utc, now_ms, PendingTurn};
 use nrllm_runtime::store::{RunRecord, RunStatus, SequencedEvent, StoredEvent};
-use nrllm_runtime::tool::{Preview, ToolContext};
+use nrllm_runtime::tool::Effect;
 use nrllm_runtime::transcript::ToolCall;
 use nrllm_runtime::{Choice, SuspendedState};
 
-use crate::model::{DiffLine, PendingCallView, PreviewView, RunSummary, RunView, StepView};
+use super::diff;
+use crate::model::{
+    PendingCallView, PreviewView, RunSummary, RunView, StepDetail, StepTab, StepView,
+};
 
 fn pretty(value: &impl serde::Serialize) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
@@ -37,8 +41,9 @@ pub fn summary(run: &RunRecord) -> RunSummary {
         (None, RunStatus::Running) => Some(now_ms() - started),
         _ => Some(run.updated_at_ms - started),
     };
+    // A run waiting for its next decision shows no earlier one here (the step list has those).
     let decision = match (&run.decision, &run.decided_by, run.decided_at_ms) {
-        (Some(decision), Some(by), Some(at)) => {
+        (Some(decision), Some(by), Some(at)) if run.status != RunStatus::WaitingForApproval => {
             Some(format!("{decision} by {by} at {}", format_utc(at)))
         }
         _ => None,
@@ -95,9 +100,8 @@ fn names(calls: &[ToolCall]) -> String {
         .join(", ")
 }
 
-/// One step row for an event.
-pub fn step(sequence: i64, event: &Event, registry: &ToolRegistry) -> StepView {
-    let raw = ("Raw".to_owned(), pretty(event));
+/// One step row for an event: what happened, in one line.
+pub fn step(sequence: i64, event: &Event) -> StepView {
     let mut view = StepView {
         sequence,
         kind: event.kind().to_owned(),
@@ -106,9 +110,8 @@ pub fn step(sequence: i64, event: &Event, registry: &ToolRegistry) -> StepView {
         duration_ms: event.duration_ms(),
         tokens: None,
         ok: true,
-        tabs: Vec::new(),
     };
-    match event {
+    view.title = match event {
         Event::Assembled {
             system_prompt,
             skills_included,
@@ -128,47 +131,30 @@ pub fn step(sequence: i64, event: &Event, registry: &ToolRegistry) -> StepView {
                     skills_dropped.join(", ")
                 ));
             }
-            view.title = title;
+            title
         }
         Event::Request {
+            first,
             messages,
             tools_offered,
             ..
-        } => {
-            view.title = format!(
-                "request: {} message(s), {} tool(s) offered",
-                messages.len(),
-                tools_offered.len()
-            );
-            let specs: Vec<_> = tools_offered
-                .iter()
-                .filter_map(|name| registry.get(name).map(|tool| tool.spec().clone()))
-                .collect();
-            view.tabs.push(("Messages".into(), pretty(messages)));
-            view.tabs.push(("Tool specs".into(), pretty(&specs)));
-        }
+        } => format!(
+            "request: {} message(s){}, {} tool(s) offered",
+            first.unwrap_or(0) + messages.len(),
+            match first {
+                Some(first) if *first > 0 => format!(" ({} new)", messages.len()),
+                _ => String::new(),
+            },
+            tools_offered.len()
+        ),
         Event::Llm {
-            content,
-            tool_calls,
-            usage,
-            raw: provider_raw,
-            ..
+            tool_calls, usage, ..
         } => {
             view.tokens = Some(usage.total());
-            view.title = if tool_calls.is_empty() {
+            if tool_calls.is_empty() {
                 "model answered".to_owned()
             } else {
                 format!("model requests tools: {}", names(tool_calls))
-            };
-            if let Some(content) = content {
-                view.tabs.push(("Result".into(), content.clone()));
-            }
-            if !tool_calls.is_empty() {
-                view.tabs.push(("Arguments".into(), calls_text(tool_calls)));
-            }
-            if let Some(provider_raw) = provider_raw {
-                view.tabs
-                    .push(("Provider response".into(), pretty(provider_raw)));
             }
         }
         Event::ProviderRetry {
@@ -178,22 +164,21 @@ pub fn step(sequence: i64, event: &Event, registry: &ToolRegistry) -> StepView {
             ..
         } => {
             view.ok = false;
-            view.title = format!(
+            format!(
                 "retry {retry} in {}: {reason}",
                 if *wait_ms < 1000 {
                     format!("{wait_ms} ms")
                 } else {
                     format!("{:.1} s", *wait_ms as f64 / 1000.0)
                 }
-            );
+            )
         }
         Event::LlmFailed { message, .. } => {
             view.ok = false;
-            view.title = format!("model failed: {message}");
+            format!("model failed: {message}")
         }
         Event::Tool {
             name,
-            arguments,
             result,
             is_error,
             executed,
@@ -207,192 +192,247 @@ pub fn step(sequence: i64, event: &Event, registry: &ToolRegistry) -> StepView {
                 (true, true) => "error",
                 (true, false) => "ok",
             };
-            view.title = format!(
+            format!(
                 "{name}: {outcome}{}",
                 if *on_resume {
                     " (after the decision)"
                 } else {
                     ""
                 }
-            );
-            view.tabs
-                .push(("Arguments".into(), pretty_arguments(arguments)));
-            view.tabs.push(("Result".into(), result.clone()));
+            )
         }
-        Event::ApprovalRequested { calls, gated, .. } => {
-            view.title = format!(
-                "approval requested: {} ({} gated)",
-                names(calls),
-                gated.len()
-            );
-            view.tabs.push(("Arguments".into(), calls_text(calls)));
-        }
+        Event::ApprovalRequested { calls, gated, .. } => format!(
+            "approval requested: {} ({} gated)",
+            names(calls),
+            gated.len()
+        ),
         Event::ApprovalDecided {
             decided_by,
             choices,
+            ..
         } => {
             let list: Vec<String> = choices
                 .iter()
-                .map(|c| {
-                    let what = match &c.choice {
-                        Choice::Approve => "approve".to_owned(),
-                        Choice::ApproveEdited { .. } => "approve with edited arguments".to_owned(),
-                        Choice::Deny {
-                            reason: Some(reason),
-                        } => format!("deny (\"{reason}\")"),
-                        Choice::Deny { reason: None } => "deny".to_owned(),
-                    };
-                    format!("{} {what}", c.tool)
-                })
+                .map(|c| format!("{} {}", c.tool, choice_words(&c.choice)))
                 .collect();
-            view.title = format!("decided by {decided_by}: {}", list.join(", "));
+            format!("decided by {decided_by}: {}", list.join(", "))
         }
-    }
-    view.tabs.push(raw);
+    };
     view
 }
 
+/// How a call was decided, in words.
+fn choice_words(choice: &Choice) -> String {
+    match choice {
+        Choice::Approve => "approved as is".to_owned(),
+        Choice::ApproveEdited { .. } => "approved with edits".to_owned(),
+        Choice::Deny {
+            reason: Some(reason),
+        } => format!("denied (\"{reason}\")"),
+        Choice::Deny { reason: None } => "denied".to_owned(),
+    }
+}
+
+fn tab(key: &str, label: &str, text: String) -> StepTab {
+    StepTab {
+        key: key.to_owned(),
+        label: label.to_owned(),
+        text,
+    }
+}
+
+/// The detail tabs of one event. `earlier` are the run's events before it, in order (a request's
+/// full transcript is rebuilt from them).
+pub fn detail_tabs<'a>(
+    event: &'a Event,
+    earlier: impl IntoIterator<Item = &'a Event>,
+    registry: &ToolRegistry,
+) -> Vec<StepTab> {
+    let mut tabs = Vec::new();
+    match event {
+        Event::Request {
+            messages,
+            tools_offered,
+            ..
+        } => {
+            tabs.push(tab("messages", "Messages sent", pretty(messages)));
+            let transcript = transcript_at(earlier.into_iter().chain([event]));
+            tabs.push(tab("transcript", "Full transcript", pretty(&transcript)));
+            let specs: Vec<_> = tools_offered
+                .iter()
+                .filter_map(|name| registry.get(name).map(|tool| tool.spec().clone()))
+                .collect();
+            tabs.push(tab("tools", "Tools offered", pretty(&specs)));
+        }
+        Event::Llm {
+            content,
+            tool_calls,
+            ..
+        } => {
+            if !tool_calls.is_empty() {
+                tabs.push(tab("arguments", "Arguments", calls_text(tool_calls)));
+            }
+            if let Some(content) = content {
+                tabs.push(tab("result", "Result", content.clone()));
+            }
+        }
+        Event::Tool {
+            arguments, result, ..
+        } => {
+            tabs.push(tab("arguments", "Arguments", pretty_arguments(arguments)));
+            tabs.push(tab("result", "Result", result.clone()));
+        }
+        Event::ApprovalRequested { calls, .. } => {
+            tabs.push(tab("arguments", "Arguments", calls_text(calls)));
+        }
+        Event::ApprovalDecided { choices, .. } => {
+            let text = choices
+                .iter()
+                .map(|c| {
+                    let mut line =
+                        format!("{} ({}): {}", c.tool, c.call_id, choice_words(&c.choice));
+                    if let (Choice::ApproveEdited { arguments }, Some(original)) =
+                        (&c.choice, &c.original_arguments)
+                    {
+                        let edited = pretty(arguments);
+                        for diff_line in
+                            diff::shown_diff(&pretty_arguments(original), &edited).lines
+                        {
+                            line.push_str(&format!("\n  {} {}", diff_line.op, diff_line.text));
+                        }
+                    }
+                    line
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            tabs.push(tab("result", "Decision", text));
+        }
+        Event::Assembled { .. } | Event::ProviderRetry { .. } | Event::LlmFailed { .. } => {}
+    }
+    tabs.push(tab("raw", "Raw", pretty(event)));
+    tabs
+}
+
 /// Step rows for stored events (rows of unknown kinds are shown by kind only).
-pub fn steps(events: &[StoredEvent], registry: &ToolRegistry) -> Vec<StepView> {
-    events
+pub fn steps(events: &[StoredEvent]) -> Vec<StepView> {
+    events.iter().map(stored_step).collect()
+}
+
+fn stored_step(stored: &StoredEvent) -> StepView {
+    match stored.event() {
+        Some(event) => step(stored.sequence, &event),
+        None => StepView {
+            sequence: stored.sequence,
+            kind: stored.kind.clone(),
+            title: stored.kind.clone(),
+            round: stored.round.and_then(|r| u32::try_from(r).ok()),
+            duration_ms: stored.duration_ms.and_then(|d| u64::try_from(d).ok()),
+            tokens: None,
+            ok: true,
+        },
+    }
+}
+
+/// The detail of step `sequence` (the last one if `None`), with tab `tab` selected (the first if
+/// `None` or unknown).
+pub fn step_detail(
+    events: &[StoredEvent],
+    sequence: Option<i64>,
+    tab: Option<&str>,
+    registry: &ToolRegistry,
+) -> Option<StepDetail> {
+    let index = match sequence {
+        Some(sequence) => events.iter().position(|e| e.sequence == sequence)?,
+        None => events.len().checked_sub(1)?,
+    };
+    let stored = &events[index];
+    let tabs = match stored.event() {
+        Some(event) => {
+            let earlier: Vec<Event> = events[..index]
+                .iter()
+                .filter(|e| e.kind == "request")
+                .filter_map(StoredEvent::event)
+                .collect();
+            detail_tabs(&event, &earlier, registry)
+        }
+        None => vec![self::tab("raw", "Raw", pretty(&stored.payload))],
+    };
+    let selected = tab
+        .filter(|key| tabs.iter().any(|t| t.key == *key))
+        .or_else(|| tabs.first().map(|t| t.key.as_str()))
+        .unwrap_or("raw")
+        .to_owned();
+    Some(StepDetail {
+        step: stored_step(stored),
+        tabs,
+        selected,
+    })
+}
+
+/// A live event as a step row.
+pub fn live_step(event: &SequencedEvent) -> StepView {
+    step(event.sequence, &event.event)
+}
+
+/// Where the whole diff of a pending call's preview can be downloaded.
+pub fn preview_download(run_id: &str, call_id: &str) -> String {
+    format!("/runs/{run_id}/calls/{call_id}/preview.diff")
+}
+
+/// The pending calls of a waiting run, with each gated call's preview.
+pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView> {
+    pending
+        .state
+        .pending
         .iter()
-        .map(|stored| match stored.event() {
-            Some(event) => step(stored.sequence, &event, registry),
-            None => StepView {
-                sequence: stored.sequence,
-                kind: stored.kind.clone(),
-                title: stored.kind.clone(),
-                round: stored.round.and_then(|r| u32::try_from(r).ok()),
-                duration_ms: stored.duration_ms.and_then(|d| u64::try_from(d).ok()),
-                tokens: None,
-                ok: true,
-                tabs: vec![("Raw".into(), pretty(&stored.payload))],
+        .zip(&pending.previews)
+        .map(|(call, preview)| PendingCallView {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: pretty_arguments(&call.arguments),
+            gated: preview.gated,
+            preview: match &preview.outcome {
+                PreviewOutcome::None => None,
+                PreviewOutcome::Unavailable(reason) => Some(PreviewView::Unavailable {
+                    reason: reason.clone(),
+                }),
+                PreviewOutcome::Ready(ready) => Some(match &ready.effect {
+                    Effect::Change {
+                        target,
+                        before,
+                        after,
+                    } => {
+                        let shown = diff::shown_diff(before, after);
+                        PreviewView::Change {
+                            target: target.clone(),
+                            lines: shown.lines,
+                            changed: shown.changed,
+                            download: shown.too_large.then(|| preview_download(run_id, &call.id)),
+                        }
+                    }
+                    Effect::Text { text } => PreviewView::Text { text: text.clone() },
+                }),
             },
         })
         .collect()
 }
 
-/// A live event as a step row.
-pub fn live_step(event: &SequencedEvent, registry: &ToolRegistry) -> StepView {
-    step(event.sequence, &event.event, registry)
-}
-
-/// A line diff of `before` and `after` (longest common subsequence; texts here are small).
-pub fn diff_lines(before: &str, after: &str) -> Vec<DiffLine> {
-    let a: Vec<&str> = if before.is_empty() {
-        Vec::new()
-    } else {
-        before.lines().collect()
-    };
-    let b: Vec<&str> = if after.is_empty() {
-        Vec::new()
-    } else {
-        after.lines().collect()
-    };
-    let (n, m) = (a.len(), b.len());
-    let mut lcs = vec![vec![0usize; m + 1]; n + 1];
-    for i in (0..n).rev() {
-        for j in (0..m).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j) = (0, 0);
-    let mut lines = Vec::new();
-    let line = |op: char, text: &str| DiffLine {
-        op,
-        text: text.to_owned(),
-    };
-    while i < n || j < m {
-        if i < n && j < m && a[i] == b[j] {
-            lines.push(line(' ', a[i]));
-            i += 1;
-            j += 1;
-        } else if i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1]) {
-            // Removals come before additions, as in a unified diff.
-            lines.push(line('-', a[i]));
-            i += 1;
-        } else {
-            lines.push(line('+', b[j]));
-            j += 1;
-        }
-    }
-    lines
-}
-
-/// The pending calls of a waiting run, with each gated tool's preview.
-pub async fn pending_calls(
-    state: &SuspendedState,
-    registry: &ToolRegistry,
-    run_id: &str,
-) -> Vec<PendingCallView> {
-    let mut views = Vec::with_capacity(state.pending.len());
-    for call in &state.pending {
-        let gated = state.gated.contains(&call.id);
-        let preview = match (registry.get(&call.name), call.parsed_arguments()) {
-            (Some(tool), Ok(arguments)) if gated => {
-                let ctx = ToolContext {
-                    run_id: run_id.to_owned(),
-                    actor: String::new(),
-                    call_id: call.id.clone(),
-                };
-                match tool.preview(&arguments, &ctx).await {
-                    Ok(Some(Preview::Change {
-                        target,
-                        before,
-                        after,
-                    })) => Some(PreviewView::Change {
-                        target,
-                        lines: diff_lines(&before, &after),
-                    }),
-                    Ok(Some(Preview::Text { text })) => Some(PreviewView::Text { text }),
-                    Ok(None) => None,
-                    Err(err) => Some(PreviewView::Unavailable {
-                        reason: err.model_text().trim_start_matches("Error: ").to_owned(),
-                    }),
-                }
-            }
-            (None, _) if gated => Some(PreviewView::Unavailable {
-                reason: format!("the tool `{}` is no longer registered", call.name),
-            }),
-            (_, Err(_)) if gated => Some(PreviewView::Unavailable {
-                reason: "the model's arguments are not valid JSON".into(),
-            }),
-            _ => None,
-        };
-        views.push(PendingCallView {
-            call_id: call.id.clone(),
-            tool: call.name.clone(),
-            arguments: pretty_arguments(&call.arguments),
-            gated,
-            preview,
-        });
-    }
-    views
-}
-
-/// The whole page model of one run.
-pub async fn run_view(run: &RunRecord, events: &[StoredEvent], registry: &ToolRegistry) -> RunView {
-    let waiting = run
-        .suspended_state
-        .as_deref()
-        .filter(|_| run.status == RunStatus::WaitingForApproval)
-        .and_then(|text| SuspendedState::from_json(text).ok());
-    let (pending, digest) = match &waiting {
-        Some(state) => (
-            pending_calls(state, registry, &run.id.to_string()).await,
-            Some(pending_digest(run.id, run.version, state)),
-        ),
-        None => (Vec::new(), None),
-    };
+/// The whole page model of one run. `pending` is its turn waiting for a decision, if any.
+pub fn run_view(
+    run: &RunRecord,
+    events: &[StoredEvent],
+    pending: Option<&PendingTurn>,
+    detail: Option<StepDetail>,
+) -> RunView {
+    let run_id = run.id.to_string();
     RunView {
         summary: summary(run),
-        steps: steps(events, registry),
-        pending,
-        digest,
+        steps: steps(events),
+        detail,
+        pending: pending
+            .map(|p| pending_calls(p, &run_id))
+            .unwrap_or_default(),
+        digest: pending.map(|p| p.digest.clone()),
         last_sequence: run
             .last_sequence
             .max(events.last().map(|e| e.sequence).unwrap_or(0)),
@@ -404,22 +444,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_diff_marks_removed_and_added_lines() {
-        let lines = diff_lines(
-            "title: Welcome\nstatus: published\n\nbody",
-            "title: Hello\nstatus: published\n\nbody",
-        );
-        let ops: String = lines.iter().map(|l| l.op).collect();
-        assert_eq!(ops, "-+   ");
-        assert_eq!(lines[0].text, "title: Welcome");
-        assert_eq!(lines[1].text, "title: Hello");
-        let created = diff_lines("", "a\nb");
-        assert_eq!(created.iter().map(|l| l.op).collect::<String>(), "++");
-        let deleted = diff_lines("a", "");
-        assert_eq!(deleted.iter().map(|l| l.op).collect::<String>(), "-");
-    }
-
-    #[test]
     fn a_retry_is_a_step_that_says_why_and_how_long_it_waits() {
         let retry = |wait_ms| Event::ProviderRetry {
             round: 2,
@@ -427,7 +451,7 @@ mod tests {
             wait_ms,
             reason: "openai: rate limited (HTTP 429): slow down".into(),
         };
-        let view = step(7, &retry(1500), &ToolRegistry::new());
+        let view = step(7, &retry(1500));
         assert_eq!(view.kind, "provider_retry");
         assert_eq!(view.round, Some(2));
         assert!(!view.ok);
@@ -435,7 +459,7 @@ mod tests {
             view.title,
             "retry 1 in 1.5 s: openai: rate limited (HTTP 429): slow down"
         );
-        let quick = step(8, &retry(250), &ToolRegistry::new());
+        let quick = step(8, &retry(250));
         assert!(
             quick.title.starts_with("retry 1 in 250 ms: "),
             "{}",

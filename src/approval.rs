@@ -1,0 +1,162 @@
+//! The approval panel: the one form that decides a waiting run, on the run page and in the inbox.
+//! It shows each pending call — the model's arguments, an edit box, the preview of its effect, a
+//! choice and a reason — and posts everything it shows to `nrllm_tool_resume`, which applies
+//! exactly that (edited text runs, each reason reaches its call). It works as a plain form post;
+//! with JavaScript, [`crate::islands::ApprovalGuard`] asks before a button drops typed text.
+
+use leptos::prelude::*;
+
+use crate::components::{TextArea, BUTTON_APPROVE, BUTTON_DENY, BUTTON_PRIMARY, INPUT};
+use crate::model::{PendingCallView, PreviewView, RunView};
+
+/// The effect of one call: a diff, a text, or why there is none.
+#[component]
+fn Preview(preview: PreviewView) -> impl IntoView {
+    match preview {
+        PreviewView::Change {
+            target,
+            lines,
+            changed,
+            download,
+        } => {
+            let body = match download {
+                Some(href) => view! {
+                    <p class="mt-1 text-xs" data-testid="diff-too-large">
+                        {format!("Too large to show here: {changed} lines changed. ")}
+                        <a href=href class="underline" download="">"Download the whole diff"</a>
+                    </p>
+                }
+                .into_any(),
+                None => {
+                    let lines = lines
+                        .into_iter()
+                        .map(|line| {
+                            let class = match line.op {
+                                '-' => "bg-rose-50 text-rose-900 dark:bg-rose-950 dark:text-rose-200",
+                                '+' => "bg-emerald-50 text-emerald-900 dark:bg-emerald-950 dark:text-emerald-200",
+                                _ => "text-slate-600 dark:text-slate-400",
+                            };
+                            view! { <div class=class>{format!("{} {}", line.op, line.text)}</div> }
+                        })
+                        .collect_view();
+                    view! {
+                        <pre class="mt-1 max-h-96 overflow-auto whitespace-pre-wrap rounded border border-slate-200 p-2 text-xs dark:border-slate-700">{lines}</pre>
+                    }
+                    .into_any()
+                }
+            };
+            view! {
+                <div class="mt-2" data-testid="preview">
+                    <p class="text-xs font-medium text-slate-500">{format!("Effect on {target}")}</p>
+                    {body}
+                </div>
+            }
+            .into_any()
+        }
+        PreviewView::Text { text } => view! {
+            <div class="mt-2" data-testid="preview">
+                <p class="text-xs font-medium text-slate-500">"Effect"</p>
+                <pre class="mt-1 whitespace-pre-wrap rounded border border-slate-200 p-2 text-xs dark:border-slate-700">{text}</pre>
+            </div>
+        }
+        .into_any(),
+        PreviewView::Unavailable { reason } => view! {
+            <p class="mt-2 text-xs text-amber-800 dark:text-amber-300" data-testid="preview">{format!("No preview: {reason}")}</p>
+        }
+        .into_any(),
+    }
+}
+
+#[component]
+fn PendingCall(prefix: String, index: usize, call: PendingCallView) -> impl IntoView {
+    let name = |field: &str| format!("calls[{index}][{field}]");
+    let id = |field: &str| format!("{prefix}-call-{index}-{field}");
+    view! {
+        <li class="rounded-md border border-slate-200 p-3 dark:border-slate-700" data-testid="pending-call" data-tool=call.tool.clone()>
+            <input type="hidden" name=name("call_id") value=call.call_id.clone() />
+            <div class="flex flex-wrap items-center gap-2">
+                <span class="font-mono font-semibold">{call.tool.clone()}</span>
+                {if call.gated {
+                    view! { <span class="rounded bg-amber-100 px-1 text-xs text-amber-900 dark:bg-amber-900/40 dark:text-amber-200">"needs approval"</span> }.into_any()
+                } else {
+                    view! { <span class="rounded bg-slate-100 px-1 text-xs dark:bg-slate-800">"held with this turn"</span> }.into_any()
+                }}
+            </div>
+            <pre class="mt-2 overflow-auto whitespace-pre-wrap rounded bg-slate-50 p-2 text-xs dark:bg-slate-950" data-testid="call-arguments">{call.arguments.clone()}</pre>
+            {call.preview.clone().map(|preview| view! { <Preview preview /> })}
+            <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
+                <legend class="sr-only">{format!("Decision for {}", call.tool)}</legend>
+                <label class="flex items-center gap-1">
+                    <input type="radio" name=name("choice") value="approve" checked=true id=id("approve") />" Approve"
+                </label>
+                <label class="flex items-center gap-1">
+                    <input type="radio" name=name("choice") value="deny" id=id("deny") />" Deny"
+                </label>
+            </fieldset>
+            <div class="mt-2 grid gap-2 sm:grid-cols-2">
+                <div>
+                    <label for=id("arguments") class="text-xs font-medium">"Arguments it runs with (edit to change them)"</label>
+                    <TextArea id=id("arguments") name=name("arguments") rows=4 class=format!("{INPUT} font-mono text-xs")
+                        value=call.arguments.clone() maxlength=crate::model::MAX_EDIT_CHARS />
+                </div>
+                <div>
+                    <label for=id("reason") class="text-xs font-medium">"Reason if denied (the model reads it)"</label>
+                    <input id=id("reason") name=name("reason") class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
+                </div>
+            </div>
+        </li>
+    }
+}
+
+/// The decision form for one waiting run. `shortcuts`: this is the page's only panel, so the
+/// buttons carry the `a` / `d` keys and the ids the keyboard shortcuts look for.
+#[component]
+pub fn ApprovalPanel(run: RunView, shortcuts: bool) -> impl IntoView {
+    let count = run.pending.len();
+    // Element ids are unique on a page that shows several panels (the inbox).
+    let prefix = format!("run-{}", run.summary.id);
+    let calls = run
+        .pending
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(index, call)| view! { <PendingCall prefix=prefix.clone() index call /> })
+        .collect_view();
+    let reason_id = format!("{prefix}-reason");
+    let key = |label: &str, key: &str| {
+        if shortcuts {
+            format!("{label} ({key})")
+        } else {
+            label.to_owned()
+        }
+    };
+    view! {
+        <section class="mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30" data-testid="approval-panel">
+            <h2 class="font-semibold">{format!("Needs your decision — {count} call(s) hold this turn")}</h2>
+            <form method="post" action="/api/nrllm_tool_resume" class="mt-3 space-y-3" data-approval-form="">
+                <input type="hidden" name="run_id" value=run.summary.id.clone() />
+                <input type="hidden" name="digest" value=run.digest.clone().unwrap_or_default() data-testid="digest" />
+                <input type="hidden" name="acknowledge_discard" value="" />
+                <ol class="space-y-3">{calls}</ol>
+                <div>
+                    <label for=reason_id.clone() class="text-sm font-medium">"Reason for every denied call without its own (the model reads it)"</label>
+                    <input id=reason_id name="reason" class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
+                </div>
+                <div class="flex flex-wrap items-center gap-2">
+                    <button type="submit" name="decision" value="approve_all" id=shortcuts.then_some("approve-all") class=BUTTON_APPROVE>{key("Approve all", "a")}</button>
+                    <button type="submit" name="decision" value="deny_all" id=shortcuts.then_some("deny-all") class=BUTTON_DENY>{key("Deny all", "d")}</button>
+                    <button type="submit" name="decision" value="per_call" class=BUTTON_PRIMARY>"Apply the choices above"</button>
+                    {shortcuts.then(|| view! {
+                        <p class="text-xs text-slate-500">
+                            "Keyboard: " <kbd class="rounded border px-1">"a"</kbd> " approve all, "
+                            <kbd class="rounded border px-1">"d"</kbd> " deny all"
+                        </p>
+                    })}
+                </div>
+                <p class="text-xs text-slate-500">
+                    "Approving runs each call with the arguments in its box. A button that would drop text you typed asks first (without JavaScript it refuses and says so)."
+                </p>
+            </form>
+        </section>
+    }
+}
