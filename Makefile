@@ -9,7 +9,7 @@ export TEST_DATABASE_URL
 # Playwright's server gets a database of its own, new for every run.
 E2E_DB_DIR := target/e2e
 
-.PHONY: run test setup setup-test lint unit e2e size
+.PHONY: run test setup setup-test lint unit e2e size abuse bench-long-run
 
 setup:
 	scripts/setup.sh
@@ -40,3 +40,13 @@ e2e:
 size: setup
 	cargo leptos build --release
 	scripts/wasm-size.sh
+
+## Server memory under abuse (release build): streams for unknown ids, 1,100 streams on one run,
+## streams that connect and drop, a 50 MB body. Fails if a case ends 20 MB above where it began.
+abuse:
+	LEPTOS_OUTPUT_NAME=nrllm-playground cargo build --release --features ssr --bin nrllm-playground
+	cargo bench -p nrllm-playground --features ssr --bench abuse -- target/release/nrllm-playground
+
+## Stored bytes, page bytes and server-side render time of 10-, 100- and 200-round runs.
+bench-long-run:
+	cargo bench -p nrllm-playground --features ssr --bench long_run

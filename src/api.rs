@@ -122,13 +122,14 @@ pub async fn nrllm_tool_resume(
     })
 }
 
-/// One run: summary, counters, pending calls (with previews), steps, and the detail of step
-/// `step` (the latest if absent) with its tab `tab` selected.
+/// One run: summary, counters, pending calls (with previews), the latest steps (or those before
+/// `steps_before`), and the detail of step `step` (the latest if absent) with tab `tab` selected.
 #[server(endpoint = "nrllm_run_get")]
 pub async fn nrllm_run_get(
     run_id: String,
     step: Option<i64>,
     tab: Option<String>,
+    steps_before: Option<i64>,
 ) -> Result<RunView, AppError> {
     use crate::server::{state, views, with_status};
     let state = state()?;
@@ -146,16 +147,19 @@ pub async fn nrllm_run_get(
         .map_err(|err| AppError::internal("reading a run's events", err))?;
     let pending = state.runs.pending(&run).await;
     let detail = views::step_detail(&events, step, tab.as_deref(), &state.registry);
-    let mut view = views::run_view(&run, &events, pending.as_ref(), detail);
+    let mut view = views::run_view(&run, &events, steps_before, pending.as_ref(), detail);
     // A running segment's steps are not committed yet; show what this server has seen of them.
-    let last = view.last_sequence;
-    for event in state
-        .live
-        .unpersisted(id)
-        .iter()
-        .filter(|e| e.sequence > last)
-    {
-        view.steps.push(views::live_step(event));
+    if view.latest {
+        let last = view.last_sequence;
+        for event in state
+            .live
+            .unpersisted(id)
+            .iter()
+            .filter(|e| e.sequence > last)
+        {
+            view.steps.push(views::live_step(event));
+            view.last_sequence = event.sequence;
+        }
     }
     Ok(view)
 }
@@ -246,7 +250,7 @@ pub async fn nrllm_approvals_list(
             let runs = std::sync::Arc::clone(&state.runs);
             async move {
                 let pending = runs.pending(&run).await;
-                views::run_view(&run, &[], pending.as_ref(), None)
+                views::run_view(&run, &[], None, pending.as_ref(), None)
             }
         })
         .buffered(ssr::INBOX_PREVIEWS_AT_ONCE)
@@ -334,9 +338,25 @@ mod ssr {
 
     use super::CallForm;
     use crate::error::AppError;
+    use crate::model::{MAX_EDIT_CHARS, MAX_REASON_CHARS};
     use crate::server::AppState;
 
     pub const MAX_PROMPT_CHARS: usize = 20_000;
+    pub const MAX_SYSTEM_PROMPT_CHARS: usize = 20_000;
+    pub const MAX_SKILLS_CHARS: usize = 50_000;
+    /// More tool names than any registry holds.
+    pub const MAX_TOOLS: usize = 200;
+
+    /// Refuses `text` in `field` if it is longer than `max` characters.
+    fn at_most(field: &str, text: Option<&str>, max: usize) -> Result<(), AppError> {
+        match text {
+            Some(text) if text.chars().count() > max => Err(AppError::invalid(
+                field,
+                format!("at most {max} characters"),
+            )),
+            _ => Ok(()),
+        }
+    }
 
     /// The playground form as posted.
     pub struct RunForm {
@@ -365,10 +385,17 @@ mod ssr {
                     "write what the agent should do",
                 ));
             }
-            if prompt.chars().count() > MAX_PROMPT_CHARS {
+            at_most("prompt", Some(&prompt), MAX_PROMPT_CHARS)?;
+            at_most(
+                "system_prompt",
+                self.system_prompt.as_deref(),
+                MAX_SYSTEM_PROMPT_CHARS,
+            )?;
+            at_most("skills", self.skills.as_deref(), MAX_SKILLS_CHARS)?;
+            if self.tools.as_ref().is_some_and(|t| t.len() > MAX_TOOLS) {
                 return Err(AppError::invalid(
-                    "prompt",
-                    format!("at most {MAX_PROMPT_CHARS} characters"),
+                    "tools",
+                    format!("at most {MAX_TOOLS} tools"),
                 ));
             }
             let configuration = present(&self.configuration)
@@ -523,6 +550,19 @@ mod ssr {
                 "say what to do with each pending call",
             ));
         }
+        at_most("reason", reason.as_deref(), MAX_REASON_CHARS)?;
+        for (i, call) in calls.iter().enumerate() {
+            at_most(
+                &format!("calls[{i}].arguments"),
+                call.arguments.as_deref(),
+                MAX_EDIT_CHARS,
+            )?;
+            at_most(
+                &format!("calls[{i}].reason"),
+                call.reason.as_deref(),
+                MAX_REASON_CHARS,
+            )?;
+        }
         Ok(Submission {
             action,
             reason,
@@ -593,6 +633,42 @@ mod ssr {
             assert!(parse_skills("  ").unwrap().is_empty());
             let err = parse_skills("lonely name").unwrap_err();
             assert_eq!(err.field(), Some("skills"));
+        }
+
+        #[test]
+        fn oversized_decision_texts_are_refused_naming_the_field() {
+            let call = |arguments: String, reason: String| CallForm {
+                call_id: "c1".into(),
+                choice: None,
+                arguments: Some(arguments),
+                reason: Some(reason),
+            };
+            let err = submission(
+                "approve_all",
+                None,
+                vec![call("x".repeat(MAX_EDIT_CHARS + 1), String::new())],
+                false,
+            )
+            .unwrap_err();
+            assert_eq!(err.field(), Some("calls[0].arguments"));
+            let err = submission(
+                "deny_all",
+                None,
+                vec![call("{}".into(), "r".repeat(MAX_REASON_CHARS + 1))],
+                false,
+            )
+            .unwrap_err();
+            assert_eq!(err.field(), Some("calls[0].reason"));
+            let err = submission(
+                "deny_all",
+                Some("r".repeat(MAX_REASON_CHARS + 1)),
+                vec![],
+                false,
+            )
+            .unwrap_err();
+            assert_eq!(err.field(), Some("reason"));
+            // The app's limit is the runtime's.
+            assert_eq!(MAX_REASON_CHARS, nrllm_runtime::decision::MAX_REASON_CHARS);
         }
 
         #[test]

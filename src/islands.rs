@@ -148,6 +148,29 @@ fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
         });
     let _ = source.add_event_listener_with_callback("status", on_status.as_ref().unchecked_ref());
     on_status.forget();
+    // A stream the server refused (503: too many streams) is closed for good: poll by reloading
+    // the page every few seconds instead. A stream that merely ended reconnects by itself.
+    let watched = source.clone();
+    let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(move |_event: web_sys::Event| {
+        if watched.ready_state() != web_sys::EventSource::CLOSED {
+            return;
+        }
+        let Some(window) = web_sys::window() else {
+            return;
+        };
+        let reload = Closure::<dyn FnMut()>::new(move || {
+            if let Some(window) = web_sys::window() {
+                let _ = window.location().reload();
+            }
+        });
+        let _ = window.set_timeout_with_callback_and_timeout_and_arguments_0(
+            reload.as_ref().unchecked_ref(),
+            3_000,
+        );
+        reload.forget();
+    });
+    source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    on_error.forget();
 }
 
 /// Guards the page's approval forms (`form[data-approval-form]`): before a button drops text the

@@ -73,11 +73,8 @@ async fn purge() -> Result<(), String> {
 /// Starts the server; an `Err` is a message for the operator who started it.
 #[cfg(feature = "ssr")]
 async fn serve() -> Result<(), String> {
-    use axum::Router;
     use leptos::prelude::*;
-    use leptos_axum::{generate_route_list, LeptosRoutes};
-    use nrllm_playground::app::{shell, App};
-    use nrllm_playground::server::{export, json_body, live, retention, security, AppState};
+    use nrllm_playground::server::{retention, routes, AppState};
 
     let settings = load_settings()?;
 
@@ -86,34 +83,10 @@ async fn serve() -> Result<(), String> {
     leptos_options.site_addr = settings.site_addr;
 
     let db = open_database(&settings).await?;
-    let state = AppState::open(leptos_options.clone(), db, &settings).await?;
+    let state = AppState::open(leptos_options, db, &settings).await?;
     retention::spawn_hourly(state.store.clone(), settings.clone());
 
-    let routes = generate_route_list(App);
-    let app = Router::new()
-        .route(
-            "/api/runs/{id}/events",
-            axum::routing::get(live::run_events),
-        )
-        .route(
-            "/runs/{id}/export.json",
-            axum::routing::get(export::run_export),
-        )
-        .route(
-            "/runs/{id}/calls/{call_id}/preview.diff",
-            axum::routing::get(export::preview_diff),
-        )
-        .leptos_routes(&state, routes, {
-            let options = leptos_options.clone();
-            move || shell(options.clone())
-        })
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
-        .layer(axum::middleware::from_fn(json_body::accept_json))
-        .layer(axum::middleware::from_fn(security::security_headers))
-        // gzip for clients that accept it: the wasm bundle shrinks to well under half. The
-        // default predicate leaves the live step stream (text/event-stream) uncompressed.
-        .layer(tower_http::compression::CompressionLayer::new())
-        .with_state(state);
+    let app = routes::router(state, &settings);
 
     let listener = tokio::net::TcpListener::bind(settings.site_addr)
         .await

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 pub const MAX_REASON_CHARS: usize = 2000;
 /// The longest edited-arguments text an operator may send, in characters.
 pub const MAX_EDIT_CHARS: usize = 100_000;
+/// The steps a run page shows at once; older ones are a link away.
+pub const STEP_WINDOW: usize = 100;
 
 /// A run as listed and as shown in the summary strip.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -118,7 +120,12 @@ pub struct StepDetail {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunView {
     pub summary: RunSummary,
+    /// A window of the steps: the latest [`STEP_WINDOW`], or those before `steps_before`.
     pub steps: Vec<StepView>,
+    /// There are older steps than the window shows: the sequence to ask for them before.
+    pub older_before: Option<i64>,
+    /// The window ends with the latest step (live updates continue it).
+    pub latest: bool,
     /// The selected step's detail (the latest step unless another was asked for).
     pub detail: Option<StepDetail>,
     pub pending: Vec<PendingCallView>,

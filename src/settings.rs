@@ -25,6 +25,12 @@ pub struct Settings {
     pub retention_waiting_days: u32,
     /// The demo model waits this long before each answer (0: answers at once).
     pub demo_think_ms: u32,
+    /// The largest request body accepted, in bytes (larger: 413).
+    pub max_body_bytes: u32,
+    /// Live step streams one run may have open at once (more: 503, the page polls instead).
+    pub stream_limit_per_run: u32,
+    /// Live step streams the server keeps open at once, over all runs (more: 503).
+    pub stream_limit_total: u32,
     /// Real model configurations (`[[configurations]]`); the demo model is always there too.
     pub configurations: Vec<ModelConfiguration>,
 }
@@ -106,6 +112,9 @@ impl Default for Settings {
             retention_terminal_days: 30,
             retention_waiting_days: 90,
             demo_think_ms: 0,
+            max_body_bytes: 1024 * 1024,
+            stream_limit_per_run: 50,
+            stream_limit_total: 1000,
             configurations: Vec::new(),
         }
     }
@@ -139,6 +148,9 @@ struct SettingsFile {
     retention_terminal_days: Option<i64>,
     retention_waiting_days: Option<i64>,
     demo_think_ms: Option<i64>,
+    max_body_bytes: Option<i64>,
+    stream_limit_per_run: Option<i64>,
+    stream_limit_total: Option<i64>,
     configurations: Option<Vec<ModelConfiguration>>,
 }
 
@@ -228,49 +240,78 @@ impl Settings {
             }
             None => defaults.log_level,
         };
-        let days = |setting: &'static str, env_name: &str, from_file: Option<i64>, default: u32| {
-            match pick(env_name, from_file.map(|days| days.to_string())) {
+        // A whole number within `range`, from the environment, else the file, else the default.
+        let number = |setting: &'static str,
+                      env_name: &str,
+                      from_file: Option<i64>,
+                      default: u32,
+                      range: std::ops::RangeInclusive<u32>,
+                      unit: &str| {
+            match pick(env_name, from_file.map(|n| n.to_string())) {
                 Some((value, source_name)) => value
                     .parse::<u32>()
                     .ok()
-                    .filter(|days| (1..=36_500).contains(days))
+                    .filter(|n| range.contains(n))
                     .ok_or_else(|| SettingsError::Invalid {
                         setting,
                         source_name,
-                        message: format!("`{value}` is not a whole number of days from 1 to 36500"),
+                        message: format!(
+                            "`{value}` is not a whole number of {unit} from {} to {}",
+                            range.start(),
+                            range.end()
+                        ),
                     }),
                 None => Ok(default),
             }
         };
-        let retention_terminal_days = days(
+        let retention_terminal_days = number(
             "retention_terminal_days",
             "NRLLM_RETENTION_TERMINAL_DAYS",
             file.retention_terminal_days,
             defaults.retention_terminal_days,
+            1..=36_500,
+            "days",
         )?;
-        let retention_waiting_days = days(
+        let retention_waiting_days = number(
             "retention_waiting_days",
             "NRLLM_RETENTION_WAITING_DAYS",
             file.retention_waiting_days,
             defaults.retention_waiting_days,
+            1..=36_500,
+            "days",
         )?;
-        let demo_think_ms = match pick(
+        let demo_think_ms = number(
+            "demo_think_ms",
             "NRLLM_DEMO_THINK_MS",
-            file.demo_think_ms.map(|ms| ms.to_string()),
-        ) {
-            Some((value, source_name)) => value
-                .parse::<u32>()
-                .ok()
-                .filter(|ms| *ms <= 60_000)
-                .ok_or_else(|| SettingsError::Invalid {
-                    setting: "demo_think_ms",
-                    source_name,
-                    message: format!(
-                        "`{value}` is not a whole number of milliseconds from 0 to 60000"
-                    ),
-                })?,
-            None => defaults.demo_think_ms,
-        };
+            file.demo_think_ms,
+            defaults.demo_think_ms,
+            0..=60_000,
+            "milliseconds",
+        )?;
+        let max_body_bytes = number(
+            "max_body_bytes",
+            "NRLLM_MAX_BODY_BYTES",
+            file.max_body_bytes,
+            defaults.max_body_bytes,
+            16 * 1024..=64 * 1024 * 1024,
+            "bytes",
+        )?;
+        let stream_limit_per_run = number(
+            "stream_limit_per_run",
+            "NRLLM_STREAM_LIMIT_PER_RUN",
+            file.stream_limit_per_run,
+            defaults.stream_limit_per_run,
+            1..=10_000,
+            "streams",
+        )?;
+        let stream_limit_total = number(
+            "stream_limit_total",
+            "NRLLM_STREAM_LIMIT_TOTAL",
+            file.stream_limit_total,
+            defaults.stream_limit_total,
+            1..=100_000,
+            "streams",
+        )?;
         let configurations = file.configurations.unwrap_or_default();
         let invalid = |message: String| SettingsError::Invalid {
             setting: "configurations",
@@ -331,6 +372,9 @@ impl Settings {
             retention_terminal_days,
             retention_waiting_days,
             demo_think_ms,
+            max_body_bytes,
+            stream_limit_per_run,
+            stream_limit_total,
             configurations: configurations_out,
         })
     }
@@ -409,6 +453,37 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("NRLLM_RETENTION_WAITING_DAYS"), "{err}");
+    }
+
+    #[test]
+    fn resource_limits_are_whole_numbers_within_their_range() {
+        let settings = load(
+            Some("max_body_bytes = 65536\nstream_limit_per_run = 3"),
+            &[("NRLLM_STREAM_LIMIT_TOTAL", "7")],
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                settings.max_body_bytes,
+                settings.stream_limit_per_run,
+                settings.stream_limit_total
+            ),
+            (65536, 3, 7)
+        );
+        let err = load(Some("stream_limit_per_run = 0"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`stream_limit_per_run`") && err.contains("from 1 to 10000"),
+            "{err}"
+        );
+        let err = load(None, &[("NRLLM_MAX_BODY_BYTES", "1")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`max_body_bytes`") && err.contains("NRLLM_MAX_BODY_BYTES"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -94,18 +94,18 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
             <div class="space-y-4 lg:col-span-2">
                 <div>
                     <label for="prompt" class="text-sm font-medium">"Prompt"</label>
-                    <TextArea id="prompt" name="prompt" rows=4 required=true class=INPUT
+                    <TextArea id="prompt" name="prompt" rows=4 required=true class=INPUT maxlength=20_000
                         placeholder="Rename the home page to \"Hello\"" />
                     <FieldError error=error.clone() field="prompt" />
                 </div>
                 <div>
                     <label for="system_prompt" class="text-sm font-medium">"System prompt"</label>
-                    <TextArea id="system_prompt" name="system_prompt" rows=2 class=INPUT
+                    <TextArea id="system_prompt" name="system_prompt" rows=2 class=INPUT maxlength=20_000
                         value="You maintain the Example Co. website. Look before you change anything." />
                 </div>
                 <div>
                     <label for="skills" class="text-sm font-medium">"Skills"</label>
-                    <TextArea id="skills" name="skills" rows=3 class=INPUT
+                    <TextArea id="skills" name="skills" rows=3 class=INPUT maxlength=50_000
                         placeholder="style-guide\nTitles are short.\n---\nglossary\nEUR, not €." />
                     <p class="mt-1 text-xs text-slate-500">"Blocks separated by a line ---; the first line of each is its name. The model reads them as untrusted reference text."</p>
                     <FieldError error=error.clone() field="skills" />

@@ -29,9 +29,12 @@ pub fn RunPage() -> impl IntoView {
             params.read().get("id").unwrap_or_default(),
             q.get("step").and_then(|s| s.parse::<i64>().ok()),
             q.get("tab"),
+            q.get("steps_before").and_then(|s| s.parse::<i64>().ok()),
         )
     };
-    let run = Resource::new(request, |(id, step, tab)| nrllm_run_get(id, step, tab));
+    let run = Resource::new(request, |(id, step, tab, steps_before)| {
+        nrllm_run_get(id, step, tab, steps_before)
+    });
     view! {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
@@ -49,7 +52,9 @@ pub fn RunPage() -> impl IntoView {
 #[component]
 fn RunDetail(run: RunView) -> impl IntoView {
     let summary = run.summary.clone();
-    let live = summary.status == "running" || summary.status == "queued";
+    let running = summary.status == "running" || summary.status == "queued";
+    // Live updates continue the list only when it ends with the latest step.
+    let live = running && run.latest;
     let waiting = summary.status == "waiting_for_approval";
     let cancellable =
         waiting || summary.status == "queued" || summary.status == "waiting_for_input";
@@ -68,7 +73,7 @@ fn RunDetail(run: RunView) -> impl IntoView {
         <Title text=page_title(&format!("Run: {}", summary.prompt)) />
         <ErrorBanner error=url_error() />
         <SummaryStrip summary=summary.clone() />
-        {live.then(|| view! {
+        {running.then(|| view! {
             <p class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="running-note">
                 "The run is working. Steps appear as they happen; "
                 <a href=format!("/runs/{id}") class="underline">"refresh"</a>
@@ -97,9 +102,15 @@ fn RunDetail(run: RunView) -> impl IntoView {
                     <h2 class="font-semibold">"Steps"</h2>
                     <a href=format!("/runs/{}/export.json", summary.id) class="text-sm underline" download="">"Export JSON"</a>
                 </div>
+                {run.older_before.map(|before| view! {
+                    <a href=format!("/runs/{id}?steps_before={before}") class="mt-2 inline-block text-sm underline" data-testid="older-steps">"Older steps"</a>
+                })}
                 <LiveSteps run_id=summary.id.clone() after=run.last_sequence live>
                     {rows}
                 </LiveSteps>
+                {(!run.latest).then(|| view! {
+                    <a href=format!("/runs/{id}") class="mt-2 inline-block text-sm underline" data-testid="latest-steps">"Latest steps"</a>
+                })}
             </section>
             <StepDetailPane run_id=summary.id.clone() detail=run.detail.clone() />
         </div>

@@ -9,8 +9,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-/// The largest JSON body accepted.
-const MAX_JSON_BYTES: usize = 2 * 1024 * 1024;
+/// The largest JSON body this layer reads (the server's body size cap is usually lower).
+const MAX_JSON_BYTES: usize = 64 * 1024 * 1024;
 
 /// Drops `null` values: a missing field and a null field mean the same to a form.
 fn without_nulls(value: Value) -> Value {
@@ -76,12 +76,21 @@ async fn convert_json(request: Request, next: Next) -> Response {
         return next.run(request).await;
     }
     let (mut parts, body) = request.into_parts();
+    // The body size cap (a layer outside this one) has already refused a body that says it is
+    // too large; one that grows too large while it is read is refused here.
     let bytes = match to_bytes(body, MAX_JSON_BYTES).await {
         Ok(bytes) => bytes,
         Err(_) => {
-            return bad_request(format!(
-                "the JSON body is larger than {MAX_JSON_BYTES} bytes"
-            ))
+            let body = serde_json::json!({
+                "BadRequest": "the request body is larger than the server accepts"
+            })
+            .to_string();
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                [(header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response();
         }
     };
     let form = match json_to_form(&bytes) {

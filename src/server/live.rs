@@ -2,21 +2,40 @@
 //! `GET /api/runs/{id}/events` streams them to browsers as server-sent events. Each event carries
 //! its sequence number as the SSE id, so a reconnecting browser (`Last-Event-ID`) resumes exactly
 //! where it left off: first from the database, then from the live feed.
+//!
+//! Resources stay bounded whatever clients do (the way Mercure and Centrifugo do it):
+//! - nothing is allocated for a run that is not running here: an unknown id is a 404 before
+//!   anything else, and a finished or waiting run's stream replays its steps and ends;
+//! - a running run's broadcast channel exists only while someone listens: it is made by the first
+//!   subscriber and dropped with the last one, or when the run stops running;
+//! - a stream is a plain value, not a task: when the client goes, the connection drops it and its
+//!   subscription with it, at once;
+//! - live streams are capped per run and in total; over the cap the answer is 503 and the page
+//!   polls instead.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures::Stream;
 use nrllm_runtime::service::RunListener;
-use nrllm_runtime::store::{RunStatus, SequencedEvent};
-use tokio::sync::{broadcast, mpsc};
+use nrllm_runtime::store::{RunStatus, RunStore, SequencedEvent};
+use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use super::{views, AppState};
+
+/// Slots of a run's broadcast channel: a subscriber that falls this far behind is dropped (and
+/// its browser reconnects from its last step).
+const CHANNEL_CAPACITY: usize = 256;
+/// How long a browser waits before it reconnects to a stream that ended (the polling cadence of a
+/// page whose run runs in another process, or whose stream was refused).
+const RECONNECT_AFTER: Duration = Duration::from_secs(2);
 
 /// What a live run reports.
 #[derive(Debug, Clone)]
@@ -25,77 +44,169 @@ pub enum LiveMessage {
     Status(RunStatus),
 }
 
-/// Per-run broadcast channels, plus the events of the segment now running (not yet persisted).
-#[derive(Default)]
-pub struct LiveHub {
-    runs: Mutex<HashMap<Uuid, LiveRun>>,
+/// Caps on live streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    pub per_run: usize,
+    pub total: usize,
 }
 
+impl Default for StreamLimits {
+    fn default() -> Self {
+        StreamLimits {
+            per_run: 50,
+            total: 1000,
+        }
+    }
+}
+
+/// The runs running in this process: each one's not-yet-committed events, and its channel while
+/// anyone listens.
+#[derive(Default)]
+pub struct LiveHub {
+    inner: Mutex<Hub>,
+    limits: StreamLimits,
+}
+
+#[derive(Default)]
+struct Hub {
+    runs: HashMap<Uuid, LiveRun>,
+    subscribers: usize,
+}
+
+#[derive(Default)]
 struct LiveRun {
-    sender: broadcast::Sender<LiveMessage>,
+    channel: Option<broadcast::Sender<LiveMessage>>,
+    subscribers: usize,
     unpersisted: Vec<SequencedEvent>,
 }
 
-impl LiveRun {
-    fn new() -> LiveRun {
-        LiveRun {
-            sender: broadcast::channel(256).0,
-            unpersisted: Vec::new(),
+/// How many runs, channels and subscribers the hub holds (for tests and the system page).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HubStats {
+    pub runs: usize,
+    pub channels: usize,
+    pub subscribers: usize,
+}
+
+/// Why a subscription was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The run is not running in this process (finished, waiting, or driven elsewhere).
+    NotRunningHere,
+    /// A stream cap is reached.
+    Full,
+}
+
+/// A live subscription to one run. Dropping it gives its slot back, and the run's channel goes
+/// with the last one.
+pub struct Subscription {
+    receiver: broadcast::Receiver<LiveMessage>,
+    /// The run's events emitted but not committed yet, as of subscribing.
+    unpersisted: Vec<SequencedEvent>,
+    hub: Arc<LiveHub>,
+    run_id: Uuid,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut hub = self.hub.lock();
+        hub.subscribers = hub.subscribers.saturating_sub(1);
+        if let Some(run) = hub.runs.get_mut(&self.run_id) {
+            run.subscribers = run.subscribers.saturating_sub(1);
+            if run.subscribers == 0 {
+                run.channel = None;
+            }
         }
     }
 }
 
 impl LiveHub {
-    /// Listens to one run: the live feed from now on, and the events already emitted but not yet
-    /// in the database.
-    pub fn subscribe(&self, id: Uuid) -> (broadcast::Receiver<LiveMessage>, Vec<SequencedEvent>) {
-        let mut runs = self
-            .runs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let run = runs.entry(id).or_insert_with(LiveRun::new);
-        (run.sender.subscribe(), run.unpersisted.clone())
+    /// A hub with these stream caps.
+    pub fn new(limits: StreamLimits) -> LiveHub {
+        LiveHub {
+            inner: Mutex::default(),
+            limits,
+        }
     }
-}
 
-impl LiveHub {
+    fn lock(&self) -> MutexGuard<'_, Hub> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Listens to a run that is running in this process: the live feed from now on, and the
+    /// events already emitted but not yet in the database.
+    pub fn subscribe(self: &Arc<Self>, id: Uuid) -> Result<Subscription, Refused> {
+        let mut guard = self.lock();
+        let hub = &mut *guard;
+        if hub.subscribers >= self.limits.total {
+            return Err(Refused::Full);
+        }
+        let Some(run) = hub.runs.get_mut(&id) else {
+            return Err(Refused::NotRunningHere);
+        };
+        if run.subscribers >= self.limits.per_run {
+            return Err(Refused::Full);
+        }
+        let receiver = run
+            .channel
+            .get_or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
+            .subscribe();
+        run.subscribers += 1;
+        hub.subscribers += 1;
+        Ok(Subscription {
+            receiver,
+            unpersisted: run.unpersisted.clone(),
+            hub: Arc::clone(self),
+            run_id: id,
+        })
+    }
+
     /// The events a running run has emitted but not yet committed (empty for other runs).
     pub fn unpersisted(&self, id: Uuid) -> Vec<SequencedEvent> {
-        let runs = self
+        self.lock()
             .runs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        runs.get(&id)
+            .get(&id)
             .map(|run| run.unpersisted.clone())
             .unwrap_or_default()
+    }
+
+    /// What the hub holds now.
+    pub fn stats(&self) -> HubStats {
+        let hub = self.lock();
+        HubStats {
+            runs: hub.runs.len(),
+            channels: hub.runs.values().filter(|r| r.channel.is_some()).count(),
+            subscribers: hub.subscribers,
+        }
     }
 }
 
 impl RunListener for LiveHub {
     fn event(&self, run_id: Uuid, event: &SequencedEvent) {
-        let mut runs = self
-            .runs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let run = runs.entry(run_id).or_insert_with(LiveRun::new);
+        let mut hub = self.lock();
+        let run = hub.runs.entry(run_id).or_default();
         run.unpersisted.push(event.clone());
-        let _ = run.sender.send(LiveMessage::Event(event.clone()));
+        if let Some(channel) = &run.channel {
+            let _ = channel.send(LiveMessage::Event(event.clone()));
+        }
     }
 
     fn status(&self, run_id: Uuid, status: RunStatus) {
-        let mut runs = self
-            .runs
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut hub = self.lock();
         if status == RunStatus::Running {
-            if let Some(run) = runs.get_mut(&run_id) {
-                let _ = run.sender.send(LiveMessage::Status(status));
-            }
+            // A run that starts (or resumes) running here gets its place; its events follow.
+            hub.runs.entry(run_id).or_default();
             return;
         }
-        // Any other status is reported after the segment's events were committed.
-        if let Some(run) = runs.remove(&run_id) {
-            let _ = run.sender.send(LiveMessage::Status(status));
+        // Any other status is reported after the segment's events were committed: the run is no
+        // longer running here. Subscribers get the status, then their channel closes.
+        if let Some(run) = hub.runs.remove(&run_id) {
+            if let Some(channel) = run.channel {
+                let _ = channel.send(LiveMessage::Status(status));
+            }
         }
     }
 }
@@ -118,6 +229,96 @@ fn status_event(status: RunStatus) -> SseEvent {
     SseEvent::default().event("status").data(status.as_str())
 }
 
+/// Why a stream could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamError {
+    NotFound,
+    Full,
+    Store,
+}
+
+/// The events of run `id` after sequence `after`, then — if it runs in this process — its live
+/// events until it stops running. Nothing is allocated for an unknown id; the stream holds no
+/// task, so dropping it (the client went away) frees everything at once.
+pub async fn event_stream(
+    store: &dyn RunStore,
+    hub: &Arc<LiveHub>,
+    id: Uuid,
+    after: i64,
+) -> Result<impl Stream<Item = SseEvent> + Send + 'static, StreamError> {
+    let read = |err| {
+        tracing::error!(%err, run_id = %id, "reading a run for its event stream");
+        StreamError::Store
+    };
+    let run = store
+        .get(id)
+        .await
+        .map_err(read)?
+        .ok_or(StreamError::NotFound)?;
+    // Subscribe before reading the events: nothing emitted in between is missed.
+    let subscription = match run.status {
+        RunStatus::Running => match hub.subscribe(id) {
+            Ok(subscription) => Some(subscription),
+            Err(Refused::Full) => return Err(StreamError::Full),
+            Err(Refused::NotRunningHere) => None,
+        },
+        _ => None,
+    };
+    let stored = store.events(id, after).await.map_err(read)?;
+    let mut replay = vec![SseEvent::default().retry(RECONNECT_AFTER)];
+    let mut last = after;
+    for stored_event in &stored {
+        if let Some(event) = stored_event.event() {
+            let sequenced = SequencedEvent {
+                sequence: stored_event.sequence,
+                event,
+                created_at_ms: stored_event.created_at_ms,
+            };
+            last = sequenced.sequence;
+            replay.push(step_event(&sequenced));
+        }
+    }
+    let tail = match subscription {
+        Some(subscription) => {
+            for event in &subscription.unpersisted {
+                if event.sequence > last {
+                    last = event.sequence;
+                    replay.push(step_event(event));
+                }
+            }
+            Some((subscription, last))
+        }
+        None => {
+            // Not running here: say how it ended, if it did (read again: it may have stopped
+            // since). A run still running elsewhere ends the stream; the browser reconnects.
+            let now = store.get(id).await.map_err(read)?.map(|r| r.status);
+            if let Some(status) = now.filter(|s| *s != RunStatus::Running) {
+                replay.push(status_event(status));
+            }
+            None
+        }
+    };
+    let live = futures::stream::unfold(tail, |tail| async move {
+        let (mut subscription, mut last) = tail?;
+        loop {
+            match subscription.receiver.recv().await {
+                Ok(LiveMessage::Event(event)) if event.sequence > last => {
+                    last = event.sequence;
+                    return Some((step_event(&event), Some((subscription, last))));
+                }
+                Ok(LiveMessage::Event(_)) | Ok(LiveMessage::Status(RunStatus::Running)) => {}
+                Ok(LiveMessage::Status(status)) => return Some((status_event(status), None)),
+                // Fell behind or the channel closed: the browser reconnects from its last id.
+                Err(_) => return None,
+            }
+        }
+    });
+    Ok(futures::StreamExt::chain(
+        futures::stream::iter(replay),
+        live,
+    ))
+}
+
 /// `GET /api/runs/{id}/events`: the run's steps after `Last-Event-ID` (or `?after=`), then live
 /// ones until the run stops running.
 pub async fn run_events(
@@ -127,7 +328,7 @@ pub async fn run_events(
     headers: HeaderMap,
 ) -> Response {
     let Ok(id) = Uuid::parse_str(&id) else {
-        return (StatusCode::NOT_FOUND, "no such run").into_response();
+        return (StatusCode::NOT_FOUND, "There is no such run.").into_response();
     };
     let after = headers
         .get("last-event-id")
@@ -135,85 +336,161 @@ pub async fn run_events(
         .and_then(|v| v.parse::<i64>().ok())
         .or(query.after)
         .unwrap_or(0);
-    // Subscribe first, then read the database: nothing emitted in between is missed.
-    let (mut live, unpersisted) = state.live.subscribe(id);
-    let run = match state.store.get(id).await {
-        Ok(Some(run)) => run,
-        Ok(None) => return (StatusCode::NOT_FOUND, "no such run").into_response(),
-        Err(err) => {
-            tracing::error!(%err, run_id = %id, "reading a run for its event stream");
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the run could not be read",
-            )
-                .into_response();
+    match event_stream(state.store.as_ref(), &state.live, id, after).await {
+        Ok(stream) => {
+            let stream = futures::StreamExt::map(stream, Ok::<_, Infallible>);
+            Sse::new(stream)
+                .keep_alive(KeepAlive::default())
+                .into_response()
         }
-    };
-    let stored = match state.store.events(id, after).await {
-        Ok(events) => events,
-        Err(err) => {
-            tracing::error!(%err, run_id = %id, "reading a run's events");
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the run could not be read",
-            )
-                .into_response();
+        Err(StreamError::NotFound) => {
+            (StatusCode::NOT_FOUND, "There is no such run.").into_response()
         }
-    };
-    let (tx, rx) = mpsc::channel::<SseEvent>(64);
-    tokio::spawn(async move {
-        let mut last = after;
-        for stored_event in &stored {
-            let Some(event) = stored_event.event() else {
-                continue;
-            };
-            let sequenced = SequencedEvent {
-                sequence: stored_event.sequence,
-                event,
-                created_at_ms: stored_event.created_at_ms,
-            };
-            last = sequenced.sequence;
-            if tx.send(step_event(&sequenced)).await.is_err() {
-                return;
-            }
-        }
-        let fresh: Vec<&SequencedEvent> =
-            unpersisted.iter().filter(|e| e.sequence > last).collect();
-        for event in fresh {
-            last = event.sequence;
-            if tx.send(step_event(event)).await.is_err() {
-                return;
-            }
-        }
-        if run.status != RunStatus::Running {
-            let _ = tx.send(status_event(run.status)).await;
-            return;
-        }
-        loop {
-            match live.recv().await {
-                Ok(LiveMessage::Event(event)) if event.sequence > last => {
-                    last = event.sequence;
-                    if tx.send(step_event(&event)).await.is_err() {
-                        return;
-                    }
-                }
-                Ok(LiveMessage::Event(_)) => {}
-                Ok(LiveMessage::Status(RunStatus::Running)) => {}
-                Ok(LiveMessage::Status(status)) => {
-                    let _ = tx.send(status_event(status)).await;
-                    return;
-                }
-                // Fell behind or the run's channel closed: the client reconnects from its last id.
-                Err(_) => return,
-            }
-        }
-    });
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
+        Err(StreamError::Full) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Too many live streams are open; the page refreshes instead.",
+        )
+            .into_response(),
+        Err(StreamError::Store) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "The run could not be read.",
+        )
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use nrllm_runtime::db::Database;
+    use nrllm_runtime::store::{NewRun, RunConfiguration, SqlRunStore};
+
+    async fn store() -> (tempfile::TempDir, SqlRunStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::connect(&format!("sqlite:{}/live.db", dir.path().display()))
             .await
-            .map(|event| (Ok::<_, Infallible>(event), rx))
-    });
-    Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response()
+            .unwrap();
+        (dir, SqlRunStore::new(db))
+    }
+
+    async fn running_run(store: &SqlRunStore) -> Uuid {
+        let run = NewRun {
+            id: Uuid::now_v7(),
+            configuration: RunConfiguration {
+                provider: "demo".into(),
+                model: "demo-1".into(),
+                prompt: "p".into(),
+                system_prompt: None,
+                skills: Vec::new(),
+                settings: Default::default(),
+            },
+            requested_by: "operator".into(),
+        };
+        store.create(&run, 1).await.unwrap().id
+    }
+
+    #[tokio::test]
+    async fn an_unknown_run_is_refused_before_anything_is_allocated() {
+        let (_dir, store) = store().await;
+        let hub = Arc::new(LiveHub::default());
+        let refused = event_stream(&store, &hub, Uuid::now_v7(), 0).await.err();
+        assert_eq!(refused, Some(StreamError::NotFound));
+        assert_eq!(hub.stats(), HubStats::default());
+    }
+
+    #[tokio::test]
+    async fn a_run_not_running_here_replays_its_steps_and_ends_without_a_channel() {
+        let (_dir, store) = store().await;
+        let hub = Arc::new(LiveHub::default());
+        // Stored as running, but nothing in this process drives it: the stream replays and ends.
+        let id = running_run(&store).await;
+        let events: Vec<SseEvent> = event_stream(&store, &hub, id, 0)
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert_eq!(events.len(), 1, "only the reconnect hint");
+        assert_eq!(hub.stats(), HubStats::default());
+    }
+
+    #[tokio::test]
+    async fn a_disconnected_client_frees_its_channel_at_once_and_a_stopped_run_its_entry() {
+        let (_dir, store) = store().await;
+        let hub = Arc::new(LiveHub::default());
+        let id = running_run(&store).await;
+        hub.status(id, RunStatus::Running);
+        let mut stream = Box::pin(event_stream(&store, &hub, id, 0).await.unwrap());
+        assert!(
+            stream.next().await.is_some(),
+            "the reconnect hint comes first"
+        );
+        assert_eq!(
+            hub.stats(),
+            HubStats {
+                runs: 1,
+                channels: 1,
+                subscribers: 1
+            }
+        );
+        // The client goes away: the connection drops the stream.
+        drop(stream);
+        assert_eq!(
+            hub.stats(),
+            HubStats {
+                runs: 1,
+                channels: 0,
+                subscribers: 0
+            }
+        );
+        hub.status(id, RunStatus::Completed);
+        assert_eq!(hub.stats(), HubStats::default());
+    }
+
+    #[tokio::test]
+    async fn live_steps_reach_a_subscriber_and_the_stream_ends_with_the_status() {
+        let (_dir, store) = store().await;
+        let hub = Arc::new(LiveHub::default());
+        let id = running_run(&store).await;
+        hub.status(id, RunStatus::Running);
+        let stream = event_stream(&store, &hub, id, 0).await.unwrap();
+        let event = SequencedEvent {
+            sequence: 1,
+            event: nrllm_runtime::events::Event::LlmFailed {
+                round: 1,
+                message: "boom".into(),
+                duration_ms: 3,
+            },
+            created_at_ms: 5,
+        };
+        hub.event(id, &event);
+        hub.status(id, RunStatus::Failed);
+        let events: Vec<SseEvent> = stream.collect().await;
+        assert_eq!(events.len(), 3, "hint, the step, the status");
+        assert_eq!(hub.stats(), HubStats::default());
+    }
+
+    #[tokio::test]
+    async fn streams_over_the_caps_are_refused() {
+        let (_dir, store) = store().await;
+        let hub = Arc::new(LiveHub::new(StreamLimits {
+            per_run: 2,
+            total: 3,
+        }));
+        let first = running_run(&store).await;
+        let second = running_run(&store).await;
+        hub.status(first, RunStatus::Running);
+        hub.status(second, RunStatus::Running);
+        let a = hub.subscribe(first).unwrap();
+        let _b = hub.subscribe(first).unwrap();
+        assert!(matches!(hub.subscribe(first), Err(Refused::Full)));
+        let _c = hub.subscribe(second).unwrap();
+        assert!(matches!(hub.subscribe(second), Err(Refused::Full)), "total");
+        drop(a);
+        let _d = hub.subscribe(second).expect("a freed slot is free again");
+        assert_eq!(
+            event_stream(&store, &hub, first, 0).await.err(),
+            Some(StreamError::Full)
+        );
+    }
 }

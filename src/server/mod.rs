@@ -7,6 +7,7 @@ pub mod export;
 pub mod json_body;
 pub mod live;
 pub mod retention;
+pub mod routes;
 pub mod security;
 pub mod views;
 
@@ -32,7 +33,7 @@ use nrllm_runtime::{ToolLoop, ToolLoopService};
 use crate::error::AppError;
 use crate::model::ConfigurationView;
 use crate::settings::{ProviderKind, Settings};
-use live::LiveHub;
+use live::{LiveHub, StreamLimits};
 
 /// The configuration every playground has: the offline demo model.
 pub const DEMO_CONFIGURATION: &str = "demo";
@@ -242,7 +243,10 @@ impl AppState {
             .load_into(&registry)
             .await
             .map_err(|err| format!("cannot read the tool settings: {err}"))?;
-        let live = Arc::new(LiveHub::default());
+        let live = Arc::new(LiveHub::new(StreamLimits {
+            per_run: settings.stream_limit_per_run as usize,
+            total: settings.stream_limit_total as usize,
+        }));
         let configured = Arc::new(configure(settings));
         let loops = Arc::new(AppLoops {
             registry: Arc::clone(&registry),

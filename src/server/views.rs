@@ -11,7 +11,7 @@ use nrllm_runtime::{Choice, SuspendedState};
 
 use super::diff;
 use crate::model::{
-    PendingCallView, PreviewView, RunSummary, RunView, StepDetail, StepTab, StepView,
+    PendingCallView, PreviewView, RunSummary, RunView, StepDetail, StepTab, StepView, STEP_WINDOW,
 };
 
 fn pretty(value: &impl serde::Serialize) -> String {
@@ -417,17 +417,26 @@ pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView
         .collect()
 }
 
-/// The whole page model of one run. `pending` is its turn waiting for a decision, if any.
+/// The whole page model of one run. `pending` is its turn waiting for a decision, if any; the
+/// steps are the [`STEP_WINDOW`] before `steps_before` (the latest if `None`).
 pub fn run_view(
     run: &RunRecord,
     events: &[StoredEvent],
+    steps_before: Option<i64>,
     pending: Option<&PendingTurn>,
     detail: Option<StepDetail>,
 ) -> RunView {
     let run_id = run.id.to_string();
+    let end = match steps_before {
+        Some(before) => events.partition_point(|e| e.sequence < before),
+        None => events.len(),
+    };
+    let start = end.saturating_sub(STEP_WINDOW);
     RunView {
         summary: summary(run),
-        steps: steps(events),
+        steps: steps(&events[start..end]),
+        older_before: (start > 0).then(|| events[start].sequence),
+        latest: end == events.len(),
         detail,
         pending: pending
             .map(|p| pending_calls(p, &run_id))
@@ -442,6 +451,141 @@ pub fn run_view(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nrllm_runtime::transcript::Message;
+
+    fn stored(sequence: i64, event: &Event) -> StoredEvent {
+        StoredEvent {
+            run_id: uuid::Uuid::nil(),
+            sequence,
+            kind: event.kind().to_owned(),
+            round: event.round().map(i64::from),
+            duration_ms: None,
+            payload: serde_json::to_value(event).unwrap(),
+            created_at_ms: 0,
+        }
+    }
+
+    fn record(last_sequence: i64) -> RunRecord {
+        RunRecord {
+            id: uuid::Uuid::nil(),
+            status: RunStatus::Completed,
+            configuration: None,
+            requested_by: "operator".into(),
+            counters: Default::default(),
+            truncated: false,
+            estimated_cost_micros: None,
+            termination_reason: None,
+            error_summary: None,
+            final_answer: None,
+            suspended_state: None,
+            decided_by: None,
+            decided_at_ms: None,
+            decision: None,
+            version: 1,
+            last_sequence,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            started_at_ms: None,
+            finished_at_ms: None,
+        }
+    }
+
+    fn failure(round: u32) -> Event {
+        Event::LlmFailed {
+            round,
+            message: "x".into(),
+            duration_ms: 1,
+        }
+    }
+
+    #[test]
+    fn the_page_shows_a_window_of_the_latest_steps_and_links_the_older_ones() {
+        let events: Vec<StoredEvent> = (1..=250).map(|i| stored(i, &failure(1))).collect();
+        let latest = run_view(&record(250), &events, None, None, None);
+        assert_eq!(latest.steps.len(), STEP_WINDOW);
+        assert_eq!(latest.steps[0].sequence, 151);
+        assert_eq!(latest.older_before, Some(151));
+        assert!(latest.latest);
+        let older = run_view(&record(250), &events, Some(151), None, None);
+        assert_eq!(older.steps.first().map(|s| s.sequence), Some(51));
+        assert_eq!(older.steps.last().map(|s| s.sequence), Some(150));
+        assert_eq!(older.older_before, Some(51));
+        assert!(!older.latest);
+        let first = run_view(&record(250), &events, Some(51), None, None);
+        assert_eq!(first.steps.len(), 50);
+        assert_eq!(first.older_before, None);
+    }
+
+    #[test]
+    fn a_request_step_shows_its_new_messages_and_rebuilds_the_whole_transcript() {
+        let request = |first, messages: Vec<Message>| Event::Request {
+            round: 1,
+            first: Some(first),
+            messages,
+            tools_offered: Vec::new(),
+        };
+        let events = vec![
+            stored(
+                1,
+                &request(0, vec![Message::system("sys"), Message::user("hi")]),
+            ),
+            stored(2, &failure(1)),
+            stored(
+                3,
+                &request(2, vec![Message::assistant_text("a"), Message::user("more")]),
+            ),
+        ];
+        let registry = ToolRegistry::new();
+        let detail = step_detail(&events, Some(3), Some("transcript"), &registry).unwrap();
+        assert_eq!(detail.selected, "transcript");
+        assert_eq!(
+            detail.step.title,
+            "request: 4 message(s) (2 new), 0 tool(s) offered"
+        );
+        let text = |key: &str| {
+            detail
+                .tabs
+                .iter()
+                .find(|t| t.key == key)
+                .map(|t| t.text.clone())
+                .unwrap()
+        };
+        let transcript: Vec<Message> = serde_json::from_str(&text("transcript")).unwrap();
+        assert_eq!(transcript.len(), 4);
+        assert_eq!(transcript[0], Message::system("sys"));
+        let new: Vec<Message> = serde_json::from_str(&text("messages")).unwrap();
+        assert_eq!(new, [Message::assistant_text("a"), Message::user("more")]);
+        // An unknown tab falls back to the first one; the latest step is the default.
+        let latest = step_detail(&events, None, Some("nope"), &registry).unwrap();
+        assert_eq!(latest.step.sequence, 3);
+        assert_eq!(latest.selected, "messages");
+    }
+
+    #[test]
+    fn an_edit_is_shown_as_a_diff_of_the_arguments_in_the_decision_step() {
+        let decided = Event::ApprovalDecided {
+            round: Some(2),
+            decided_by: "bob".into(),
+            choices: vec![nrllm_runtime::events::CallChoice {
+                call_id: "c1".into(),
+                tool: "update_page".into(),
+                choice: Choice::ApproveEdited {
+                    arguments: serde_json::json!({"slug": "home", "title": "Mine"}),
+                },
+                original_arguments: Some(r#"{"slug":"home","title":"Theirs"}"#.into()),
+            }],
+        };
+        let view = step(9, &decided);
+        assert_eq!(
+            view.title,
+            "decided by bob: update_page approved with edits"
+        );
+        assert_eq!(view.round, Some(2));
+        let tabs = detail_tabs(&decided, [], &ToolRegistry::new());
+        let decision = &tabs.iter().find(|t| t.key == "result").unwrap().text;
+        assert!(decision.contains(r#"-   "title": "Theirs""#), "{decision}");
+        assert!(decision.contains(r#"+   "title": "Mine""#), "{decision}");
+    }
 
     #[test]
     fn a_retry_is_a_step_that_says_why_and_how_long_it_waits() {

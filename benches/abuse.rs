@@ -1,0 +1,249 @@
+//! Memory under abuse: starts the server binary (the release build `make abuse` makes) on a fresh
+//! SQLite file and prints its resident memory before and after each case:
+//! - 20,000 live-step streams for unknown run ids;
+//! - 1,100 streams held open at once on one running run (the per-run cap refuses most: 503);
+//! - 5,000 streams on that run that connect and drop at once;
+//! - a 50 MB request body (with its Content-Length, and chunked without one).
+//!
+//! Every case must end within 20 MB of where it started; the bench exits 1 if one does not.
+//!
+//! `make abuse` (or `cargo bench -p nrllm-playground --features ssr --bench abuse -- <binary>`)
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+const ADDR: &str = "127.0.0.1:3097";
+const LIMIT_BYTES: i64 = 20 * 1024 * 1024;
+const AT_ONCE: usize = 64;
+
+struct Server {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(binary: &str) -> Server {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let config = dir.path().join("abuse.toml");
+    std::fs::write(&config, "log_level = \"warn\"\n").expect("the settings file");
+    let child = Command::new(binary)
+        .env("NRLLM_CONFIG", &config)
+        .env("NRLLM_SITE_ADDR", ADDR)
+        .env(
+            "NRLLM_DATABASE_URL",
+            format!("sqlite:{}/abuse.db", dir.path().display()),
+        )
+        // The demo model thinks for a minute: a run stays running while the cases run.
+        .env("NRLLM_DEMO_THINK_MS", "60000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|err| panic!("cannot start {binary}: {err}"));
+    Server { child, _dir: dir }
+}
+
+/// The server's resident memory, in bytes.
+fn rss(server: &Server) -> i64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id()))
+        .expect("the server's /proc status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+        .expect("VmRSS")
+        * 1024
+}
+
+/// Sends `head` (and `body`), reads the status line, returns the status and the open connection.
+async fn request(head: String, body: &[u8]) -> Option<(u16, TcpStream)> {
+    let mut stream = TcpStream::connect(ADDR).await.ok()?;
+    stream.write_all(head.as_bytes()).await.ok()?;
+    // The server may answer (413) and close before the body is all sent.
+    let _ = stream.write_all(body).await;
+    let mut buf = [0u8; 64];
+    let mut read = 0;
+    while read < 12 {
+        let n = stream.read(&mut buf[read..]).await.ok()?;
+        if n == 0 {
+            break;
+        }
+        read += n;
+    }
+    let line = String::from_utf8_lossy(&buf[..read]);
+    let status = line.split(' ').nth(1)?.parse().ok()?;
+    Some((status, stream))
+}
+
+fn stream_head(run_id: &str) -> String {
+    format!("GET /api/runs/{run_id}/events HTTP/1.1\r\nHost: {ADDR}\r\nAccept: text/event-stream\r\n\r\n")
+}
+
+/// Runs `count` requests, `AT_ONCE` at a time, dropping each connection when answered; counts
+/// the answers by status.
+async fn many(count: usize, head: impl Fn(usize) -> String) -> Vec<(u16, usize)> {
+    let gate = Arc::new(Semaphore::new(AT_ONCE));
+    let mut tasks = Vec::with_capacity(count);
+    for i in 0..count {
+        let permit = Arc::clone(&gate).acquire_owned().await.expect("the gate");
+        let head = head(i);
+        tasks.push(tokio::spawn(async move {
+            let status = request(head, b"").await.map(|(status, _)| status);
+            drop(permit);
+            status.unwrap_or(0)
+        }));
+    }
+    let mut counts: Vec<(u16, usize)> = Vec::new();
+    for task in tasks {
+        let status = task.await.unwrap_or(0);
+        match counts.iter_mut().find(|(s, _)| *s == status) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((status, 1)),
+        }
+    }
+    counts.sort();
+    counts
+}
+
+fn uuid(i: usize) -> String {
+    format!("00000000-0000-7000-8000-{i:012}")
+}
+
+struct Report {
+    failed: bool,
+}
+
+impl Report {
+    async fn case(
+        &mut self,
+        server: &Server,
+        name: &str,
+        run: impl std::future::Future<Output = String>,
+    ) {
+        let before = rss(server);
+        let detail = run.await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = rss(server);
+        let delta = after - before;
+        let ok = delta <= LIMIT_BYTES;
+        self.failed |= !ok;
+        println!(
+            "{name:<44} {:>8.1} MB → {:>8.1} MB  ({:+.1} MB) {}  {detail}",
+            before as f64 / 1048576.0,
+            after as f64 / 1048576.0,
+            delta as f64 / 1048576.0,
+            if ok { "ok" } else { "OVER 20 MB" }
+        );
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let binary = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .unwrap_or_else(|| "target/release/nrllm-playground".to_owned());
+    let server = start(&binary);
+    for _ in 0..200 {
+        if request(
+            format!("GET /runs HTTP/1.1\r\nHost: {ADDR}\r\nConnection: close\r\n\r\n"),
+            b"",
+        )
+        .await
+        .is_some()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Warm up: the pages and streams once, so the allocator has its working set.
+    many(200, |i| stream_head(&uuid(i))).await;
+    let mut report = Report { failed: false };
+
+    report
+        .case(&server, "20,000 streams for unknown run ids", async {
+            format!("{:?}", many(20_000, |i| stream_head(&uuid(i))).await)
+        })
+        .await;
+
+    // A run that stays running: the demo model thinks for a minute.
+    let body = br#"{"prompt": "List the pages"}"#;
+    let head = format!(
+        "POST /api/nrllm_tool_run HTTP/1.1\r\nHost: {ADDR}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let (_, mut answer) = request(head, body).await.expect("a run is started");
+    let mut text = String::new();
+    let _ = answer.read_to_string(&mut text).await;
+    let run_id = text
+        .rsplit("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .trim_matches('"')
+        .to_owned();
+
+    report
+        .case(&server, "1,100 streams held at once on one run", async {
+            let mut held = Vec::new();
+            let mut counts = [0usize; 2];
+            for _ in 0..1100 {
+                match request(stream_head(&run_id), b"").await {
+                    Some((200, stream)) => {
+                        counts[0] += 1;
+                        held.push(stream);
+                    }
+                    Some((503, _)) => counts[1] += 1,
+                    other => panic!("unexpected answer {:?}", other.map(|(s, _)| s)),
+                }
+            }
+            let during = rss(&server);
+            drop(held);
+            format!(
+                "200: {}, 503: {}, {:.1} MB while held",
+                counts[0],
+                counts[1],
+                during as f64 / 1048576.0
+            )
+        })
+        .await;
+
+    report
+        .case(&server, "5,000 streams that connect and drop", async {
+            format!("{:?}", many(5_000, |_| stream_head(&run_id)).await)
+        })
+        .await;
+
+    report
+        .case(&server, "a 50 MB body (Content-Length, then chunked)", async {
+            let big = vec![b'x'; 50 * 1024 * 1024];
+            let head = format!(
+                "POST /api/nrllm_tool_run HTTP/1.1\r\nHost: {ADDR}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                big.len()
+            );
+            let sized = request(head, &big).await.map(|(s, _)| s);
+            let mut chunked = format!("{:x}\r\n", big.len()).into_bytes();
+            chunked.extend_from_slice(&big);
+            chunked.extend_from_slice(b"\r\n0\r\n\r\n");
+            let head = format!(
+                "POST /api/nrllm_tool_run HTTP/1.1\r\nHost: {ADDR}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            );
+            let streamed = request(head, &chunked).await.map(|(s, _)| s);
+            format!("with length: {sized:?}, chunked: {streamed:?}")
+        })
+        .await;
+
+    if report.failed {
+        std::process::exit(1);
+    }
+}

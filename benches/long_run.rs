@@ -1,0 +1,129 @@
+//! A long run stays light: for runs of 10, 100 and 200 rounds (a scripted model, about 1 KB per
+//! message: 1 KB of text in each turn, the prompt and the answer), prints the bytes stored for the
+//! run's events, the bytes of its page (`GET /runs/<id>`: HTML with the island props in it), and
+//! the median time to render that page on the server, over 20 renders.
+//!
+//! `cargo bench -p nrllm-playground --features ssr --bench long_run`
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use http::Request;
+use leptos::prelude::LeptosOptions;
+use nrllm_playground::server::{routes, AppState};
+use nrllm_playground::settings::Settings;
+use nrllm_runtime::db::Database;
+use nrllm_runtime::provider::ChatResponse;
+use nrllm_runtime::service::{RunService, SingleLoop};
+use nrllm_runtime::store::RunConfiguration;
+use nrllm_runtime::testing::{usage, ScriptedProvider};
+use nrllm_runtime::transcript::ToolCall;
+use nrllm_runtime::{RunSettings, ToolLoop};
+use serde_json::json;
+use tower::ServiceExt;
+
+const KB: usize = 1024;
+
+fn kilobyte_of(label: &str, round: usize) -> String {
+    let head = format!("{label} {round}: ");
+    format!("{head}{}", "x".repeat(KB - head.len()))
+}
+
+fn script(rounds: usize) -> Vec<ChatResponse> {
+    let mut turns: Vec<ChatResponse> = (0..rounds)
+        .map(|round| {
+            let mut turn = ChatResponse::calls(
+                vec![ToolCall::new(
+                    format!("call_{round}"),
+                    "search_pages",
+                    &json!({"query": "pricing"}),
+                )],
+                usage(100, 20),
+            );
+            turn.content = Some(kilobyte_of("thinking", round));
+            turn
+        })
+        .collect();
+    turns.push(ChatResponse::text(
+        kilobyte_of("answer", rounds),
+        usage(100, 20),
+    ));
+    turns
+}
+
+#[tokio::main]
+async fn main() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let url = format!("sqlite:{}/long.db", dir.path().display());
+    let db = Database::connect(&url).await.expect("the database");
+    let settings = Settings {
+        database_url: url,
+        ..Settings::default()
+    };
+    let options = LeptosOptions::builder()
+        .output_name("nrllm-playground")
+        .site_root("target/site")
+        .site_pkg_dir("pkg")
+        .build();
+    let state = AppState::open(options, db.clone(), &settings)
+        .await
+        .expect("the app state");
+    let router = routes::router(state.clone(), &settings);
+    println!(
+        "{:>6} {:>8} {:>14} {:>14} {:>12}",
+        "rounds", "events", "stored bytes", "page bytes", "SSR median"
+    );
+    for rounds in [10usize, 100, 200] {
+        let provider = ScriptedProvider::new(script(rounds));
+        let tool_loop = ToolLoop::new(Arc::new(provider), Arc::clone(&state.registry));
+        let service = RunService::new(
+            Arc::clone(&state.store),
+            Arc::new(SingleLoop(Arc::new(tool_loop))),
+        );
+        let configuration = RunConfiguration {
+            provider: "demo".into(),
+            model: "demo-1".into(),
+            prompt: kilobyte_of("prompt", rounds),
+            system_prompt: Some("Be brief.".into()),
+            skills: Vec::new(),
+            settings: RunSettings {
+                max_rounds: rounds as u32 + 1,
+                ..RunSettings::default()
+            },
+        };
+        let run = service
+            .start(configuration, "bench")
+            .await
+            .expect("the run");
+        assert_eq!(run.counters.iterations as usize, rounds + 1);
+        let (events, stored): (i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(payload)), 0) FROM agent_run_event WHERE run_id = $1",
+        )
+        .bind(run.id.to_string())
+        .fetch_one(db.pool())
+        .await
+        .expect("the stored size");
+        let mut page_bytes = 0;
+        let mut samples: Vec<Duration> = Vec::new();
+        for _ in 0..21 {
+            let request = Request::get(format!("/runs/{}", run.id))
+                .body(Body::empty())
+                .expect("a request");
+            let started = Instant::now();
+            let response = router.clone().oneshot(request).await.expect("a response");
+            assert_eq!(response.status(), 200);
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .expect("the page");
+            samples.push(started.elapsed());
+            page_bytes = body.len();
+        }
+        samples.remove(0);
+        samples.sort();
+        println!(
+            "{rounds:>6} {events:>8} {stored:>14} {page_bytes:>14} {:>12.2?}",
+            samples[samples.len() / 2]
+        );
+    }
+}

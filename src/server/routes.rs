@@ -1,0 +1,42 @@
+//! The server's routes and the layers around them: the pages and server functions (Leptos), the
+//! live step stream, the downloads; JSON bodies for server functions, a body size cap, the
+//! security headers, gzip.
+
+use axum::Router;
+use leptos_axum::{generate_route_list, LeptosRoutes};
+
+use super::{export, json_body, live, security, AppState};
+use crate::app::{shell, App};
+use crate::settings::Settings;
+
+/// Every route of the playground, over `state`.
+pub fn router(state: AppState, settings: &Settings) -> Router {
+    let routes = generate_route_list(App);
+    let options = state.leptos_options.clone();
+    Router::new()
+        .route(
+            "/api/runs/{id}/events",
+            axum::routing::get(live::run_events),
+        )
+        .route(
+            "/runs/{id}/export.json",
+            axum::routing::get(export::run_export),
+        )
+        .route(
+            "/runs/{id}/calls/{call_id}/preview.diff",
+            axum::routing::get(export::preview_diff),
+        )
+        .leptos_routes(&state, routes, move || shell(options.clone()))
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(axum::middleware::from_fn(json_body::accept_json))
+        // A body over the cap is refused with 413 before it is read (by its Content-Length) or
+        // as soon as it grows past the cap.
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(
+            settings.max_body_bytes as usize,
+        ))
+        .layer(axum::middleware::from_fn(security::security_headers))
+        // gzip for clients that accept it: the wasm bundle shrinks to well under half. The
+        // default predicate leaves the live step stream (text/event-stream) uncompressed.
+        .layer(tower_http::compression::CompressionLayer::new())
+        .with_state(state)
+}
