@@ -26,6 +26,7 @@ test: setup-test lint unit e2e
 
 lint:
 	cargo fmt --all -- --check
+	scripts/check-core-deps.sh
 	cargo clippy --workspace --all-targets --features nrllm-playground/ssr -- -D warnings
 	cargo clippy -p nrllm-playground --lib --features hydrate --target wasm32-unknown-unknown -- -D warnings
 

@@ -172,7 +172,7 @@ pub async fn nrllm_runs_list(
     limit: Option<u32>,
 ) -> Result<RunList, AppError> {
     use crate::server::{state, views, with_status};
-    use nrllm_runtime::store::{RunFilter, RunStatus};
+    use nrllm_core::store::{RunFilter, RunStatus};
     let state = state()?;
     let status = match status.as_deref().filter(|s| !s.is_empty() && *s != "all") {
         None => None,
@@ -217,7 +217,7 @@ pub async fn nrllm_approvals_list(
 ) -> Result<ApprovalsPage, AppError> {
     use crate::server::{state, views, with_status};
     use futures::StreamExt;
-    use nrllm_runtime::store::WaitingFilter;
+    use nrllm_core::store::WaitingFilter;
     let state = state()?;
     let present = |v: Option<String>| v.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
     let after = match present(after) {
@@ -275,7 +275,7 @@ pub async fn nrllm_approvals_list(
 #[server(endpoint = "nrllm_run_cancel")]
 pub async fn nrllm_run_cancel(run_id: String) -> Result<String, AppError> {
     use crate::server::{current_operator, state, wants_html, with_status};
-    use nrllm_runtime::store::StoreError;
+    use nrllm_core::store::StoreError;
     let state = state()?;
     let id = ssr::parse_run_id(&run_id).map_err(with_status)?;
     let run = state
@@ -316,7 +316,7 @@ pub async fn nrllm_playground_options() -> Result<PlaygroundOptions, AppError> {
     Ok(PlaygroundOptions {
         configurations: state.configurations(),
         tools,
-        example_prompts: nrllm_runtime::demo::DEMO_PROMPTS
+        example_prompts: nrllm_demo::demo::DEMO_PROMPTS
             .iter()
             .map(|p| (*p).to_owned())
             .collect(),
@@ -327,13 +327,13 @@ pub async fn nrllm_playground_options() -> Result<PlaygroundOptions, AppError> {
 mod ssr {
     //! Validation and error mapping for the server functions above.
 
-    use nrllm_runtime::assembly::Skill;
-    use nrllm_runtime::decision::{Action, DecisionError, Submission, SubmittedCall};
-    use nrllm_runtime::provider::ModelOptions;
-    use nrllm_runtime::registry::AllowList;
-    use nrllm_runtime::service::{ResumeError, ServiceError};
-    use nrllm_runtime::store::RunConfiguration;
-    use nrllm_runtime::RunSettings;
+    use nrllm_core::assembly::Skill;
+    use nrllm_core::decision::{Action, DecisionError, Submission, SubmittedCall};
+    use nrllm_core::provider::ModelOptions;
+    use nrllm_core::registry::AllowList;
+    use nrllm_core::service::{ResumeError, ServiceError};
+    use nrllm_core::store::RunConfiguration;
+    use nrllm_core::RunSettings;
     use uuid::Uuid;
 
     use super::CallForm;
@@ -418,7 +418,7 @@ mod ssr {
                 ));
             }
             let max_rounds = match present(&self.max_rounds) {
-                None => nrllm_runtime::state::DEFAULT_MAX_ROUNDS,
+                None => nrllm_core::state::DEFAULT_MAX_ROUNDS,
                 Some(text) => text
                     .parse::<u32>()
                     .ok()
@@ -668,7 +668,7 @@ mod ssr {
             .unwrap_err();
             assert_eq!(err.field(), Some("reason"));
             // The app's limit is the runtime's.
-            assert_eq!(MAX_REASON_CHARS, nrllm_runtime::decision::MAX_REASON_CHARS);
+            assert_eq!(MAX_REASON_CHARS, nrllm_core::decision::MAX_REASON_CHARS);
         }
 
         #[test]

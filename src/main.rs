@@ -48,8 +48,8 @@ fn load_settings() -> Result<nrllm_playground::settings::Settings, String> {
 #[cfg(feature = "ssr")]
 async fn open_database(
     settings: &nrllm_playground::settings::Settings,
-) -> Result<nrllm_runtime::db::Database, String> {
-    nrllm_runtime::db::Database::connect(&settings.database_url)
+) -> Result<nrllm_store::db::Database, String> {
+    nrllm_store::db::Database::connect(&settings.database_url)
         .await
         .map_err(|err| format!("setting `database_url`: {err}"))
 }
@@ -57,7 +57,7 @@ async fn open_database(
 /// `nrllm-playground purge`: one purge with the configured windows.
 #[cfg(feature = "ssr")]
 async fn purge() -> Result<(), String> {
-    use nrllm_runtime::store::SqlRunStore;
+    use nrllm_store::SqlRunStore;
     let settings = load_settings()?;
     let store = SqlRunStore::new(open_database(&settings).await?);
     let report = nrllm_playground::server::retention::purge_once(&store, &settings)

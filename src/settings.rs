@@ -216,7 +216,7 @@ impl Settings {
         };
         let database_url = match pick("NRLLM_DATABASE_URL", file.database_url) {
             Some((value, source_name)) => {
-                if nrllm_runtime::db::Backend::from_url(&value).is_none() {
+                if nrllm_store::db::Backend::from_url(&value).is_none() {
                     return Err(SettingsError::Invalid {
                         setting: "database_url",
                         source_name,

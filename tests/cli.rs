@@ -5,12 +5,11 @@
 
 use std::process::Command;
 
-use nrllm_runtime::db::Database;
-use nrllm_runtime::state::Counters;
-use nrllm_runtime::store::{
-    Finish, NewRun, RunConfiguration, RunStatus, RunStore, SqlRunStore, TerminationReason,
-};
-use nrllm_runtime::RunSettings;
+use nrllm_core::state::Counters;
+use nrllm_core::store::{Finish, NewRun, RunConfiguration, RunStatus, RunStore, TerminationReason};
+use nrllm_core::RunSettings;
+use nrllm_store::db::Database;
+use nrllm_store::SqlRunStore;
 
 fn binary() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_nrllm-playground"));
@@ -61,7 +60,7 @@ async fn purge_deletes_runs_past_the_retention_windows() {
     let url = format!("sqlite:{}", dir.path().join("runs.db").display());
     let store = SqlRunStore::new(Database::connect(&url).await.unwrap());
     let day = 24 * 60 * 60 * 1000;
-    let now = nrllm_runtime::service::now_ms();
+    let now = nrllm_core::clock::now_ms();
     let configuration = RunConfiguration {
         provider: "demo".into(),
         model: "demo-1".into(),

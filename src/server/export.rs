@@ -4,8 +4,8 @@
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use nrllm_runtime::preview::PreviewOutcome;
-use nrllm_runtime::tool::Effect;
+use nrllm_core::preview::PreviewOutcome;
+use nrllm_core::tool::Effect;
 use uuid::Uuid;
 
 use super::{diff, views, AppState};

@@ -23,8 +23,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
-use nrllm_runtime::service::RunListener;
-use nrllm_runtime::store::{RunStatus, RunStore, SequencedEvent};
+use nrllm_core::service::RunListener;
+use nrllm_core::store::{RunStatus, RunStore, SequencedEvent};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
@@ -363,8 +363,9 @@ pub async fn run_events(
 mod tests {
     use super::*;
     use futures::StreamExt;
-    use nrllm_runtime::db::Database;
-    use nrllm_runtime::store::{NewRun, RunConfiguration, SqlRunStore};
+    use nrllm_core::store::{NewRun, RunConfiguration};
+    use nrllm_store::db::Database;
+    use nrllm_store::SqlRunStore;
 
     async fn store() -> (tempfile::TempDir, SqlRunStore) {
         let dir = tempfile::tempdir().unwrap();
@@ -456,7 +457,7 @@ mod tests {
         let stream = event_stream(&store, &hub, id, 0).await.unwrap();
         let event = SequencedEvent {
             sequence: 1,
-            event: nrllm_runtime::events::Event::LlmFailed {
+            event: nrllm_core::events::Event::LlmFailed {
                 round: 1,
                 message: "boom".into(),
                 duration_ms: 3,

@@ -15,20 +15,22 @@ use std::sync::Arc;
 
 use axum::extract::FromRef;
 use leptos::prelude::*;
-use nrllm_runtime::db::{Backend, Database};
-use nrllm_runtime::demo::DemoProvider;
-use nrllm_runtime::provider::{ModelOptions, Provider, Usage};
-use nrllm_runtime::providers::anthropic::{AnthropicConfig, AnthropicProvider};
-use nrllm_runtime::providers::gemini::{GeminiConfig, GeminiProvider};
-use nrllm_runtime::providers::http::{ApiKey, HttpSettings};
-use nrllm_runtime::providers::openai::{OpenAiConfig, OpenAiProvider};
-use nrllm_runtime::registry::ToolRegistry;
-use nrllm_runtime::service::{now_ms, LoopFactory, RunService};
-use nrllm_runtime::site::SiteStore;
-use nrllm_runtime::store::{RunConfiguration, RunStore, SqlRunStore};
-use nrllm_runtime::tool_settings::ToolSettingsStore;
-use nrllm_runtime::tools::builtin_registry;
-use nrllm_runtime::{ToolLoop, ToolLoopService};
+use nrllm_core::clock::now_ms;
+use nrllm_core::provider::{ModelOptions, Provider, Usage};
+use nrllm_core::registry::ToolRegistry;
+use nrllm_core::service::{LoopFactory, RunService};
+use nrllm_core::store::{RunConfiguration, RunStore};
+use nrllm_core::{ToolLoop, ToolLoopService};
+use nrllm_demo::demo::DemoProvider;
+use nrllm_demo::site::SiteStore;
+use nrllm_demo::tools::builtin_registry;
+use nrllm_providers::anthropic::{AnthropicConfig, AnthropicProvider};
+use nrllm_providers::gemini::{GeminiConfig, GeminiProvider};
+use nrllm_providers::http::{ApiKey, HttpSettings};
+use nrllm_providers::openai::{OpenAiConfig, OpenAiProvider};
+use nrllm_store::db::{Backend, Database};
+use nrllm_store::tool_settings::ToolSettingsStore;
+use nrllm_store::SqlRunStore;
 
 use crate::error::AppError;
 use crate::model::ConfigurationView;
@@ -292,7 +294,7 @@ impl AppState {
     /// Writes one ping and returns the new total.
     pub async fn record_ping(&self) -> Result<i64, AppError> {
         sqlx::query("INSERT INTO ping (created_at_ms) VALUES ($1)")
-            .bind(nrllm_runtime::service::now_ms())
+            .bind(nrllm_core::clock::now_ms())
             .execute(self.db.pool())
             .await
             .map_err(|err| AppError::internal("recording a ping", err))?;
@@ -340,7 +342,7 @@ pub fn current_operator() -> String {
 mod tests {
     use super::*;
     use crate::settings::ModelConfiguration;
-    use nrllm_runtime::store::{NewRun, RunStatus};
+    use nrllm_core::store::{NewRun, RunStatus};
 
     #[tokio::test]
     async fn at_start_runs_cut_off_are_explained_on_sqlite_and_left_alone_on_postgres() {

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use nrllm_runtime::service::now_ms;
-use nrllm_runtime::store::{PurgeReport, RunStore, StoreError};
+use nrllm_core::clock::now_ms;
+use nrllm_core::store::{PurgeReport, RunStore, StoreError};
 
 use crate::settings::Settings;
 

@@ -1,13 +1,15 @@
 //! Turns stored runs and events into the page models of `crate::model`.
 
-use nrllm_runtime::events::{transcript_at, Event};
-use nrllm_runtime::preview::PreviewOutcome;
-use nrllm_runtime::registry::ToolRegistry;
-use nrllm_runtime::service::{format_utc, now_ms, PendingTurn};
-use nrllm_runtime::store::{RunRecord, RunStatus, SequencedEvent, StoredEvent};
-use nrllm_runtime::tool::Effect;
-use nrllm_runtime::transcript::ToolCall;
-use nrllm_runtime::{Choice, SuspendedState};
+use nrllm_core::clock::format_utc;
+use nrllm_core::clock::now_ms;
+use nrllm_core::events::{transcript_at, Event};
+use nrllm_core::preview::PreviewOutcome;
+use nrllm_core::registry::ToolRegistry;
+use nrllm_core::service::PendingTurn;
+use nrllm_core::store::{RunRecord, RunStatus, SequencedEvent, StoredEvent};
+use nrllm_core::tool::Effect;
+use nrllm_core::transcript::ToolCall;
+use nrllm_core::{Choice, SuspendedState};
 
 use super::diff;
 use crate::model::{
@@ -451,7 +453,7 @@ pub fn run_view(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nrllm_runtime::transcript::Message;
+    use nrllm_core::transcript::Message;
 
     fn stored(sequence: i64, event: &Event) -> StoredEvent {
         StoredEvent {
@@ -566,7 +568,7 @@ mod tests {
         let decided = Event::ApprovalDecided {
             round: Some(2),
             decided_by: "bob".into(),
-            choices: vec![nrllm_runtime::events::CallChoice {
+            choices: vec![nrllm_core::events::CallChoice {
                 call_id: "c1".into(),
                 tool: "update_page".into(),
                 choice: Choice::ApproveEdited {

@@ -1,0 +1,30 @@
+//! nrllm-core: the agent loop with human approval, as data and rules — no I/O.
+//!
+//! The canonical transcript, tools and the gate, the loop with suspend and resume as values,
+//! decisions, events, the provider trait, run records and the [`store::RunStore`] trait, the run
+//! service that ties them together, and a clock. Nothing here opens a socket, a file or a
+//! database: the store (`nrllm-store`), the HTTP providers (`nrllm-providers`) and the demo
+//! (`nrllm-demo`) are crates of their own, on top of this one, and the compiler keeps it so.
+
+pub mod agent;
+pub mod assembly;
+pub mod clock;
+pub mod decision;
+pub mod events;
+pub mod hash;
+pub mod preview;
+pub mod provider;
+pub mod registry;
+pub mod service;
+pub mod state;
+pub mod store;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+pub mod tool;
+pub mod transcript;
+
+pub use agent::{
+    Completed, LoopError, LoopOutcome, RunContext, RunInput, ToolLoop, ToolLoopService,
+};
+pub use decision::{CallDecision, Choice, Decision};
+pub use state::{RunSettings, SuspendedState};

@@ -1,0 +1,236 @@
+//! Persisted runs: the `agent_run` row with its status machine (DESIGN §3) and the `agent_run_event`
+//! stream, as the types and the [`RunStore`] trait consumers program against. The store itself is
+//! elsewhere (`nrllm-store` implements it on SQLite and Postgres); nothing here does I/O.
+//!
+//! Every transition is fenced by the run's `version` and commits together with the events it
+//! produced, in one transaction: a failure leaves neither. Transitions:
+//! - create: a new run, `running`;
+//! - suspend: `running` → `waiting_for_approval`, stores the state (not terminal);
+//! - claim for resume: `waiting_for_approval` → `running` by one compare-and-set; exactly one wins;
+//! - finish: any non-terminal → `completed | failed | cancelled`, clears the state (once only);
+//! - cancel: `queued | waiting_for_*` → `cancelled`.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::assembly::Skill;
+use crate::events::Event;
+use crate::state::{Counters, RunSettings, SuspendedState};
+
+pub use nrllm_types::{RunStatus, TerminationReason, Verdict};
+
+/// What a run was started with (stored as JSON in `configuration`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfiguration {
+    /// The provider configuration's name (`demo`, …).
+    pub provider: String,
+    pub model: String,
+    pub prompt: String,
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    #[serde(default)]
+    pub skills: Vec<Skill>,
+    pub settings: RunSettings,
+}
+
+/// A run to create.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    pub id: Uuid,
+    pub configuration: RunConfiguration,
+    pub requested_by: String,
+}
+
+/// One stored run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub id: Uuid,
+    pub status: RunStatus,
+    /// The configuration, or `None` if the stored JSON no longer reads.
+    pub configuration: Option<RunConfiguration>,
+    pub requested_by: String,
+    pub counters: Counters,
+    pub truncated: bool,
+    pub estimated_cost_micros: Option<i64>,
+    pub termination_reason: Option<String>,
+    pub error_summary: Option<String>,
+    pub final_answer: Option<String>,
+    /// The raw suspended state, kept as stored (also when it is corrupted).
+    pub suspended_state: Option<String>,
+    pub decided_by: Option<String>,
+    pub decided_at_ms: Option<i64>,
+    pub decision: Option<String>,
+    pub version: i64,
+    pub last_sequence: i64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+}
+
+/// An event with the sequence number it is stored under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SequencedEvent {
+    pub sequence: i64,
+    pub event: Event,
+    pub created_at_ms: i64,
+}
+
+/// One stored event row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    pub run_id: Uuid,
+    pub sequence: i64,
+    pub kind: String,
+    pub round: Option<i64>,
+    pub duration_ms: Option<i64>,
+    /// The event as JSON (an [`Event`] for every kind this build writes).
+    pub payload: serde_json::Value,
+    pub created_at_ms: i64,
+}
+
+impl StoredEvent {
+    /// The payload as an [`Event`], if this build knows its kind.
+    pub fn event(&self) -> Option<Event> {
+        serde_json::from_value(self.payload.clone()).ok()
+    }
+}
+
+/// How a run ends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    pub status: RunStatus,
+    pub reason: TerminationReason,
+    pub counters: Counters,
+    pub truncated: bool,
+    pub final_answer: Option<String>,
+    /// Safe text for operators; never an internal cause.
+    pub error_summary: Option<String>,
+    pub estimated_cost_micros: Option<i64>,
+}
+
+/// What a claim for resume came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// This caller holds the run; write with `version` from now on. The suspended state is the
+    /// one read at the version claimed (a waiting run's state never changes).
+    Won { version: i64 },
+    /// Someone else decided first (or the run is no longer waiting).
+    Lost(Box<RunRecord>),
+}
+
+/// Filter for listing runs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunFilter {
+    pub status: Option<RunStatus>,
+    /// Runs created before this time (for paging, newest first).
+    pub created_before_ms: Option<i64>,
+    pub limit: u32,
+}
+
+/// Which waiting runs to list (the approvals inbox), oldest first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WaitingFilter {
+    /// Only runs of this configuration.
+    pub provider: Option<String>,
+    /// Only runs whose pending turn calls this tool.
+    pub tool: Option<String>,
+    /// Runs after this one in the inbox's order: (`updated_at_ms`, id) of the last run seen.
+    pub after: Option<(i64, Uuid)>,
+    pub limit: u32,
+}
+
+/// What the purge removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PurgeReport {
+    pub runs: u64,
+    pub events: u64,
+}
+
+/// A store failure. `Conflict`, `NotFound`, `AlreadySettled` and `InvalidTransition` are answers;
+/// `Backend` is a fault of the database behind the store, whose cause is for the log, not for
+/// operators. It holds the backend's own error, so this type names no database library.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("run {0} not found")]
+    NotFound(Uuid),
+    #[error("run {id} changed meanwhile (expected version {expected})")]
+    Conflict { id: Uuid, expected: i64 },
+    #[error("run {id} is already {status}; a finished run never changes again")]
+    AlreadySettled { id: Uuid, status: RunStatus },
+    #[error("run {id} is {status}; it cannot be {action}")]
+    InvalidTransition {
+        id: Uuid,
+        status: RunStatus,
+        action: &'static str,
+    },
+    #[error("database error: {0}")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("stored data is not valid: {0}")]
+    Corrupt(String),
+}
+
+/// Runs and their events, durable.
+#[async_trait]
+pub trait RunStore: Send + Sync {
+    /// Inserts a new run in `running`.
+    async fn create(&self, run: &NewRun, now_ms: i64) -> Result<RunRecord, StoreError>;
+    /// `running` → `waiting_for_approval`, storing the state and the segment's events.
+    async fn suspend(
+        &self,
+        id: Uuid,
+        version: i64,
+        state: &SuspendedState,
+        events: &[SequencedEvent],
+        now_ms: i64,
+    ) -> Result<i64, StoreError>;
+    /// `waiting_for_approval` → `running` if the run is still at `version`; exactly one caller wins.
+    async fn claim_for_resume(
+        &self,
+        id: Uuid,
+        version: i64,
+        decided_by: &str,
+        verdict: Verdict,
+        now_ms: i64,
+    ) -> Result<Claim, StoreError>;
+    /// Ends a non-terminal run at `version`, clearing its state, with the segment's events.
+    async fn finish(
+        &self,
+        id: Uuid,
+        version: i64,
+        finish: &Finish,
+        events: &[SequencedEvent],
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    /// Ends a run whose stored state cannot be read: `failed` with `state_corrupted`, keeping the
+    /// raw state for inspection.
+    async fn fail_corrupted(
+        &self,
+        id: Uuid,
+        version: i64,
+        summary: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    /// Ends every `running` run as `failed` with `interrupted` and `summary`, keeping its decision;
+    /// how many. Only for a moment when nothing can be running: the start of the only instance.
+    async fn interrupt_running(&self, summary: &str, now_ms: i64) -> Result<u64, StoreError>;
+    /// `queued | waiting_for_*` → `cancelled`.
+    async fn cancel(&self, id: Uuid, by: &str, now_ms: i64) -> Result<RunRecord, StoreError>;
+    /// One run.
+    async fn get(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError>;
+    /// Runs, newest first.
+    async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError>;
+    /// Waiting runs, oldest first (the approvals inbox).
+    async fn waiting(&self, filter: &WaitingFilter) -> Result<Vec<RunRecord>, StoreError>;
+    /// A run's events with a sequence above `after`, in order.
+    async fn events(&self, id: Uuid, after: i64) -> Result<Vec<StoredEvent>, StoreError>;
+    /// Deletes terminal runs finished before `terminal_before_ms` and waiting runs last changed
+    /// before `waiting_before_ms`, with their events, `chunk` runs per transaction.
+    async fn purge(
+        &self,
+        terminal_before_ms: i64,
+        waiting_before_ms: i64,
+        chunk: u32,
+    ) -> Result<PurgeReport, StoreError>;
+}

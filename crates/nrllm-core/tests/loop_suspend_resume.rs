@@ -1,0 +1,699 @@
+//! The loop's behaviour through the public API: ADR-084's suspend/resume cases and ours, with a
+//! scripted provider (asserting on the exact transcripts sent) and probe tools (counting executions).
+
+use std::sync::Arc;
+
+use nrllm_core::agent::{cap_result, MAX_RESULT_BYTES};
+use nrllm_core::assembly::Skill;
+use nrllm_core::events::{Event, VecSink};
+use nrllm_core::provider::{ChatResponse, ModelOptions, ToolChoice};
+use nrllm_core::registry::{AllowList, ToolRegistry};
+use nrllm_core::state::Counters;
+use nrllm_core::testing::{call_turn, probe_registry, usage, Probe, ScriptedProvider};
+use nrllm_core::transcript::{validate, Message, Tail, ToolCall};
+use nrllm_core::{
+    CallDecision, Choice, Decision, LoopError, LoopOutcome, RunContext, RunInput, RunSettings,
+    SuspendedState, ToolLoop, ToolLoopService,
+};
+use serde_json::json;
+
+struct Fixture {
+    provider: ScriptedProvider,
+    probe: Probe,
+    registry: Arc<ToolRegistry>,
+    tool_loop: ToolLoop,
+}
+
+fn fixture(responses: Vec<ChatResponse>) -> Fixture {
+    let provider = ScriptedProvider::new(responses);
+    let probe = Probe::default();
+    let registry = Arc::new(probe_registry(&probe));
+    let tool_loop = ToolLoop::new(Arc::new(provider.clone()), Arc::clone(&registry));
+    Fixture {
+        provider,
+        probe,
+        registry,
+        tool_loop,
+    }
+}
+
+fn input(prompt: &str) -> RunInput {
+    RunInput {
+        system_prompt: Some("You are careful.".into()),
+        messages: vec![Message::user(prompt)],
+        ..RunInput::default()
+    }
+}
+
+fn ctx(actor: &str) -> RunContext {
+    RunContext {
+        run_id: "run-1".into(),
+        actor: actor.into(),
+        ..RunContext::default()
+    }
+}
+
+fn suspended(outcome: LoopOutcome) -> SuspendedState {
+    match outcome {
+        LoopOutcome::Suspended(state) => state,
+        LoopOutcome::Completed(done) => panic!("expected a suspension, got {done:?}"),
+    }
+}
+
+fn completed(outcome: LoopOutcome) -> nrllm_core::Completed {
+    match outcome {
+        LoopOutcome::Completed(done) => done,
+        LoopOutcome::Suspended(state) => panic!("expected completion, got {state:?}"),
+    }
+}
+
+/// Persist and reload, as a store would between the two processes.
+fn through_json(state: &SuspendedState) -> SuspendedState {
+    SuspendedState::from_json(&state.to_json()).expect("state reads back")
+}
+
+fn tool_messages(messages: &[Message]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                tool_call_id,
+                content,
+            } => Some((tool_call_id.clone(), content.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_gated_call_suspends_with_nothing_executed_and_counters_set() {
+    let f = fixture(vec![call_turn(
+        "c1",
+        "write_note",
+        json!({"text": "hi"}),
+        usage(100, 20),
+    )]);
+    let sink = VecSink::default();
+    let state = suspended(
+        f.tool_loop
+            .run(input("write hi"), &ctx("alice"), &sink)
+            .await
+            .unwrap(),
+    );
+
+    assert_eq!(f.probe.calls(), vec![]);
+    assert_eq!(state.counters.iterations, 1);
+    assert_eq!(state.counters.usage, usage(100, 20));
+    assert_eq!(state.pending.len(), 1);
+    assert_eq!(state.gated, ["c1"]);
+    // The transcript ends with the assistant tool-call turn, unanswered.
+    assert_eq!(
+        state.messages.last().unwrap().tool_calls(),
+        state.pending.as_slice()
+    );
+    assert!(validate(&state.messages, Tail::PendingAllowed).is_ok());
+    let kinds: Vec<&str> = sink.events().iter().map(Event::kind).collect();
+    assert_eq!(kinds, ["assembled", "request", "llm", "approval_requested"]);
+}
+
+#[tokio::test]
+async fn approve_runs_the_call_and_continues_with_tokens_summed_across_segments() {
+    let f = fixture(vec![
+        call_turn("c1", "write_note", json!({"text": "hi"}), usage(100, 20)),
+        ChatResponse::text("I wrote the note.", usage(150, 10)),
+    ]);
+    let state = suspended(
+        f.tool_loop
+            .run(input("write hi"), &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    let sink = VecSink::default();
+    let done = completed(
+        f.tool_loop
+            .resume(
+                &through_json(&state),
+                &Decision::ApproveAll,
+                &ctx("bob"),
+                &sink,
+            )
+            .await
+            .unwrap(),
+    );
+
+    assert_eq!(
+        f.probe.calls(),
+        vec![("write_note".into(), json!({"text": "hi"}))]
+    );
+    assert_eq!(done.content, "I wrote the note.");
+    assert_eq!(done.counters.iterations, 2);
+    assert_eq!(done.counters.usage, usage(250, 30));
+    assert_eq!(done.counters.tool_calls, 1);
+    assert!(!done.truncated);
+    // The second request carries the stored transcript plus the tool result — no re-assembly.
+    let requests = f.provider.requests();
+    assert_eq!(requests.len(), 2);
+    let mut expected = state.messages.clone();
+    expected.push(Message::tool_result("c1", "wrote: hi"));
+    assert_eq!(requests[1].messages, expected);
+    assert_eq!(
+        requests[1]
+            .messages
+            .iter()
+            .filter(|m| m.role() == "system")
+            .count(),
+        1
+    );
+    assert!(validate(&done.messages, Tail::Complete).is_ok());
+    // The execution on resume is on the event stream, with who decided.
+    let events = sink.events();
+    assert!(matches!(&events[0], Event::ApprovalDecided { decided_by, .. } if decided_by == "bob"));
+    assert!(events.iter().any(|e| matches!(e, Event::Tool { name, on_resume: true, executed: true, .. } if name == "write_note")));
+    assert!(!events.iter().any(|e| e.kind() == "assembled"));
+}
+
+#[tokio::test]
+async fn deny_injects_a_refusal_the_model_reads_and_the_tool_never_runs() {
+    let f = fixture(vec![
+        call_turn("c1", "write_note", json!({"text": "hi"}), usage(10, 2)),
+        ChatResponse::text("Understood, I did not write it.", usage(12, 3)),
+    ]);
+    let state = suspended(
+        f.tool_loop
+            .run(input("write hi"), &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    let decision = Decision::DenyAll {
+        reason: Some("not today".into()),
+    };
+    let done = completed(
+        f.tool_loop
+            .resume(&state, &decision, &ctx("bob"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+
+    assert_eq!(f.probe.count("write_note"), 0);
+    let sent = &f.provider.requests()[1].messages;
+    assert_eq!(
+        tool_messages(sent),
+        [(
+            "c1".to_owned(),
+            "denied by the operator: not today".to_owned()
+        )]
+    );
+    assert_eq!(done.content, "Understood, I did not write it.");
+}
+
+#[tokio::test]
+async fn allow_list_and_options_are_restored_on_resume() {
+    let f = fixture(vec![
+        call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
+        ChatResponse::text("done", usage(1, 1)),
+    ]);
+    let settings = RunSettings {
+        allow_list: AllowList::only(["write_note"]),
+        model: ModelOptions {
+            temperature: Some(0.25),
+            max_tokens: Some(321),
+        },
+        max_rounds: 7,
+        admin: false,
+    };
+    let run_input = RunInput {
+        settings: settings.clone(),
+        ..input("write a")
+    };
+    let state = suspended(
+        f.tool_loop
+            .run(run_input, &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    let state = through_json(&state);
+    assert_eq!(state.settings, settings);
+    f.tool_loop
+        .resume(
+            &state,
+            &Decision::ApproveAll,
+            &ctx("bob"),
+            &VecSink::default(),
+        )
+        .await
+        .unwrap();
+    let requests = f.provider.requests();
+    for request in &requests {
+        assert_eq!(request.options, settings.model);
+        let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(offered, ["write_note"]);
+    }
+}
+
+#[tokio::test]
+async fn a_tool_no_longer_offered_is_refused_on_resume() {
+    let f = fixture(vec![
+        call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
+        ChatResponse::text("ok", usage(1, 1)),
+    ]);
+    let state = suspended(
+        f.tool_loop
+            .run(input("write a"), &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    f.registry.set_enabled("write_note", false);
+    f.tool_loop
+        .resume(
+            &state,
+            &Decision::ApproveAll,
+            &ctx("bob"),
+            &VecSink::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(f.probe.count("write_note"), 0);
+    let sent = &f.provider.requests()[1].messages;
+    assert_eq!(
+        tool_messages(sent),
+        [(
+            "c1".to_owned(),
+            "Error: tool `write_note` is no longer permitted, not executed".to_owned()
+        )]
+    );
+}
+
+#[tokio::test]
+async fn a_registered_gated_tool_that_is_not_offered_does_not_suspend() {
+    let f = fixture(vec![
+        call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
+        ChatResponse::text("could not", usage(1, 1)),
+    ]);
+    let run_input = RunInput {
+        settings: RunSettings {
+            allow_list: AllowList::only(["read_note"]),
+            ..RunSettings::default()
+        },
+        ..input("write a")
+    };
+    let done = completed(
+        f.tool_loop
+            .run(run_input, &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    assert_eq!(f.probe.count("write_note"), 0);
+    assert_eq!(
+        tool_messages(&done.messages),
+        [(
+            "c1".to_owned(),
+            "Error: tool `write_note` is not available to this run".to_owned()
+        )]
+    );
+}
+
+#[tokio::test]
+async fn counters_accumulate_across_a_second_suspension() {
+    let f = fixture(vec![
+        call_turn("c1", "write_note", json!({"text": "one"}), usage(10, 1)),
+        call_turn("c2", "write_note", json!({"text": "two"}), usage(20, 2)),
+        ChatResponse::text("both written", usage(30, 3)),
+    ]);
+    let first = suspended(
+        f.tool_loop
+            .run(input("write two"), &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    let second = suspended(
+        f.tool_loop
+            .resume(
+                &through_json(&first),
+                &Decision::ApproveAll,
+                &ctx("bob"),
+                &VecSink::default(),
+            )
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        second.counters,
+        Counters {
+            iterations: 2,
+            usage: usage(30, 3),
+            tool_calls: 1
+        }
+    );
+    assert_eq!(second.pending[0].id, "c2");
+    let done = completed(
+        f.tool_loop
+            .resume(
+                &through_json(&second),
+                &Decision::ApproveAll,
+                &ctx("carol"),
+                &VecSink::default(),
+            )
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        done.counters,
+        Counters {
+            iterations: 3,
+            usage: usage(60, 6),
+            tool_calls: 2
+        }
+    );
+    assert_eq!(f.probe.count("write_note"), 2);
+    assert!(validate(&done.messages, Tail::Complete).is_ok());
+}
+
+fn two_call_turn() -> ChatResponse {
+    ChatResponse::calls(
+        vec![
+            ToolCall::new("r1", "read_note", &json!({"text": "look"})),
+            ToolCall::new("w1", "write_note", &json!({"text": "change"})),
+        ],
+        usage(5, 5),
+    )
+}
+
+#[tokio::test]
+async fn a_two_call_turn_with_one_gated_call_runs_neither_before_the_decision() {
+    let f = fixture(vec![two_call_turn()]);
+    let state = suspended(
+        f.tool_loop
+            .run(input("look and change"), &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    assert!(f.probe.calls().is_empty());
+    assert_eq!(state.pending.len(), 2);
+    assert_eq!(state.gated, ["w1"]);
+}
+
+#[tokio::test]
+async fn per_call_approve_and_deny_answer_each_call_in_order() {
+    let f = fixture(vec![
+        two_call_turn(),
+        ChatResponse::text("read, not written", usage(1, 1)),
+    ]);
+    let state = suspended(
+        f.tool_loop
+            .run(input("look and change"), &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    let decision = Decision::PerCall {
+        calls: vec![
+            CallDecision {
+                call_id: "w1".into(),
+                choice: Choice::Deny {
+                    reason: Some("keep it".into()),
+                },
+            },
+            CallDecision {
+                call_id: "r1".into(),
+                choice: Choice::Approve,
+            },
+        ],
+    };
+    let done = completed(
+        f.tool_loop
+            .resume(&state, &decision, &ctx("bob"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        f.probe.calls(),
+        vec![("read_note".into(), json!({"text": "look"}))]
+    );
+    assert_eq!(
+        tool_messages(&done.messages),
+        [
+            ("r1".to_owned(), "note: look".to_owned()),
+            (
+                "w1".to_owned(),
+                "denied by the operator: keep it".to_owned()
+            )
+        ]
+    );
+}
+
+#[tokio::test]
+async fn edited_arguments_are_validated_and_what_runs() {
+    let f = fixture(vec![
+        call_turn("c1", "write_note", json!({"text": "draft"}), usage(1, 1)),
+        ChatResponse::text("ok", usage(1, 1)),
+    ]);
+    let state = suspended(
+        f.tool_loop
+            .run(input("write"), &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    let edit = |arguments| Decision::PerCall {
+        calls: vec![CallDecision {
+            call_id: "c1".into(),
+            choice: Choice::ApproveEdited { arguments },
+        }],
+    };
+
+    let invalid = f
+        .tool_loop
+        .resume(
+            &state,
+            &edit(json!({"text": 42})),
+            &ctx("bob"),
+            &VecSink::default(),
+        )
+        .await
+        .unwrap_err();
+    match &invalid {
+        LoopError::Decision(err) => assert!(err.to_string().contains("field `text`"), "{err}"),
+        other => panic!("expected a decision error, got {other:?}"),
+    }
+    assert!(f.probe.calls().is_empty());
+    assert_eq!(
+        f.provider.requests().len(),
+        1,
+        "nothing was sent after a refused decision"
+    );
+
+    let done = completed(
+        f.tool_loop
+            .resume(
+                &state,
+                &edit(json!({"text": "final"})),
+                &ctx("bob"),
+                &VecSink::default(),
+            )
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        f.probe.calls(),
+        vec![("write_note".into(), json!({"text": "final"}))]
+    );
+    let (_, result) = &tool_messages(&done.messages)[0];
+    assert!(
+        result.contains("edited the arguments") && result.ends_with("wrote: final"),
+        "{result}"
+    );
+}
+
+#[tokio::test]
+async fn a_decision_naming_unknown_or_missing_calls_is_refused() {
+    let f = fixture(vec![two_call_turn()]);
+    let state = suspended(
+        f.tool_loop
+            .run(input("x"), &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    let approve = |id: &str| CallDecision {
+        call_id: id.into(),
+        choice: Choice::Approve,
+    };
+    let unknown = Decision::PerCall {
+        calls: vec![approve("r1"), approve("w1"), approve("zz")],
+    };
+    let missing = Decision::PerCall {
+        calls: vec![approve("r1")],
+    };
+    let twice = Decision::PerCall {
+        calls: vec![approve("r1"), approve("r1"), approve("w1")],
+    };
+    for (decision, expected) in [(unknown, "`zz`"), (missing, "`w1`"), (twice, "twice")] {
+        let err = f.tool_loop.check_decision(&state, &decision).unwrap_err();
+        assert!(err.to_string().contains(expected), "{err}");
+        let err = f
+            .tool_loop
+            .resume(&state, &decision, &ctx("bob"), &VecSink::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LoopError::Decision(_)));
+    }
+    assert!(f.probe.calls().is_empty());
+}
+
+#[tokio::test]
+async fn the_round_cap_ends_with_a_tool_less_round_marked_truncated() {
+    let mut responses: Vec<ChatResponse> = (0..3)
+        .map(|i| {
+            call_turn(
+                &format!("c{i}"),
+                "read_note",
+                json!({"text": "again"}),
+                usage(1, 1),
+            )
+        })
+        .collect();
+    responses.push(ChatResponse::text("stopping here", usage(1, 1)));
+    let f = fixture(responses);
+    let run_input = RunInput {
+        settings: RunSettings {
+            max_rounds: 3,
+            ..RunSettings::default()
+        },
+        ..input("loop")
+    };
+    let done = completed(
+        f.tool_loop
+            .run(run_input, &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    assert!(done.truncated);
+    assert_eq!(done.content, "stopping here");
+    assert_eq!(done.counters.iterations, 4);
+    let requests = f.provider.requests();
+    assert!(requests
+        .iter()
+        .all(|r| r.tools.iter().any(|t| t.name == "read_note")));
+    assert!(requests[..3]
+        .iter()
+        .all(|r| r.tool_choice == ToolChoice::Auto));
+    assert_eq!(requests[3].tool_choice, ToolChoice::Disabled);
+}
+
+#[tokio::test]
+async fn tool_failures_become_error_results_without_internal_detail() {
+    let f = fixture(vec![
+        ChatResponse::calls(
+            vec![
+                ToolCall::new("a", "read_note", &json!({"text": "fail"})),
+                ToolCall::new("b", "read_note", &json!({"wrong": 1})),
+                ToolCall::with_raw_arguments("c", "read_note", "{broken"),
+                ToolCall::new("d", "no_such_tool", &json!({})),
+            ],
+            usage(1, 1),
+        ),
+        ChatResponse::text("some failed", usage(1, 1)),
+    ]);
+    let done = completed(
+        f.tool_loop
+            .run(input("x"), &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    let results = tool_messages(&done.messages);
+    assert_eq!(results.len(), 4);
+    assert!(
+        results.iter().all(|(_, text)| text.starts_with("Error:")),
+        "{results:?}"
+    );
+    assert!(!results[0].1.contains("/srv/notes"));
+    assert!(
+        results[1].1.contains("invalid arguments: text"),
+        "{}",
+        results[1].1
+    );
+    assert!(results[2].1.contains("not valid JSON"), "{}", results[2].1);
+}
+
+#[tokio::test]
+async fn long_results_are_cut_on_a_character_boundary() {
+    let f = fixture(vec![
+        call_turn("a", "read_note", json!({"text": "huge"}), usage(1, 1)),
+        ChatResponse::text("ok", usage(1, 1)),
+    ]);
+    let done = completed(
+        f.tool_loop
+            .run(input("x"), &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    let (_, result) = &tool_messages(&done.messages)[0];
+    assert!(
+        result.contains("[result truncated: 49999 of 80001 bytes shown]"),
+        "{}",
+        &result[result.len() - 60..]
+    );
+    assert!(result.len() < MAX_RESULT_BYTES + 100);
+    assert_eq!(cap_result("short".into()), "short");
+}
+
+#[tokio::test]
+async fn skills_are_assembled_once_and_admin_tools_offered_only_to_admins() {
+    let f = fixture(vec![
+        call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
+        ChatResponse::text("ok", usage(1, 1)),
+    ]);
+    let run_input = RunInput {
+        skills: vec![Skill {
+            name: "tone".into(),
+            content: "Be brief.".into(),
+        }],
+        ..input("write a")
+    };
+    let state = suspended(
+        f.tool_loop
+            .run(run_input, &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    f.tool_loop
+        .resume(
+            &state,
+            &Decision::ApproveAll,
+            &ctx("bob"),
+            &VecSink::default(),
+        )
+        .await
+        .unwrap();
+    let requests = f.provider.requests();
+    for request in &requests {
+        let with_skills = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::User { content } if content.contains("<skill name=\"tone\">")))
+            .count();
+        assert_eq!(with_skills, 1);
+        assert!(!request.tools.iter().any(|t| t.name == "admin_note"));
+    }
+}
+
+#[tokio::test]
+async fn a_provider_failure_reports_the_counters_so_far() {
+    let f = fixture(vec![call_turn(
+        "a",
+        "read_note",
+        json!({"text": "x"}),
+        usage(7, 3),
+    )]);
+    let sink = VecSink::default();
+    let err = f
+        .tool_loop
+        .run(input("x"), &ctx("alice"), &sink)
+        .await
+        .unwrap_err();
+    match err {
+        LoopError::Provider { counters, .. } => {
+            assert_eq!(counters.iterations, 2);
+            assert_eq!(counters.usage, usage(7, 3));
+        }
+        other => panic!("expected a provider error, got {other:?}"),
+    }
+    assert_eq!(sink.events().last().map(Event::kind), Some("llm_failed"));
+}

@@ -1,0 +1,347 @@
+//! The HTTP side every provider shares: a client with connect and request timeouts, retries with
+//! exponential backoff and jitter on 429, 5xx and connection failures (honouring `Retry-After`, with
+//! a cap), and errors an operator can read — the provider's own message, cut short, with the API
+//! key never in it.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use nrllm_core::provider::{ProviderError, ProviderErrorKind, RetryNotice, RetryObserver};
+
+/// When and how often to retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// The first retry's delay; each further retry doubles it.
+    pub base_delay: Duration,
+    /// No wait is longer than this, whatever the provider asks for.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(20),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `retry` (0-based): the provider's `Retry-After` if it gave
+    /// one, else `base · 2^retry` plus up to half of that again as jitter; never above the cap.
+    pub fn delay(&self, retry: u32, retry_after: Option<Duration>, jitter_unit: f64) -> Duration {
+        let wait = match retry_after {
+            Some(wait) => wait,
+            None => {
+                let exponential = self.base_delay.saturating_mul(1u32 << retry.min(16));
+                exponential.saturating_add(exponential.mul_f64(0.5 * jitter_unit.clamp(0.0, 1.0)))
+            }
+        };
+        wait.min(self.max_delay)
+    }
+}
+
+/// Timeouts and retries for one provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpSettings {
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(120),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// An API key. Its `Debug` output never shows it, so a logged configuration cannot leak it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// The key itself, for the one header that carries it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey([redacted])")
+    }
+}
+
+impl From<String> for ApiKey {
+    fn from(key: String) -> Self {
+        ApiKey(key)
+    }
+}
+
+impl From<&str> for ApiKey {
+    fn from(key: &str) -> Self {
+        ApiKey(key.to_owned())
+    }
+}
+
+/// Posts JSON to one provider endpoint.
+#[derive(Debug, Clone)]
+pub struct JsonClient {
+    client: reqwest::Client,
+    settings: HttpSettings,
+    /// The provider's name, for messages (`openai`, …).
+    provider: String,
+    /// The API key, so that it can be scrubbed from anything shown.
+    secret: Option<ApiKey>,
+}
+
+fn jitter_unit() -> f64 {
+    // Enough randomness for spreading retries: the sub-second clock.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    f64::from(nanos % 1000) / 1000.0
+}
+
+/// `Retry-After` as seconds (the HTTP-date form is treated as absent).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|secs| secs.is_finite() && *secs >= 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+impl JsonClient {
+    /// A client for `provider`; `secret` is the API key (kept out of every message).
+    pub fn new(
+        provider: &str,
+        settings: HttpSettings,
+        secret: Option<ApiKey>,
+    ) -> Result<JsonClient, ProviderError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .timeout(settings.request_timeout)
+            .build()
+            .map_err(|err| {
+                ProviderError::permanent(format!(
+                    "{provider}: cannot set up the HTTP client: {err}"
+                ))
+            })?;
+        Ok(JsonClient {
+            client,
+            settings,
+            provider: provider.to_owned(),
+            secret: secret.filter(|s| !s.expose().is_empty()),
+        })
+    }
+
+    /// Replaces the API key (and anything shaped like a bearer key) in text meant for people.
+    fn scrub(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        if let Some(secret) = &self.secret {
+            text = text.replace(secret.expose(), "[redacted]");
+        }
+        text.split(' ')
+            .map(|word| {
+                if word.starts_with("sk-") && word.len() > 12 {
+                    "[redacted]"
+                } else {
+                    word
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The provider's error message from an error body, short and scrubbed.
+    fn provider_message(&self, body: &str) -> String {
+        let parsed: Option<Value> = serde_json::from_str(body).ok();
+        let message = parsed
+            .as_ref()
+            .and_then(|v| {
+                v.pointer("/error/message")
+                    .or_else(|| v.pointer("/message"))
+                    .or_else(|| v.pointer("/error"))
+                    .and_then(Value::as_str)
+            })
+            .unwrap_or(body);
+        let mut short: String = message.chars().take(300).collect();
+        if message.chars().count() > 300 {
+            short.push('…');
+        }
+        self.scrub(short.trim())
+    }
+
+    /// POSTs `body` as JSON with `headers`, retrying what is worth retrying (and telling
+    /// `on_retry` before each retry); the response body as JSON.
+    pub async fn post(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        body: &Value,
+        on_retry: RetryObserver<'_>,
+    ) -> Result<Value, ProviderError> {
+        let mut retries = 0;
+        loop {
+            let mut request = self.client.post(url).json(body);
+            for (name, value) in headers {
+                request = request.header(*name, value);
+            }
+            let (error, wait_hint) = match request.send().await {
+                Ok(response) => {
+                    let status = response.status();
+                    let hint = retry_after(response.headers());
+                    match response.text().await {
+                        Ok(text) if status.is_success() => {
+                            // The body becomes a step's raw payload: a key echoed back must not.
+                            let text = match &self.secret {
+                                Some(secret) if text.contains(secret.expose()) => {
+                                    text.replace(secret.expose(), "[redacted]")
+                                }
+                                _ => text,
+                            };
+                            return match serde_json::from_str::<Value>(&text) {
+                                Ok(body) => Ok(body),
+                                Err(_) => Err(ProviderError::permanent(format!(
+                                    "{}: the response is not valid JSON",
+                                    self.provider
+                                ))),
+                            };
+                        }
+                        Ok(text) => (self.status_error(status.as_u16(), &text), hint),
+                        Err(err) => (
+                            ProviderError::transient(format!(
+                                "{}: the response broke off ({})",
+                                self.provider,
+                                self.scrub(&err.to_string())
+                            )),
+                            None,
+                        ),
+                    }
+                }
+                Err(err) if err.is_timeout() => (
+                    ProviderError::transient(format!(
+                        "{}: no answer within the time limit",
+                        self.provider
+                    )),
+                    None,
+                ),
+                Err(err) => (
+                    ProviderError::transient(format!(
+                        "{}: cannot reach the provider ({})",
+                        self.provider,
+                        if err.is_connect() {
+                            "connection failed"
+                        } else {
+                            "request failed"
+                        }
+                    )),
+                    None,
+                ),
+            };
+            if error.kind != ProviderErrorKind::Transient
+                || retries >= self.settings.retry.max_retries
+            {
+                let mut error = error;
+                if retries > 0 {
+                    error.message = format!("{} (after {retries} retries)", error.message);
+                }
+                return Err(error);
+            }
+            let wait = self.settings.retry.delay(retries, wait_hint, jitter_unit());
+            let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+            tracing::warn!(provider = %self.provider, retry = retries + 1, wait_ms, error = %error.message, "retrying a provider request");
+            on_retry(RetryNotice {
+                retry: retries + 1,
+                wait_ms,
+                reason: error.message,
+            });
+            tokio::time::sleep(wait).await;
+            retries += 1;
+        }
+    }
+
+    fn status_error(&self, status: u16, body: &str) -> ProviderError {
+        let message = self.provider_message(body);
+        let provider = &self.provider;
+        // Gemini answers a bad key with 400 and the reason API_KEY_INVALID.
+        let key_refused =
+            matches!(status, 401 | 403) || (status == 400 && body.contains("API_KEY_INVALID"));
+        let lowercase = message.to_lowercase();
+        let too_long = ["context length", "too many tokens", "input token count"]
+            .iter()
+            .any(|phrase| lowercase.contains(phrase));
+        match status {
+            429 => ProviderError::transient(format!("{provider}: rate limited (HTTP 429): {message}")),
+            500..=599 => ProviderError::transient(format!("{provider}: the provider failed (HTTP {status}): {message}")),
+            _ if key_refused => ProviderError::permanent(format!(
+                "{provider}: the API key was refused (HTTP {status}): {message}"
+            )),
+            _ if too_long => {
+                ProviderError {
+                    kind: ProviderErrorKind::ContextLength,
+                    message: format!("{provider}: the conversation is too long for the model (HTTP {status}): {message}"),
+                }
+            }
+            _ => ProviderError::permanent(format!("{provider}: the request was refused (HTTP {status}): {message}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_with_jitter_honours_retry_after_and_is_capped() {
+        let policy = RetryPolicy {
+            max_retries: 5,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(2),
+        };
+        assert_eq!(policy.delay(0, None, 0.0), Duration::from_millis(100));
+        assert_eq!(policy.delay(2, None, 0.0), Duration::from_millis(400));
+        assert_eq!(policy.delay(2, None, 1.0), Duration::from_millis(600));
+        assert_eq!(policy.delay(10, None, 0.0), Duration::from_secs(2));
+        assert_eq!(
+            policy.delay(0, Some(Duration::from_secs(1)), 0.9),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            policy.delay(0, Some(Duration::from_secs(90)), 0.0),
+            Duration::from_secs(2)
+        );
+    }
+
+    #[test]
+    fn keys_never_reach_messages() {
+        let client = JsonClient::new(
+            "openai",
+            HttpSettings::default(),
+            Some("sk-live-123456789abc".into()),
+        )
+        .unwrap();
+        assert!(!format!("{client:?}").contains("sk-live-123456789abc"));
+        let message = client.provider_message(
+            r#"{"error":{"message":"Incorrect API key provided: sk-live-123456789abc."}}"#,
+        );
+        assert_eq!(message, "Incorrect API key provided: [redacted].");
+        assert_eq!(
+            client.scrub("token sk-other-key-0987654321 here"),
+            "token [redacted] here"
+        );
+        let long = client.provider_message(&"x".repeat(1000));
+        assert_eq!(long.chars().count(), 301);
+    }
+}

@@ -1,0 +1,229 @@
+//! Opening the run database: an SQLite file (the embedded default) or Postgres (several app
+//! instances sharing one database), chosen by the URL's scheme, with the migrations applied.
+//!
+//! Both backends go through sqlx's `Any` driver so that every query is written once; the few
+//! places where the dialects differ ask [`Database::backend`].
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::migrate::Migrator;
+use sqlx::{AnyPool, Executor};
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres");
+
+/// Which SQL dialect the database speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    /// The backend a database URL names, if it is one we support.
+    pub fn from_url(url: &str) -> Option<Backend> {
+        let scheme = url.split(':').next().unwrap_or_default();
+        match scheme {
+            "sqlite" => Some(Backend::Sqlite),
+            "postgres" | "postgresql" => Some(Backend::Postgres),
+            _ => None,
+        }
+    }
+}
+
+/// How hard SQLite syncs commits to disk. `Full` survives power loss; `Normal` (with WAL) survives
+/// a crash of the process but may lose the last commits on power loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SqliteSync {
+    #[default]
+    Full,
+    Normal,
+}
+
+/// How to open the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DbOptions {
+    pub sqlite_sync: SqliteSync,
+    /// Pool size; `None` picks a default for the backend.
+    pub max_connections: Option<u32>,
+}
+
+/// Why the database could not be opened. Messages never include the URL's credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum DatabaseError {
+    #[error("the database URL must start with `sqlite:` or `postgres:` (got a URL starting with `{scheme}:`)")]
+    UnsupportedUrl { scheme: String },
+    #[error("cannot create the folder `{path}` for the SQLite database: {source}")]
+    CreateDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot connect to the {backend:?} database: {source}")]
+    Connect {
+        backend: Backend,
+        source: sqlx::Error,
+    },
+    #[error("cannot apply the database migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// An open, migrated database.
+#[derive(Clone, Debug)]
+pub struct Database {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Database {
+    /// Opens the database at `url` (creating an SQLite file and its folder if missing) and applies
+    /// the migrations for its backend.
+    pub async fn connect(url: &str) -> Result<Database, DatabaseError> {
+        Self::connect_with(url, DbOptions::default()).await
+    }
+
+    /// As [`Database::connect`], with options.
+    pub async fn connect_with(url: &str, options: DbOptions) -> Result<Database, DatabaseError> {
+        sqlx::any::install_default_drivers();
+        let backend = Backend::from_url(url).ok_or_else(|| DatabaseError::UnsupportedUrl {
+            scheme: url
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .chars()
+                .take(20)
+                .collect(),
+        })?;
+        let connect_error = |source| DatabaseError::Connect { backend, source };
+        let pool = match backend {
+            Backend::Sqlite => {
+                let url = prepare_sqlite_url(url)?;
+                let connect = AnyConnectOptions::from_str(&url).map_err(connect_error)?;
+                let synchronous = match options.sqlite_sync {
+                    SqliteSync::Full => "FULL",
+                    SqliteSync::Normal => "NORMAL",
+                };
+                AnyPoolOptions::new()
+                    .max_connections(options.max_connections.unwrap_or(8))
+                    .after_connect(move |conn, _meta| {
+                        Box::pin(async move {
+                            // WAL lets readers run beside the one writer; the busy timeout makes a
+                            // second writer wait for the lock instead of failing at once.
+                            conn.execute("PRAGMA journal_mode = WAL").await?;
+                            conn.execute("PRAGMA busy_timeout = 10000").await?;
+                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                            conn.execute(format!("PRAGMA synchronous = {synchronous}").as_str())
+                                .await?;
+                            Ok(())
+                        })
+                    })
+                    .connect_with(connect)
+                    .await
+                    .map_err(connect_error)?
+            }
+            Backend::Postgres => {
+                let connect = AnyConnectOptions::from_str(url).map_err(connect_error)?;
+                AnyPoolOptions::new()
+                    .max_connections(options.max_connections.unwrap_or(16))
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect_with(connect)
+                    .await
+                    .map_err(connect_error)?
+            }
+        };
+        match backend {
+            Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
+            Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
+        }
+        Ok(Database { pool, backend })
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// The SQL dialect behind the pool.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+}
+
+/// Makes sure the SQLite file can be created: its folder exists and the URL asks for
+/// read-write-create mode unless it names a mode itself.
+fn prepare_sqlite_url(url: &str) -> Result<String, DatabaseError> {
+    let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path.is_empty() || path == ":memory:" {
+        return Ok(url.to_owned());
+    }
+    if let Some(parent) = Path::new(path)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent).map_err(|source| DatabaseError::CreateDir {
+            path: parent.display().to_string(),
+            source,
+        })?;
+    }
+    if query.split('&').any(|pair| pair.starts_with("mode=")) {
+        Ok(url.to_owned())
+    } else if query.is_empty() {
+        Ok(format!("{url}?mode=rwc"))
+    } else {
+        Ok(format!("{url}&mode=rwc"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backend_follows_the_url_scheme() {
+        assert_eq!(Backend::from_url("sqlite:data/x.db"), Some(Backend::Sqlite));
+        assert_eq!(
+            Backend::from_url("postgres://u@h/db"),
+            Some(Backend::Postgres)
+        );
+        assert_eq!(
+            Backend::from_url("postgresql://u@h/db"),
+            Some(Backend::Postgres)
+        );
+        assert_eq!(Backend::from_url("mysql://u@h/db"), None);
+    }
+
+    #[tokio::test]
+    async fn an_unsupported_url_names_only_its_scheme() {
+        let err = Database::connect("mysql://user:secret@host/db")
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("`mysql:`"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_new_sqlite_file_and_its_folder_are_created_and_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested/folder/run.db");
+        let db = Database::connect(&format!("sqlite:{}", path.display()))
+            .await
+            .unwrap();
+        assert!(path.exists());
+        let (mode,): (String,) = sqlx::query_as("PRAGMA journal_mode")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        assert_eq!(mode.to_lowercase(), "wal");
+        let (tables,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'ping'",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        assert_eq!(tables, 1);
+    }
+}

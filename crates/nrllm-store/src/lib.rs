@@ -1,0 +1,11 @@
+//! nrllm-store: runs and their events, durable, on an SQLite file (the embedded default) or
+//! Postgres (several instances sharing one database) through sqlx — the [`SqlRunStore`] behind
+//! `nrllm_core::store::RunStore`, the database with its migrations, and the tool settings.
+
+pub mod db;
+pub mod sql;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod tool_settings;
+
+pub use sql::SqlRunStore;

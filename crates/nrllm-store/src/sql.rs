@@ -1,0 +1,514 @@
+//! [`RunStore`] on SQLite and Postgres through one set of queries (sqlx `Any`). Every transition
+//! is fenced by the run's `version` and commits together with the events it produced, in one
+//! transaction: a failure leaves neither.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use nrllm_core::state::{Counters, SuspendedState};
+use nrllm_core::store::{
+    Claim, Finish, NewRun, PurgeReport, RunFilter, RunRecord, RunStatus, RunStore, SequencedEvent,
+    StoreError, StoredEvent, TerminationReason, Verdict, WaitingFilter,
+};
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row, Transaction};
+use uuid::Uuid;
+
+use crate::db::{Backend, Database};
+
+/// A database error as the store reports it (its cause is kept for the log).
+pub(crate) fn backend(err: sqlx::Error) -> StoreError {
+    StoreError::Backend(Box::new(err))
+}
+
+/// [`RunStore`] on an SQLite or Postgres database.
+#[derive(Debug, Clone)]
+pub struct SqlRunStore {
+    db: Database,
+    /// Durable writes made through this store (each transaction or single-statement write).
+    commits: Arc<AtomicU64>,
+}
+
+const RUN_COLUMNS: &str =
+    "id, status, configuration, requested_by, iterations, tool_calls, truncated, \
+    prompt_tokens, completion_tokens, estimated_cost_micros, termination_reason, error_summary, \
+    final_answer, suspended_state, decided_by, decided_at_ms, decision, version, last_sequence, \
+    created_at_ms, updated_at_ms, started_at_ms, finished_at_ms";
+
+impl SqlRunStore {
+    /// A store on an open, migrated database.
+    pub fn new(db: Database) -> SqlRunStore {
+        SqlRunStore {
+            db,
+            commits: Arc::default(),
+        }
+    }
+
+    /// How many durable commits this store has made (for the benchmark's commits-per-cycle).
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    fn committed(&self) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The database behind the store.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Starts a write transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`),
+    /// so concurrent writers wait their turn instead of failing when they upgrade a read.
+    async fn write_tx(&self) -> Result<Transaction<'static, Any>, sqlx::Error> {
+        match self.db.backend() {
+            Backend::Sqlite => self.db.pool().begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.db.pool().begin().await,
+        }
+    }
+
+    async fn status_of(&self, id: Uuid) -> Result<RunRecord, StoreError> {
+        self.get(id).await?.ok_or(StoreError::NotFound(id))
+    }
+
+    /// Ends a fenced transition: if its update matched no row the transition is refused (and
+    /// rolled back); otherwise the segment's events are written and everything commits at once.
+    async fn close_transition(
+        &self,
+        mut tx: Transaction<'static, Any>,
+        rows_affected: u64,
+        id: Uuid,
+        version: i64,
+        events: &[SequencedEvent],
+    ) -> Result<(), StoreError> {
+        if rows_affected != 1 {
+            drop(tx);
+            return Err(self.refusal(id, version).await);
+        }
+        insert_events(&mut tx, id, events).await?;
+        tx.commit().await.map_err(backend)?;
+        self.committed();
+        Ok(())
+    }
+
+    /// Explains a fenced update that matched no row.
+    async fn refusal(&self, id: Uuid, expected: i64) -> StoreError {
+        match self.status_of(id).await {
+            Ok(run) if run.status.is_terminal() => StoreError::AlreadySettled {
+                id,
+                status: run.status,
+            },
+            Ok(_) => StoreError::Conflict { id, expected },
+            Err(err) => err,
+        }
+    }
+}
+
+async fn insert_events(
+    tx: &mut Transaction<'static, Any>,
+    id: Uuid,
+    events: &[SequencedEvent],
+) -> Result<(), StoreError> {
+    let id = id.to_string();
+    for event in events {
+        let payload = serde_json::to_string(&event.event)
+            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        sqlx::query(
+            "INSERT INTO agent_run_event (run_id, sequence, kind, round, duration_ms, payload, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(&id)
+        .bind(event.sequence)
+        .bind(event.event.kind())
+        .bind(event.event.round().map(i64::from))
+        .bind(event.event.duration_ms().map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)))
+        .bind(payload)
+        .bind(event.created_at_ms)
+        .execute(&mut **tx)
+        .await.map_err(backend)?;
+    }
+    Ok(())
+}
+
+/// The `pending_tools` column of a suspended run: `,tool_a,tool_b,` (see the migration).
+fn pending_tools(state: &SuspendedState) -> String {
+    let mut text = String::from(",");
+    for call in &state.pending {
+        text.push_str(&call.name);
+        text.push(',');
+    }
+    text
+}
+
+fn last_sequence(events: &[SequencedEvent]) -> Option<i64> {
+    events.iter().map(|e| e.sequence).max()
+}
+
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn read_run(row: &AnyRow) -> Result<RunRecord, StoreError> {
+    let text: String = row.try_get("id").map_err(backend)?;
+    let id = Uuid::parse_str(&text)
+        .map_err(|err| StoreError::Corrupt(format!("run id `{text}`: {err}")))?;
+    let status_text: String = row.try_get("status").map_err(backend)?;
+    let status = RunStatus::parse(&status_text)
+        .ok_or_else(|| StoreError::Corrupt(format!("run {id}: unknown status `{status_text}`")))?;
+    let configuration: String = row.try_get("configuration").map_err(backend)?;
+    let get_u64 = |name: &str| -> Result<u64, StoreError> {
+        let value: i64 = row.try_get(name).map_err(backend)?;
+        Ok(u64::try_from(value).unwrap_or_default())
+    };
+    Ok(RunRecord {
+        id,
+        status,
+        configuration: serde_json::from_str(&configuration).ok(),
+        requested_by: row.try_get("requested_by").map_err(backend)?,
+        counters: Counters {
+            iterations: u32::try_from(get_u64("iterations")?).unwrap_or(u32::MAX),
+            tool_calls: u32::try_from(get_u64("tool_calls")?).unwrap_or(u32::MAX),
+            usage: nrllm_core::provider::Usage {
+                prompt_tokens: get_u64("prompt_tokens")?,
+                completion_tokens: get_u64("completion_tokens")?,
+            },
+        },
+        truncated: row.try_get::<i64, _>("truncated").map_err(backend)? != 0,
+        estimated_cost_micros: row.try_get("estimated_cost_micros").map_err(backend)?,
+        termination_reason: row.try_get("termination_reason").map_err(backend)?,
+        error_summary: row.try_get("error_summary").map_err(backend)?,
+        final_answer: row.try_get("final_answer").map_err(backend)?,
+        suspended_state: row.try_get("suspended_state").map_err(backend)?,
+        decided_by: row.try_get("decided_by").map_err(backend)?,
+        decided_at_ms: row.try_get("decided_at_ms").map_err(backend)?,
+        decision: row.try_get("decision").map_err(backend)?,
+        version: row.try_get("version").map_err(backend)?,
+        last_sequence: row.try_get("last_sequence").map_err(backend)?,
+        created_at_ms: row.try_get("created_at_ms").map_err(backend)?,
+        updated_at_ms: row.try_get("updated_at_ms").map_err(backend)?,
+        started_at_ms: row.try_get("started_at_ms").map_err(backend)?,
+        finished_at_ms: row.try_get("finished_at_ms").map_err(backend)?,
+    })
+}
+
+#[async_trait]
+impl RunStore for SqlRunStore {
+    async fn create(&self, run: &NewRun, now_ms: i64) -> Result<RunRecord, StoreError> {
+        let configuration = serde_json::to_string(&run.configuration)
+            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        sqlx::query(
+            "INSERT INTO agent_run (id, status, configuration, requested_by, truncated, version, last_sequence, \
+             created_at_ms, updated_at_ms, started_at_ms, provider) VALUES ($1, $2, $3, $4, 0, 0, 0, $5, $5, $5, $6)",
+        )
+        .bind(run.id.to_string())
+        .bind(RunStatus::Running.as_str())
+        .bind(configuration)
+        .bind(&run.requested_by)
+        .bind(now_ms)
+        .bind(&run.configuration.provider)
+        .execute(self.db.pool())
+        .await.map_err(backend)?;
+        self.committed();
+        self.status_of(run.id).await
+    }
+
+    async fn suspend(
+        &self,
+        id: Uuid,
+        version: i64,
+        state: &SuspendedState,
+        events: &[SequencedEvent],
+        now_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let mut tx = self.write_tx().await.map_err(backend)?;
+        let updated = sqlx::query(
+            "UPDATE agent_run SET status = $1, suspended_state = $2, iterations = $3, tool_calls = $4, \
+             prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, \
+             last_sequence = CASE WHEN $8 > last_sequence THEN $8 ELSE last_sequence END, \
+             version = version + 1, updated_at_ms = $9, pending_tools = $13 \
+             WHERE id = $10 AND status = $11 AND version = $12",
+        )
+        .bind(RunStatus::WaitingForApproval.as_str())
+        .bind(state.to_json())
+        .bind(i64::from(state.counters.iterations))
+        .bind(i64::from(state.counters.tool_calls))
+        .bind(to_i64(state.counters.usage.prompt_tokens))
+        .bind(to_i64(state.counters.usage.completion_tokens))
+        .bind(to_i64(state.counters.usage.total()))
+        .bind(last_sequence(events).unwrap_or(0))
+        .bind(now_ms)
+        .bind(id.to_string())
+        .bind(RunStatus::Running.as_str())
+        .bind(version)
+        .bind(pending_tools(state))
+        .execute(&mut *tx)
+        .await.map_err(backend)?;
+        self.close_transition(tx, updated.rows_affected(), id, version, events)
+            .await?;
+        Ok(version + 1)
+    }
+
+    async fn claim_for_resume(
+        &self,
+        id: Uuid,
+        version: i64,
+        decided_by: &str,
+        verdict: Verdict,
+        now_ms: i64,
+    ) -> Result<Claim, StoreError> {
+        // One statement: the compare-and-set is atomic on both backends.
+        let row = sqlx::query(
+            "UPDATE agent_run SET status = $1, decided_by = $2, decided_at_ms = $3, decision = $4, \
+             version = version + 1, updated_at_ms = $3 \
+             WHERE id = $5 AND status = $6 AND version = $7 \
+             RETURNING version",
+        )
+        .bind(RunStatus::Running.as_str())
+        .bind(decided_by)
+        .bind(now_ms)
+        .bind(verdict.as_str())
+        .bind(id.to_string())
+        .bind(RunStatus::WaitingForApproval.as_str())
+        .bind(version)
+        .fetch_optional(self.db.pool())
+        .await.map_err(backend)?;
+        match row {
+            Some(row) => {
+                self.committed();
+                Ok(Claim::Won {
+                    version: row.try_get("version").map_err(backend)?,
+                })
+            }
+            None => Ok(Claim::Lost(Box::new(self.status_of(id).await?))),
+        }
+    }
+
+    async fn finish(
+        &self,
+        id: Uuid,
+        version: i64,
+        finish: &Finish,
+        events: &[SequencedEvent],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        if !finish.status.is_terminal() {
+            return Err(StoreError::InvalidTransition {
+                id,
+                status: finish.status,
+                action: "a finishing status",
+            });
+        }
+        let mut tx = self.write_tx().await.map_err(backend)?;
+        let updated = sqlx::query(
+            "UPDATE agent_run SET status = $1, termination_reason = $2, iterations = $3, tool_calls = $4, \
+             prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, truncated = $8, final_answer = $9, \
+             error_summary = $10, estimated_cost_micros = $11, suspended_state = NULL, \
+             last_sequence = CASE WHEN $12 > last_sequence THEN $12 ELSE last_sequence END, \
+             version = version + 1, updated_at_ms = $13, finished_at_ms = $13 \
+             WHERE id = $14 AND version = $15 AND status NOT IN ('completed', 'failed', 'cancelled')",
+        )
+        .bind(finish.status.as_str())
+        .bind(finish.reason.as_str())
+        .bind(i64::from(finish.counters.iterations))
+        .bind(i64::from(finish.counters.tool_calls))
+        .bind(to_i64(finish.counters.usage.prompt_tokens))
+        .bind(to_i64(finish.counters.usage.completion_tokens))
+        .bind(to_i64(finish.counters.usage.total()))
+        .bind(i64::from(finish.truncated))
+        .bind(finish.final_answer.as_deref())
+        .bind(finish.error_summary.as_deref())
+        .bind(finish.estimated_cost_micros)
+        .bind(last_sequence(events).unwrap_or(0))
+        .bind(now_ms)
+        .bind(id.to_string())
+        .bind(version)
+        .execute(&mut *tx)
+        .await.map_err(backend)?;
+        self.close_transition(tx, updated.rows_affected(), id, version, events)
+            .await
+    }
+
+    async fn fail_corrupted(
+        &self,
+        id: Uuid,
+        version: i64,
+        summary: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let updated = sqlx::query(
+            "UPDATE agent_run SET status = $1, termination_reason = $2, error_summary = $3, \
+             version = version + 1, updated_at_ms = $4, finished_at_ms = $4 \
+             WHERE id = $5 AND version = $6 AND status NOT IN ('completed', 'failed', 'cancelled')",
+        )
+        .bind(RunStatus::Failed.as_str())
+        .bind(TerminationReason::StateCorrupted.as_str())
+        .bind(summary)
+        .bind(now_ms)
+        .bind(id.to_string())
+        .bind(version)
+        .execute(self.db.pool())
+        .await
+        .map_err(backend)?;
+        if updated.rows_affected() != 1 {
+            return Err(self.refusal(id, version).await);
+        }
+        Ok(())
+    }
+
+    async fn interrupt_running(&self, summary: &str, now_ms: i64) -> Result<u64, StoreError> {
+        let updated = sqlx::query(
+            "UPDATE agent_run SET status = $1, termination_reason = $2, error_summary = $3, \
+             suspended_state = NULL, version = version + 1, updated_at_ms = $4, finished_at_ms = $4 \
+             WHERE status = 'running'",
+        )
+        .bind(RunStatus::Failed.as_str())
+        .bind(TerminationReason::Interrupted.as_str())
+        .bind(summary)
+        .bind(now_ms)
+        .execute(self.db.pool())
+        .await.map_err(backend)?;
+        self.committed();
+        Ok(updated.rows_affected())
+    }
+
+    async fn cancel(&self, id: Uuid, by: &str, now_ms: i64) -> Result<RunRecord, StoreError> {
+        let updated = sqlx::query(
+            "UPDATE agent_run SET status = $1, termination_reason = $2, suspended_state = NULL, decided_by = $3, \
+             decided_at_ms = $4, decision = 'cancelled', version = version + 1, updated_at_ms = $4, finished_at_ms = $4 \
+             WHERE id = $5 AND status IN ('queued', 'waiting_for_approval', 'waiting_for_input')",
+        )
+        .bind(RunStatus::Cancelled.as_str())
+        .bind(TerminationReason::Cancelled.as_str())
+        .bind(by)
+        .bind(now_ms)
+        .bind(id.to_string())
+        .execute(self.db.pool())
+        .await.map_err(backend)?;
+        let run = self.status_of(id).await?;
+        if updated.rows_affected() != 1 {
+            return Err(StoreError::InvalidTransition {
+                id,
+                status: run.status,
+                action: "cancelled",
+            });
+        }
+        Ok(run)
+    }
+
+    async fn get(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM agent_run WHERE id = $1"
+        ))
+        .bind(id.to_string())
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(backend)?;
+        row.as_ref().map(read_run).transpose()
+    }
+
+    async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM agent_run \
+             WHERE ($1 IS NULL OR status = $1) AND created_at_ms < $2 \
+             ORDER BY created_at_ms DESC, id DESC LIMIT $3"
+        ))
+        .bind(filter.status.map(RunStatus::as_str))
+        .bind(filter.created_before_ms.unwrap_or(i64::MAX))
+        .bind(i64::from(filter.limit.clamp(1, 500)))
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(backend)?;
+        rows.iter().map(read_run).collect()
+    }
+
+    async fn waiting(&self, filter: &WaitingFilter) -> Result<Vec<RunRecord>, StoreError> {
+        let (after_ms, after_id) = filter
+            .after
+            .map(|(ms, id)| (ms, id.to_string()))
+            .unwrap_or((i64::MIN, String::new()));
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM agent_run WHERE status = 'waiting_for_approval' \
+             AND ($1 IS NULL OR provider = $1) AND ($2 IS NULL OR pending_tools LIKE $2) \
+             AND (updated_at_ms > $3 OR (updated_at_ms = $3 AND id > $4)) \
+             ORDER BY updated_at_ms ASC, id ASC LIMIT $5"
+        ))
+        .bind(filter.provider.as_deref())
+        .bind(filter.tool.as_deref().map(|tool| format!("%,{tool},%")))
+        .bind(after_ms)
+        .bind(after_id)
+        .bind(i64::from(filter.limit.clamp(1, 1000)))
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(backend)?;
+        rows.iter().map(read_run).collect()
+    }
+
+    async fn events(&self, id: Uuid, after: i64) -> Result<Vec<StoredEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT sequence, kind, round, duration_ms, payload, created_at_ms FROM agent_run_event \
+             WHERE run_id = $1 AND sequence > $2 ORDER BY sequence",
+        )
+        .bind(id.to_string())
+        .bind(after)
+        .fetch_all(self.db.pool())
+        .await.map_err(backend)?;
+        rows.iter()
+            .map(|row| {
+                let payload: String = row.try_get("payload").map_err(backend)?;
+                Ok(StoredEvent {
+                    run_id: id,
+                    sequence: row.try_get("sequence").map_err(backend)?,
+                    kind: row.try_get("kind").map_err(backend)?,
+                    round: row.try_get("round").map_err(backend)?,
+                    duration_ms: row.try_get("duration_ms").map_err(backend)?,
+                    payload: serde_json::from_str(&payload)
+                        .map_err(|err| StoreError::Corrupt(format!("event payload: {err}")))?,
+                    created_at_ms: row.try_get("created_at_ms").map_err(backend)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn purge(
+        &self,
+        terminal_before_ms: i64,
+        waiting_before_ms: i64,
+        chunk: u32,
+    ) -> Result<PurgeReport, StoreError> {
+        let mut report = PurgeReport::default();
+        let chunk = i64::from(chunk.max(1));
+        loop {
+            let mut tx = self.write_tx().await.map_err(backend)?;
+            let ids: Vec<String> = sqlx::query_scalar(
+                "SELECT id FROM agent_run WHERE \
+                 (status IN ('completed', 'failed', 'cancelled') AND finished_at_ms < $1) \
+                 OR (status IN ('waiting_for_approval', 'waiting_for_input') AND updated_at_ms < $2) \
+                 LIMIT $3",
+            )
+            .bind(terminal_before_ms)
+            .bind(waiting_before_ms)
+            .bind(chunk)
+            .fetch_all(&mut *tx)
+            .await.map_err(backend)?;
+            if ids.is_empty() {
+                return Ok(report);
+            }
+            for id in &ids {
+                let events = sqlx::query("DELETE FROM agent_run_event WHERE run_id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                sqlx::query("DELETE FROM agent_run WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
+                report.events += events.rows_affected();
+                report.runs += 1;
+            }
+            tx.commit().await.map_err(backend)?;
+        }
+    }
+}

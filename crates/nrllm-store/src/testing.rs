@@ -1,0 +1,105 @@
+//! Test databases: every store test runs against an SQLite file and, when `TEST_DATABASE_URL` is
+//! set, against that Postgres server in a schema of its own. A set but unreachable URL fails the
+//! test; it never skips.
+
+use crate::db::{Backend, Database, DbOptions};
+use sqlx::Executor;
+
+/// One backend's database for one test.
+pub struct TestDb {
+    pub name: &'static str,
+    pub url: String,
+    pub db: Database,
+    schema: Option<(String, String)>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    /// Another pool on the same database (its own connections).
+    pub async fn open(&self, max_connections: u32) -> Database {
+        Database::connect_with(
+            &self.url,
+            DbOptions {
+                max_connections: Some(max_connections),
+                ..DbOptions::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|err| panic!("{}: cannot open another pool: {err}", self.name))
+    }
+
+    /// Drops the Postgres schema the test used.
+    pub async fn cleanup(self) {
+        if let Some((admin_url, schema)) = &self.schema {
+            self.db.pool().close().await;
+            let admin = admin_pool(admin_url)
+                .await
+                .expect("postgres admin connection");
+            admin
+                .execute(format!("DROP SCHEMA IF EXISTS {schema} CASCADE").as_str())
+                .await
+                .expect("drop the test schema");
+        }
+    }
+}
+
+/// A plain connection to the server, for creating and dropping schemas (no migrations).
+async fn admin_pool(url: &str) -> Result<sqlx::AnyPool, sqlx::Error> {
+    sqlx::any::install_default_drivers();
+    sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+}
+
+pub async fn sqlite() -> TestDb {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let db = Database::connect(&url).await.expect("sqlite opens");
+    TestDb {
+        name: "sqlite",
+        url,
+        db,
+        schema: None,
+        _dir: Some(dir),
+    }
+}
+
+async fn postgres(admin_url: &str) -> TestDb {
+    assert_eq!(
+        Backend::from_url(admin_url),
+        Some(Backend::Postgres),
+        "TEST_DATABASE_URL must be a postgres URL"
+    );
+    let admin = admin_pool(admin_url).await.unwrap_or_else(|err| {
+        panic!("TEST_DATABASE_URL is set but Postgres is not reachable: {err}")
+    });
+    let schema = format!("nrllm_test_{}", uuid::Uuid::new_v4().simple());
+    admin
+        .execute(format!("CREATE SCHEMA {schema}").as_str())
+        .await
+        .expect("create a test schema");
+    admin.close().await;
+    let separator = if admin_url.contains('?') { '&' } else { '?' };
+    let url = format!("{admin_url}{separator}options=-c%20search_path%3D{schema}");
+    let db = Database::connect(&url)
+        .await
+        .expect("postgres test schema opens");
+    TestDb {
+        name: "postgres",
+        url,
+        db,
+        schema: Some((admin_url.to_owned(), schema)),
+        _dir: None,
+    }
+}
+
+/// The databases this test runs on: SQLite always, Postgres when `TEST_DATABASE_URL` is set.
+pub async fn backends() -> Vec<TestDb> {
+    let mut dbs = vec![sqlite().await];
+    match std::env::var("TEST_DATABASE_URL") {
+        Ok(url) if !url.trim().is_empty() => dbs.push(postgres(url.trim()).await),
+        _ => eprintln!("TEST_DATABASE_URL is not set: this run covers SQLite only"),
+    }
+    dbs
+}

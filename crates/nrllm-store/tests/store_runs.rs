@@ -1,0 +1,722 @@
+//! The run store and the run service on both backends: transitions, the single-winner claim,
+//! events, purge, atomicity and corrupted state.
+
+use nrllm_store::testing as common;
+
+use std::sync::Arc;
+
+use common::backends;
+use nrllm_core::clock::now_ms;
+use nrllm_core::events::Event;
+use nrllm_core::provider::{ChatResponse, ProviderError};
+use nrllm_core::registry::ToolRegistry;
+use nrllm_core::service::{LoopFactory, ResumeError, RunService, SingleLoop};
+use nrllm_core::state::Counters;
+use nrllm_core::store::{
+    Finish, RunConfiguration, RunFilter, RunRecord, RunStatus, RunStore, SequencedEvent,
+    StoreError, TerminationReason, WaitingFilter,
+};
+use nrllm_core::testing::{call_turn, probe_registry, usage, Probe, ScriptedProvider};
+use nrllm_core::{Decision, RunSettings, ToolLoop};
+use nrllm_store::SqlRunStore;
+use serde_json::json;
+
+fn configuration(prompt: &str) -> RunConfiguration {
+    RunConfiguration {
+        provider: "scripted".into(),
+        model: "script".into(),
+        prompt: prompt.into(),
+        system_prompt: Some("Be careful.".into()),
+        skills: Vec::new(),
+        settings: RunSettings::default(),
+    }
+}
+
+struct Setup {
+    store: Arc<SqlRunStore>,
+    service: RunService,
+    provider: ScriptedProvider,
+    probe: Probe,
+}
+
+fn setup(db: &nrllm_store::db::Database, responses: Vec<ChatResponse>) -> Setup {
+    let store = Arc::new(SqlRunStore::new(db.clone()));
+    let provider = ScriptedProvider::new(responses);
+    let probe = Probe::default();
+    let registry: Arc<ToolRegistry> = Arc::new(probe_registry(&probe));
+    let tool_loop = Arc::new(ToolLoop::new(Arc::new(provider.clone()), registry));
+    let loops: Arc<dyn LoopFactory> = Arc::new(SingleLoop(tool_loop));
+    let service = RunService::new(store.clone(), loops);
+    Setup {
+        store,
+        service,
+        provider,
+        probe,
+    }
+}
+
+fn gated_then_answer() -> Vec<ChatResponse> {
+    vec![
+        call_turn("c1", "write_note", json!({"text": "hi"}), usage(100, 20)),
+        ChatResponse::text("Wrote it.", usage(50, 5)),
+    ]
+}
+
+fn kinds(events: &[nrllm_core::store::StoredEvent]) -> Vec<String> {
+    events.iter().map(|e| e.kind.clone()).collect()
+}
+
+#[tokio::test]
+async fn suspend_stores_the_state_and_resume_continues_the_sequence_and_finish_clears_it() {
+    for db in backends().await {
+        let s = setup(&db.db, gated_then_answer());
+        let run = s
+            .service
+            .start(configuration("write hi"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(run.status, RunStatus::WaitingForApproval, "{}", db.name);
+        assert!(run.suspended_state.is_some());
+        assert!(!run.status.is_terminal());
+        assert_eq!(run.counters.iterations, 1);
+        assert_eq!(run.counters.usage, usage(100, 20));
+        let first = s.store.events(run.id, 0).await.unwrap();
+        assert_eq!(
+            kinds(&first),
+            ["assembled", "request", "llm", "approval_requested"],
+            "{}",
+            db.name
+        );
+        assert_eq!(
+            first.iter().map(|e| e.sequence).collect::<Vec<_>>(),
+            [1, 2, 3, 4]
+        );
+        assert!(s.probe.calls().is_empty());
+
+        let done = s
+            .service
+            .resume(run.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap();
+        assert_eq!(done.status, RunStatus::Completed, "{}", db.name);
+        assert_eq!(done.suspended_state, None);
+        assert_eq!(done.termination_reason.as_deref(), Some("completed"));
+        assert_eq!(done.final_answer.as_deref(), Some("Wrote it."));
+        assert_eq!(done.counters.usage, usage(150, 25));
+        assert_eq!(done.counters.iterations, 2);
+        assert_eq!(done.decided_by.as_deref(), Some("bob"));
+        assert!(done.finished_at_ms.is_some());
+        let all = s.store.events(run.id, 0).await.unwrap();
+        let sequences: Vec<i64> = all.iter().map(|e| e.sequence).collect();
+        assert_eq!(
+            sequences,
+            (1..=all.len() as i64).collect::<Vec<_>>(),
+            "{}",
+            db.name
+        );
+        assert_eq!(
+            kinds(&all[4..]),
+            ["approval_decided", "tool", "request", "llm"],
+            "{}",
+            db.name
+        );
+        assert_eq!(s.probe.count("write_note"), 1);
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn sixty_four_concurrent_claims_have_exactly_one_winner_and_one_execution() {
+    for db in backends().await {
+        let s = setup(&db.db, gated_then_answer());
+        let run = s
+            .service
+            .start(configuration("write hi"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(run.status, RunStatus::WaitingForApproval);
+        let registry = Arc::new(probe_registry(&s.probe));
+        let mut tasks = Vec::new();
+        for i in 0..64 {
+            // Each claimer has its own pool, so each claim is on its own connection.
+            let pool = db.open(1).await;
+            let store = Arc::new(SqlRunStore::new(pool));
+            let tool_loop = Arc::new(ToolLoop::new(
+                Arc::new(s.provider.clone()),
+                Arc::clone(&registry),
+            ));
+            let service = RunService::new(store, Arc::new(SingleLoop(tool_loop)));
+            tasks.push(tokio::spawn(async move {
+                service
+                    .resume(
+                        run.id,
+                        &Decision::ApproveAll,
+                        &format!("operator-{i}"),
+                        None,
+                    )
+                    .await
+            }));
+        }
+        let mut winners = 0;
+        let mut losers = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(record) => {
+                    assert_eq!(record.status, RunStatus::Completed);
+                    winners += 1;
+                }
+                Err(ResumeError::NotWaiting(winner)) => {
+                    let text = ResumeError::NotWaiting(winner).to_string();
+                    assert!(text.starts_with("already decided (approved) at "), "{text}");
+                    losers += 1;
+                }
+                Err(other) => panic!("{}: unexpected {other:?}", db.name),
+            }
+        }
+        assert_eq!((winners, losers), (1, 63), "{}", db.name);
+        assert_eq!(
+            s.probe.count("write_note"),
+            1,
+            "{}: the tool ran exactly once",
+            db.name
+        );
+        assert_eq!(
+            s.provider.requests().len(),
+            2,
+            "{}: losers never called the provider",
+            db.name
+        );
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_second_finish_is_refused() {
+    for db in backends().await {
+        let s = setup(&db.db, vec![ChatResponse::text("hello", usage(1, 1))]);
+        let run = s
+            .service
+            .start(configuration("say hello"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(run.status, RunStatus::Completed);
+        let finish = Finish {
+            status: RunStatus::Failed,
+            reason: TerminationReason::Interrupted,
+            counters: Counters::default(),
+            truncated: false,
+            final_answer: None,
+            error_summary: Some("late".into()),
+            estimated_cost_micros: None,
+        };
+        let err = s
+            .store
+            .finish(run.id, run.version, &finish, &[], now_ms())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StoreError::AlreadySettled {
+                    status: RunStatus::Completed,
+                    ..
+                }
+            ),
+            "{}: {err:?}",
+            db.name
+        );
+        let again = s.store.get(run.id).await.unwrap().unwrap();
+        assert_eq!(again.status, RunStatus::Completed);
+        assert_eq!(again.final_answer.as_deref(), Some("hello"));
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_completed_runs_events_come_back_in_order_with_payloads_intact() {
+    for db in backends().await {
+        let s = setup(
+            &db.db,
+            vec![
+                call_turn(
+                    "r1",
+                    "read_note",
+                    json!({"text": "ünïcødé ✓ <b>"}),
+                    usage(3, 4),
+                ),
+                ChatResponse::text("read it", usage(5, 6)),
+            ],
+        );
+        let run = s
+            .service
+            .start(configuration("read"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(run.status, RunStatus::Completed, "{}", db.name);
+        let events = s.store.events(run.id, 0).await.unwrap();
+        assert_eq!(
+            kinds(&events),
+            ["assembled", "request", "llm", "tool", "request", "llm"],
+            "{}",
+            db.name
+        );
+        let Some(Event::Tool {
+            result,
+            arguments,
+            round,
+            ..
+        }) = events[3].event()
+        else {
+            panic!("{}: the tool event reads back", db.name)
+        };
+        assert_eq!(result, "note: ünïcødé ✓ <b>");
+        assert_eq!(arguments, json!({"text": "ünïcødé ✓ <b>"}).to_string());
+        assert_eq!(round, 1);
+        assert_eq!(events[3].round, Some(1));
+        let after = s.store.events(run.id, 4).await.unwrap();
+        assert_eq!(after.iter().map(|e| e.sequence).collect::<Vec<_>>(), [5, 6]);
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_failed_run_keeps_its_partial_events() {
+    for db in backends().await {
+        let s = setup(
+            &db.db,
+            vec![call_turn(
+                "r1",
+                "read_note",
+                json!({"text": "x"}),
+                usage(3, 4),
+            )],
+        );
+        s.provider.push_result(Err(ProviderError::transient(
+            "the provider is overloaded (HTTP 503)",
+        )));
+        let run = s
+            .service
+            .start(configuration("read"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(run.status, RunStatus::Failed, "{}", db.name);
+        assert_eq!(run.termination_reason.as_deref(), Some("provider_failed"));
+        assert_eq!(
+            run.error_summary.as_deref(),
+            Some("the provider is overloaded (HTTP 503)")
+        );
+        assert_eq!(run.counters.usage, usage(3, 4));
+        let events = s.store.events(run.id, 0).await.unwrap();
+        assert_eq!(
+            kinds(&events),
+            [
+                "assembled",
+                "request",
+                "llm",
+                "tool",
+                "request",
+                "llm_failed"
+            ],
+            "{}",
+            db.name
+        );
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn purge_removes_runs_and_events_by_window() {
+    for db in backends().await {
+        let s = setup(
+            &db.db,
+            vec![
+                ChatResponse::text("done", usage(1, 1)),
+                call_turn("w", "write_note", json!({"text": "x"}), usage(1, 1)),
+            ],
+        );
+        let finished = s.service.start(configuration("a"), "alice").await.unwrap();
+        let waiting = s.service.start(configuration("b"), "alice").await.unwrap();
+        assert_eq!(waiting.status, RunStatus::WaitingForApproval);
+        let now = now_ms();
+        // Windows that end before both runs: nothing goes.
+        let report = s.store.purge(now - 60_000, now - 60_000, 10).await.unwrap();
+        assert_eq!(report.runs, 0, "{}", db.name);
+        // Terminal window covers now, waiting window does not: only the finished run goes.
+        let report = s.store.purge(now + 1, now - 60_000, 1).await.unwrap();
+        assert_eq!(report.runs, 1, "{}", db.name);
+        assert_eq!(report.events, 3);
+        assert!(s.store.get(finished.id).await.unwrap().is_none());
+        assert!(s.store.events(finished.id, 0).await.unwrap().is_empty());
+        assert!(s.store.get(waiting.id).await.unwrap().is_some());
+        let report = s.store.purge(now + 1, now + 1, 1).await.unwrap();
+        assert_eq!(report.runs, 1);
+        assert!(s.store.get(waiting.id).await.unwrap().is_none());
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_transition_that_fails_midway_leaves_nothing_partial() {
+    for db in backends().await {
+        let s = setup(&db.db, gated_then_answer());
+        let run = s
+            .service
+            .start(configuration("write"), "alice")
+            .await
+            .unwrap();
+        let before: RunRecord = s.store.get(run.id).await.unwrap().unwrap();
+        let before_events = s.store.events(run.id, 0).await.unwrap();
+        // Sequence 1 is taken: the event insert fails after the status update in the same transaction.
+        let clashing = vec![SequencedEvent {
+            sequence: 1,
+            event: Event::ApprovalDecided {
+                round: None,
+                decided_by: "x".into(),
+                choices: vec![],
+            },
+            created_at_ms: now_ms(),
+        }];
+        let finish = Finish {
+            status: RunStatus::Cancelled,
+            reason: TerminationReason::Cancelled,
+            counters: Counters::default(),
+            truncated: false,
+            final_answer: None,
+            error_summary: None,
+            estimated_cost_micros: None,
+        };
+        let err = s
+            .store
+            .finish(run.id, run.version, &finish, &clashing, now_ms())
+            .await;
+        assert!(
+            matches!(err, Err(StoreError::Backend(_))),
+            "{}: {err:?}",
+            db.name
+        );
+        let after = s.store.get(run.id).await.unwrap().unwrap();
+        assert_eq!(after, before, "{}: the run row is unchanged", db.name);
+        assert_eq!(s.store.events(run.id, 0).await.unwrap(), before_events);
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_corrupted_state_fails_that_run_keeps_the_raw_state_and_spares_others() {
+    for db in backends().await {
+        let s = setup(
+            &db.db,
+            vec![
+                call_turn("a", "write_note", json!({"text": "1"}), usage(1, 1)),
+                call_turn("b", "write_note", json!({"text": "2"}), usage(1, 1)),
+                ChatResponse::text("second done", usage(1, 1)),
+            ],
+        );
+        let broken = s
+            .service
+            .start(configuration("one"), "alice")
+            .await
+            .unwrap();
+        let healthy = s
+            .service
+            .start(configuration("two"), "alice")
+            .await
+            .unwrap();
+        sqlx::query("UPDATE agent_run SET suspended_state = $1 WHERE id = $2")
+            .bind("{\"schema_version\": 1, \"messages\": [tru")
+            .bind(broken.id.to_string())
+            .execute(db.db.pool())
+            .await
+            .unwrap();
+        let err = s
+            .service
+            .resume(broken.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ResumeError::StateCorrupted),
+            "{}: {err:?}",
+            db.name
+        );
+        let failed = s.store.get(broken.id).await.unwrap().unwrap();
+        assert_eq!(failed.status, RunStatus::Failed);
+        assert_eq!(
+            failed.termination_reason.as_deref(),
+            Some("state_corrupted")
+        );
+        assert_eq!(
+            failed.suspended_state.as_deref(),
+            Some("{\"schema_version\": 1, \"messages\": [tru")
+        );
+        assert!(
+            !failed.error_summary.unwrap().contains("tru"),
+            "no raw detail in the summary"
+        );
+        assert!(s.probe.calls().is_empty());
+
+        let done = s
+            .service
+            .resume(healthy.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap();
+        assert_eq!(done.status, RunStatus::Completed, "{}", db.name);
+        assert_eq!(s.probe.count("write_note"), 1);
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn cancel_list_and_the_inbox_follow_the_status_rules() {
+    for db in backends().await {
+        let s = setup(
+            &db.db,
+            vec![
+                call_turn("a", "write_note", json!({"text": "1"}), usage(1, 1)),
+                call_turn("b", "write_note", json!({"text": "2"}), usage(1, 1)),
+                ChatResponse::text("plain", usage(1, 1)),
+            ],
+        );
+        let first = s
+            .service
+            .start(configuration("one"), "alice")
+            .await
+            .unwrap();
+        let second = s
+            .service
+            .start(configuration("two"), "alice")
+            .await
+            .unwrap();
+        let third = s
+            .service
+            .start(configuration("three"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(third.status, RunStatus::Completed);
+        let inbox = |filter: WaitingFilter| {
+            let store = Arc::clone(&s.store);
+            async move {
+                store
+                    .waiting(&filter)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| r.id)
+                    .collect::<Vec<_>>()
+            }
+        };
+        let all = WaitingFilter {
+            limit: 10,
+            ..WaitingFilter::default()
+        };
+        assert_eq!(
+            inbox(all.clone()).await,
+            [first.id, second.id],
+            "{}: oldest first",
+            db.name
+        );
+        // Keyset paging: one at a time, each page after the last run seen.
+        let page_one = s
+            .store
+            .waiting(&WaitingFilter {
+                limit: 1,
+                ..all.clone()
+            })
+            .await
+            .unwrap();
+        assert_eq!(page_one.len(), 1);
+        let after = Some((page_one[0].updated_at_ms, page_one[0].id));
+        assert_eq!(
+            inbox(WaitingFilter {
+                after,
+                limit: 1,
+                ..all.clone()
+            })
+            .await,
+            [second.id],
+            "{}",
+            db.name
+        );
+        // Filters: by configuration, and by a tool of the pending turn.
+        assert_eq!(
+            inbox(WaitingFilter {
+                tool: Some("write_note".into()),
+                ..all.clone()
+            })
+            .await
+            .len(),
+            2,
+            "{}",
+            db.name
+        );
+        assert!(inbox(WaitingFilter {
+            tool: Some("read_note".into()),
+            ..all.clone()
+        })
+        .await
+        .is_empty());
+        assert!(inbox(WaitingFilter {
+            provider: Some("no-such-configuration".into()),
+            ..all.clone()
+        })
+        .await
+        .is_empty());
+        let provider = first.configuration.as_ref().unwrap().provider.clone();
+        assert_eq!(
+            inbox(WaitingFilter {
+                provider: Some(provider),
+                ..all.clone()
+            })
+            .await
+            .len(),
+            2
+        );
+
+        let cancelled = s.service.cancel(first.id, "carol").await.unwrap();
+        assert_eq!(cancelled.status, RunStatus::Cancelled);
+        assert_eq!(cancelled.suspended_state, None);
+        let again = s.service.cancel(third.id, "carol").await.unwrap_err();
+        assert!(matches!(
+            again,
+            StoreError::InvalidTransition {
+                status: RunStatus::Completed,
+                ..
+            }
+        ));
+        let err = s
+            .service
+            .resume(first.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("already decided (cancelled)"),
+            "{err}"
+        );
+
+        let all: Vec<_> = s
+            .store
+            .list(&RunFilter {
+                limit: 10,
+                ..RunFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            all.iter().map(|r| r.id).collect::<Vec<_>>(),
+            [third.id, second.id, first.id]
+        );
+        let waiting = s
+            .store
+            .list(&RunFilter {
+                status: Some(RunStatus::WaitingForApproval),
+                limit: 10,
+                ..RunFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            waiting.iter().map(|r| r.id).collect::<Vec<_>>(),
+            [second.id]
+        );
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn interrupting_ends_only_running_runs_and_keeps_their_decision() {
+    for db in backends().await {
+        let responses = vec![
+            call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
+            call_turn("c2", "write_note", json!({"text": "b"}), usage(1, 1)),
+            ChatResponse::text("Plain.", usage(1, 1)),
+        ];
+        let s = setup(&db.db, responses);
+        // Claimed (running) but cut off before it went on: the decision is on record.
+        let claimed = s
+            .service
+            .start(configuration("write a"), "alice")
+            .await
+            .unwrap();
+        s.service
+            .claim(claimed.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap();
+        let waiting = s
+            .service
+            .start(configuration("write b"), "alice")
+            .await
+            .unwrap();
+        let done = s
+            .service
+            .start(configuration("say"), "alice")
+            .await
+            .unwrap();
+        let fresh = s
+            .service
+            .create(configuration("never driven"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(done.status, RunStatus::Completed);
+
+        let count = s
+            .store
+            .interrupt_running("stopped mid-run", now_ms())
+            .await
+            .unwrap();
+        assert_eq!(count, 2, "{}", db.name);
+
+        for id in [claimed.id, fresh.id] {
+            let run = s.store.get(id).await.unwrap().unwrap();
+            assert_eq!(run.status, RunStatus::Failed);
+            assert_eq!(run.termination_reason.as_deref(), Some("interrupted"));
+            assert_eq!(run.error_summary.as_deref(), Some("stopped mid-run"));
+            assert!(run.finished_at_ms.is_some() && run.suspended_state.is_none());
+        }
+        let claimed = s.store.get(claimed.id).await.unwrap().unwrap();
+        assert_eq!(claimed.decided_by.as_deref(), Some("bob"));
+        assert!(claimed.decision.is_some());
+        // A terminal run never changes again, and nothing was executed by the interruption.
+        let err = s
+            .service
+            .resume(claimed.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("already decided"), "{err}");
+        assert_eq!(s.probe.count("write_note"), 0);
+        assert_eq!(
+            s.store.get(waiting.id).await.unwrap().unwrap().status,
+            RunStatus::WaitingForApproval
+        );
+        assert_eq!(
+            s.store.get(done.id).await.unwrap().unwrap().status,
+            RunStatus::Completed
+        );
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_new_run_whose_configuration_cannot_be_read_ends_failed_not_running() {
+    for db in backends().await {
+        let s = setup(&db.db, vec![ChatResponse::text("never asked", usage(1, 1))]);
+        let mut run = s
+            .service
+            .create(configuration("hello"), "alice")
+            .await
+            .unwrap();
+        run.configuration = None;
+        let err = s.service.drive(run.clone()).await.unwrap_err();
+        assert_eq!(err.to_string(), "the run's configuration cannot be read");
+        let stored = s.store.get(run.id).await.unwrap().unwrap();
+        assert_eq!(stored.status, RunStatus::Failed, "{}", db.name);
+        assert_eq!(
+            stored.termination_reason.as_deref(),
+            Some("state_corrupted")
+        );
+        assert!(stored
+            .error_summary
+            .unwrap()
+            .contains("configuration could not be read"));
+        assert!(s.provider.requests().is_empty());
+        db.cleanup().await;
+    }
+}

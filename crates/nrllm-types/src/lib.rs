@@ -1,0 +1,181 @@
+//! The words a run is described in, each with exactly one string form (derived: `snake_case`),
+//! shared by the run store, the SQL it writes and the pages. No page compares a status to a
+//! string literal: it matches on [`RunStatus`]. Small and free of I/O, so the browser's wasm
+//! bundle can use it too.
+
+use serde::{Deserialize, Serialize};
+use strum::{Display, EnumIter, EnumString, IntoStaticStr};
+
+/// A run's status (DESIGN §3).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    Display,
+    EnumString,
+    EnumIter,
+    IntoStaticStr,
+)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum RunStatus {
+    Queued,
+    Running,
+    WaitingForApproval,
+    WaitingForInput,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    /// The stored name (`waiting_for_approval`, …).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// The status with this stored name.
+    pub fn parse(text: &str) -> Option<RunStatus> {
+        text.parse().ok()
+    }
+
+    /// Every status, in lifecycle order.
+    pub fn all() -> impl Iterator<Item = RunStatus> {
+        <RunStatus as strum::IntoEnumIterator>::iter()
+    }
+
+    /// Completed, failed and cancelled runs never change status again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+
+    /// The run waits for a person (a decision or an answer).
+    pub fn is_waiting(self) -> bool {
+        matches!(
+            self,
+            RunStatus::WaitingForApproval | RunStatus::WaitingForInput
+        )
+    }
+
+    /// The words a page shows for it.
+    pub fn label(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "Queued",
+            RunStatus::Running => "Running",
+            RunStatus::WaitingForApproval => "Waiting for approval",
+            RunStatus::WaitingForInput => "Waiting for input",
+            RunStatus::Completed => "Completed",
+            RunStatus::Failed => "Failed",
+            RunStatus::Cancelled => "Cancelled",
+        }
+    }
+}
+
+/// Why a run ended.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    Display,
+    EnumString,
+    EnumIter,
+    IntoStaticStr,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum TerminationReason {
+    Completed,
+    MaxIterations,
+    BudgetExhausted,
+    ApprovalDenied,
+    ApprovalExpired,
+    ProviderFailed,
+    StateCorrupted,
+    Cancelled,
+    Interrupted,
+}
+
+impl TerminationReason {
+    /// The stored name (`max_iterations`, …).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// The reason with this stored name.
+    pub fn parse(text: &str) -> Option<TerminationReason> {
+        text.parse().ok()
+    }
+}
+
+/// The operator's verdict on a suspension, as recorded on the run.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    Display,
+    EnumString,
+    EnumIter,
+    IntoStaticStr,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Verdict {
+    Approved,
+    Denied,
+    Mixed,
+}
+
+impl Verdict {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_string_form_is_the_serde_form_and_round_trips() {
+        for status in RunStatus::all() {
+            let json = serde_json::to_string(&status).unwrap();
+            assert_eq!(json, format!("\"{}\"", status.as_str()));
+            assert_eq!(RunStatus::parse(status.as_str()), Some(status));
+            assert_eq!(status.to_string(), status.as_str());
+        }
+        assert_eq!(
+            RunStatus::WaitingForApproval.as_str(),
+            "waiting_for_approval"
+        );
+        assert_eq!(RunStatus::parse("waiting"), None);
+        for reason in <TerminationReason as strum::IntoEnumIterator>::iter() {
+            assert_eq!(TerminationReason::parse(reason.as_str()), Some(reason));
+            assert_eq!(
+                serde_json::to_string(&reason).unwrap(),
+                format!("\"{}\"", reason.as_str())
+            );
+        }
+        assert_eq!(TerminationReason::MaxIterations.as_str(), "max_iterations");
+        assert_eq!(Verdict::Mixed.as_str(), "mixed");
+    }
+}
