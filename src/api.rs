@@ -10,7 +10,9 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
-use crate::model::{ApprovalsPage, PlaygroundOptions, ResumeAccepted, RunList, RunView};
+use crate::model::{
+    ApprovalsPage, PlaygroundOptions, ResumeAccepted, RunList, RunView, SystemView,
+};
 
 /// One call's part of an approval form.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,7 +44,7 @@ pub async fn nrllm_tool_run(
     choose_tools: Option<String>,
     skills: Option<String>,
 ) -> Result<String, AppError> {
-    use crate::server::{current_operator, state, wants_html, with_status};
+    use crate::server::{current_operator, state, wants_html};
     let form = ssr::RunForm {
         prompt,
         configuration,
@@ -55,12 +57,11 @@ pub async fn nrllm_tool_run(
         skills,
     };
     let state = state()?;
-    let configuration = form.validate(&state).map_err(with_status)?;
+    let configuration = form.validate(&state)?;
     let run = state
         .runs
         .create(configuration, &current_operator())
-        .await
-        .map_err(|err| with_status(ssr::service_error(err)))?;
+        .await?;
     let id = run.id.to_string();
     let runs = state.runs.clone();
     tokio::spawn(async move {
@@ -87,16 +88,15 @@ pub async fn nrllm_tool_resume(
     calls: Option<Vec<CallForm>>,
     acknowledge_discard: Option<String>,
 ) -> Result<ResumeAccepted, AppError> {
-    use crate::server::{current_operator, state, wants_html, with_status};
+    use crate::server::{current_operator, state, wants_html};
     let state = state()?;
-    let id = ssr::parse_run_id(&run_id).map_err(with_status)?;
+    let id = ssr::parse_run_id(&run_id)?;
     let submission = ssr::submission(
         &decision,
         reason,
         calls.unwrap_or_default(),
         acknowledge_discard.is_some_and(|a| !a.is_empty() && a != "false"),
-    )
-    .map_err(with_status)?;
+    )?;
     let claimed = state
         .runs
         .claim_submission(
@@ -105,8 +105,7 @@ pub async fn nrllm_tool_resume(
             &current_operator(),
             digest.as_deref().filter(|d| !d.is_empty()),
         )
-        .await
-        .map_err(|err| with_status(ssr::resume_error(err)))?;
+        .await?;
     let runs = state.runs.clone();
     tokio::spawn(async move {
         if let Err(err) = runs.continue_claimed(claimed).await {
@@ -131,15 +130,15 @@ pub async fn nrllm_run_get(
     tab: Option<String>,
     steps_before: Option<i64>,
 ) -> Result<RunView, AppError> {
-    use crate::server::{state, views, with_status};
+    use crate::server::{state, views};
     let state = state()?;
-    let id = ssr::parse_run_id(&run_id).map_err(with_status)?;
+    let id = ssr::parse_run_id(&run_id)?;
     let run = state
         .store
         .get(id)
         .await
         .map_err(|err| AppError::internal("reading a run", err))?
-        .ok_or_else(|| with_status(AppError::NotFound(format!("There is no run {id}."))))?;
+        .ok_or_else(|| AppError::NotFound(format!("There is no run {id}.")))?;
     let events = state
         .store
         .events(id, 0)
@@ -171,18 +170,16 @@ pub async fn nrllm_runs_list(
     before: Option<i64>,
     limit: Option<u32>,
 ) -> Result<RunList, AppError> {
-    use crate::server::{state, views, with_status};
+    use crate::server::{state, views};
     use nrllm_core::store::{RunFilter, RunStatus};
     let state = state()?;
-    let status = match status.as_deref().filter(|s| !s.is_empty() && *s != "all") {
-        None => None,
-        Some(text) => Some(RunStatus::parse(text).ok_or_else(|| {
-            with_status(AppError::invalid(
-                "status",
-                format!("`{text}` is not a run status"),
-            ))
-        })?),
-    };
+    let status =
+        match status.as_deref().filter(|s| !s.is_empty() && *s != "all") {
+            None => None,
+            Some(text) => Some(RunStatus::parse(text).ok_or_else(|| {
+                AppError::invalid("status", format!("`{text}` is not a run status"))
+            })?),
+        };
     let limit = limit.unwrap_or(25).clamp(1, 200);
     let runs = state
         .store
@@ -215,14 +212,14 @@ pub async fn nrllm_approvals_list(
     after: Option<String>,
     limit: Option<u32>,
 ) -> Result<ApprovalsPage, AppError> {
-    use crate::server::{state, views, with_status};
+    use crate::server::{state, views};
     use futures::StreamExt;
     use nrllm_core::store::WaitingFilter;
     let state = state()?;
     let present = |v: Option<String>| v.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
     let after = match present(after) {
         None => None,
-        Some(cursor) => Some(ssr::parse_cursor(&cursor).map_err(with_status)?),
+        Some(cursor) => Some(ssr::parse_cursor(&cursor)?),
     };
     let limit = limit.unwrap_or(ssr::INBOX_PAGE).clamp(1, 200);
     let filter = WaitingFilter {
@@ -266,7 +263,12 @@ pub async fn nrllm_approvals_list(
     Ok(ApprovalsPage {
         runs,
         next_after,
-        configurations: state.configurations().into_iter().map(|c| c.name).collect(),
+        configurations: state
+            .configurations
+            .views()
+            .into_iter()
+            .map(|c| c.name)
+            .collect(),
         tools,
     })
 }
@@ -274,23 +276,10 @@ pub async fn nrllm_approvals_list(
 /// Cancels a queued or waiting run.
 #[server(endpoint = "nrllm_run_cancel")]
 pub async fn nrllm_run_cancel(run_id: String) -> Result<String, AppError> {
-    use crate::server::{current_operator, state, wants_html, with_status};
-    use nrllm_core::store::StoreError;
+    use crate::server::{current_operator, state, wants_html};
     let state = state()?;
-    let id = ssr::parse_run_id(&run_id).map_err(with_status)?;
-    let run = state
-        .runs
-        .cancel(id, &current_operator())
-        .await
-        .map_err(|err| {
-            with_status(match err {
-                StoreError::NotFound(id) => AppError::NotFound(format!("There is no run {id}.")),
-                StoreError::InvalidTransition { status, .. } => AppError::Conflict(format!(
-                    "The run is {status}; only queued or waiting runs can be cancelled."
-                )),
-                other => AppError::internal("cancelling a run", other),
-            })
-        })?;
+    let id = ssr::parse_run_id(&run_id)?;
+    let run = state.runs.cancel(id, &current_operator()).await?;
     if wants_html() {
         leptos_axum::redirect(&format!("/runs/{id}"));
     }
@@ -314,7 +303,7 @@ pub async fn nrllm_playground_options() -> Result<PlaygroundOptions, AppError> {
         })
         .collect();
     Ok(PlaygroundOptions {
-        configurations: state.configurations(),
+        configurations: state.configurations.views(),
         tools,
         example_prompts: nrllm_demo::demo::DEMO_PROMPTS
             .iter()
@@ -323,15 +312,47 @@ pub async fn nrllm_playground_options() -> Result<PlaygroundOptions, AppError> {
     })
 }
 
+/// The state of the pieces under the playground: version, database, configurations, tools and
+/// live streams.
+#[server(endpoint = "nrllm_system_status")]
+pub async fn nrllm_system_status() -> Result<SystemView, AppError> {
+    let state = crate::server::state()?;
+    let migrations: Result<(i64,), _> =
+        sqlx::query_as("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
+            .fetch_one(state.db.pool())
+            .await;
+    if let Err(err) = &migrations {
+        tracing::error!(%err, "the system page cannot read the database");
+    }
+    let live = state.live.stats();
+    Ok(SystemView {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        database: match state.db.backend() {
+            nrllm_store::db::Backend::Sqlite => "SQLite".to_owned(),
+            nrllm_store::db::Backend::Postgres => "Postgres".to_owned(),
+        },
+        database_ok: migrations.is_ok(),
+        migrations: migrations.map(|(n,)| n).unwrap_or_default(),
+        configurations: state.configurations.views(),
+        tools_enabled: state
+            .registry
+            .specs()
+            .filter(|spec| state.registry.is_enabled(&spec.name))
+            .count(),
+        tools_total: state.registry.specs().count(),
+        running_here: live.runs,
+        live_streams: live.subscribers,
+    })
+}
+
 #[cfg(feature = "ssr")]
 mod ssr {
     //! Validation and error mapping for the server functions above.
 
     use nrllm_core::assembly::Skill;
-    use nrllm_core::decision::{Action, DecisionError, Submission, SubmittedCall};
+    use nrllm_core::decision::{Action, Submission, SubmittedCall};
     use nrllm_core::provider::ModelOptions;
     use nrllm_core::registry::AllowList;
-    use nrllm_core::service::{ResumeError, ServiceError};
     use nrllm_core::store::RunConfiguration;
     use nrllm_core::RunSettings;
     use uuid::Uuid;
@@ -399,9 +420,9 @@ mod ssr {
                 ));
             }
             let configuration = present(&self.configuration)
-                .unwrap_or(crate::server::DEMO_CONFIGURATION)
+                .unwrap_or(crate::server::configurations::DEMO_CONFIGURATION)
                 .to_owned();
-            let offered = state.configurations();
+            let offered = state.configurations.views();
             let Some(chosen) = offered.iter().find(|c| c.name == configuration) else {
                 return Err(AppError::invalid(
                     "configuration",
@@ -461,7 +482,7 @@ mod ssr {
                 }
             };
             let skills = parse_skills(self.skills.as_deref().unwrap_or_default())?;
-            let defaults = state.configuration_defaults(&chosen.name);
+            let defaults = state.configurations.defaults(&chosen.name);
             Ok(RunConfiguration {
                 provider: chosen.name.clone(),
                 model: chosen.model.clone(),
@@ -577,46 +598,6 @@ mod ssr {
                 .collect(),
             acknowledge_discard,
         })
-    }
-
-    pub fn resume_error(err: ResumeError) -> AppError {
-        match err {
-            ResumeError::NotFound(id) => AppError::NotFound(format!("There is no run {id}.")),
-            ResumeError::NotWaiting(_) | ResumeError::Stale | ResumeError::TargetChanged(_) => {
-                AppError::Conflict(err.to_string())
-            }
-            ResumeError::InvalidDecision(DecisionError::EditNotJson {
-                call_id,
-                tool,
-                message,
-            }) => AppError::invalid(
-                &format!("arguments of {tool} ({call_id})"),
-                format!("not valid JSON ({message})"),
-            ),
-            ResumeError::InvalidDecision(DecisionError::WouldDiscard(_)) => {
-                AppError::BadRequest(err.to_string())
-            }
-            ResumeError::InvalidDecision(DecisionError::InvalidArguments {
-                call_id,
-                tool,
-                field,
-                message,
-            }) => AppError::invalid(
-                &format!("arguments of {tool} ({call_id})"),
-                format!("field `{field}`: {message}"),
-            ),
-            ResumeError::InvalidDecision(other) => AppError::invalid("calls", other.to_string()),
-            ResumeError::StateCorrupted => AppError::Conflict(err.to_string()),
-            ResumeError::Unavailable(message) => AppError::Conflict(message),
-            ResumeError::Store(store) => AppError::internal("resuming a run", store),
-        }
-    }
-
-    pub fn service_error(err: ServiceError) -> AppError {
-        match err {
-            ServiceError::Configuration(message) => AppError::invalid("configuration", message),
-            ServiceError::Store(store) => AppError::internal("starting a run", store),
-        }
     }
 
     #[cfg(test)]

@@ -5,7 +5,6 @@ use leptos_meta::{provide_meta_context, MetaTags, Title};
 use leptos_router::components::{Route, Router, Routes};
 use leptos_router::{path, SsrMode};
 
-use crate::error::AppError;
 use crate::pages::approvals::ApprovalsPage;
 use crate::pages::playground::PlaygroundPage;
 use crate::pages::run::RunPage;
@@ -66,16 +65,4 @@ pub fn App() -> impl IntoView {
             </main>
         </Router>
     }
-}
-
-/// How many times the database was pinged.
-#[server(endpoint = "nrllm_ping_count")]
-pub async fn nrllm_ping_count() -> Result<i64, AppError> {
-    crate::server::state()?.ping_count().await
-}
-
-/// Records one ping in the database and returns the new total: a write-then-read health check.
-#[server(endpoint = "nrllm_ping")]
-pub async fn nrllm_ping() -> Result<i64, AppError> {
-    crate::server::state()?.record_ping().await
 }

@@ -3,6 +3,7 @@
 
 use leptos::server_fn::codec::JsonEncoding;
 use leptos::server_fn::error::{FromServerFnError, ServerFnErrorErr};
+use leptos::server_fn::Encodes;
 use serde::{Deserialize, Serialize};
 
 /// A failure a browser or API client may see.
@@ -76,6 +77,15 @@ impl AppError {
 impl FromServerFnError for AppError {
     type Encoder = JsonEncoding;
 
+    /// Encodes the error for the response — the one place where every server function's error
+    /// passes, so its HTTP status ([`AppError::status`]) is set here, on the server.
+    fn ser(&self) -> leptos::server_fn::Bytes {
+        #[cfg(feature = "ssr")]
+        crate::server::request::set_error_status(self);
+        <JsonEncoding as Encodes<AppError>>::encode(self)
+            .unwrap_or_else(|_| leptos::server_fn::Bytes::from_static(br#""Internal""#))
+    }
+
     fn from_server_fn_error(value: ServerFnErrorErr) -> Self {
         match value {
             ServerFnErrorErr::Args(message)
@@ -91,6 +101,78 @@ impl FromServerFnError for AppError {
                 tracing::error!(cause = %other, "server function machinery failed");
                 let _ = other;
                 AppError::Internal
+            }
+        }
+    }
+}
+
+/// The runtime's errors as a browser or API client sees them: each kind of failure maps to one
+/// [`AppError`] (and so to one HTTP status) here, and nowhere else. Internal causes are logged.
+#[cfg(feature = "ssr")]
+mod from_runtime {
+    use nrllm_core::decision::DecisionError;
+    use nrllm_core::service::{ResumeError, ServiceError};
+    use nrllm_core::store::StoreError;
+
+    use super::AppError;
+
+    impl From<ResumeError> for AppError {
+        fn from(err: ResumeError) -> AppError {
+            match err {
+                ResumeError::NotFound(id) => AppError::NotFound(format!("There is no run {id}.")),
+                ResumeError::NotWaiting(_)
+                | ResumeError::Stale
+                | ResumeError::TargetChanged(_)
+                | ResumeError::StateCorrupted => AppError::Conflict(err.to_string()),
+                ResumeError::InvalidDecision(DecisionError::EditNotJson {
+                    call_id,
+                    tool,
+                    message,
+                }) => AppError::invalid(
+                    &format!("arguments of {tool} ({call_id})"),
+                    format!("not valid JSON ({message})"),
+                ),
+                ResumeError::InvalidDecision(DecisionError::WouldDiscard(_)) => {
+                    AppError::BadRequest(err.to_string())
+                }
+                ResumeError::InvalidDecision(DecisionError::InvalidArguments {
+                    call_id,
+                    tool,
+                    field,
+                    message,
+                }) => AppError::invalid(
+                    &format!("arguments of {tool} ({call_id})"),
+                    format!("field `{field}`: {message}"),
+                ),
+                ResumeError::InvalidDecision(other) => {
+                    AppError::invalid("calls", other.to_string())
+                }
+                ResumeError::Unavailable(message) => AppError::Conflict(message),
+                ResumeError::Store(store) => AppError::from(store),
+            }
+        }
+    }
+
+    impl From<ServiceError> for AppError {
+        fn from(err: ServiceError) -> AppError {
+            match err {
+                ServiceError::Configuration(message) => AppError::invalid("configuration", message),
+                ServiceError::Store(store) => AppError::from(store),
+            }
+        }
+    }
+
+    impl From<StoreError> for AppError {
+        fn from(err: StoreError) -> AppError {
+            match err {
+                StoreError::NotFound(id) => AppError::NotFound(format!("There is no run {id}.")),
+                StoreError::InvalidTransition { status, action, .. } => {
+                    AppError::Conflict(format!("The run is {status}; it cannot be {action}."))
+                }
+                StoreError::AlreadySettled { status, .. } => {
+                    AppError::Conflict(format!("The run is already {status}."))
+                }
+                other => AppError::internal("the run store failed", other),
             }
         }
     }

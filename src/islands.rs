@@ -5,52 +5,6 @@ use leptos::prelude::*;
 
 use crate::model::StepView;
 
-/// A counter that only counts once the wasm bundle runs: proof that the page hydrated.
-#[island]
-pub fn ClickCounter() -> impl IntoView {
-    let clicks = RwSignal::new(0u32);
-    let hydrated = RwSignal::new(false);
-    Effect::new(move |_| hydrated.set(true));
-    view! {
-        <p class="mt-1" data-testid="hydration-state">
-            {move || if hydrated.get() { "interactive" } else { "server-rendered" }}
-        </p>
-        <button
-            type="button"
-            data-testid="click-counter"
-            class=crate::components::BUTTON_SECONDARY
-            on:click=move |_| clicks.update(|n| *n += 1)
-        >
-            "Clicks: "
-            {move || clicks.get()}
-        </button>
-    }
-}
-
-/// Pings the database. Without JavaScript the form posts and the server redirects back; with it,
-/// the island posts in the background and updates the count in place.
-#[island]
-pub fn PingPanel(initial: i64) -> impl IntoView {
-    let ping = ServerAction::<crate::app::NrllmPing>::new();
-    let total = move || match ping.value().get() {
-        Some(Ok(total)) => total,
-        _ => initial,
-    };
-    let error = move || match ping.value().get() {
-        Some(Err(err)) => Some(err.to_string()),
-        _ => None,
-    };
-    view! {
-        <p>"Pings recorded: " <output data-testid="ping-count">{total}</output></p>
-        <ActionForm action=ping>
-            <button type="submit" class=format!("mt-3 {}", crate::components::BUTTON_PRIMARY)>
-                "Ping the database"
-            </button>
-        </ActionForm>
-        {move || error().map(|message| view! { <p role="alert" class="mt-2 text-rose-700">{message}</p> })}
-    }
-}
-
 /// One row of the step list: a link to the step's detail (works without JavaScript).
 #[component]
 pub fn StepRow(run_id: String, step: StepView, #[prop(optional)] selected: bool) -> impl IntoView {

@@ -163,6 +163,24 @@ pub struct PlaygroundOptions {
     pub example_prompts: Vec<String>,
 }
 
+/// What the system page reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SystemView {
+    /// The server's version.
+    pub version: String,
+    /// `SQLite` or `Postgres`.
+    pub database: String,
+    /// The database answered, and how many migrations it has applied.
+    pub database_ok: bool,
+    pub migrations: i64,
+    pub configurations: Vec<ConfigurationView>,
+    pub tools_enabled: usize,
+    pub tools_total: usize,
+    /// Runs running in this process, and the live step streams open on them.
+    pub running_here: usize,
+    pub live_streams: usize,
+}
+
 /// A decision accepted: the run continues in the background.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResumeAccepted {

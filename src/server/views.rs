@@ -8,7 +8,7 @@ use nrllm_core::registry::ToolRegistry;
 use nrllm_core::service::PendingTurn;
 use nrllm_core::store::{RunRecord, RunStatus, SequencedEvent, StoredEvent};
 use nrllm_core::tool::Effect;
-use nrllm_core::transcript::ToolCall;
+use nrllm_core::transcript::{ToolCall, ToolOutcome};
 use nrllm_core::{Choice, SuspendedState};
 
 use super::diff;
@@ -163,15 +163,20 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
             retry,
             wait_ms,
             reason,
+            hint,
             ..
         } => {
             view.ok = false;
             format!(
-                "retry {retry} in {}: {reason}",
+                "retry {retry} in {}{}: {reason}",
                 if *wait_ms < 1000 {
                     format!("{wait_ms} ms")
                 } else {
                     format!("{:.1} s", *wait_ms as f64 / 1000.0)
+                },
+                match hint {
+                    Some(hint) => format!(" (as the provider asked: {hint})"),
+                    None => String::new(),
                 }
             )
         }
@@ -181,18 +186,17 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
         }
         Event::Tool {
             name,
-            result,
-            is_error,
             executed,
             on_resume,
             ..
         } => {
-            view.ok = !is_error;
-            let outcome = match (executed, is_error) {
-                (false, _) if result.starts_with("denied by the operator") => "denied",
-                (false, _) => "not run",
-                (true, true) => "error",
-                (true, false) => "ok",
+            let outcome = event.tool_outcome().unwrap_or_default();
+            view.ok = outcome.is_ok();
+            let outcome = match (outcome, executed) {
+                (ToolOutcome::Denied, _) => "denied",
+                (_, false) => "not run",
+                (ToolOutcome::Error, true) => "error",
+                (ToolOutcome::Ok, true) => "ok",
             };
             format!(
                 "{name}: {outcome}{}",
@@ -596,6 +600,7 @@ mod tests {
             retry: 1,
             wait_ms,
             reason: "openai: rate limited (HTTP 429): slow down".into(),
+            hint: None,
         };
         let view = step(7, &retry(1500));
         assert_eq!(view.kind, "provider_retry");
@@ -610,6 +615,17 @@ mod tests {
             quick.title.starts_with("retry 1 in 250 ms: "),
             "{}",
             quick.title
+        );
+        let hinted = Event::ProviderRetry {
+            round: 2,
+            retry: 1,
+            wait_ms: 2000,
+            reason: "gemini: rate limited (HTTP 429): quota".into(),
+            hint: Some("RetryInfo.retryDelay 2s".into()),
+        };
+        assert_eq!(
+            step(9, &hinted).title,
+            "retry 1 in 2.0 s (as the provider asked: RetryInfo.retryDelay 2s): gemini: rate limited (HTTP 429): quota"
         );
     }
 }

@@ -23,7 +23,7 @@ use crate::provider::{
 use crate::registry::{Gate, ToolRegistry};
 use crate::state::{Counters, RunSettings, StateError, SuspendedState, STATE_SCHEMA_VERSION};
 use crate::tool::{ToolContext, ToolError};
-use crate::transcript::{Message, ToolCall};
+use crate::transcript::{Message, ToolCall, ToolOutcome};
 
 /// Tool results longer than this many bytes are cut (on a UTF-8 boundary) with a marker.
 pub const MAX_RESULT_BYTES: usize = 50_000;
@@ -56,7 +56,7 @@ pub struct ToolInvocation {
     pub name: String,
     pub arguments: String,
     pub result: String,
-    pub is_error: bool,
+    pub outcome: ToolOutcome,
     pub executed: bool,
     pub duration_ms: u64,
 }
@@ -243,7 +243,11 @@ impl ToolLoop {
                     .answer(&gate, call, &Choice::Approve, round, false, ctx, sink)
                     .await;
                 counters.tool_calls += 1;
-                messages.push(Message::tool_result(&call.id, &invocation.result));
+                messages.push(Message::tool_answer(
+                    &call.id,
+                    &invocation.result,
+                    invocation.outcome,
+                ));
                 invocations.push(invocation);
             }
         }
@@ -282,9 +286,10 @@ impl ToolLoop {
                 retry: notice.retry,
                 wait_ms: notice.wait_ms,
                 reason: notice.reason,
+                hint: notice.hint,
             })
         };
-        match self.provider.complete_observed(&request, &on_retry).await {
+        match self.provider.complete(&request, &on_retry).await {
             Ok(response) => {
                 counters.usage += response.usage;
                 sink.emit(Event::Llm {
@@ -330,19 +335,21 @@ impl ToolLoop {
             Choice::ApproveEdited { arguments } => Some(arguments),
             _ => None,
         };
-        let (result, is_error, executed) = match (gate.tool(&call.name), choice) {
-            (_, Choice::Deny { reason }) => (refusal_text(reason.as_deref()), true, false),
+        let (result, outcome, executed) = match (gate.tool(&call.name), choice) {
+            (_, Choice::Deny { reason }) => {
+                (refusal_text(reason.as_deref()), ToolOutcome::Denied, false)
+            }
             (None, _) if on_resume => (
                 format!(
                     "Error: tool `{}` is no longer permitted, not executed",
                     call.name
                 ),
-                true,
+                ToolOutcome::Error,
                 false,
             ),
             (None, _) => (
                 format!("Error: tool `{}` is not available to this run", call.name),
-                true,
+                ToolOutcome::Error,
                 false,
             ),
             (Some(tool), _) => {
@@ -361,17 +368,17 @@ impl ToolLoop {
                     call_id: call.id.clone(),
                     approved_basis: ctx.approved_bases.get(&call.id).cloned(),
                 };
-                let outcome = match arguments {
+                let ran = match arguments {
                     Ok(arguments) => tool.execute(&arguments, &tool_ctx).await,
                     Err(err) => Err(err),
                 };
-                match outcome {
-                    Ok(text) => (cap_result(text), false, true),
+                match ran {
+                    Ok(text) => (cap_result(text), ToolOutcome::Ok, true),
                     Err(err) => {
                         if let ToolError::Internal(detail) = &err {
                             tracing::error!(tool = %call.name, call_id = %call.id, run_id = %ctx.run_id, %detail, "tool failed");
                         }
-                        (err.model_text(), true, true)
+                        (err.model_text(), ToolOutcome::Error, true)
                     }
                 }
             }
@@ -387,7 +394,7 @@ impl ToolLoop {
             name: call.name.clone(),
             arguments: edited.map_or_else(|| call.arguments.clone(), Value::to_string),
             result,
-            is_error,
+            outcome,
             executed,
             duration_ms: elapsed_ms(started),
         };
@@ -397,7 +404,8 @@ impl ToolLoop {
             name: invocation.name.clone(),
             arguments: invocation.arguments.clone(),
             result: invocation.result.clone(),
-            is_error,
+            is_error: !outcome.is_ok(),
+            outcome: Some(outcome),
             executed,
             duration_ms: invocation.duration_ms,
             on_resume,
@@ -468,12 +476,15 @@ impl ToolLoopService for ToolLoop {
         let mut counters = state.counters;
         let round = counters.iterations;
         for (call, choice) in state.pending.iter().zip(&choices) {
-            let result = self
+            let answered = self
                 .answer(&gate, call, choice, round, true, ctx, sink)
-                .await
-                .result;
+                .await;
             counters.tool_calls += 1;
-            messages.push(Message::tool_result(&call.id, result));
+            messages.push(Message::tool_answer(
+                &call.id,
+                answered.result,
+                answered.outcome,
+            ));
         }
         self.drive(
             messages,

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::decision::Choice;
 use crate::provider::{FinishReason, Usage};
-use crate::transcript::{Message, ToolCall};
+use crate::transcript::{Message, ToolCall, ToolOutcome};
 
 /// One step of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,6 +53,9 @@ pub enum Event {
         wait_ms: u64,
         /// What went wrong with the previous attempt.
         reason: String,
+        /// The provider's hint the wait follows, if it gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hint: Option<String>,
     },
     /// The provider failed.
     LlmFailed {
@@ -68,6 +71,10 @@ pub enum Event {
         arguments: String,
         result: String,
         is_error: bool,
+        /// How the call was answered (absent in runs recorded before it was kept; see
+        /// [`Event::tool_outcome`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outcome: Option<ToolOutcome>,
         /// `false` when the call was answered without running the tool (denied, not permitted).
         executed: bool,
         duration_ms: u64,
@@ -116,6 +123,25 @@ impl Event {
             | Event::Tool { round, .. }
             | Event::ApprovalRequested { round, .. } => Some(*round),
             Event::ApprovalDecided { round, .. } => *round,
+            _ => None,
+        }
+    }
+
+    /// How a `tool` step's call was answered (`None` for other steps). Steps recorded before the
+    /// outcome was kept are told by their error flag and text.
+    pub fn tool_outcome(&self) -> Option<ToolOutcome> {
+        match self {
+            Event::Tool {
+                outcome: Some(outcome),
+                ..
+            } => Some(*outcome),
+            Event::Tool {
+                is_error: false, ..
+            } => Some(ToolOutcome::Ok),
+            Event::Tool { result, .. } => Some(match ToolOutcome::from_legacy_text(result) {
+                ToolOutcome::Ok => ToolOutcome::Error,
+                other => other,
+            }),
             _ => None,
         }
     }

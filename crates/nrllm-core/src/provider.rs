@@ -99,6 +99,22 @@ impl ChatResponse {
         }
     }
 
+    /// A turn as a wire format reads it: its text (none if empty), calls, usage and finish.
+    pub fn turn(
+        text: String,
+        tool_calls: Vec<ToolCall>,
+        usage: Usage,
+        finish_reason: FinishReason,
+    ) -> ChatResponse {
+        ChatResponse {
+            content: (!text.is_empty()).then_some(text),
+            tool_calls,
+            usage,
+            finish_reason,
+            raw: None,
+        }
+    }
+
     /// A turn of tool calls.
     pub fn calls(tool_calls: Vec<ToolCall>, usage: Usage) -> ChatResponse {
         ChatResponse {
@@ -158,6 +174,10 @@ pub struct RetryNotice {
     pub wait_ms: u64,
     /// What went wrong with the previous attempt (safe to show: no keys).
     pub reason: String,
+    /// The provider's own hint the wait follows (`Retry-After: 2`, Gemini's `retryDelay`), if
+    /// it gave one; otherwise the wait is the backoff's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
 }
 
 /// Told about each retry as it is about to happen.
@@ -170,16 +190,14 @@ pub trait Provider: Send + Sync {
     fn name(&self) -> &str;
     /// The model the provider talks to.
     fn model(&self) -> &str;
-    /// One completion.
-    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError>;
-    /// One completion, telling `on_retry` before every retry. Providers that never retry keep
-    /// this default.
-    async fn complete_observed(
+    /// One completion, telling `on_retry` before every retry it makes (a provider that never
+    /// retries never calls it).
+    async fn complete(
         &self,
         request: &ChatRequest,
         on_retry: RetryObserver<'_>,
-    ) -> Result<ChatResponse, ProviderError> {
-        let _ = on_retry;
-        self.complete(request).await
-    }
+    ) -> Result<ChatResponse, ProviderError>;
 }
+
+/// A retry observer that ignores every retry.
+pub fn ignore_retries(_notice: RetryNotice) {}

@@ -5,10 +5,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::provider::{ModelOptions, Usage};
 use crate::registry::AllowList;
-use crate::transcript::{self, Message, Tail, ToolCall};
+use crate::transcript::{self, Message, Tail, ToolCall, ToolOutcome};
 
-/// The version of the suspended-state JSON this build writes and reads.
-pub const STATE_SCHEMA_VERSION: u32 = 1;
+/// The version of the suspended-state JSON this build writes. It reads this one and every older
+/// one, migrating on read:
+/// - 1 → 2: tool results carry their outcome; a version-1 result's is told from its text.
+pub const STATE_SCHEMA_VERSION: u32 = 2;
 
 /// The default round cap.
 pub const DEFAULT_MAX_ROUNDS: u32 = 5;
@@ -83,17 +85,29 @@ impl SuspendedState {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// Reads stored state, refusing unknown versions and states that break the transcript rules.
+    /// Reads stored state of this or an older version (migrating it), refusing versions this
+    /// build does not know and states that break the transcript rules.
     pub fn from_json(text: &str) -> Result<SuspendedState, StateError> {
         let value: serde_json::Value =
             serde_json::from_str(text).map_err(|err| StateError::Malformed(err.to_string()))?;
-        match value.get("schema_version").and_then(|v| v.as_u64()) {
-            Some(version) if version == u64::from(STATE_SCHEMA_VERSION) => {}
+        let version = match value.get("schema_version").and_then(|v| v.as_u64()) {
+            Some(version @ 1..=2) => version,
             Some(found) => return Err(StateError::UnsupportedVersion { found }),
             None => return Err(StateError::Malformed("no schema_version".to_owned())),
-        }
-        let state: SuspendedState =
+        };
+        let mut state: SuspendedState =
             serde_json::from_value(value).map_err(|err| StateError::Malformed(err.to_string()))?;
+        if version < 2 {
+            for message in &mut state.messages {
+                if let Message::Tool {
+                    content, outcome, ..
+                } = message
+                {
+                    *outcome = ToolOutcome::from_legacy_text(content);
+                }
+            }
+        }
+        state.schema_version = STATE_SCHEMA_VERSION;
         state.check()?;
         Ok(state)
     }

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::provider::{ChatRequest, ChatResponse, Provider, ProviderError, Usage};
+use crate::provider::{ChatRequest, ChatResponse, Provider, ProviderError, RetryObserver, Usage};
 use crate::tool::{Preview, Tool, ToolContext, ToolError};
 use crate::transcript::ToolCall;
 
@@ -60,7 +60,11 @@ impl Provider for ScriptedProvider {
         "script"
     }
 
-    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        _on_retry: RetryObserver<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
         if let Ok(mut requests) = self.requests.lock() {
             requests.push(request.clone());
         }

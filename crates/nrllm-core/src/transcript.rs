@@ -25,7 +25,44 @@ pub enum Message {
     Tool {
         tool_call_id: String,
         content: String,
+        /// How the call was answered. Formats that flag a failed call (Anthropic's `is_error`,
+        /// Gemini's error response) read this, never the text.
+        #[serde(default, skip_serializing_if = "ToolOutcome::is_ok")]
+        outcome: ToolOutcome,
     },
+}
+
+/// How a tool call was answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolOutcome {
+    /// The tool ran and returned its result.
+    #[default]
+    Ok,
+    /// The call failed: bad arguments, a tool error, or a tool the run may not use.
+    Error,
+    /// An operator denied the call; it did not run.
+    Denied,
+}
+
+impl ToolOutcome {
+    /// The call ran and succeeded.
+    pub fn is_ok(&self) -> bool {
+        *self == ToolOutcome::Ok
+    }
+
+    /// The outcome of a result recorded before outcomes were kept, told from its text (the way
+    /// results were written then: `Error: …`, `denied by the operator…`). Only for reading old
+    /// data; everything written now carries its outcome.
+    pub fn from_legacy_text(content: &str) -> ToolOutcome {
+        if content.starts_with("denied by the operator") {
+            ToolOutcome::Denied
+        } else if content.starts_with("Error:") {
+            ToolOutcome::Error
+        } else {
+            ToolOutcome::Ok
+        }
+    }
 }
 
 impl Message {
@@ -51,11 +88,21 @@ impl Message {
         }
     }
 
-    /// A tool result answering `tool_call_id`.
+    /// A successful tool result answering `tool_call_id`.
     pub fn tool_result(tool_call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Message::tool_answer(tool_call_id, content, ToolOutcome::Ok)
+    }
+
+    /// A tool result answering `tool_call_id`, with how the call went.
+    pub fn tool_answer(
+        tool_call_id: impl Into<String>,
+        content: impl Into<String>,
+        outcome: ToolOutcome,
+    ) -> Self {
         Message::Tool {
             tool_call_id: tool_call_id.into(),
             content: content.into(),
+            outcome,
         }
     }
 

@@ -79,6 +79,7 @@ fn tool_messages(messages: &[Message]) -> Vec<(String, String)> {
             Message::Tool {
                 tool_call_id,
                 content,
+                ..
             } => Some((tool_call_id.clone(), content.clone())),
             _ => None,
         })

@@ -9,9 +9,10 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use nrllm_core::provider::{
-    ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, ToolChoice, Usage,
+    ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, RetryObserver, ToolChoice,
+    Usage,
 };
-use nrllm_core::transcript::{Message, ToolCall};
+use nrllm_core::transcript::{Message, ToolCall, ToolOutcome};
 
 /// The prompts the demo model understands (shown when it understands none).
 pub const DEMO_PROMPTS: &[&str] = &[
@@ -285,10 +286,11 @@ fn task_text(messages: &[Message]) -> String {
     }
 }
 
-/// One answered call: its tool, arguments and result.
+/// One answered call: its tool, result and how it went.
 struct Step {
     tool: String,
     result: String,
+    outcome: ToolOutcome,
 }
 
 fn steps(messages: &[Message]) -> Vec<Step> {
@@ -300,11 +302,13 @@ fn steps(messages: &[Message]) -> Vec<Step> {
             Message::Tool {
                 tool_call_id,
                 content,
+                outcome,
             } => {
                 if let Some(call) = calls.iter().find(|c| &c.id == tool_call_id) {
                     steps.push(Step {
                         tool: call.name.clone(),
                         result: content.clone(),
+                        outcome: *outcome,
                     });
                 }
             }
@@ -314,11 +318,16 @@ fn steps(messages: &[Message]) -> Vec<Step> {
     steps
 }
 
-/// "denied by the operator: <reason>" → the reason.
-fn denial(result: &str) -> Option<&str> {
-    result
-        .strip_prefix("denied by the operator")
-        .map(|rest| rest.trim_start_matches(':').trim())
+/// A denied call's reason: the text after the refusal's opening words, which the loop writes
+/// (`denied by the operator: <reason>`).
+fn denial(step: &Step) -> Option<&str> {
+    (step.outcome == ToolOutcome::Denied).then(|| {
+        step.result
+            .strip_prefix("denied by the operator")
+            .unwrap_or(&step.result)
+            .trim_start_matches(':')
+            .trim()
+    })
 }
 
 /// What the demo model does next.
@@ -328,7 +337,7 @@ enum Next {
 }
 
 fn outcome_sentence(step: &Step) -> String {
-    match denial(&step.result) {
+    match denial(step) {
         Some(reason) if reason.starts_with('(') || reason.is_empty() => {
             format!(
                 "I did not run `{}`: the operator denied it without giving a reason.",
@@ -339,7 +348,7 @@ fn outcome_sentence(step: &Step) -> String {
             "I did not run `{}`: the operator denied it — \"{reason}\".",
             step.tool
         ),
-        None if step.result.starts_with("Error:") => {
+        None if step.outcome == ToolOutcome::Error => {
             format!(
                 "`{}` failed: {}",
                 step.tool,
@@ -370,7 +379,9 @@ fn next(task: &Task, done: &[Step], offered: &[String]) -> Next {
     let look_then = |slug: &str, write: (&'static str, Value)| -> Next {
         match done.iter().find(|s| s.tool == "get_page") {
             None if has("get_page") => Next::Call(vec![("get_page", json!({ "slug": slug }))]),
-            Some(look) if look.result.starts_with("Error:") => Next::Answer(outcome_sentence(look)),
+            Some(look) if look.outcome == ToolOutcome::Error => {
+                Next::Answer(outcome_sentence(look))
+            }
             _ if done.iter().any(|s| s.tool == write.0) => {
                 let step = done
                     .iter()
@@ -464,7 +475,7 @@ fn simple(
 ) -> Next {
     match last {
         None => Next::Call(vec![(tool, arguments)]),
-        Some(step) if step.result.starts_with("Error:") => Next::Answer(outcome_sentence(step)),
+        Some(step) if step.outcome == ToolOutcome::Error => Next::Answer(outcome_sentence(step)),
         Some(step) => Next::Answer(answer(&step.result)),
     }
 }
@@ -483,7 +494,11 @@ impl Provider for DemoProvider {
         "demo-1"
     }
 
-    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        _on_retry: RetryObserver<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
         if !self.think_time.is_zero() {
             tokio::time::sleep(self.think_time).await;
         }

@@ -1,16 +1,16 @@
 //! Anthropic Messages. The system prompt is lifted to `system`; tools go out as
 //! `{name, description, input_schema}`; an assistant turn's tool calls become `tool_use` blocks;
 //! consecutive tool results are merged into one user message of `tool_result` blocks keyed by
-//! `tool_use_id` — the shape the API requires after every tool-using turn.
+//! `tool_use_id` — the shape the API requires after every tool-using turn — each flagged
+//! `is_error` by its outcome.
 
-use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::{arguments_object, reads_as_error};
-use crate::http::{ApiKey, HttpSettings, JsonClient};
+use crate::http::ApiKey;
+use crate::{arguments_object, synthesised_id, turn_text, HttpProvider, WireFormat};
 use nrllm_core::provider::{
-    ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, RetryObserver, ToolChoice,
-    Usage,
+    ChatRequest, ChatResponse, FinishReason, ProviderError, ToolChoice, Usage,
 };
 use nrllm_core::transcript::{Message, ToolCall};
 
@@ -19,197 +19,235 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// Anthropic requires a completion limit; this one is used when the run sets none.
 pub const DEFAULT_MAX_TOKENS: u32 = 1024;
 
-/// How to reach the Messages API.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AnthropicConfig {
-    pub name: String,
-    /// Up to `/v1` (e.g. `https://api.anthropic.com/v1`).
-    pub base_url: String,
-    pub model: String,
-    pub api_key: ApiKey,
-    pub http: HttpSettings,
-}
+/// The Anthropic Messages format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Anthropic;
 
 /// An Anthropic Messages provider.
-#[derive(Debug, Clone)]
-pub struct AnthropicProvider {
-    config: AnthropicConfig,
-    client: JsonClient,
+pub type AnthropicProvider = HttpProvider<Anthropic>;
+
+/// A Messages request.
+#[derive(Debug, Serialize)]
+pub struct Request {
+    model: String,
+    max_tokens: u32,
+    messages: Vec<Turn>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice>,
 }
 
-impl AnthropicProvider {
-    /// A provider for `config`.
-    pub fn new(config: AnthropicConfig) -> Result<AnthropicProvider, ProviderError> {
-        let client = JsonClient::new(&config.name, config.http, Some(config.api_key.clone()))?;
-        Ok(AnthropicProvider { config, client })
+#[derive(Debug, Serialize)]
+struct Turn {
+    role: &'static str,
+    content: Vec<Block>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool {
+    name: String,
+    description: String,
+    input_schema: Value,
+}
+
+#[derive(Debug, Serialize)]
+struct WireToolChoice {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// A Messages response.
+#[derive(Debug, Deserialize)]
+pub struct Response {
+    content: Option<Vec<ResponseBlock>>,
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ResponseBlock {
+    Text {
+        #[serde(default)]
+        text: String,
+    },
+    ToolUse {
+        id: Option<String>,
+        #[serde(default)]
+        name: String,
+        #[serde(default)]
+        input: Value,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+impl WireFormat for Anthropic {
+    type Request = Request;
+    type Response = Response;
+
+    fn url(&self, base_url: &str, _model: &str) -> String {
+        format!("{base_url}/messages")
     }
 
-    /// The request body for `request`, exactly as sent.
-    pub fn request_body(&self, request: &ChatRequest) -> Value {
+    fn headers(&self, key: Option<&ApiKey>) -> Vec<(&'static str, String)> {
+        let mut headers = vec![("anthropic-version", ANTHROPIC_VERSION.to_owned())];
+        if let Some(key) = key {
+            headers.insert(0, ("x-api-key", key.expose().to_owned()));
+        }
+        headers
+    }
+
+    fn request(&self, model: &str, request: &ChatRequest) -> Request {
         let mut system = Vec::new();
-        let mut messages: Vec<Value> = Vec::new();
+        let mut turns: Vec<Turn> = Vec::new();
         for message in &request.messages {
             match message {
                 Message::System { content } => system.push(content.clone()),
-                Message::User { content } => messages.push(json!({
-                    "role": "user", "content": [{"type": "text", "text": content}],
-                })),
+                Message::User { content } => turns.push(Turn {
+                    role: "user",
+                    content: vec![Block::Text {
+                        text: content.clone(),
+                    }],
+                }),
                 Message::Assistant {
                     content,
                     tool_calls,
                 } => {
-                    let mut blocks = Vec::new();
-                    if let Some(text) = content.as_deref().filter(|t| !t.is_empty()) {
-                        blocks.push(json!({"type": "text", "text": text}));
-                    }
-                    for call in tool_calls {
-                        let input = arguments_object(call);
-                        blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
-                    }
+                    let mut blocks: Vec<Block> = turn_text(content)
+                        .map(|text| Block::Text { text })
+                        .into_iter()
+                        .collect();
+                    blocks.extend(tool_calls.iter().map(|call| Block::ToolUse {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        input: arguments_object(call),
+                    }));
                     if blocks.is_empty() {
-                        blocks.push(json!({"type": "text", "text": ""}));
+                        blocks.push(Block::Text {
+                            text: String::new(),
+                        });
                     }
-                    messages.push(json!({"role": "assistant", "content": blocks}));
+                    turns.push(Turn {
+                        role: "assistant",
+                        content: blocks,
+                    });
                 }
                 Message::Tool {
                     tool_call_id,
                     content,
+                    outcome,
                 } => {
-                    let block = json!({
-                        "type": "tool_result", "tool_use_id": tool_call_id, "content": content,
-                        "is_error": reads_as_error(content),
-                    });
+                    let block = Block::ToolResult {
+                        tool_use_id: tool_call_id.clone(),
+                        content: content.clone(),
+                        is_error: !outcome.is_ok(),
+                    };
                     // Consecutive results share one user message.
-                    let merged = messages.last_mut().filter(|last| {
-                        last["role"] == "user"
-                            && last["content"].as_array().is_some_and(|blocks| {
-                                blocks.iter().all(|b| b["type"] == "tool_result")
-                            })
-                    });
-                    match merged {
-                        Some(last) => {
-                            if let Some(blocks) = last["content"].as_array_mut() {
-                                blocks.push(block);
-                            }
-                        }
-                        None => messages.push(json!({"role": "user", "content": [block]})),
+                    match turns.last_mut().filter(|last| {
+                        last.role == "user"
+                            && last
+                                .content
+                                .iter()
+                                .all(|b| matches!(b, Block::ToolResult { .. }))
+                    }) {
+                        Some(last) => last.content.push(block),
+                        None => turns.push(Turn {
+                            role: "user",
+                            content: vec![block],
+                        }),
                     }
                 }
             }
         }
-        let mut body = json!({
-            "model": self.config.model,
-            "max_tokens": request.options.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-            "messages": messages,
-        });
-        if !system.is_empty() {
-            body["system"] = json!(system.join("\n\n"));
+        let tools: Vec<WireTool> = request
+            .tools
+            .iter()
+            .map(|t| WireTool {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                input_schema: t.parameters.clone(),
+            })
+            .collect();
+        let tool_choice = (!tools.is_empty() && request.tool_choice == ToolChoice::Disabled)
+            .then_some(WireToolChoice { kind: "none" });
+        Request {
+            model: model.to_owned(),
+            max_tokens: request.options.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            messages: turns,
+            system: (!system.is_empty()).then(|| system.join("\n\n")),
+            temperature: request.options.temperature.map(|t| t.min(1.0)),
+            tools,
+            tool_choice,
         }
-        if let Some(temperature) = request.options.temperature {
-            body["temperature"] = json!(temperature.min(1.0));
-        }
-        if !request.tools.is_empty() {
-            body["tools"] = Value::Array(
-                request
-                    .tools
-                    .iter()
-                    .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-                    .collect(),
-            );
-            if request.tool_choice == ToolChoice::Disabled {
-                body["tool_choice"] = json!({"type": "none"});
-            }
-        }
-        body
     }
-}
 
-/// Reads a Messages response.
-pub fn parse_response(body: &Value, provider: &str) -> Result<ChatResponse, ProviderError> {
-    let blocks = body
-        .get("content")
-        .and_then(Value::as_array)
-        .ok_or_else(|| {
+    fn response(&self, response: Response, provider: &str) -> Result<ChatResponse, ProviderError> {
+        let blocks = response.content.ok_or_else(|| {
             ProviderError::permanent(format!("{provider}: the response has no content"))
         })?;
-    let mut text = String::new();
-    let mut tool_calls = Vec::new();
-    for block in blocks {
-        match block.get("type").and_then(Value::as_str) {
-            Some("text") => text.push_str(
-                block
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
-            ),
-            Some("tool_use") => tool_calls.push(ToolCall::new(
-                block
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| format!("toolu_{}", uuid::Uuid::new_v4().simple())),
-                block
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
-                block.get("input").unwrap_or(&json!({})),
-            )),
-            _ => {}
+        let mut text = String::new();
+        let mut tool_calls = Vec::new();
+        for (index, block) in blocks.into_iter().enumerate() {
+            match block {
+                ResponseBlock::Text { text: chunk } => text.push_str(&chunk),
+                ResponseBlock::ToolUse { id, name, input } => {
+                    let input = if input.is_null() {
+                        Value::Object(Default::default())
+                    } else {
+                        input
+                    };
+                    tool_calls.push(ToolCall::new(
+                        id.unwrap_or_else(|| synthesised_id("toolu_", index)),
+                        name,
+                        &input,
+                    ));
+                }
+                ResponseBlock::Other => {}
+            }
         }
-    }
-    let finish_reason = match body.get("stop_reason").and_then(Value::as_str) {
-        Some("end_turn") | Some("stop_sequence") => FinishReason::Stop,
-        Some("tool_use") => FinishReason::ToolCalls,
-        Some("max_tokens") => FinishReason::Length,
-        Some(other) => FinishReason::Other(other.to_owned()),
-        None => FinishReason::Stop,
-    };
-    Ok(ChatResponse {
-        content: (!text.is_empty()).then_some(text),
-        tool_calls,
-        usage: Usage {
-            prompt_tokens: body
-                .pointer("/usage/input_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-            completion_tokens: body
-                .pointer("/usage/output_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-        },
-        finish_reason,
-        raw: Some(body.clone()),
-    })
-}
-
-#[async_trait]
-impl Provider for AnthropicProvider {
-    fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    fn model(&self) -> &str {
-        &self.config.model
-    }
-
-    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        self.complete_observed(request, &|_| {}).await
-    }
-
-    async fn complete_observed(
-        &self,
-        request: &ChatRequest,
-        on_retry: RetryObserver<'_>,
-    ) -> Result<ChatResponse, ProviderError> {
-        let url = format!("{}/messages", self.config.base_url.trim_end_matches('/'));
-        let headers = [
-            ("x-api-key", self.config.api_key.expose().to_owned()),
-            ("anthropic-version", ANTHROPIC_VERSION.to_owned()),
-        ];
-        let body = self
-            .client
-            .post(&url, &headers, &self.request_body(request), on_retry)
-            .await?;
-        parse_response(&body, &self.config.name)
+        let finish_reason = match response.stop_reason.as_deref() {
+            Some("end_turn") | Some("stop_sequence") | None => FinishReason::Stop,
+            Some("tool_use") => FinishReason::ToolCalls,
+            Some("max_tokens") => FinishReason::Length,
+            Some(other) => FinishReason::Other(other.to_owned()),
+        };
+        let usage = response.usage.map_or(Usage::default(), |u| Usage {
+            prompt_tokens: u.input_tokens,
+            completion_tokens: u.output_tokens,
+        });
+        Ok(ChatResponse::turn(text, tool_calls, usage, finish_reason))
     }
 }

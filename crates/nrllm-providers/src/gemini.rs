@@ -1,182 +1,405 @@
 //! Gemini `generateContent`. The system prompt goes to `systemInstruction`; tools go out as one
 //! `functionDeclarations` list with their schemas reduced to the OpenAPI subset Gemini accepts;
 //! an assistant turn's calls become `functionCall` parts of a `model` turn, and results become
-//! `functionResponse` parts of a `user` turn, named after the call they answer and in call order.
+//! `functionResponse` parts of a `user` turn, named after the call they answer and in call order
+//! (a failed or denied call's result goes as an `error` response, by its outcome).
 //!
 //! Gemini usually sends calls without ids. Those get a synthesised id (with a prefix that marks it
 //! as ours, so it is never sent back); the result is matched to its call by name and order. Ids
 //! the model did send are echoed. A call's `thoughtSignature` is kept on the call and sent back
-//! with it: thinking models reject a replayed call without it.
+//! with it: thinking models reject a replayed call without it. A 429 says how long to wait in its
+//! body (`RetryInfo.retryDelay`), which the engine honours.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::{arguments_object, reads_as_error};
-use crate::http::{ApiKey, HttpSettings, JsonClient};
+use crate::http::{ApiKey, WaitHint};
+use crate::{arguments_object, synthesised_id, turn_text, HttpProvider, WireFormat};
 use nrllm_core::provider::{
-    ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, RetryObserver, ToolChoice,
-    Usage,
+    ChatRequest, ChatResponse, FinishReason, ProviderError, ToolChoice, Usage,
 };
 use nrllm_core::transcript::{Message, ToolCall};
 
 /// Ids this adapter made up start with this; they are never sent to Gemini.
 pub const SYNTHESISED_ID_PREFIX: &str = "gemini-call-";
 
-/// How to reach the Gemini API.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GeminiConfig {
-    pub name: String,
-    /// Up to the API version (e.g. `https://generativelanguage.googleapis.com/v1beta`).
-    pub base_url: String,
-    /// The model, with or without the `models/` prefix.
-    pub model: String,
-    pub api_key: ApiKey,
-    pub http: HttpSettings,
-}
+/// The Gemini `generateContent` format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gemini;
 
-/// A Gemini `generateContent` provider.
-#[derive(Debug, Clone)]
-pub struct GeminiProvider {
-    config: GeminiConfig,
-    client: JsonClient,
-}
+/// A Gemini provider (the model with or without the `models/` prefix).
+pub type GeminiProvider = HttpProvider<Gemini>;
 
 /// The id to send for `id`: `None` for ids this adapter synthesised.
 fn provider_id(id: &str) -> Option<&str> {
     (!id.starts_with(SYNTHESISED_ID_PREFIX)).then_some(id)
 }
 
+/// A `generateContent` request.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Request {
+    contents: Vec<Content>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_instruction: Option<Content>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tools>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_config: Option<ToolConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generation_config: Option<GenerationConfig>,
+}
+
+#[derive(Debug, Serialize, Deserialize, Default)]
+struct Content {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    role: Option<String>,
+    #[serde(default)]
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Part {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    function_call: Option<FunctionCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    function_response: Option<FunctionResponse>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    thought_signature: Option<String>,
+    /// A thought summary (the model's reasoning, not its answer).
+    #[serde(default, skip_serializing)]
+    thought: Option<bool>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct FunctionCall {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    name: Option<String>,
+    #[serde(default)]
+    args: Value,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct FunctionResponse {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    name: String,
+    response: Value,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Tools {
+    function_declarations: Vec<FunctionDeclaration>,
+}
+
+#[derive(Debug, Serialize)]
+struct FunctionDeclaration {
+    name: String,
+    description: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<Value>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolConfig {
+    function_calling_config: FunctionCallingConfig,
+}
+
+#[derive(Debug, Serialize)]
+struct FunctionCallingConfig {
+    mode: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GenerationConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+}
+
+/// A `generateContent` response.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Response {
+    #[serde(default)]
+    candidates: Vec<Candidate>,
+    prompt_feedback: Option<PromptFeedback>,
+    usage_metadata: Option<UsageMetadata>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Candidate {
+    #[serde(default)]
+    content: Option<Content>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PromptFeedback {
+    block_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UsageMetadata {
+    #[serde(default)]
+    prompt_token_count: u64,
+    #[serde(default)]
+    candidates_token_count: u64,
+    #[serde(default)]
+    thoughts_token_count: u64,
+}
+
 /// Appends `parts` as a turn of `role`, joining the previous turn when it has the same role
 /// (Gemini expects turns to alternate).
-fn push_turn(contents: &mut Vec<Value>, role: &str, parts: Vec<Value>) {
+fn push_turn(contents: &mut Vec<Content>, role: &str, parts: Vec<Part>) {
     if parts.is_empty() {
         return;
     }
-    if let Some(last) = contents.last_mut().filter(|last| last["role"] == role) {
-        if let Some(existing) = last["parts"].as_array_mut() {
-            existing.extend(parts);
-            return;
-        }
+    match contents
+        .last_mut()
+        .filter(|last| last.role.as_deref() == Some(role))
+    {
+        Some(last) => last.parts.extend(parts),
+        None => contents.push(Content {
+            role: Some(role.to_owned()),
+            parts,
+        }),
     }
-    contents.push(json!({"role": role, "parts": parts}));
 }
 
-impl GeminiProvider {
-    /// A provider for `config`.
-    pub fn new(config: GeminiConfig) -> Result<GeminiProvider, ProviderError> {
-        let client = JsonClient::new(&config.name, config.http, Some(config.api_key.clone()))?;
-        Ok(GeminiProvider { config, client })
+/// `"2s"`, `"1.5s"`: a protobuf duration as Gemini writes it.
+fn protobuf_duration(text: &str) -> Option<Duration> {
+    let seconds: f64 = text.trim().strip_suffix('s')?.parse().ok()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+}
+
+impl WireFormat for Gemini {
+    type Request = Request;
+    type Response = Response;
+
+    fn url(&self, base_url: &str, model: &str) -> String {
+        let model = model.trim_start_matches("models/");
+        format!("{base_url}/models/{model}:generateContent")
     }
 
-    /// The endpoint for this configuration's model.
-    pub fn url(&self) -> String {
-        let model = self.config.model.trim_start_matches("models/");
-        format!(
-            "{}/models/{model}:generateContent",
-            self.config.base_url.trim_end_matches('/')
-        )
+    fn headers(&self, key: Option<&ApiKey>) -> Vec<(&'static str, String)> {
+        key.map(|key| ("x-goog-api-key", key.expose().to_owned()))
+            .into_iter()
+            .collect()
     }
 
-    /// The request body for `request`, exactly as sent.
-    pub fn request_body(&self, request: &ChatRequest) -> Value {
+    fn request(&self, _model: &str, request: &ChatRequest) -> Request {
         let mut system = Vec::new();
-        let mut contents: Vec<Value> = Vec::new();
+        let mut contents: Vec<Content> = Vec::new();
         // Results carry the name of the function they answer; ids map back to it.
         let mut names: HashMap<&str, &str> = HashMap::new();
         for message in &request.messages {
             match message {
                 Message::System { content } => system.push(content.as_str()),
-                Message::User { content } => {
-                    push_turn(&mut contents, "user", vec![json!({"text": content})])
-                }
+                Message::User { content } => push_turn(
+                    &mut contents,
+                    "user",
+                    vec![Part {
+                        text: Some(content.clone()),
+                        ..Part::default()
+                    }],
+                ),
                 Message::Assistant {
                     content,
                     tool_calls,
                 } => {
-                    let mut parts = Vec::new();
-                    if let Some(text) = content.as_deref().filter(|t| !t.is_empty()) {
-                        parts.push(json!({"text": text}));
-                    }
+                    let mut parts: Vec<Part> = turn_text(content)
+                        .map(|text| Part {
+                            text: Some(text),
+                            ..Part::default()
+                        })
+                        .into_iter()
+                        .collect();
                     for call in tool_calls {
                         names.insert(&call.id, &call.name);
-                        let mut function_call =
-                            json!({"name": call.name, "args": arguments_object(call)});
-                        if let Some(id) = provider_id(&call.id) {
-                            function_call["id"] = json!(id);
-                        }
-                        let mut part = json!({"functionCall": function_call});
-                        if let Some(signature) = &call.signature {
-                            part["thoughtSignature"] = json!(signature);
-                        }
-                        parts.push(part);
+                        parts.push(Part {
+                            function_call: Some(FunctionCall {
+                                id: provider_id(&call.id).map(str::to_owned),
+                                name: Some(call.name.clone()),
+                                args: arguments_object(call),
+                            }),
+                            thought_signature: call.signature.clone(),
+                            ..Part::default()
+                        });
                     }
                     push_turn(&mut contents, "model", parts);
                 }
                 Message::Tool {
                     tool_call_id,
                     content,
+                    outcome,
                 } => {
                     let name = names.get(tool_call_id.as_str()).copied().unwrap_or("");
-                    let response = if reads_as_error(content) {
-                        json!({"error": content})
-                    } else {
+                    let response = if outcome.is_ok() {
                         json!({"output": content})
+                    } else {
+                        json!({"error": content})
                     };
-                    let mut function_response = json!({"name": name, "response": response});
-                    if let Some(id) = provider_id(tool_call_id) {
-                        function_response["id"] = json!(id);
-                    }
                     push_turn(
                         &mut contents,
                         "user",
-                        vec![json!({"functionResponse": function_response})],
+                        vec![Part {
+                            function_response: Some(FunctionResponse {
+                                id: provider_id(tool_call_id).map(str::to_owned),
+                                name: name.to_owned(),
+                                response,
+                            }),
+                            ..Part::default()
+                        }],
                     );
                 }
             }
         }
-        let mut body = json!({"contents": contents});
-        if !system.is_empty() {
-            body["systemInstruction"] = json!({"parts": [{"text": system.join("\n\n")}]});
+        let tools = if request.tools.is_empty() {
+            Vec::new()
+        } else {
+            vec![Tools {
+                function_declarations: request
+                    .tools
+                    .iter()
+                    .map(|tool| {
+                        let parameters = reduce_schema(&tool.parameters);
+                        // A function without arguments is declared without parameters.
+                        let has_arguments = parameters
+                            .get("properties")
+                            .and_then(Value::as_object)
+                            .is_some_and(|p| !p.is_empty());
+                        FunctionDeclaration {
+                            name: tool.name.clone(),
+                            description: tool.description.clone(),
+                            parameters: has_arguments.then_some(parameters),
+                        }
+                    })
+                    .collect(),
+            }]
+        };
+        let tool_config = (!tools.is_empty()).then(|| ToolConfig {
+            function_calling_config: FunctionCallingConfig {
+                mode: match request.tool_choice {
+                    ToolChoice::Auto => "AUTO",
+                    ToolChoice::Disabled => "NONE",
+                },
+            },
+        });
+        let options = &request.options;
+        let generation_config = (options.temperature.is_some() || options.max_tokens.is_some())
+            .then(|| GenerationConfig {
+                temperature: options.temperature,
+                max_output_tokens: options.max_tokens,
+            });
+        Request {
+            contents,
+            system_instruction: (!system.is_empty()).then(|| Content {
+                role: None,
+                parts: vec![Part {
+                    text: Some(system.join("\n\n")),
+                    ..Part::default()
+                }],
+            }),
+            tools,
+            tool_config,
+            generation_config,
         }
-        if !request.tools.is_empty() {
-            let declarations: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|tool| {
-                    let mut declaration =
-                        json!({"name": tool.name, "description": tool.description});
-                    let parameters = reduce_schema(&tool.parameters);
-                    // A function without arguments is declared without parameters.
-                    if parameters
-                        .get("properties")
-                        .and_then(Value::as_object)
-                        .is_some_and(|p| !p.is_empty())
-                    {
-                        declaration["parameters"] = parameters;
-                    }
-                    declaration
+    }
+
+    fn response(&self, response: Response, provider: &str) -> Result<ChatResponse, ProviderError> {
+        let Some(candidate) = response.candidates.into_iter().next() else {
+            return Err(
+                match response.prompt_feedback.and_then(|f| f.block_reason) {
+                    Some(reason) => ProviderError::permanent(format!(
+                        "{provider}: the provider blocked the prompt ({reason})"
+                    )),
+                    None => ProviderError::permanent(format!(
+                        "{provider}: the response has no candidates"
+                    )),
+                },
+            );
+        };
+        let parts = candidate.content.map(|c| c.parts).unwrap_or_default();
+        let mut text = String::new();
+        let mut tool_calls = Vec::new();
+        for (index, part) in parts.into_iter().enumerate() {
+            // Thought summaries are the model's reasoning, not its answer.
+            if part.thought == Some(true) {
+                continue;
+            }
+            if let Some(chunk) = &part.text {
+                text.push_str(chunk);
+            }
+            if let Some(call) = part.function_call {
+                let name = call.name.ok_or_else(|| {
+                    ProviderError::permanent(format!(
+                        "{provider}: the response has a function call without a name"
+                    ))
+                })?;
+                let id = call
+                    .id
+                    .filter(|id| !id.is_empty())
+                    .unwrap_or_else(|| synthesised_id(SYNTHESISED_ID_PREFIX, index));
+                let args = if call.args.is_null() {
+                    Value::Object(Map::new())
+                } else {
+                    call.args
+                };
+                let mut tool_call = ToolCall::new(id, name, &args);
+                tool_call.signature = part.thought_signature;
+                tool_calls.push(tool_call);
+            }
+        }
+        let finish_reason = match candidate.finish_reason.as_deref() {
+            _ if !tool_calls.is_empty() => FinishReason::ToolCalls,
+            Some("STOP") | None => FinishReason::Stop,
+            Some("MAX_TOKENS") => FinishReason::Length,
+            Some("SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII") => {
+                FinishReason::ContentFilter
+            }
+            Some(other) => FinishReason::Other(other.to_owned()),
+        };
+        let usage = response.usage_metadata.map_or(Usage::default(), |u| Usage {
+            prompt_tokens: u.prompt_token_count,
+            // Thinking tokens are billed as output.
+            completion_tokens: u.candidates_token_count + u.thoughts_token_count,
+        });
+        Ok(ChatResponse::turn(text, tool_calls, usage, finish_reason))
+    }
+
+    /// Gemini's 429 carries `RetryInfo` in `error.details`: `{"retryDelay": "2s"}`.
+    fn wait_hint(&self, error_body: &Value) -> Option<WaitHint> {
+        error_body
+            .pointer("/error/details")?
+            .as_array()?
+            .iter()
+            .filter(|d| {
+                d.get("@type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t.ends_with("RetryInfo"))
+            })
+            .find_map(|d| d.get("retryDelay").and_then(Value::as_str))
+            .and_then(|delay| {
+                Some(WaitHint {
+                    wait: protobuf_duration(delay)?,
+                    source: format!("RetryInfo.retryDelay {delay}"),
                 })
-                .collect();
-            body["tools"] = json!([{"functionDeclarations": declarations}]);
-            let mode = match request.tool_choice {
-                ToolChoice::Auto => "AUTO",
-                ToolChoice::Disabled => "NONE",
-            };
-            body["toolConfig"] = json!({"functionCallingConfig": {"mode": mode}});
-        }
-        let mut generation = Map::new();
-        if let Some(temperature) = request.options.temperature {
-            generation.insert("temperature".into(), json!(temperature));
-        }
-        if let Some(max_tokens) = request.options.max_tokens {
-            generation.insert("maxOutputTokens".into(), json!(max_tokens));
-        }
-        if !generation.is_empty() {
-            body["generationConfig"] = Value::Object(generation);
-        }
-        body
+            })
     }
 }
 
@@ -352,122 +575,27 @@ fn reduce(schema: &Value, definitions: &Value, depth: usize) -> Value {
     Value::Object(out)
 }
 
-/// Reads a `generateContent` response.
-pub fn parse_response(body: &Value, provider: &str) -> Result<ChatResponse, ProviderError> {
-    let Some(candidate) = body
-        .get("candidates")
-        .and_then(Value::as_array)
-        .and_then(|c| c.first())
-    else {
-        return Err(
-            match body
-                .pointer("/promptFeedback/blockReason")
-                .and_then(Value::as_str)
-            {
-                Some(reason) => ProviderError::permanent(format!(
-                    "{provider}: the provider blocked the prompt ({reason})"
-                )),
-                None => {
-                    ProviderError::permanent(format!("{provider}: the response has no candidates"))
-                }
-            },
-        );
-    };
-    let parts = candidate
-        .pointer("/content/parts")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let mut text = String::new();
-    let mut tool_calls = Vec::new();
-    for (index, part) in parts.iter().enumerate() {
-        // Thought summaries are the model's reasoning, not its answer.
-        if part.get("thought").and_then(Value::as_bool) == Some(true) {
-            continue;
-        }
-        if let Some(chunk) = part.get("text").and_then(Value::as_str) {
-            text.push_str(chunk);
-        }
-        if let Some(call) = part.get("functionCall") {
-            let name = call.get("name").and_then(Value::as_str).ok_or_else(|| {
-                ProviderError::permanent(format!(
-                    "{provider}: the response has a function call without a name"
-                ))
-            })?;
-            let id = call
-                .get("id")
-                .and_then(Value::as_str)
-                .filter(|id| !id.is_empty())
-                .map(str::to_owned)
-                .unwrap_or_else(|| {
-                    format!(
-                        "{SYNTHESISED_ID_PREFIX}{}-{index}",
-                        &uuid::Uuid::new_v4().simple().to_string()[..12]
-                    )
-                });
-            let mut tool_call = ToolCall::new(id, name, call.get("args").unwrap_or(&json!({})));
-            tool_call.signature = part
-                .get("thoughtSignature")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            tool_calls.push(tool_call);
-        }
-    }
-    let finish_reason = match candidate.get("finishReason").and_then(Value::as_str) {
-        _ if !tool_calls.is_empty() => FinishReason::ToolCalls,
-        Some("STOP") | None => FinishReason::Stop,
-        Some("MAX_TOKENS") => FinishReason::Length,
-        Some("SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII") => {
-            FinishReason::ContentFilter
-        }
-        Some(other) => FinishReason::Other(other.to_owned()),
-    };
-    let count = |pointer: &str| body.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
-    Ok(ChatResponse {
-        content: (!text.is_empty()).then_some(text),
-        tool_calls,
-        usage: Usage {
-            prompt_tokens: count("/usageMetadata/promptTokenCount"),
-            // Thinking tokens are billed as output.
-            completion_tokens: count("/usageMetadata/candidatesTokenCount")
-                + count("/usageMetadata/thoughtsTokenCount"),
-        },
-        finish_reason,
-        raw: Some(body.clone()),
-    })
-}
-
-#[async_trait]
-impl Provider for GeminiProvider {
-    fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    fn model(&self) -> &str {
-        &self.config.model
-    }
-
-    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        self.complete_observed(request, &|_| {}).await
-    }
-
-    async fn complete_observed(
-        &self,
-        request: &ChatRequest,
-        on_retry: RetryObserver<'_>,
-    ) -> Result<ChatResponse, ProviderError> {
-        let headers = [("x-goog-api-key", self.config.api_key.expose().to_owned())];
-        let body = self
-            .client
-            .post(&self.url(), &headers, &self.request_body(request), on_retry)
-            .await?;
-        parse_response(&body, &self.config.name)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(body: &Value) -> Result<ChatResponse, ProviderError> {
+        let typed: Response = serde_json::from_value(body.clone()).unwrap();
+        Gemini.response(typed, "gemini")
+    }
+
+    #[test]
+    fn a_retry_delay_in_the_error_body_is_a_wait_hint() {
+        let body = json!({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure"},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "2.5s"}
+        ]}});
+        let hint = Gemini.wait_hint(&body).unwrap();
+        assert_eq!(hint.wait, Duration::from_millis(2500));
+        assert_eq!(hint.source, "RetryInfo.retryDelay 2.5s");
+        assert_eq!(Gemini.wait_hint(&json!({"error": {"code": 429}})), None);
+        assert_eq!(protobuf_duration("soon"), None);
+    }
 
     #[test]
     fn optional_fields_become_nullable_and_unknown_keys_go() {
@@ -510,7 +638,7 @@ mod tests {
             {"functionCall": {"name": "get_page", "args": {"slug": "home"}}, "thoughtSignature": "c2ln"},
             {"functionCall": {"name": "get_page", "args": {"slug": "about"}}}
         ]}, "finishReason": "STOP"}]});
-        let response = parse_response(&body, "gemini").unwrap();
+        let response = parse(&body).unwrap();
         assert_eq!(response.finish_reason, FinishReason::ToolCalls);
         let [first, second] = response.tool_calls.as_slice() else {
             panic!("two calls")
@@ -527,11 +655,11 @@ mod tests {
     fn a_blocked_prompt_and_an_empty_answer_are_clear_errors() {
         let blocked = json!({"promptFeedback": {"blockReason": "SAFETY"}});
         assert_eq!(
-            parse_response(&blocked, "gemini").unwrap_err().message,
+            parse(&blocked).unwrap_err().message,
             "gemini: the provider blocked the prompt (SAFETY)"
         );
         let filtered = json!({"candidates": [{"finishReason": "SAFETY"}]});
-        let response = parse_response(&filtered, "gemini").unwrap();
+        let response = parse(&filtered).unwrap();
         assert_eq!(response.finish_reason, FinishReason::ContentFilter);
         assert_eq!(response.content, None);
     }

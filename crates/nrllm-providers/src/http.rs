@@ -1,10 +1,12 @@
-//! The HTTP side every provider shares: a client with connect and request timeouts, retries with
-//! exponential backoff and jitter on 429, 5xx and connection failures (honouring `Retry-After`, with
-//! a cap), and errors an operator can read — the provider's own message, cut short, with the API
-//! key never in it.
+//! The one HTTP engine every wire format uses: a client with connect and request timeouts;
+//! retries with exponential backoff and jitter on 429, 5xx and connection failures, honouring
+//! every wait the provider asks for (`Retry-After` in seconds or as an HTTP date, or a hint in the
+//! error body that the format reads), each capped; error classification; and errors an operator
+//! can read — the provider's own message, cut short, with the API key never in it.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
 use nrllm_core::provider::{ProviderError, ProviderErrorKind, RetryNotice, RetryObserver};
@@ -25,16 +27,16 @@ impl Default for RetryPolicy {
         RetryPolicy {
             max_retries: 3,
             base_delay: Duration::from_millis(500),
-            max_delay: Duration::from_secs(20),
+            max_delay: Duration::from_secs(60),
         }
     }
 }
 
 impl RetryPolicy {
-    /// The wait before retry number `retry` (0-based): the provider's `Retry-After` if it gave
-    /// one, else `base · 2^retry` plus up to half of that again as jitter; never above the cap.
-    pub fn delay(&self, retry: u32, retry_after: Option<Duration>, jitter_unit: f64) -> Duration {
-        let wait = match retry_after {
+    /// The wait before retry number `retry` (0-based): the provider's hint if it gave one, else
+    /// `base · 2^retry` plus up to half of that again as jitter; never above the cap.
+    pub fn delay(&self, retry: u32, hint: Option<Duration>, jitter_unit: f64) -> Duration {
+        let wait = match hint {
             Some(wait) => wait,
             None => {
                 let exponential = self.base_delay.saturating_mul(1u32 << retry.min(16));
@@ -63,14 +65,15 @@ impl Default for HttpSettings {
     }
 }
 
-/// An API key. Its `Debug` output never shows it, so a logged configuration cannot leak it.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct ApiKey(String);
+/// An API key. It is a `secrecy` secret: its `Debug` never shows it, so a logged configuration
+/// cannot leak it, and it is read only where a header carries it.
+#[derive(Clone)]
+pub struct ApiKey(SecretString);
 
 impl ApiKey {
     /// The key itself, for the one header that carries it.
     pub fn expose(&self) -> &str {
-        &self.0
+        self.0.expose_secret()
     }
 }
 
@@ -82,19 +85,51 @@ impl std::fmt::Debug for ApiKey {
 
 impl From<String> for ApiKey {
     fn from(key: String) -> Self {
-        ApiKey(key)
+        ApiKey(SecretString::from(key))
     }
 }
 
 impl From<&str> for ApiKey {
     fn from(key: &str) -> Self {
-        ApiKey(key.to_owned())
+        ApiKey::from(key.to_owned())
     }
 }
 
+/// A wait the provider asked for, and where it said so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitHint {
+    pub wait: Duration,
+    /// For the step list: `Retry-After: 2`, `retryDelay 2s`, …
+    pub source: String,
+}
+
+/// The provider's `Retry-After` header: seconds, or an HTTP date (a date in the past is no wait).
+pub fn retry_after(headers: &reqwest::header::HeaderMap, now: SystemTime) -> Option<WaitHint> {
+    let text = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    let wait = match text.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs),
+        Ok(_) => return None,
+        Err(_) => httpdate::parse_http_date(text)
+            .ok()?
+            .duration_since(now)
+            .unwrap_or_default(),
+    };
+    Some(WaitHint {
+        wait,
+        source: format!("Retry-After: {text}"),
+    })
+}
+
+/// Reads a wait hint from an error body (a format's own convention), given the body as JSON.
+pub type BodyHint<'a> = &'a (dyn Fn(&Value) -> Option<WaitHint> + Send + Sync);
+
 /// Posts JSON to one provider endpoint.
 #[derive(Debug, Clone)]
-pub struct JsonClient {
+pub struct Engine {
     client: reqwest::Client,
     settings: HttpSettings,
     /// The provider's name, for messages (`openai`, …).
@@ -105,30 +140,20 @@ pub struct JsonClient {
 
 fn jitter_unit() -> f64 {
     // Enough randomness for spreading retries: the sub-second clock.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
         .unwrap_or_default();
     f64::from(nanos % 1000) / 1000.0
 }
 
-/// `Retry-After` as seconds (the HTTP-date form is treated as absent).
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    headers
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|secs| secs.is_finite() && *secs >= 0.0)
-        .map(Duration::from_secs_f64)
-}
-
-impl JsonClient {
-    /// A client for `provider`; `secret` is the API key (kept out of every message).
+impl Engine {
+    /// An engine for `provider`; `secret` is the API key (kept out of every message).
     pub fn new(
         provider: &str,
         settings: HttpSettings,
         secret: Option<ApiKey>,
-    ) -> Result<JsonClient, ProviderError> {
+    ) -> Result<Engine, ProviderError> {
         let client = reqwest::Client::builder()
             .connect_timeout(settings.connect_timeout)
             .timeout(settings.request_timeout)
@@ -138,7 +163,7 @@ impl JsonClient {
                     "{provider}: cannot set up the HTTP client: {err}"
                 ))
             })?;
-        Ok(JsonClient {
+        Ok(Engine {
             client,
             settings,
             provider: provider.to_owned(),
@@ -184,13 +209,15 @@ impl JsonClient {
     }
 
     /// POSTs `body` as JSON with `headers`, retrying what is worth retrying (and telling
-    /// `on_retry` before each retry); the response body as JSON.
+    /// `on_retry` before each retry, with the hint the wait follows); the response body as JSON.
+    /// `body_hint` reads a wait the provider asks for in an error body.
     pub async fn post(
         &self,
         url: &str,
         headers: &[(&str, String)],
         body: &Value,
         on_retry: RetryObserver<'_>,
+        body_hint: BodyHint<'_>,
     ) -> Result<Value, ProviderError> {
         let mut retries = 0;
         loop {
@@ -198,28 +225,20 @@ impl JsonClient {
             for (name, value) in headers {
                 request = request.header(*name, value);
             }
-            let (error, wait_hint) = match request.send().await {
+            let (error, hint) = match request.send().await {
                 Ok(response) => {
                     let status = response.status();
-                    let hint = retry_after(response.headers());
+                    let header_hint = retry_after(response.headers(), SystemTime::now());
                     match response.text().await {
-                        Ok(text) if status.is_success() => {
-                            // The body becomes a step's raw payload: a key echoed back must not.
-                            let text = match &self.secret {
-                                Some(secret) if text.contains(secret.expose()) => {
-                                    text.replace(secret.expose(), "[redacted]")
-                                }
-                                _ => text,
-                            };
-                            return match serde_json::from_str::<Value>(&text) {
-                                Ok(body) => Ok(body),
-                                Err(_) => Err(ProviderError::permanent(format!(
-                                    "{}: the response is not valid JSON",
-                                    self.provider
-                                ))),
-                            };
+                        Ok(text) if status.is_success() => return self.success(text),
+                        Ok(text) => {
+                            let hint = header_hint.or_else(|| {
+                                serde_json::from_str::<Value>(&text)
+                                    .ok()
+                                    .and_then(|json| body_hint(&json))
+                            });
+                            (self.status_error(status.as_u16(), &text), hint)
                         }
-                        Ok(text) => (self.status_error(status.as_u16(), &text), hint),
                         Err(err) => (
                             ProviderError::transient(format!(
                                 "{}: the response broke off ({})",
@@ -259,17 +278,41 @@ impl JsonClient {
                 }
                 return Err(error);
             }
-            let wait = self.settings.retry.delay(retries, wait_hint, jitter_unit());
+            let wait =
+                self.settings
+                    .retry
+                    .delay(retries, hint.as_ref().map(|h| h.wait), jitter_unit());
             let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
             tracing::warn!(provider = %self.provider, retry = retries + 1, wait_ms, error = %error.message, "retrying a provider request");
             on_retry(RetryNotice {
                 retry: retries + 1,
                 wait_ms,
                 reason: error.message,
+                hint: hint.map(|h| {
+                    if h.wait > self.settings.retry.max_delay {
+                        format!("{} (capped)", h.source)
+                    } else {
+                        h.source
+                    }
+                }),
             });
             tokio::time::sleep(wait).await;
             retries += 1;
         }
+    }
+
+    /// A successful response's body as JSON. It becomes a step's raw payload: a key echoed back
+    /// must not.
+    fn success(&self, text: String) -> Result<Value, ProviderError> {
+        let text = match &self.secret {
+            Some(secret) if text.contains(secret.expose()) => {
+                text.replace(secret.expose(), "[redacted]")
+            }
+            _ => text,
+        };
+        serde_json::from_str::<Value>(&text).map_err(|_| {
+            ProviderError::permanent(format!("{}: the response is not valid JSON", self.provider))
+        })
     }
 
     fn status_error(&self, status: u16, body: &str) -> ProviderError {
@@ -304,7 +347,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_with_jitter_honours_retry_after_and_is_capped() {
+    fn backoff_doubles_with_jitter_honours_hints_and_is_capped() {
         let policy = RetryPolicy {
             max_retries: 5,
             base_delay: Duration::from_millis(100),
@@ -325,23 +368,53 @@ mod tests {
     }
 
     #[test]
+    fn retry_after_is_read_in_seconds_and_as_an_http_date() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_020_889);
+        let header = |value: &str| {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(reqwest::header::RETRY_AFTER, value.parse().unwrap());
+            headers
+        };
+        let seconds = retry_after(&header("2"), now).unwrap();
+        assert_eq!(seconds.wait, Duration::from_secs(2));
+        assert_eq!(seconds.source, "Retry-After: 2");
+        assert_eq!(
+            retry_after(&header("0.5"), now).unwrap().wait,
+            Duration::from_millis(500)
+        );
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(7));
+        assert_eq!(
+            retry_after(&header(&date), now).unwrap().wait,
+            Duration::from_secs(7)
+        );
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(30));
+        assert_eq!(
+            retry_after(&header(&past), now).unwrap().wait,
+            Duration::ZERO
+        );
+        assert_eq!(retry_after(&header("soon"), now), None);
+        assert_eq!(retry_after(&header("-3"), now), None);
+        assert_eq!(retry_after(&reqwest::header::HeaderMap::new(), now), None);
+    }
+
+    #[test]
     fn keys_never_reach_messages() {
-        let client = JsonClient::new(
+        let engine = Engine::new(
             "openai",
             HttpSettings::default(),
             Some("sk-live-123456789abc".into()),
         )
         .unwrap();
-        assert!(!format!("{client:?}").contains("sk-live-123456789abc"));
-        let message = client.provider_message(
+        assert!(!format!("{engine:?}").contains("sk-live-123456789abc"));
+        let message = engine.provider_message(
             r#"{"error":{"message":"Incorrect API key provided: sk-live-123456789abc."}}"#,
         );
         assert_eq!(message, "Incorrect API key provided: [redacted].");
         assert_eq!(
-            client.scrub("token sk-other-key-0987654321 here"),
+            engine.scrub("token sk-other-key-0987654321 here"),
             "token [redacted] here"
         );
-        let long = client.provider_message(&"x".repeat(1000));
+        let long = engine.provider_message(&"x".repeat(1000));
         assert_eq!(long.chars().count(), 301);
     }
 }

@@ -1,19 +1,136 @@
-//! Real LLM providers over HTTP. Each adapter converts the canonical (OpenAI-shaped) transcript to
-//! its wire format and back; what they share — timeouts, retries with backoff, error
-//! classification and keeping keys out of messages — lives in [`http`].
+//! nrllm-providers: real LLM providers over HTTP. One engine ([`http::Engine`]: timeouts,
+//! retries that honour the provider's hints, error classification, keys kept out of messages)
+//! and, per wire format, a small [`WireFormat`] that turns the canonical (OpenAI-shaped)
+//! transcript into that format's typed request and reads its typed response back:
+//! [`openai::OpenAi`] (OpenAI, Ollama, vLLM, llama.cpp, OpenRouter…), [`anthropic::Anthropic`],
+//! [`gemini::Gemini`]. [`HttpProvider`] puts a format on the engine.
 
 pub mod anthropic;
 pub mod gemini;
 pub mod http;
 pub mod openai;
 
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{Map, Value};
 
+use http::{ApiKey, Engine, HttpSettings, WaitHint};
+use nrllm_core::provider::{ChatRequest, ChatResponse, Provider, ProviderError, RetryObserver};
 use nrllm_core::transcript::ToolCall;
 
-/// Whether a tool result tells the model its call failed: an `Error:` result, or a refusal.
-pub(crate) fn reads_as_error(result: &str) -> bool {
-    result.starts_with("Error:") || result.starts_with("denied by the operator")
+/// What sets one wire format apart: where it is posted, how the key travels, the request body
+/// it takes and the response it gives, as typed serde structs.
+pub trait WireFormat: Send + Sync + 'static {
+    type Request: Serialize;
+    type Response: DeserializeOwned;
+
+    /// The endpoint for `model` under `base_url` (which ends before the path, e.g. `…/v1`).
+    fn url(&self, base_url: &str, model: &str) -> String;
+    /// The headers of every request (the key, the format's version).
+    fn headers(&self, key: Option<&ApiKey>) -> Vec<(&'static str, String)>;
+    /// The request body for `request`.
+    fn request(&self, model: &str, request: &ChatRequest) -> Self::Request;
+    /// The model turn in `response` (`provider` names it in messages).
+    fn response(
+        &self,
+        response: Self::Response,
+        provider: &str,
+    ) -> Result<ChatResponse, ProviderError>;
+    /// A wait the provider asks for in an error body, if the format has such a convention.
+    fn wait_hint(&self, _error_body: &Value) -> Option<WaitHint> {
+        None
+    }
+}
+
+/// Where and how to reach one configured model.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    /// The configuration's name, for messages and the step list.
+    pub name: String,
+    /// Up to the API version (e.g. `https://api.openai.com/v1`, `http://127.0.0.1:11434/v1`).
+    pub base_url: String,
+    pub model: String,
+    /// `None` for local servers without keys.
+    pub api_key: Option<ApiKey>,
+    pub http: HttpSettings,
+}
+
+/// A provider: a configuration, the HTTP engine and a wire format.
+#[derive(Debug, Clone)]
+pub struct HttpProvider<F> {
+    config: ProviderConfig,
+    engine: Engine,
+    format: F,
+}
+
+impl<F: WireFormat> HttpProvider<F> {
+    /// A provider for `config` speaking `format`.
+    pub fn new(config: ProviderConfig, format: F) -> Result<HttpProvider<F>, ProviderError> {
+        let engine = Engine::new(&config.name, config.http, config.api_key.clone())?;
+        Ok(HttpProvider {
+            config,
+            engine,
+            format,
+        })
+    }
+
+    /// The endpoint requests go to.
+    pub fn url(&self) -> String {
+        self.format.url(
+            self.config.base_url.trim_end_matches('/'),
+            &self.config.model,
+        )
+    }
+
+    /// The request body for `request`, exactly as sent.
+    pub fn request_body(&self, request: &ChatRequest) -> Value {
+        // Typed structs of strings, numbers and JSON values always serialise.
+        serde_json::to_value(self.format.request(&self.config.model, request)).unwrap_or_default()
+    }
+
+    /// Reads a response body as this format's provider would.
+    pub fn parse_response(&self, body: &Value) -> Result<ChatResponse, ProviderError> {
+        let typed: F::Response = serde_json::from_value(body.clone()).map_err(|err| {
+            ProviderError::permanent(format!(
+                "{}: the response is not in the expected shape ({err})",
+                self.config.name
+            ))
+        })?;
+        let mut response = self.format.response(typed, &self.config.name)?;
+        response.raw = Some(body.clone());
+        Ok(response)
+    }
+}
+
+#[async_trait]
+impl<F: WireFormat> Provider for HttpProvider<F> {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        on_retry: RetryObserver<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let headers = self.format.headers(self.config.api_key.as_ref());
+        let body = self
+            .engine
+            .post(
+                &self.url(),
+                &headers,
+                &self.request_body(request),
+                on_retry,
+                &|error| self.format.wait_hint(error),
+            )
+            .await?;
+        self.parse_response(&body)
+    }
 }
 
 /// A call's arguments as a JSON object, for wire formats that carry them as one. A call whose
@@ -23,4 +140,18 @@ pub(crate) fn arguments_object(call: &ToolCall) -> Value {
         .ok()
         .filter(Value::is_object)
         .unwrap_or_else(|| Value::Object(Map::new()))
+}
+
+/// An assistant turn's text, if it has any (formats that carry text as a block or part leave an
+/// empty one out).
+pub(crate) fn turn_text(content: &Option<String>) -> Option<String> {
+    content.clone().filter(|text| !text.is_empty())
+}
+
+/// A fresh id for a tool call the provider sent without one.
+pub(crate) fn synthesised_id(prefix: &str, index: usize) -> String {
+    format!(
+        "{prefix}{}_{index}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
 }

@@ -1,190 +1,244 @@
 //! OpenAI-compatible chat completions: OpenAI itself, and by base URL Ollama, vLLM, llama.cpp's
-//! server, LM Studio, OpenRouter… Tools go out as `{type: "function", function: {…}}` with
-//! `tool_choice: "auto"`; parallel tool calls, usage and the finish reason come back. Tool-call ids
-//! that a local server leaves out are synthesised, and arguments sent as an object instead of a
-//! string are accepted.
+//! server, LM Studio, OpenRouter… The canonical transcript is already this shape; tools go out as
+//! `{type: "function", function: {…}}` with `tool_choice: "auto"`; parallel tool calls, usage and
+//! the finish reason come back. Tool-call ids that a local server leaves out are synthesised, and
+//! arguments sent as an object instead of a string are accepted.
 
-use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::http::{ApiKey, HttpSettings, JsonClient};
+use crate::http::ApiKey;
+use crate::{synthesised_id, HttpProvider, WireFormat};
 use nrllm_core::provider::{
-    ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, RetryObserver, ToolChoice,
-    Usage,
+    ChatRequest, ChatResponse, FinishReason, ProviderError, ToolChoice, Usage,
 };
-use nrllm_core::transcript::ToolCall;
+use nrllm_core::transcript::{Message, ToolCall};
 
-/// How to reach one OpenAI-compatible endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OpenAiConfig {
-    /// The configuration's name, for messages.
-    pub name: String,
-    /// Up to and including `/v1` (e.g. `https://api.openai.com/v1`, `http://127.0.0.1:11434/v1`).
-    pub base_url: String,
-    pub model: String,
-    /// `None` for local servers without keys.
-    pub api_key: Option<ApiKey>,
+/// The OpenAI chat-completions format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenAi {
     /// Send `max_completion_tokens` (OpenAI's current name) instead of `max_tokens`.
     pub max_completion_tokens: bool,
-    pub http: HttpSettings,
 }
 
 /// An OpenAI-compatible provider.
-#[derive(Debug, Clone)]
-pub struct OpenAiProvider {
-    config: OpenAiConfig,
-    client: JsonClient,
+pub type OpenAiProvider = HttpProvider<OpenAi>;
+
+/// A chat-completions request.
+#[derive(Debug, Serialize)]
+pub struct Request {
+    model: String,
+    messages: Vec<WireMessage>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
 }
 
-impl OpenAiProvider {
-    /// A provider for `config`.
-    pub fn new(config: OpenAiConfig) -> Result<OpenAiProvider, ProviderError> {
-        let client = JsonClient::new(&config.name, config.http, config.api_key.clone())?;
-        Ok(OpenAiProvider { config, client })
+/// A message as this format carries it: the canonical one without what only we keep (a tool
+/// result's outcome: the model reads it in the text).
+#[derive(Debug, Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum WireMessage {
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        tool_call_id: String,
+        content: String,
+    },
+}
+
+impl From<&Message> for WireMessage {
+    fn from(message: &Message) -> Self {
+        match message.clone() {
+            Message::System { content } => WireMessage::System { content },
+            Message::User { content } => WireMessage::User { content },
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => WireMessage::Assistant {
+                content,
+                tool_calls,
+            },
+            Message::Tool {
+                tool_call_id,
+                content,
+                ..
+            } => WireMessage::Tool {
+                tool_call_id,
+                content,
+            },
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunction {
+    name: String,
+    description: String,
+    parameters: Value,
+}
+
+/// A chat-completions response.
+#[derive(Debug, Deserialize)]
+pub struct Response {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Choice {
+    message: Option<ResponseMessage>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponseMessage {
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ResponseCall>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponseCall {
+    id: Option<String>,
+    function: Option<ResponseFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponseFunction {
+    name: Option<String>,
+    /// A string of JSON, as the format says; some servers send the object itself.
+    arguments: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+impl WireFormat for OpenAi {
+    type Request = Request;
+    type Response = Response;
+
+    fn url(&self, base_url: &str, _model: &str) -> String {
+        format!("{base_url}/chat/completions")
     }
 
-    /// The request body for `request`, exactly as sent.
-    pub fn request_body(&self, request: &ChatRequest) -> Value {
-        let mut body = json!({
-            "model": self.config.model,
-            "messages": request.messages,
+    fn headers(&self, key: Option<&ApiKey>) -> Vec<(&'static str, String)> {
+        key.map(|key| ("authorization", format!("Bearer {}", key.expose())))
+            .into_iter()
+            .collect()
+    }
+
+    fn request(&self, model: &str, request: &ChatRequest) -> Request {
+        let tools: Vec<WireTool> = request
+            .tools
+            .iter()
+            .map(|tool| WireTool {
+                kind: "function",
+                function: WireFunction {
+                    name: tool.name.clone(),
+                    description: tool.description.clone(),
+                    parameters: tool.parameters.clone(),
+                },
+            })
+            .collect();
+        let tool_choice = (!tools.is_empty()).then_some(match request.tool_choice {
+            ToolChoice::Auto => "auto",
+            ToolChoice::Disabled => "none",
         });
-        if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|tool| {
-                    json!({"type": "function", "function": {
-                        "name": tool.name, "description": tool.description, "parameters": tool.parameters,
-                    }})
-                })
-                .collect();
-            body["tools"] = Value::Array(tools);
-            body["tool_choice"] = json!(match request.tool_choice {
-                ToolChoice::Auto => "auto",
-                ToolChoice::Disabled => "none",
-            });
+        let limit = request.options.max_tokens;
+        Request {
+            model: model.to_owned(),
+            messages: request.messages.iter().map(WireMessage::from).collect(),
+            tools,
+            tool_choice,
+            temperature: request.options.temperature,
+            max_tokens: limit.filter(|_| !self.max_completion_tokens),
+            max_completion_tokens: limit.filter(|_| self.max_completion_tokens),
         }
-        if let Some(temperature) = request.options.temperature {
-            body["temperature"] = json!(temperature);
-        }
-        if let Some(max_tokens) = request.options.max_tokens {
-            let key = if self.config.max_completion_tokens {
-                "max_completion_tokens"
-            } else {
-                "max_tokens"
-            };
-            body[key] = json!(max_tokens);
-        }
-        body
     }
-}
 
-/// Reads a chat-completions response.
-pub fn parse_response(body: &Value, provider: &str) -> Result<ChatResponse, ProviderError> {
-    let malformed =
-        |what: &str| ProviderError::permanent(format!("{provider}: the response has no {what}"));
-    let choice = body
-        .pointer("/choices/0")
-        .ok_or_else(|| malformed("choices"))?;
-    let message = choice.get("message").ok_or_else(|| malformed("message"))?;
-    let content = message
-        .get("content")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .filter(|c| !c.is_empty());
-    let mut tool_calls = Vec::new();
-    for (index, call) in message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
-        let function = call
-            .get("function")
-            .ok_or_else(|| malformed("function in a tool call"))?;
-        let name = function
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| malformed("function name in a tool call"))?;
-        let arguments = match function.get("arguments") {
-            Some(Value::String(text)) => text.clone(),
-            Some(Value::Null) | None => String::new(),
-            Some(other) => other.to_string(),
+    fn response(&self, response: Response, provider: &str) -> Result<ChatResponse, ProviderError> {
+        let malformed = |what: &str| {
+            ProviderError::permanent(format!("{provider}: the response has no {what}"))
         };
-        let id = call
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|id| !id.is_empty())
-            .map(str::to_owned)
-            .unwrap_or_else(|| {
-                format!(
-                    "call_{}_{index}",
-                    &uuid::Uuid::new_v4().simple().to_string()[..12]
-                )
-            });
-        tool_calls.push(ToolCall::with_raw_arguments(id, name, arguments));
-    }
-    let usage = Usage {
-        prompt_tokens: body
-            .pointer("/usage/prompt_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-        completion_tokens: body
-            .pointer("/usage/completion_tokens")
-            .and_then(Value::as_u64)
-            .unwrap_or(0),
-    };
-    let finish_reason = match choice.get("finish_reason").and_then(Value::as_str) {
-        Some("stop") | None if tool_calls.is_empty() => FinishReason::Stop,
-        Some("tool_calls") | Some("function_call") => FinishReason::ToolCalls,
-        Some("length") => FinishReason::Length,
-        Some("content_filter") => FinishReason::ContentFilter,
-        Some(other) => FinishReason::Other(other.to_owned()),
-        None => FinishReason::ToolCalls,
-    };
-    Ok(ChatResponse {
-        content,
-        tool_calls,
-        usage,
-        finish_reason,
-        raw: Some(body.clone()),
-    })
-}
-
-#[async_trait]
-impl Provider for OpenAiProvider {
-    fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    fn model(&self) -> &str {
-        &self.config.model
-    }
-
-    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        self.complete_observed(request, &|_| {}).await
-    }
-
-    async fn complete_observed(
-        &self,
-        request: &ChatRequest,
-        on_retry: RetryObserver<'_>,
-    ) -> Result<ChatResponse, ProviderError> {
-        let url = format!(
-            "{}/chat/completions",
-            self.config.base_url.trim_end_matches('/')
-        );
-        let mut headers = Vec::new();
-        if let Some(key) = &self.config.api_key {
-            headers.push(("authorization", format!("Bearer {}", key.expose())));
+        let choice = response
+            .choices
+            .into_iter()
+            .next()
+            .ok_or_else(|| malformed("choices"))?;
+        let message = choice.message.ok_or_else(|| malformed("message"))?;
+        let mut tool_calls = Vec::new();
+        for (index, call) in message
+            .tool_calls
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
+            let function = call
+                .function
+                .ok_or_else(|| malformed("function in a tool call"))?;
+            let name = function
+                .name
+                .ok_or_else(|| malformed("function name in a tool call"))?;
+            let arguments = match function.arguments {
+                Some(Value::String(text)) => text,
+                Some(Value::Null) | None => String::new(),
+                Some(other) => other.to_string(),
+            };
+            let id = call
+                .id
+                .filter(|id| !id.is_empty())
+                .unwrap_or_else(|| synthesised_id("call_", index));
+            tool_calls.push(ToolCall::with_raw_arguments(id, name, arguments));
         }
-        let body = self
-            .client
-            .post(&url, &headers, &self.request_body(request), on_retry)
-            .await?;
-        parse_response(&body, &self.config.name)
+        let finish_reason = match choice.finish_reason.as_deref() {
+            Some("stop") | None if tool_calls.is_empty() => FinishReason::Stop,
+            Some("tool_calls") | Some("function_call") => FinishReason::ToolCalls,
+            Some("length") => FinishReason::Length,
+            Some("content_filter") => FinishReason::ContentFilter,
+            Some(other) => FinishReason::Other(other.to_owned()),
+            None => FinishReason::ToolCalls,
+        };
+        let usage = response.usage.map_or(Usage::default(), |u| Usage {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+        });
+        Ok(ChatResponse::turn(
+            message.content.unwrap_or_default(),
+            tool_calls,
+            usage,
+            finish_reason,
+        ))
     }
 }

@@ -9,32 +9,36 @@ use std::time::Duration;
 
 use mock_http::{MockServer, Reply};
 use nrllm_core::events::NullSink;
-use nrllm_core::provider::{ChatRequest, ModelOptions, Provider};
+use nrllm_core::provider::{ignore_retries, ChatRequest, ModelOptions, Provider};
 use nrllm_core::testing::{probe_registry, Probe};
 use nrllm_core::transcript::Message;
 use nrllm_core::{
     CallDecision, Choice, Decision, LoopOutcome, RunContext, RunInput, ToolLoop, ToolLoopService,
 };
-use nrllm_providers::anthropic::{AnthropicConfig, AnthropicProvider};
+use nrllm_providers::anthropic::{Anthropic, AnthropicProvider};
 use nrllm_providers::http::{HttpSettings, RetryPolicy};
+use nrllm_providers::ProviderConfig;
 use serde_json::{json, Value};
 
 fn provider(server: &MockServer) -> AnthropicProvider {
-    AnthropicProvider::new(AnthropicConfig {
-        name: "anthropic".into(),
-        base_url: format!("{}/v1", server.base_url),
-        model: "claude-test".into(),
-        api_key: "ak-test-secret-999".into(),
-        http: HttpSettings {
-            connect_timeout: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(5),
-            retry: RetryPolicy {
-                max_retries: 1,
-                base_delay: Duration::from_millis(10),
-                max_delay: Duration::from_millis(50),
+    AnthropicProvider::new(
+        ProviderConfig {
+            name: "anthropic".into(),
+            base_url: format!("{}/v1", server.base_url),
+            model: "claude-test".into(),
+            api_key: Some("ak-test-secret-999".into()),
+            http: HttpSettings {
+                connect_timeout: Duration::from_secs(2),
+                request_timeout: Duration::from_secs(5),
+                retry: RetryPolicy {
+                    max_retries: 1,
+                    base_delay: Duration::from_millis(10),
+                    max_delay: Duration::from_millis(50),
+                },
             },
         },
-    })
+        Anthropic,
+    )
     .unwrap()
 }
 
@@ -48,15 +52,18 @@ fn text(text: &str) -> Value {
 async fn a_plain_answer_lifts_the_system_prompt_and_maps_usage() {
     let server = MockServer::start(vec![Reply::ok(text("Hello."))]).await;
     let response = provider(&server)
-        .complete(&ChatRequest {
-            messages: vec![Message::system("Be brief."), Message::user("Hi")],
-            tools: Vec::new(),
-            tool_choice: Default::default(),
-            options: ModelOptions {
-                temperature: Some(0.3),
-                max_tokens: None,
+        .complete(
+            &ChatRequest {
+                messages: vec![Message::system("Be brief."), Message::user("Hi")],
+                tools: Vec::new(),
+                tool_choice: Default::default(),
+                options: ModelOptions {
+                    temperature: Some(0.3),
+                    max_tokens: None,
+                },
             },
-        })
+            &ignore_retries,
+        )
         .await
         .unwrap();
     assert_eq!(response.content.as_deref(), Some("Hello."));
@@ -174,7 +181,7 @@ async fn an_overloaded_answer_is_retried_and_errors_never_show_the_key() {
     };
     assert_eq!(
         provider(&server)
-            .complete(&chat)
+            .complete(&chat, &ignore_retries)
             .await
             .unwrap()
             .content
@@ -188,7 +195,10 @@ async fn an_overloaded_answer_is_retried_and_errors_never_show_the_key() {
         r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key ak-test-secret-999"}}"#,
     )])
     .await;
-    let err = provider(&server).complete(&chat).await.unwrap_err();
+    let err = provider(&server)
+        .complete(&chat, &ignore_retries)
+        .await
+        .unwrap_err();
     assert_eq!(
         err.message,
         "anthropic: the API key was refused (HTTP 401): invalid x-api-key [redacted]"

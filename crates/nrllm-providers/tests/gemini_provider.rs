@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use mock_http::{MockServer, Reply};
 use nrllm_core::events::NullSink;
-use nrllm_core::provider::{ChatRequest, ModelOptions, Provider};
+use nrllm_core::provider::{ignore_retries, ChatRequest, ModelOptions, Provider};
 use nrllm_core::store::RunStore;
 use nrllm_core::testing::{probe_registry, Probe};
 use nrllm_core::transcript::Message;
@@ -19,19 +19,23 @@ use nrllm_core::{
 };
 use nrllm_demo::site::SiteStore;
 use nrllm_demo::tools::builtin_registry;
-use nrllm_providers::gemini::{GeminiConfig, GeminiProvider};
+use nrllm_providers::gemini::{Gemini, GeminiProvider};
 use nrllm_providers::http::HttpSettings;
+use nrllm_providers::ProviderConfig;
 use nrllm_store::SqlRunStore;
 use serde_json::{json, Value};
 
 fn provider(server: &MockServer, model: &str) -> GeminiProvider {
-    GeminiProvider::new(GeminiConfig {
-        name: "gemini".into(),
-        base_url: format!("{}/v1beta/", server.base_url),
-        model: model.into(),
-        api_key: "AIza-test-key".into(),
-        http: HttpSettings::default(),
-    })
+    GeminiProvider::new(
+        ProviderConfig {
+            name: "gemini".into(),
+            base_url: format!("{}/v1beta/", server.base_url),
+            model: model.into(),
+            api_key: Some("AIza-test-key".into()),
+            http: HttpSettings::default(),
+        },
+        Gemini,
+    )
     .unwrap()
 }
 
@@ -48,19 +52,22 @@ async fn a_plain_answer_sends_the_exact_request() {
     // A logged provider or configuration never shows its key.
     assert!(!format!("{gemini:?}").contains("AIza-test-key"));
     let response = gemini
-        .complete(&ChatRequest {
-            messages: vec![
-                Message::system("Be brief."),
-                Message::system("Be kind."),
-                Message::user("Hi"),
-            ],
-            tools: Vec::new(),
-            tool_choice: Default::default(),
-            options: ModelOptions {
-                temperature: Some(0.5),
-                max_tokens: Some(200),
+        .complete(
+            &ChatRequest {
+                messages: vec![
+                    Message::system("Be brief."),
+                    Message::system("Be kind."),
+                    Message::user("Hi"),
+                ],
+                tools: Vec::new(),
+                tool_choice: Default::default(),
+                options: ModelOptions {
+                    temperature: Some(0.5),
+                    max_tokens: Some(200),
+                },
             },
-        })
+            &ignore_retries,
+        )
         .await
         .unwrap();
     assert_eq!(response.content.as_deref(), Some("Hello."));
@@ -141,12 +148,15 @@ async fn every_built_in_tool_is_declared_with_fields_gemini_accepts() {
     let specs: Vec<_> = registry.specs().cloned().collect();
     let server = MockServer::start(vec![Reply::ok(text("ok"))]).await;
     provider(&server, "gemini-test")
-        .complete(&ChatRequest {
-            messages: vec![Message::user("Hi")],
-            tools: specs.clone(),
-            tool_choice: Default::default(),
-            options: ModelOptions::default(),
-        })
+        .complete(
+            &ChatRequest {
+                messages: vec![Message::user("Hi")],
+                tools: specs.clone(),
+                tool_choice: Default::default(),
+                options: ModelOptions::default(),
+            },
+            &ignore_retries,
+        )
         .await
         .unwrap();
     let body = &server.requests()[0].body;

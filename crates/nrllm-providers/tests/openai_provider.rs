@@ -10,33 +10,38 @@ use std::time::Duration;
 
 use mock_http::{MockServer, Reply};
 use nrllm_core::events::NullSink;
-use nrllm_core::provider::{ChatRequest, ModelOptions, Provider};
+use nrllm_core::provider::{ignore_retries, ChatRequest, ModelOptions, Provider};
 use nrllm_core::testing::{probe_registry, Probe};
 use nrllm_core::transcript::Message;
 use nrllm_core::{
     CallDecision, Choice, Decision, LoopOutcome, RunContext, RunInput, ToolLoop, ToolLoopService,
 };
 use nrllm_providers::http::{HttpSettings, RetryPolicy};
-use nrllm_providers::openai::{OpenAiConfig, OpenAiProvider};
+use nrllm_providers::openai::{OpenAi, OpenAiProvider};
+use nrllm_providers::ProviderConfig;
 use serde_json::{json, Value};
 
 fn provider(server: &MockServer, retries: u32, timeout: Duration) -> OpenAiProvider {
-    OpenAiProvider::new(OpenAiConfig {
-        name: "openai".into(),
-        base_url: format!("{}/v1", server.base_url),
-        model: "gpt-test".into(),
-        api_key: Some("sk-test-secret-key-123".into()),
-        max_completion_tokens: true,
-        http: HttpSettings {
-            connect_timeout: Duration::from_secs(2),
-            request_timeout: timeout,
-            retry: RetryPolicy {
-                max_retries: retries,
-                base_delay: Duration::from_millis(10),
-                max_delay: Duration::from_millis(50),
+    OpenAiProvider::new(
+        ProviderConfig {
+            name: "openai".into(),
+            base_url: format!("{}/v1", server.base_url),
+            model: "gpt-test".into(),
+            api_key: Some("sk-test-secret-key-123".into()),
+            http: HttpSettings {
+                connect_timeout: Duration::from_secs(2),
+                request_timeout: timeout,
+                retry: RetryPolicy {
+                    max_retries: retries,
+                    base_delay: Duration::from_millis(10),
+                    max_delay: Duration::from_millis(50),
+                },
             },
         },
-    })
+        OpenAi {
+            max_completion_tokens: true,
+        },
+    )
     .unwrap()
 }
 
@@ -67,10 +72,10 @@ fn request(messages: Vec<Message>) -> ChatRequest {
 async fn a_plain_answer_sends_the_exact_request_and_reads_usage() {
     let server = MockServer::start(vec![Reply::ok(answer("Hello."))]).await;
     let response = provider(&server, 0, Duration::from_secs(5))
-        .complete(&request(vec![
-            Message::system("Be brief."),
-            Message::user("Hi"),
-        ]))
+        .complete(
+            &request(vec![Message::system("Be brief."), Message::user("Hi")]),
+            &ignore_retries,
+        )
         .await
         .unwrap();
     assert_eq!(response.content.as_deref(), Some("Hello."));
@@ -106,7 +111,7 @@ async fn tool_calls_come_back_parallel_with_missing_ids_synthesised() {
     let mut chat = request(vec![Message::user("do both")]);
     chat.tools = registry.gate(&Default::default(), false).specs();
     let response = provider(&server, 0, Duration::from_secs(5))
-        .complete(&chat)
+        .complete(&chat, &ignore_retries)
         .await
         .unwrap();
     assert_eq!(response.tool_calls.len(), 2);

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use mock_http::{MockServer, Recorded, Reply};
 use nrllm_core::events::{Event, NullSink, VecSink};
-use nrllm_core::provider::{ChatRequest, ModelOptions, Provider, ProviderError, ProviderErrorKind};
+use nrllm_core::provider::{
+    ignore_retries, ChatRequest, ModelOptions, Provider, ProviderError, ProviderErrorKind,
+};
 use nrllm_core::service::{LoopFactory, RunService, SingleLoop};
 use nrllm_core::store::{RunConfiguration, RunStatus, RunStore};
 use nrllm_core::testing::{probe_registry, Probe};
@@ -23,10 +25,11 @@ use nrllm_core::{
     CallDecision, Choice, Decision, LoopOutcome, RunContext, RunInput, RunSettings, ToolLoop,
     ToolLoopService,
 };
-use nrllm_providers::anthropic::{AnthropicConfig, AnthropicProvider};
-use nrllm_providers::gemini::{GeminiConfig, GeminiProvider};
+use nrllm_providers::anthropic::{Anthropic, AnthropicProvider};
+use nrllm_providers::gemini::{Gemini, GeminiProvider};
 use nrllm_providers::http::{HttpSettings, RetryPolicy};
-use nrllm_providers::openai::{OpenAiConfig, OpenAiProvider};
+use nrllm_providers::openai::{OpenAi, OpenAiProvider};
+use nrllm_providers::ProviderConfig;
 use nrllm_store::SqlRunStore;
 use serde_json::{json, Value};
 
@@ -63,39 +66,29 @@ impl Format {
                 max_delay: Duration::from_millis(50),
             },
         };
-        let name = self.name().to_owned();
+        let config = |base: &str, model: &str| ProviderConfig {
+            name: self.name().to_owned(),
+            base_url: format!("{}{base}", server.base_url),
+            model: model.into(),
+            api_key: Some(KEY.into()),
+            http,
+        };
         match self {
             Format::OpenAi => Arc::new(
-                OpenAiProvider::new(OpenAiConfig {
-                    name,
-                    base_url: format!("{}/v1", server.base_url),
-                    model: "gpt-test".into(),
-                    api_key: Some(KEY.into()),
-                    max_completion_tokens: false,
-                    http,
-                })
+                OpenAiProvider::new(
+                    config("/v1", "gpt-test"),
+                    OpenAi {
+                        max_completion_tokens: false,
+                    },
+                )
                 .unwrap(),
             ),
-            Format::Anthropic => Arc::new(
-                AnthropicProvider::new(AnthropicConfig {
-                    name,
-                    base_url: format!("{}/v1", server.base_url),
-                    model: "claude-test".into(),
-                    api_key: KEY.into(),
-                    http,
-                })
-                .unwrap(),
-            ),
-            Format::Gemini => Arc::new(
-                GeminiProvider::new(GeminiConfig {
-                    name,
-                    base_url: format!("{}/v1beta", server.base_url),
-                    model: "gemini-test".into(),
-                    api_key: KEY.into(),
-                    http,
-                })
-                .unwrap(),
-            ),
+            Format::Anthropic => {
+                Arc::new(AnthropicProvider::new(config("/v1", "claude-test"), Anthropic).unwrap())
+            }
+            Format::Gemini => {
+                Arc::new(GeminiProvider::new(config("/v1beta", "gemini-test"), Gemini).unwrap())
+            }
         }
     }
 
@@ -202,6 +195,7 @@ impl Format {
                     if let Message::Tool {
                         tool_call_id,
                         content,
+                        ..
                     } = message
                     {
                         answers.push((names[tool_call_id].clone(), content.clone()));
@@ -309,7 +303,7 @@ async fn failing(
     let server = MockServer::start(replies).await;
     let err = format
         .provider(&server, retries, timeout)
-        .complete(&hi())
+        .complete(&hi(), &ignore_retries)
         .await
         .unwrap_err();
     (err, server.requests().len())
@@ -321,7 +315,7 @@ async fn a_plain_answer_reads_text_and_usage_and_sends_the_key_in_its_header() {
         let server = MockServer::start(vec![Reply::ok(format.answer("Hello."))]).await;
         let response = format
             .provider(&server, 0, Duration::from_secs(5))
-            .complete(&hi())
+            .complete(&hi(), &ignore_retries)
             .await
             .unwrap();
         assert_eq!(response.content.as_deref(), Some("Hello."), "{format:?}");
@@ -352,8 +346,8 @@ async fn one_and_several_tool_calls_come_back_in_order() {
         ])
         .await;
         let provider = format.provider(&server, 0, Duration::from_secs(5));
-        let one = provider.complete(&hi()).await.unwrap();
-        let several = provider.complete(&hi()).await.unwrap();
+        let one = provider.complete(&hi(), &ignore_retries).await.unwrap();
+        let several = provider.complete(&hi(), &ignore_retries).await.unwrap();
         let shown = |calls: &[nrllm_core::transcript::ToolCall]| -> Vec<(String, Value)> {
             calls
                 .iter()
@@ -594,6 +588,7 @@ async fn a_429_with_retry_after_and_a_500_are_retried_and_each_retry_is_a_step()
                     retry,
                     wait_ms,
                     reason,
+                    ..
                 } => Some((retry, wait_ms, reason)),
                 _ => None,
             })
@@ -678,14 +673,14 @@ async fn invalid_json_a_truncated_body_and_an_unexpected_shape_are_errors_not_pa
         ])
         .await;
         let provider = format.provider(&server, 0, Duration::from_secs(5));
-        let err = provider.complete(&hi()).await.unwrap_err();
+        let err = provider.complete(&hi(), &ignore_retries).await.unwrap_err();
         assert_eq!(
             err.message,
             format!("{name}: the response is not valid JSON")
         );
-        let err = provider.complete(&hi()).await.unwrap_err();
+        let err = provider.complete(&hi(), &ignore_retries).await.unwrap_err();
         assert!(err.message.starts_with(&format!("{name}: ")), "{err}");
-        let err = provider.complete(&hi()).await.unwrap_err();
+        let err = provider.complete(&hi(), &ignore_retries).await.unwrap_err();
         assert!(
             err.message
                 .starts_with(&format!("{name}: the response has no ")),

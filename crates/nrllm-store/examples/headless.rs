@@ -16,7 +16,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use nrllm_core::provider::{ChatRequest, ChatResponse, Provider, ProviderError, Usage};
+use nrllm_core::provider::{
+    ChatRequest, ChatResponse, Provider, ProviderError, RetryObserver, Usage,
+};
 use nrllm_core::registry::ToolRegistry;
 use nrllm_core::service::{RunService, SingleLoop};
 use nrllm_core::store::{RunConfiguration, RunRecord};
@@ -70,7 +72,11 @@ impl Provider for NoteTaker {
         "rules"
     }
 
-    async fn complete(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        _on_retry: RetryObserver<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
         let usage = Usage {
             prompt_tokens: 10,
             completion_tokens: 5,

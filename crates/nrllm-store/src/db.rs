@@ -219,7 +219,7 @@ mod tests {
             .unwrap();
         assert_eq!(mode.to_lowercase(), "wal");
         let (tables,): (i64,) = sqlx::query_as(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'ping'",
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'agent_run'",
         )
         .fetch_one(db.pool())
         .await

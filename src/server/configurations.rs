@@ -1,0 +1,255 @@
+//! The model configurations the playground offers: the offline demo model, and each
+//! `[[configurations]]` entry of the settings with its provider built once, at start (keys are
+//! read from the environment here and live only inside the providers), its defaults and its
+//! prices. A configuration that cannot be used (a missing key) is listed with the reason. It is
+//! also the run service's loop factory: a run's configuration names the provider its loop asks.
+
+use std::sync::Arc;
+
+use nrllm_core::provider::{ModelOptions, Provider, Usage};
+use nrllm_core::registry::ToolRegistry;
+use nrllm_core::service::LoopFactory;
+use nrllm_core::store::RunConfiguration;
+use nrllm_core::{ToolLoop, ToolLoopService};
+use nrllm_demo::demo::DemoProvider;
+use nrllm_providers::anthropic::Anthropic;
+use nrllm_providers::gemini::Gemini;
+use nrllm_providers::http::{ApiKey, HttpSettings};
+use nrllm_providers::openai::OpenAi;
+use nrllm_providers::{HttpProvider, ProviderConfig, WireFormat};
+
+use crate::model::ConfigurationView;
+use crate::settings::{ModelConfiguration, ProviderKind, Settings};
+
+/// The configuration every playground has: the offline demo model.
+pub const DEMO_CONFIGURATION: &str = "demo";
+
+/// A configured model: its provider if it can be used, else why not.
+struct Configured {
+    view: ConfigurationView,
+    provider: Result<Arc<dyn Provider>, String>,
+    defaults: ModelOptions,
+    /// US dollars per million prompt and completion tokens.
+    prices: (Option<f64>, Option<f64>),
+}
+
+/// Every configuration, in the order the settings give them (the demo model first).
+pub struct Configurations {
+    configured: Vec<Configured>,
+    registry: Arc<ToolRegistry>,
+}
+
+/// The provider for one `[[configurations]]` entry with its key, in its wire format.
+fn http_provider(
+    configuration: &ModelConfiguration,
+    api_key: Option<ApiKey>,
+) -> Result<Arc<dyn Provider>, String> {
+    let base_url = configuration
+        .base_url
+        .clone()
+        .unwrap_or_else(|| configuration.kind.default_base_url().to_owned());
+    fn build<F: WireFormat>(
+        config: ProviderConfig,
+        format: F,
+    ) -> Result<Arc<dyn Provider>, String> {
+        HttpProvider::new(config, format)
+            .map(|p| Arc::new(p) as Arc<dyn Provider>)
+            .map_err(|err| err.message)
+    }
+    let format_openai = OpenAi {
+        // OpenAI itself takes the newer `max_completion_tokens`; compatible servers `max_tokens`.
+        max_completion_tokens: base_url.contains("api.openai.com"),
+    };
+    let config = ProviderConfig {
+        name: configuration.name.clone(),
+        base_url,
+        model: configuration.model.clone(),
+        api_key,
+        http: HttpSettings::default(),
+    };
+    match configuration.kind {
+        ProviderKind::Openai => build(config, format_openai),
+        ProviderKind::Anthropic => build(config, Anthropic),
+        ProviderKind::Gemini => build(config, Gemini),
+    }
+}
+
+impl Configurations {
+    /// Builds every configuration's provider from the settings; runs' tool loops call tools from
+    /// `registry`.
+    pub fn from_settings(settings: &Settings, registry: Arc<ToolRegistry>) -> Configurations {
+        let demo: Arc<dyn Provider> = Arc::new(DemoProvider::with_think_time(
+            std::time::Duration::from_millis(u64::from(settings.demo_think_ms)),
+        ));
+        let mut configured = vec![Configured {
+            view: ConfigurationView {
+                name: DEMO_CONFIGURATION.to_owned(),
+                model: "demo-1".to_owned(),
+                available: true,
+                reason: None,
+            },
+            provider: Ok(demo),
+            defaults: ModelOptions::default(),
+            prices: (None, None),
+        }];
+        for configuration in &settings.configurations {
+            let provider = match configuration.key_env() {
+                None => http_provider(configuration, None),
+                Some(var) => match std::env::var(var) {
+                    Ok(key) if !key.trim().is_empty() => {
+                        http_provider(configuration, Some(ApiKey::from(key.trim())))
+                    }
+                    _ => Err(format!("set the environment variable {var} to its API key")),
+                },
+            };
+            configured.push(Configured {
+                view: ConfigurationView {
+                    name: configuration.name.clone(),
+                    model: configuration.model.clone(),
+                    available: provider.is_ok(),
+                    reason: provider.as_ref().err().cloned(),
+                },
+                provider,
+                defaults: ModelOptions {
+                    temperature: configuration.temperature,
+                    max_tokens: configuration.max_tokens,
+                },
+                prices: (
+                    configuration.price_input_per_million,
+                    configuration.price_output_per_million,
+                ),
+            });
+        }
+        Configurations {
+            configured,
+            registry,
+        }
+    }
+
+    fn find(&self, name: &str) -> Option<&Configured> {
+        self.configured.iter().find(|c| c.view.name == name)
+    }
+
+    /// The configurations as the playground lists them, usable or not (with the reason).
+    pub fn views(&self) -> Vec<ConfigurationView> {
+        self.configured.iter().map(|c| c.view.clone()).collect()
+    }
+
+    /// A configuration's default temperature and token limit.
+    pub fn defaults(&self, name: &str) -> ModelOptions {
+        self.find(name)
+            .map(|c| c.defaults.clone())
+            .unwrap_or_default()
+    }
+}
+
+impl LoopFactory for Configurations {
+    fn tool_loop(
+        &self,
+        configuration: &RunConfiguration,
+    ) -> Result<Arc<dyn ToolLoopService>, String> {
+        match self.find(&configuration.provider).map(|c| &c.provider) {
+            Some(Ok(provider)) => Ok(Arc::new(ToolLoop::new(
+                Arc::clone(provider),
+                Arc::clone(&self.registry),
+            ))),
+            Some(Err(reason)) => Err(format!(
+                "the configuration `{}` is not available: {reason}",
+                configuration.provider
+            )),
+            None => Err(format!(
+                "there is no configuration `{}`",
+                configuration.provider
+            )),
+        }
+    }
+
+    fn estimate_cost_micros(&self, configuration: &RunConfiguration, usage: Usage) -> Option<i64> {
+        let (input, output) = self.find(&configuration.provider)?.prices;
+        if input.is_none() && output.is_none() {
+            return None;
+        }
+        // Dollars per million tokens are micro-dollars per token.
+        let micros = usage.prompt_tokens as f64 * input.unwrap_or(0.0)
+            + usage.completion_tokens as f64 * output.unwrap_or(0.0);
+        Some(micros.round() as i64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configuration(name: &str, kind: ProviderKind, key_env: &str) -> ModelConfiguration {
+        ModelConfiguration {
+            name: name.into(),
+            kind,
+            model: "m-1".into(),
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            api_key_env: Some(key_env.into()),
+            temperature: Some(0.4),
+            max_tokens: None,
+            price_input_per_million: Some(2.0),
+            price_output_per_million: Some(8.0),
+        }
+    }
+
+    #[test]
+    fn configurations_without_their_key_are_listed_with_the_reason() {
+        let settings = Settings {
+            configurations: vec![
+                configuration(
+                    "cloud",
+                    ProviderKind::Openai,
+                    "NRLLM_TEST_KEY_THAT_IS_NEVER_SET",
+                ),
+                configuration("local", ProviderKind::Openai, ""),
+                configuration("gem", ProviderKind::Gemini, ""),
+            ],
+            ..Settings::default()
+        };
+        let configurations =
+            Configurations::from_settings(&settings, Arc::new(ToolRegistry::new()));
+        let views = configurations.views();
+        assert_eq!(
+            views.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(),
+            ["demo", "cloud", "local", "gem"]
+        );
+        assert!(views[0].available && views[2].available);
+        assert!(!views[1].available);
+        assert_eq!(
+            views[1].reason.as_deref(),
+            Some("set the environment variable NRLLM_TEST_KEY_THAT_IS_NEVER_SET to its API key")
+        );
+        assert!(views[3].available, "{:?}", views[3].reason);
+
+        let run = |provider: &str| RunConfiguration {
+            provider: provider.into(),
+            model: "m-1".into(),
+            prompt: "p".into(),
+            system_prompt: None,
+            skills: Vec::new(),
+            settings: Default::default(),
+        };
+        let err = configurations.tool_loop(&run("cloud")).err().unwrap();
+        assert!(
+            err.contains("not available") && err.contains("NRLLM_TEST_KEY_THAT_IS_NEVER_SET"),
+            "{err}"
+        );
+        assert!(configurations.tool_loop(&run("local")).is_ok());
+        // $2 and $8 per million tokens: 1000 prompt + 500 completion tokens = $0.006.
+        let usage = Usage {
+            prompt_tokens: 1000,
+            completion_tokens: 500,
+        };
+        assert_eq!(
+            configurations.estimate_cost_micros(&run("local"), usage),
+            Some(6000)
+        );
+        assert_eq!(
+            configurations.estimate_cost_micros(&run("demo"), usage),
+            None
+        );
+        assert_eq!(configurations.defaults("local").temperature, Some(0.4));
+    }
+}
