@@ -117,7 +117,7 @@ pub async fn nrllm_tool_resume(
     }
     Ok(ResumeAccepted {
         run_id: id.to_string(),
-        status: "running".into(),
+        status: crate::model::RunStatus::Running,
     })
 }
 
@@ -275,7 +275,7 @@ pub async fn nrllm_approvals_list(
 
 /// Cancels a queued or waiting run.
 #[server(endpoint = "nrllm_run_cancel")]
-pub async fn nrllm_run_cancel(run_id: String) -> Result<String, AppError> {
+pub async fn nrllm_run_cancel(run_id: String) -> Result<crate::model::RunStatus, AppError> {
     use crate::server::{current_operator, state, wants_html};
     let state = state()?;
     let id = ssr::parse_run_id(&run_id)?;
@@ -283,7 +283,7 @@ pub async fn nrllm_run_cancel(run_id: String) -> Result<String, AppError> {
     if wants_html() {
         leptos_axum::redirect(&format!("/runs/{id}"));
     }
-    Ok(run.status.as_str().to_owned())
+    Ok(run.status)
 }
 
 /// What the playground form offers: configurations, tools, example prompts.

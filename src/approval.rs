@@ -6,7 +6,10 @@
 
 use leptos::prelude::*;
 
+use crate::api::{CallForm, NrllmToolResume};
 use crate::components::{TextArea, BUTTON_APPROVE, BUTTON_DENY, BUTTON_PRIMARY, INPUT};
+use crate::field;
+use crate::forms::{action, list_field};
 use crate::model::{PendingCallView, PreviewView, RunView};
 
 /// The effect of one call: a diff, a text, or why there is none.
@@ -69,11 +72,11 @@ fn Preview(preview: PreviewView) -> impl IntoView {
 
 #[component]
 fn PendingCall(prefix: String, index: usize, call: PendingCallView) -> impl IntoView {
-    let name = |field: &str| format!("calls[{index}][{field}]");
+    let name = |field: &str| list_field(field!(NrllmToolResume, calls), index, field);
     let id = |field: &str| format!("{prefix}-call-{index}-{field}");
     view! {
         <li class="rounded-md border border-slate-200 p-3 dark:border-slate-700" data-testid="pending-call" data-tool=call.tool.clone()>
-            <input type="hidden" name=name("call_id") value=call.call_id.clone() />
+            <input type="hidden" name=name(field!(CallForm, call_id)) value=call.call_id.clone() />
             <div class="flex flex-wrap items-center gap-2">
                 <span class="font-mono font-semibold">{call.tool.clone()}</span>
                 {if call.gated {
@@ -87,21 +90,21 @@ fn PendingCall(prefix: String, index: usize, call: PendingCallView) -> impl Into
             <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
                 <legend class="sr-only">{format!("Decision for {}", call.tool)}</legend>
                 <label class="flex items-center gap-1">
-                    <input type="radio" name=name("choice") value="approve" checked=true id=id("approve") />" Approve"
+                    <input type="radio" name=name(field!(CallForm, choice)) value="approve" checked=true id=id("approve") />" Approve"
                 </label>
                 <label class="flex items-center gap-1">
-                    <input type="radio" name=name("choice") value="deny" id=id("deny") />" Deny"
+                    <input type="radio" name=name(field!(CallForm, choice)) value="deny" id=id("deny") />" Deny"
                 </label>
             </fieldset>
             <div class="mt-2 grid gap-2 sm:grid-cols-2">
                 <div>
                     <label for=id("arguments") class="text-xs font-medium">"Arguments it runs with (edit to change them)"</label>
-                    <TextArea id=id("arguments") name=name("arguments") rows=4 class=format!("{INPUT} font-mono text-xs")
+                    <TextArea id=id("arguments") name=name(field!(CallForm, arguments)) rows=4 class=format!("{INPUT} font-mono text-xs")
                         value=call.arguments.clone() maxlength=crate::model::MAX_EDIT_CHARS />
                 </div>
                 <div>
                     <label for=id("reason") class="text-xs font-medium">"Reason if denied (the model reads it)"</label>
-                    <input id=id("reason") name=name("reason") class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
+                    <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
                 </div>
             </div>
         </li>
@@ -133,19 +136,19 @@ pub fn ApprovalPanel(run: RunView, shortcuts: bool) -> impl IntoView {
     view! {
         <section class="mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30" data-testid="approval-panel">
             <h2 class="font-semibold">{format!("Needs your decision — {count} call(s) hold this turn")}</h2>
-            <form method="post" action="/api/nrllm_tool_resume" class="mt-3 space-y-3" data-approval-form="">
-                <input type="hidden" name="run_id" value=run.summary.id.clone() />
-                <input type="hidden" name="digest" value=run.digest.clone().unwrap_or_default() data-testid="digest" />
-                <input type="hidden" name="acknowledge_discard" value="" />
+            <form method="post" action={action::<NrllmToolResume>()} class="mt-3 space-y-3" data-approval-form="">
+                <input type="hidden" name=field!(NrllmToolResume, run_id) value=run.summary.id.clone() />
+                <input type="hidden" name=field!(NrllmToolResume, digest) value=run.digest.clone().unwrap_or_default() data-testid="digest" />
+                <input type="hidden" name=field!(NrllmToolResume, acknowledge_discard) value="" />
                 <ol class="space-y-3">{calls}</ol>
                 <div>
                     <label for=reason_id.clone() class="text-sm font-medium">"Reason for every denied call without its own (the model reads it)"</label>
-                    <input id=reason_id name="reason" class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
+                    <input id=reason_id name=field!(NrllmToolResume, reason) class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
                 </div>
                 <div class="flex flex-wrap items-center gap-2">
-                    <button type="submit" name="decision" value="approve_all" id=shortcuts.then_some("approve-all") class=BUTTON_APPROVE>{key("Approve all", "a")}</button>
-                    <button type="submit" name="decision" value="deny_all" id=shortcuts.then_some("deny-all") class=BUTTON_DENY>{key("Deny all", "d")}</button>
-                    <button type="submit" name="decision" value="per_call" class=BUTTON_PRIMARY>"Apply the choices above"</button>
+                    <button type="submit" name=field!(NrllmToolResume, decision) value="approve_all" id=shortcuts.then_some("approve-all") class=BUTTON_APPROVE>{key("Approve all", "a")}</button>
+                    <button type="submit" name=field!(NrllmToolResume, decision) value="deny_all" id=shortcuts.then_some("deny-all") class=BUTTON_DENY>{key("Deny all", "d")}</button>
+                    <button type="submit" name=field!(NrllmToolResume, decision) value="per_call" class=BUTTON_PRIMARY>"Apply the choices above"</button>
                     {shortcuts.then(|| view! {
                         <p class="text-xs text-slate-500">
                             "Keyboard: " <kbd class="rounded border px-1">"a"</kbd> " approve all, "

@@ -5,16 +5,16 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use crate::error::AppError;
-use crate::model::{status_classes, status_label};
+use crate::model::{status_classes, RunStatus};
 
 /// A status as coloured text (the words carry the meaning; the colour only helps).
 #[component]
-pub fn StatusBadge(status: String) -> impl IntoView {
+pub fn StatusBadge(status: RunStatus) -> impl IntoView {
     let classes = format!(
         "inline-flex items-center gap-1 rounded-full px-2 py-0.5 text-xs font-medium ring-1 ring-inset {}",
-        status_classes(&status)
+        status_classes(status)
     );
-    view! { <span class=classes data-testid="status">{status_label(&status)}</span> }
+    view! { <span class=classes data-testid="status">{status.label()}</span> }
 }
 
 /// The error a form post left in this page's URL (`__err`), if any.

@@ -9,6 +9,7 @@ pub mod app;
 pub mod approval;
 pub mod components;
 pub mod error;
+pub mod forms;
 pub mod islands;
 pub mod model;
 pub mod pages;

@@ -3,27 +3,39 @@
 // Leptos views are deeply nested types; the run page needs more than the default depth.
 #![recursion_limit = "256"]
 
+/// The playground's server: serves the pages and the API, or runs one maintenance task.
 #[cfg(feature = "ssr")]
-const USAGE: &str = "usage: nrllm-playground          serve the playground
-       nrllm-playground purge    delete runs older than the retention windows, then exit";
+#[derive(clap::Parser)]
+#[command(
+    name = "nrllm-playground",
+    version,
+    about = "An LLM agent loop whose side-effecting tool calls wait for a human's approval.",
+    long_about = "An LLM agent loop whose side-effecting tool calls wait for a human's approval.\n\n\
+        Settings come from Leptos.toml in the working directory (or the file named by \
+        NRLLM_CONFIG), each overridable by its NRLLM_* environment variable (see README)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[cfg(feature = "ssr")]
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Serve the playground (the default).
+    Serve,
+    /// Delete runs older than the retention windows, with their events, then exit.
+    Purge,
+}
 
 #[cfg(feature = "ssr")]
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        [] => serve().await,
-        ["purge"] => purge().await,
-        ["--help" | "-h" | "help"] => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        _ => Err(format!("unknown arguments `{}`\n{USAGE}", args.join(" "))),
+    use clap::Parser;
+    let cli = Cli::parse();
+    let result = match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => serve().await,
+        Command::Purge => purge().await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use nrllm_types::{RunStatus, TerminationReason};
+
 /// The longest reason an operator may type, in characters (the runtime refuses longer ones).
 pub const MAX_REASON_CHARS: usize = 2000;
 /// The longest edited-arguments text an operator may send, in characters.
@@ -15,7 +17,7 @@ pub const STEP_WINDOW: usize = 100;
 pub struct RunSummary {
     pub id: String,
     /// `queued`, `running`, `waiting_for_approval`, … (stable, for clients).
-    pub status: String,
+    pub status: RunStatus,
     pub prompt: String,
     pub configuration: String,
     pub model: String,
@@ -185,7 +187,7 @@ pub struct SystemView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResumeAccepted {
     pub run_id: String,
-    pub status: String,
+    pub status: RunStatus,
 }
 
 /// A page of the approvals inbox, oldest first; `next_after` continues it.
@@ -205,29 +207,17 @@ pub struct RunList {
     pub next_before: Option<i64>,
 }
 
-/// Human words for a status.
-pub fn status_label(status: &str) -> &'static str {
-    match status {
-        "queued" => "Queued",
-        "running" => "Running",
-        "waiting_for_approval" => "Waiting for approval",
-        "waiting_for_input" => "Waiting for input",
-        "completed" => "Completed",
-        "failed" => "Failed",
-        "cancelled" => "Cancelled",
-        _ => "Unknown",
-    }
-}
-
 /// Tailwind classes for a status badge (the label always carries the meaning too).
-pub fn status_classes(status: &str) -> &'static str {
+pub fn status_classes(status: RunStatus) -> &'static str {
     match status {
-        "waiting_for_approval" | "waiting_for_input" => {
+        RunStatus::WaitingForApproval | RunStatus::WaitingForInput => {
             "bg-amber-100 text-amber-900 ring-amber-300 dark:bg-amber-900/40 dark:text-amber-200"
         }
-        "running" | "queued" => "bg-sky-100 text-sky-900 ring-sky-300 dark:bg-sky-900/40 dark:text-sky-200",
-        "completed" => "bg-emerald-100 text-emerald-900 ring-emerald-300 dark:bg-emerald-900/40 dark:text-emerald-200",
-        "failed" => "bg-rose-100 text-rose-900 ring-rose-300 dark:bg-rose-900/40 dark:text-rose-200",
-        _ => "bg-slate-100 text-slate-800 ring-slate-300 dark:bg-slate-800 dark:text-slate-200",
+        RunStatus::Running | RunStatus::Queued => {
+            "bg-sky-100 text-sky-900 ring-sky-300 dark:bg-sky-900/40 dark:text-sky-200"
+        }
+        RunStatus::Completed => "bg-emerald-100 text-emerald-900 ring-emerald-300 dark:bg-emerald-900/40 dark:text-emerald-200",
+        RunStatus::Failed => "bg-rose-100 text-rose-900 ring-rose-300 dark:bg-rose-900/40 dark:text-rose-200",
+        RunStatus::Cancelled => "bg-slate-100 text-slate-800 ring-slate-300 dark:bg-slate-800 dark:text-slate-200",
     }
 }

@@ -1,6 +1,11 @@
 //! The app's settings: `Leptos.toml` (or the file named by `NRLLM_CONFIG`), then environment
 //! overrides. A bad value is reported with the setting's name and where it came from, and start-up
 //! stops; nothing here panics.
+//!
+//! The layering is written here rather than with `figment`: each setting is checked with its own
+//! range and message naming the exact source (`environment variable NRLLM_…` or the file), and
+//! the file refuses unknown keys; figment would merge the sources, but these messages and checks
+//! would still be ours, so it would add a dependency without removing code.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

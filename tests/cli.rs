@@ -120,3 +120,18 @@ async fn purge_deletes_runs_past_the_retention_windows() {
         "the 10-day-old run stays"
     );
 }
+
+#[test]
+fn help_lists_the_commands_and_unknown_arguments_are_refused() {
+    let output = binary().arg("--help").output().expect("the binary runs");
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    assert!(help.contains("serve") && help.contains("purge"), "{help}");
+    let output = binary()
+        .arg("frobnicate")
+        .output()
+        .expect("the binary runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("frobnicate"), "{stderr}");
+}

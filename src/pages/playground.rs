@@ -3,8 +3,10 @@
 
 use leptos::prelude::*;
 
-use crate::api::nrllm_playground_options;
+use crate::api::{nrllm_playground_options, NrllmToolRun};
 use crate::components::{url_error, ErrorBanner, FieldError, TextArea, BUTTON_PRIMARY, INPUT};
+use crate::field;
+use crate::forms::action;
 use crate::model::PlaygroundOptions;
 
 /// The playground form.
@@ -48,7 +50,7 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
                     let id = format!("tool-{}", tool.name);
                     view! {
                         <label for=id.clone() class="flex items-start gap-2 py-0.5 text-sm" title=tool.description.clone()>
-                            <input type="checkbox" id=id.clone() name=format!("tools[{i}]") value=tool.name.clone()
+                            <input type="checkbox" id=id.clone() name=format!("{}[{i}]", field!(NrllmToolRun, tools)) value=tool.name.clone()
                                 checked={tool.enabled} disabled={!tool.enabled} class="mt-1" />
                             <span>
                                 <span class="font-mono">{tool.name.clone()}</span>
@@ -89,23 +91,23 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
         .collect_view();
     view! {
         <ErrorBanner error=banner />
-        <form method="post" action="/api/nrllm_tool_run" class="mt-4 grid gap-6 lg:grid-cols-3" data-testid="run-form">
-            <input type="hidden" name="choose_tools" value="1" />
+        <form method="post" action={action::<NrllmToolRun>()} class="mt-4 grid gap-6 lg:grid-cols-3" data-testid="run-form">
+            <input type="hidden" name=field!(NrllmToolRun, choose_tools) value="1" />
             <div class="space-y-4 lg:col-span-2">
                 <div>
                     <label for="prompt" class="text-sm font-medium">"Prompt"</label>
-                    <TextArea id="prompt" name="prompt" rows=4 required=true class=INPUT maxlength=20_000
+                    <TextArea id="prompt" name=field!(NrllmToolRun, prompt) rows=4 required=true class=INPUT maxlength=20_000
                         placeholder="Rename the home page to \"Hello\"" />
                     <FieldError error=error.clone() field="prompt" />
                 </div>
                 <div>
                     <label for="system_prompt" class="text-sm font-medium">"System prompt"</label>
-                    <TextArea id="system_prompt" name="system_prompt" rows=2 class=INPUT maxlength=20_000
+                    <TextArea id="system_prompt" name=field!(NrllmToolRun, system_prompt) rows=2 class=INPUT maxlength=20_000
                         value="You maintain the Example Co. website. Look before you change anything." />
                 </div>
                 <div>
                     <label for="skills" class="text-sm font-medium">"Skills"</label>
-                    <TextArea id="skills" name="skills" rows=3 class=INPUT maxlength=50_000
+                    <TextArea id="skills" name=field!(NrllmToolRun, skills) rows=3 class=INPUT maxlength=50_000
                         placeholder="style-guide\nTitles are short.\n---\nglossary\nEUR, not €." />
                     <p class="mt-1 text-xs text-slate-500">"Blocks separated by a line ---; the first line of each is its name. The model reads them as untrusted reference text."</p>
                     <FieldError error=error.clone() field="skills" />
@@ -119,21 +121,21 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
             <div class="space-y-4">
                 <div>
                     <label for="configuration" class="text-sm font-medium">"Model configuration"</label>
-                    <select id="configuration" name="configuration" class=INPUT>{configurations}</select>
+                    <select id="configuration" name=field!(NrllmToolRun, configuration) class=INPUT>{configurations}</select>
                     <FieldError error=error.clone() field="configuration" />
                 </div>
                 <div class="grid grid-cols-3 gap-2">
                     <div>
                         <label for="max_rounds" class="text-sm font-medium">"Max rounds"</label>
-                        <input id="max_rounds" name="max_rounds" inputmode="numeric" value="5" class=INPUT />
+                        <input id="max_rounds" name=field!(NrllmToolRun, max_rounds) inputmode="numeric" value="5" class=INPUT />
                     </div>
                     <div>
                         <label for="temperature" class="text-sm font-medium">"Temperature"</label>
-                        <input id="temperature" name="temperature" inputmode="decimal" value="0.2" class=INPUT />
+                        <input id="temperature" name=field!(NrllmToolRun, temperature) inputmode="decimal" value="0.2" class=INPUT />
                     </div>
                     <div>
                         <label for="max_tokens" class="text-sm font-medium">"Max tokens"</label>
-                        <input id="max_tokens" name="max_tokens" inputmode="numeric" value="1024" class=INPUT />
+                        <input id="max_tokens" name=field!(NrllmToolRun, max_tokens) inputmode="numeric" value="1024" class=INPUT />
                     </div>
                 </div>
                 <FieldError error=error.clone() field="max_rounds" />

@@ -8,14 +8,16 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
-use crate::api::nrllm_run_get;
+use crate::api::{nrllm_run_get, NrllmRunCancel};
 use crate::approval::ApprovalPanel;
 use crate::components::{
     duration_text, page_title, url_error, ErrorBanner, StatusBadge, BUTTON_SECONDARY,
 };
 use crate::error::AppError;
+use crate::field;
+use crate::forms::action;
 use crate::islands::{ApprovalGuard, LiveSteps, StepRow};
-use crate::model::{RunSummary, RunView, StepDetail};
+use crate::model::{RunStatus, RunSummary, RunView, StepDetail};
 use crate::pages::NotFound;
 
 /// The run page.
@@ -52,12 +54,11 @@ pub fn RunPage() -> impl IntoView {
 #[component]
 fn RunDetail(run: RunView) -> impl IntoView {
     let summary = run.summary.clone();
-    let running = summary.status == "running" || summary.status == "queued";
+    let running = summary.status.is_live();
     // Live updates continue the list only when it ends with the latest step.
     let live = running && run.latest;
-    let waiting = summary.status == "waiting_for_approval";
-    let cancellable =
-        waiting || summary.status == "queued" || summary.status == "waiting_for_input";
+    let waiting = summary.status == RunStatus::WaitingForApproval;
+    let cancellable = RunStatus::CANCELLABLE.contains(&summary.status);
     let id = summary.id.clone();
     let selected = run.detail.as_ref().map(|d| d.step.sequence);
     let rows = run
@@ -115,8 +116,8 @@ fn RunDetail(run: RunView) -> impl IntoView {
             <StepDetailPane run_id=summary.id.clone() detail=run.detail.clone() />
         </div>
         {cancellable.then(|| view! {
-            <form method="post" action="/api/nrllm_run_cancel" class="mt-4">
-                <input type="hidden" name="run_id" value=summary.id.clone() />
+            <form method="post" action={action::<NrllmRunCancel>()} class="mt-4">
+                <input type="hidden" name=field!(NrllmRunCancel, run_id) value=summary.id.clone() />
                 <button type="submit" class=BUTTON_SECONDARY>"Cancel this run"</button>
             </form>
         })}
@@ -203,7 +204,7 @@ fn SummaryStrip(summary: RunSummary) -> impl IntoView {
         <header class="rounded-lg border border-slate-200 bg-white p-4 dark:border-slate-800 dark:bg-slate-900">
             <div class="flex flex-wrap items-center gap-3">
                 <h1 class="line-clamp-3 break-words text-lg font-semibold" data-testid="run-prompt">{summary.prompt.clone()}</h1>
-                <StatusBadge status=summary.status.clone() />
+                <StatusBadge status=summary.status />
                 <span class="text-sm text-slate-500">{format!("{}/{}", summary.configuration, summary.model)}</span>
             </div>
             <ul class="mt-2 flex flex-wrap gap-x-4 gap-y-1 text-sm text-slate-600 dark:text-slate-400" data-testid="summary">

@@ -5,17 +5,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::api::nrllm_runs_list;
 use crate::components::{ErrorBanner, StatusBadge, BUTTON_SECONDARY, INPUT};
-use crate::model::{status_label, RunList};
-
-const STATUSES: [&str; 7] = [
-    "queued",
-    "running",
-    "waiting_for_approval",
-    "waiting_for_input",
-    "completed",
-    "failed",
-    "cancelled",
-];
+use crate::model::{RunList, RunStatus};
 
 /// The history page.
 #[component]
@@ -49,9 +39,8 @@ pub fn RunsPage() -> impl IntoView {
 
 #[component]
 fn RunsTable(page: RunList, status: String) -> impl IntoView {
-    let options = STATUSES
-        .iter()
-        .map(|s| view! { <option value={*s} selected={status == *s}>{status_label(s)}</option> })
+    let options = RunStatus::all()
+        .map(|s| view! { <option value=s.as_str() selected={status == s.as_str()}>{s.label()}</option> })
         .collect_view();
     let rows = page
         .runs
@@ -59,7 +48,7 @@ fn RunsTable(page: RunList, status: String) -> impl IntoView {
         .map(|run| {
             view! {
                 <tr class="border-t border-slate-100 dark:border-slate-800" data-testid="run-row">
-                    <td class="py-2 pr-3"><StatusBadge status=run.status.clone() /></td>
+                    <td class="py-2 pr-3"><StatusBadge status=run.status /></td>
                     <td class="py-2 pr-3"><a href=format!("/runs/{}", run.id) class="text-indigo-700 underline dark:text-indigo-300">{run.prompt.clone()}</a></td>
                     <td class="py-2 pr-3 text-sm text-slate-500">{run.created_at.clone()}</td>
                     <td class="py-2 pr-3 text-right text-sm">{run.rounds}</td>
@@ -70,10 +59,8 @@ fn RunsTable(page: RunList, status: String) -> impl IntoView {
         .collect_view();
     let empty = page.runs.is_empty();
     // Only a known status goes back into the link (the filter came from the URL).
-    let status_param = STATUSES
-        .iter()
-        .find(|s| **s == status)
-        .copied()
+    let status_param = RunStatus::parse(&status)
+        .map(RunStatus::as_str)
         .unwrap_or("");
     let next = page
         .next_before

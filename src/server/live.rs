@@ -22,10 +22,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::Stream;
+use futures::future::ready;
+use futures::{Stream, StreamExt};
 use nrllm_core::service::RunListener;
 use nrllm_core::store::{RunStatus, RunStore, SequencedEvent};
 use tokio::sync::broadcast;
+use tokio_stream::wrappers::BroadcastStream;
 use uuid::Uuid;
 
 use super::{views, AppState};
@@ -104,11 +106,16 @@ pub struct Subscription {
     receiver: broadcast::Receiver<LiveMessage>,
     /// The run's events emitted but not committed yet, as of subscribing.
     unpersisted: Vec<SequencedEvent>,
+    slot: Slot,
+}
+
+/// A subscriber's place in the hub's counts, given back when it is dropped.
+struct Slot {
     hub: Arc<LiveHub>,
     run_id: Uuid,
 }
 
-impl Drop for Subscription {
+impl Drop for Slot {
     fn drop(&mut self) {
         let mut hub = self.hub.lock();
         hub.subscribers = hub.subscribers.saturating_sub(1);
@@ -159,8 +166,10 @@ impl LiveHub {
         Ok(Subscription {
             receiver,
             unpersisted: run.unpersisted.clone(),
-            hub: Arc::clone(self),
-            run_id: id,
+            slot: Slot {
+                hub: Arc::clone(self),
+                run_id: id,
+            },
         })
     }
 
@@ -298,25 +307,32 @@ pub async fn event_stream(
             None
         }
     };
-    let live = futures::stream::unfold(tail, |tail| async move {
-        let (mut subscription, mut last) = tail?;
-        loop {
-            match subscription.receiver.recv().await {
-                Ok(LiveMessage::Event(event)) if event.sequence > last => {
-                    last = event.sequence;
-                    return Some((step_event(&event), Some((subscription, last))));
-                }
-                Ok(LiveMessage::Event(_)) | Ok(LiveMessage::Status(RunStatus::Running)) => {}
-                Ok(LiveMessage::Status(status)) => return Some((status_event(status), None)),
-                // Fell behind or the channel closed: the browser reconnects from its last id.
-                Err(_) => return None,
-            }
+    let live = match tail {
+        Some((subscription, last)) => {
+            let Subscription { receiver, slot, .. } = subscription;
+            BroadcastStream::new(receiver)
+                // Fell behind: the stream ends and the browser reconnects from its last id.
+                .take_while(|message| ready(message.is_ok()))
+                // The slot lives as long as the stream: dropping the stream gives it back.
+                .scan((last, slot), |(last, _slot), message| {
+                    let event = match message {
+                        Ok(LiveMessage::Event(event)) if event.sequence > *last => {
+                            *last = event.sequence;
+                            Some(step_event(&event))
+                        }
+                        Ok(LiveMessage::Status(status)) if status != RunStatus::Running => {
+                            Some(status_event(status))
+                        }
+                        _ => None,
+                    };
+                    ready(Some(event))
+                })
+                .filter_map(ready)
+                .left_stream()
         }
-    });
-    Ok(futures::StreamExt::chain(
-        futures::stream::iter(replay),
-        live,
-    ))
+        None => futures::stream::empty().right_stream(),
+    };
+    Ok(futures::stream::iter(replay).chain(live))
 }
 
 /// `GET /api/runs/{id}/events`: the run's steps after `Last-Event-ID` (or `?after=`), then live
@@ -338,7 +354,7 @@ pub async fn run_events(
         .unwrap_or(0);
     match event_stream(state.store.as_ref(), &state.live, id, after).await {
         Ok(stream) => {
-            let stream = futures::StreamExt::map(stream, Ok::<_, Infallible>);
+            let stream = stream.map(Ok::<_, Infallible>);
             Sse::new(stream)
                 .keep_alive(KeepAlive::default())
                 .into_response()

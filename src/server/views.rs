@@ -52,7 +52,7 @@ pub fn summary(run: &RunRecord) -> RunSummary {
     };
     RunSummary {
         id: run.id.to_string(),
-        status: run.status.as_str().to_owned(),
+        status: run.status,
         prompt: configuration.map(|c| c.prompt.clone()).unwrap_or_default(),
         configuration: configuration
             .map(|c| c.provider.clone())

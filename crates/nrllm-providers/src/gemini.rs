@@ -292,7 +292,7 @@ impl WireFormat for Gemini {
                     .collect(),
             }]
         };
-        let tool_config = (!tools.is_empty()).then(|| ToolConfig {
+        let tool_config = (!tools.is_empty()).then_some(ToolConfig {
             function_calling_config: FunctionCallingConfig {
                 mode: match request.tool_choice {
                     ToolChoice::Auto => "AUTO",
@@ -302,7 +302,7 @@ impl WireFormat for Gemini {
         });
         let options = &request.options;
         let generation_config = (options.temperature.is_some() || options.max_tokens.is_some())
-            .then(|| GenerationConfig {
+            .then_some(GenerationConfig {
                 temperature: options.temperature,
                 max_output_tokens: options.max_tokens,
             });

@@ -2,12 +2,11 @@
 //! (system lifted, tool_use / tool_result blocks, merged results), what we read back, and the
 //! transcript after suspend → per-call decision → resume.
 
-mod mock_http;
+mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use mock_http::{MockServer, Reply};
 use nrllm_core::events::NullSink;
 use nrllm_core::provider::{ignore_retries, ChatRequest, ModelOptions, Provider};
 use nrllm_core::testing::{probe_registry, Probe};
@@ -19,8 +18,9 @@ use nrllm_providers::anthropic::{Anthropic, AnthropicProvider};
 use nrllm_providers::http::{HttpSettings, RetryPolicy};
 use nrllm_providers::ProviderConfig;
 use serde_json::{json, Value};
+use wire::{Reply, WireServer};
 
-fn provider(server: &MockServer) -> AnthropicProvider {
+fn provider(server: &WireServer) -> AnthropicProvider {
     AnthropicProvider::new(
         ProviderConfig {
             name: "anthropic".into(),
@@ -50,7 +50,7 @@ fn text(text: &str) -> Value {
 
 #[tokio::test]
 async fn a_plain_answer_lifts_the_system_prompt_and_maps_usage() {
-    let server = MockServer::start(vec![Reply::ok(text("Hello."))]).await;
+    let server = WireServer::start(vec![Reply::ok(text("Hello."))]).await;
     let response = provider(&server)
         .complete(
             &ChatRequest {
@@ -74,7 +74,7 @@ async fn a_plain_answer_lifts_the_system_prompt_and_maps_usage() {
         ),
         (30, 7)
     );
-    let sent = &server.requests()[0];
+    let sent = &server.requests().await[0];
     assert_eq!(sent.path, "/v1/messages");
     assert_eq!(sent.header("x-api-key"), Some("ak-test-secret-999"));
     assert_eq!(sent.header("anthropic-version"), Some("2023-06-01"));
@@ -91,7 +91,7 @@ async fn a_plain_answer_lifts_the_system_prompt_and_maps_usage() {
 
 #[tokio::test]
 async fn tool_use_blocks_round_trip_and_results_merge_after_a_decision() {
-    let server = MockServer::start(vec![
+    let server = WireServer::start(vec![
         Reply::ok(json!({"content": [
             {"type": "text", "text": "Let me do both."},
             {"type": "tool_use", "id": "toolu_r", "name": "read_note", "input": {"text": "x"}},
@@ -114,7 +114,7 @@ async fn tool_use_blocks_round_trip_and_results_merge_after_a_decision() {
     let LoopOutcome::Suspended(state) = tool_loop.run(input, &ctx, &NullSink).await.unwrap() else {
         panic!("the write suspends the run")
     };
-    let first = &server.requests()[0].body;
+    let first = &server.requests().await[0].body;
     assert_eq!(first["tools"][1]["name"], "write_note");
     assert_eq!(
         first["tools"][1]["input_schema"]["required"],
@@ -139,7 +139,7 @@ async fn tool_use_blocks_round_trip_and_results_merge_after_a_decision() {
         .await
         .unwrap();
     assert!(matches!(outcome, LoopOutcome::Completed(_)));
-    let sent = &server.requests()[1].body;
+    let sent = &server.requests().await[1].body;
     assert_eq!(sent["system"], "Careful.");
     let messages = sent["messages"].as_array().unwrap();
     // user, assistant (text + two tool_use), one user message with both results in call order.
@@ -165,7 +165,7 @@ async fn tool_use_blocks_round_trip_and_results_merge_after_a_decision() {
 
 #[tokio::test]
 async fn an_overloaded_answer_is_retried_and_errors_never_show_the_key() {
-    let server = MockServer::start(vec![
+    let server = WireServer::start(vec![
         Reply::status(
             529,
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
@@ -188,9 +188,9 @@ async fn an_overloaded_answer_is_retried_and_errors_never_show_the_key() {
             .as_deref(),
         Some("ok")
     );
-    assert_eq!(server.requests().len(), 2);
+    assert_eq!(server.requests().await.len(), 2);
 
-    let server = MockServer::start(vec![Reply::status(
+    let server = WireServer::start(vec![Reply::status(
         401,
         r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key ak-test-secret-999"}}"#,
     )])

@@ -4,11 +4,10 @@
 //! echoed. The cases every format shares are in `provider_formats.rs`.
 
 use nrllm_store::testing as common;
-mod mock_http;
+mod wire;
 
 use std::sync::Arc;
 
-use mock_http::{MockServer, Reply};
 use nrllm_core::events::NullSink;
 use nrllm_core::provider::{ignore_retries, ChatRequest, ModelOptions, Provider};
 use nrllm_core::store::RunStore;
@@ -24,8 +23,9 @@ use nrllm_providers::http::HttpSettings;
 use nrllm_providers::ProviderConfig;
 use nrllm_store::SqlRunStore;
 use serde_json::{json, Value};
+use wire::{Reply, WireServer};
 
-fn provider(server: &MockServer, model: &str) -> GeminiProvider {
+fn provider(server: &WireServer, model: &str) -> GeminiProvider {
     GeminiProvider::new(
         ProviderConfig {
             name: "gemini".into(),
@@ -47,7 +47,7 @@ fn text(text: &str) -> Value {
 
 #[tokio::test]
 async fn a_plain_answer_sends_the_exact_request() {
-    let server = MockServer::start(vec![Reply::ok(text("Hello."))]).await;
+    let server = WireServer::start(vec![Reply::ok(text("Hello."))]).await;
     let gemini = provider(&server, "models/gemini-test");
     // A logged provider or configuration never shows its key.
     assert!(!format!("{gemini:?}").contains("AIza-test-key"));
@@ -73,7 +73,7 @@ async fn a_plain_answer_sends_the_exact_request() {
     assert_eq!(response.content.as_deref(), Some("Hello."));
     // Thinking tokens are billed as output.
     assert_eq!(response.usage.completion_tokens, 8);
-    let sent = &server.requests()[0];
+    let sent = &server.requests().await[0];
     assert_eq!(sent.path, "/v1beta/models/gemini-test:generateContent");
     assert_eq!(sent.header("x-goog-api-key"), Some("AIza-test-key"));
     assert_eq!(sent.header("authorization"), None);
@@ -146,7 +146,7 @@ async fn every_built_in_tool_is_declared_with_fields_gemini_accepts() {
     let runs: Arc<dyn RunStore> = Arc::new(SqlRunStore::new(db.db.clone()));
     let registry = builtin_registry(SiteStore::new(db.db.clone()), runs);
     let specs: Vec<_> = registry.specs().cloned().collect();
-    let server = MockServer::start(vec![Reply::ok(text("ok"))]).await;
+    let server = WireServer::start(vec![Reply::ok(text("ok"))]).await;
     provider(&server, "gemini-test")
         .complete(
             &ChatRequest {
@@ -159,7 +159,7 @@ async fn every_built_in_tool_is_declared_with_fields_gemini_accepts() {
         )
         .await
         .unwrap();
-    let body = &server.requests()[0].body;
+    let body = &server.requests().await[0].body;
     assert_eq!(
         body["toolConfig"],
         json!({"functionCallingConfig": {"mode": "AUTO"}})
@@ -207,7 +207,7 @@ async fn every_built_in_tool_is_declared_with_fields_gemini_accepts() {
 
 #[tokio::test]
 async fn calls_and_responses_after_a_decision_keep_signatures_names_and_order() {
-    let server = MockServer::start(vec![
+    let server = WireServer::start(vec![
         Reply::ok(json!({"candidates": [{"content": {"role": "model", "parts": [
             {"text": "Reading, then writing."},
             {"functionCall": {"name": "read_note", "args": {"text": "x"}}, "thoughtSignature": "c2lnLTE="},
@@ -251,7 +251,7 @@ async fn calls_and_responses_after_a_decision_keep_signatures_names_and_order() 
         .await
         .unwrap();
     assert!(matches!(outcome, LoopOutcome::Completed(_)));
-    let sent = &server.requests()[1].body;
+    let sent = &server.requests().await[1].body;
     assert_eq!(
         sent["contents"],
         json!([
@@ -272,7 +272,7 @@ async fn calls_and_responses_after_a_decision_keep_signatures_names_and_order() 
 
 #[tokio::test]
 async fn ids_the_model_sent_are_echoed_on_calls_and_responses() {
-    let server = MockServer::start(vec![
+    let server = WireServer::start(vec![
         Reply::ok(
             json!({"candidates": [{"content": {"role": "model", "parts": [
             {"functionCall": {"id": "fc-7", "name": "read_note", "args": {"text": "x"}}}
@@ -293,7 +293,7 @@ async fn ids_the_model_sent_are_echoed_on_calls_and_responses() {
         .run(input, &RunContext::default(), &NullSink)
         .await
         .unwrap();
-    let contents = &server.requests()[1].body["contents"];
+    let contents = &server.requests().await[1].body["contents"];
     assert_eq!(contents[1]["parts"][0]["functionCall"]["id"], "fc-7");
     assert_eq!(
         contents[2]["parts"][0]["functionResponse"],

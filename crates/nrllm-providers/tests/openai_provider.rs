@@ -1,14 +1,13 @@
 //! The OpenAI-compatible adapter on the wire, against a local server: the exact JSON we send and
 //! what only this format has (ids left out by local servers, arguments as a string). The cases
 //! every format shares — decisions, failures, retries — are in `provider_formats.rs`. Nothing
-//! leaves 127.0.0.1.
+//! leaves 127.0.0.1 (the server is wiremock).
 
-mod mock_http;
+mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use mock_http::{MockServer, Reply};
 use nrllm_core::events::NullSink;
 use nrllm_core::provider::{ignore_retries, ChatRequest, ModelOptions, Provider};
 use nrllm_core::testing::{probe_registry, Probe};
@@ -20,8 +19,9 @@ use nrllm_providers::http::{HttpSettings, RetryPolicy};
 use nrllm_providers::openai::{OpenAi, OpenAiProvider};
 use nrllm_providers::ProviderConfig;
 use serde_json::{json, Value};
+use wire::{Reply, WireServer};
 
-fn provider(server: &MockServer, retries: u32, timeout: Duration) -> OpenAiProvider {
+fn provider(server: &WireServer, retries: u32, timeout: Duration) -> OpenAiProvider {
     OpenAiProvider::new(
         ProviderConfig {
             name: "openai".into(),
@@ -70,7 +70,7 @@ fn request(messages: Vec<Message>) -> ChatRequest {
 
 #[tokio::test]
 async fn a_plain_answer_sends_the_exact_request_and_reads_usage() {
-    let server = MockServer::start(vec![Reply::ok(answer("Hello."))]).await;
+    let server = WireServer::start(vec![Reply::ok(answer("Hello."))]).await;
     let response = provider(&server, 0, Duration::from_secs(5))
         .complete(
             &request(vec![Message::system("Be brief."), Message::user("Hi")]),
@@ -87,7 +87,7 @@ async fn a_plain_answer_sends_the_exact_request_and_reads_usage() {
         (12, 5)
     );
     assert!(response.tool_calls.is_empty());
-    let sent = &server.requests()[0];
+    let sent = &server.requests().await[0];
     assert_eq!(sent.path, "/v1/chat/completions");
     assert_eq!(
         sent.header("authorization"),
@@ -102,7 +102,7 @@ async fn a_plain_answer_sends_the_exact_request_and_reads_usage() {
 
 #[tokio::test]
 async fn tool_calls_come_back_parallel_with_missing_ids_synthesised() {
-    let server = MockServer::start(vec![Reply::ok(calls(json!([
+    let server = WireServer::start(vec![Reply::ok(calls(json!([
         {"id": "call_a", "type": "function", "function": {"name": "read_note", "arguments": "{\"text\":\"a\"}"}},
         {"type": "function", "function": {"name": "write_note", "arguments": {"text": "b"}}}
     ])))])
@@ -123,7 +123,7 @@ async fn tool_calls_come_back_parallel_with_missing_ids_synthesised() {
     );
     assert_ne!(response.tool_calls[1].id, "call_a");
     assert_eq!(response.tool_calls[1].arguments, "{\"text\":\"b\"}");
-    let sent = &server.requests()[0].body;
+    let sent = &server.requests().await[0].body;
     assert_eq!(sent["tool_choice"], "auto");
     assert_eq!(sent["tools"][0]["type"], "function");
     assert_eq!(sent["tools"][0]["function"]["name"], "read_note");
@@ -135,7 +135,7 @@ async fn tool_calls_come_back_parallel_with_missing_ids_synthesised() {
 
 #[tokio::test]
 async fn the_request_after_a_decision_is_the_recorded_exchange() {
-    let server = MockServer::start(vec![
+    let server = WireServer::start(vec![
         Reply::ok(calls(json!([
             {"id": "r1", "type": "function", "function": {"name": "read_note", "arguments": "{\"text\":\"x\"}"}},
             {"id": "w1", "type": "function", "function": {"name": "write_note", "arguments": "{\"text\":\"y\"}"}}
@@ -171,7 +171,7 @@ async fn the_request_after_a_decision_is_the_recorded_exchange() {
         .resume(&state, &decision, &ctx, &NullSink)
         .await
         .unwrap();
-    let sent = &server.requests()[1].body;
+    let sent = &server.requests().await[1].body;
     assert_eq!(
         sent["messages"],
         json!([
@@ -190,7 +190,7 @@ async fn the_request_after_a_decision_is_the_recorded_exchange() {
 
 #[tokio::test]
 async fn tool_arguments_that_are_not_json_go_back_to_the_model_as_an_error() {
-    let server = MockServer::start(vec![
+    let server = WireServer::start(vec![
         Reply::ok(calls(json!([
             {"id": "c1", "type": "function", "function": {"name": "read_note", "arguments": "{\"text\": unquoted}"}}
         ]))),
@@ -211,7 +211,7 @@ async fn tool_arguments_that_are_not_json_go_back_to_the_model_as_an_error() {
         .await
         .unwrap();
     assert!(matches!(outcome, LoopOutcome::Completed(_)));
-    let sent = &server.requests()[1].body["messages"];
+    let sent = &server.requests().await[1].body["messages"];
     let result = sent[2]["content"].as_str().unwrap();
     assert!(
         result.starts_with("Error: invalid arguments: arguments: not valid JSON"),

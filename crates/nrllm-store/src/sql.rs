@@ -300,14 +300,15 @@ impl RunStore for SqlRunStore {
             });
         }
         let mut tx = self.write_tx().await.map_err(backend)?;
-        let updated = sqlx::query(
+        let updated = sqlx::query(&format!(
             "UPDATE agent_run SET status = $1, termination_reason = $2, iterations = $3, tool_calls = $4, \
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, truncated = $8, final_answer = $9, \
              error_summary = $10, estimated_cost_micros = $11, suspended_state = NULL, \
              last_sequence = CASE WHEN $12 > last_sequence THEN $12 ELSE last_sequence END, \
              version = version + 1, updated_at_ms = $13, finished_at_ms = $13 \
-             WHERE id = $14 AND version = $15 AND status NOT IN ('completed', 'failed', 'cancelled')",
-        )
+             WHERE id = $14 AND version = $15 AND status NOT IN ({})",
+            RunStatus::sql_list(&RunStatus::TERMINAL)
+        ))
         .bind(finish.status.as_str())
         .bind(finish.reason.as_str())
         .bind(i64::from(finish.counters.iterations))
@@ -336,11 +337,12 @@ impl RunStore for SqlRunStore {
         summary: &str,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        let updated = sqlx::query(
+        let updated = sqlx::query(&format!(
             "UPDATE agent_run SET status = $1, termination_reason = $2, error_summary = $3, \
              version = version + 1, updated_at_ms = $4, finished_at_ms = $4 \
-             WHERE id = $5 AND version = $6 AND status NOT IN ('completed', 'failed', 'cancelled')",
-        )
+             WHERE id = $5 AND version = $6 AND status NOT IN ({})",
+            RunStatus::sql_list(&RunStatus::TERMINAL)
+        ))
         .bind(RunStatus::Failed.as_str())
         .bind(TerminationReason::StateCorrupted.as_str())
         .bind(summary)
@@ -357,11 +359,12 @@ impl RunStore for SqlRunStore {
     }
 
     async fn interrupt_running(&self, summary: &str, now_ms: i64) -> Result<u64, StoreError> {
-        let updated = sqlx::query(
+        let updated = sqlx::query(&format!(
             "UPDATE agent_run SET status = $1, termination_reason = $2, error_summary = $3, \
              suspended_state = NULL, version = version + 1, updated_at_ms = $4, finished_at_ms = $4 \
-             WHERE status = 'running'",
-        )
+             WHERE status = {}",
+            RunStatus::sql_list(&[RunStatus::Running])
+        ))
         .bind(RunStatus::Failed.as_str())
         .bind(TerminationReason::Interrupted.as_str())
         .bind(summary)
@@ -373,11 +376,12 @@ impl RunStore for SqlRunStore {
     }
 
     async fn cancel(&self, id: Uuid, by: &str, now_ms: i64) -> Result<RunRecord, StoreError> {
-        let updated = sqlx::query(
+        let updated = sqlx::query(&format!(
             "UPDATE agent_run SET status = $1, termination_reason = $2, suspended_state = NULL, decided_by = $3, \
              decided_at_ms = $4, decision = 'cancelled', version = version + 1, updated_at_ms = $4, finished_at_ms = $4 \
-             WHERE id = $5 AND status IN ('queued', 'waiting_for_approval', 'waiting_for_input')",
-        )
+             WHERE id = $5 AND status IN ({})",
+            RunStatus::sql_list(&RunStatus::CANCELLABLE)
+        ))
         .bind(RunStatus::Cancelled.as_str())
         .bind(TerminationReason::Cancelled.as_str())
         .bind(by)
@@ -428,10 +432,11 @@ impl RunStore for SqlRunStore {
             .map(|(ms, id)| (ms, id.to_string()))
             .unwrap_or((i64::MIN, String::new()));
         let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM agent_run WHERE status = 'waiting_for_approval' \
+            "SELECT {RUN_COLUMNS} FROM agent_run WHERE status = {} \
              AND ($1 IS NULL OR provider = $1) AND ($2 IS NULL OR pending_tools LIKE $2) \
              AND (updated_at_ms > $3 OR (updated_at_ms = $3 AND id > $4)) \
-             ORDER BY updated_at_ms ASC, id ASC LIMIT $5"
+             ORDER BY updated_at_ms ASC, id ASC LIMIT $5",
+            RunStatus::sql_list(&[RunStatus::WaitingForApproval])
         ))
         .bind(filter.provider.as_deref())
         .bind(filter.tool.as_deref().map(|tool| format!("%,{tool},%")))
@@ -480,17 +485,20 @@ impl RunStore for SqlRunStore {
         let chunk = i64::from(chunk.max(1));
         loop {
             let mut tx = self.write_tx().await.map_err(backend)?;
-            let ids: Vec<String> = sqlx::query_scalar(
+            let ids: Vec<String> = sqlx::query_scalar(&format!(
                 "SELECT id FROM agent_run WHERE \
-                 (status IN ('completed', 'failed', 'cancelled') AND finished_at_ms < $1) \
-                 OR (status IN ('waiting_for_approval', 'waiting_for_input') AND updated_at_ms < $2) \
+                 (status IN ({}) AND finished_at_ms < $1) \
+                 OR (status IN ({}) AND updated_at_ms < $2) \
                  LIMIT $3",
-            )
+                RunStatus::sql_list(&RunStatus::TERMINAL),
+                RunStatus::sql_list(&RunStatus::WAITING)
+            ))
             .bind(terminal_before_ms)
             .bind(waiting_before_ms)
             .bind(chunk)
             .fetch_all(&mut *tx)
-            .await.map_err(backend)?;
+            .await
+            .map_err(backend)?;
             if ids.is_empty() {
                 return Ok(report);
             }

@@ -35,6 +35,21 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// The statuses a run never leaves.
+    pub const TERMINAL: [RunStatus; 3] = [
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+    /// The statuses of a run that waits for a person.
+    pub const WAITING: [RunStatus; 2] = [RunStatus::WaitingForApproval, RunStatus::WaitingForInput];
+    /// The statuses a run can be cancelled from.
+    pub const CANCELLABLE: [RunStatus; 3] = [
+        RunStatus::Queued,
+        RunStatus::WaitingForApproval,
+        RunStatus::WaitingForInput,
+    ];
+
     /// The stored name (`waiting_for_approval`, …).
     pub fn as_str(self) -> &'static str {
         self.into()
@@ -52,18 +67,26 @@ impl RunStatus {
 
     /// Completed, failed and cancelled runs never change status again.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
-        )
+        RunStatus::TERMINAL.contains(&self)
     }
 
     /// The run waits for a person (a decision or an answer).
     pub fn is_waiting(self) -> bool {
-        matches!(
-            self,
-            RunStatus::WaitingForApproval | RunStatus::WaitingForInput
-        )
+        RunStatus::WAITING.contains(&self)
+    }
+
+    /// The run is queued or running: its steps may still come.
+    pub fn is_live(self) -> bool {
+        matches!(self, RunStatus::Queued | RunStatus::Running)
+    }
+
+    /// `'a', 'b'`: the stored names of `statuses`, for an SQL `IN (…)` list.
+    pub fn sql_list(statuses: &[RunStatus]) -> String {
+        statuses
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// The words a page shows for it.
