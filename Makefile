@@ -9,7 +9,7 @@ export TEST_DATABASE_URL
 # Playwright's server gets a database of its own, new for every run.
 E2E_DB_DIR := target/e2e
 
-.PHONY: run test setup setup-test lint unit e2e size abuse bench-long-run
+.PHONY: run test setup setup-test lint unit e2e size abuse bench-long-run crash-test
 
 setup:
 	scripts/setup.sh
@@ -51,3 +51,9 @@ abuse:
 ## Stored bytes, page bytes and server-side render time of 10-, 100- and 200-round runs.
 bench-long-run:
 	cargo bench -p nrllm-playground --features ssr --bench long_run
+
+## The kill -9 harness as a soak: N kills of the server binary, spread over every failpoint
+## (`make test` runs 20 at each point). Prints kills per point and restart times.
+N ?= 140
+crash-test:
+	NRLLM_CRASH_KILLS=$(N) cargo test --workspace --features nrllm-playground/ssr --test crash every_failpoint -- --nocapture

@@ -82,6 +82,7 @@ async fn main() {
             Arc::new(SingleLoop(Arc::new(tool_loop))),
         );
         let configuration = RunConfiguration {
+            continues: None,
             provider: "demo".into(),
             model: "demo-1".into(),
             prompt: kilobyte_of("prompt", rounds),

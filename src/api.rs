@@ -25,9 +25,13 @@ pub struct CallForm {
     /// arguments is an edit: the call runs with it when it is approved.
     #[serde(default)]
     pub arguments: Option<String>,
-    /// The reason the model reads if this call is denied.
+    /// The reason the model reads if this call is denied (with `failed`: what the operator
+    /// knows).
     #[serde(default)]
     pub reason: Option<String>,
+    /// With `respond`: the result the model reads instead of running the tool.
+    #[serde(default)]
+    pub result: Option<String>,
 }
 
 /// Starts a run and returns its id; a browser is sent on to `/runs/<id>`. The run executes in
@@ -57,18 +61,13 @@ pub async fn nrllm_tool_run(
         skills,
     };
     let state = state()?;
+    ssr::accepting(&state)?;
     let configuration = form.validate(&state)?;
     let run = state
         .runs
         .create(configuration, &current_operator())
         .await?;
-    let id = run.id.to_string();
-    let runs = state.runs.clone();
-    tokio::spawn(async move {
-        if let Err(err) = runs.drive(run).await {
-            tracing::error!(%err, "driving a run failed");
-        }
-    });
+    let id = ssr::drive_in_background(&state, run);
     if wants_html() {
         leptos_axum::redirect(&format!("/runs/{id}"));
     }
@@ -90,6 +89,7 @@ pub async fn nrllm_tool_resume(
 ) -> Result<ResumeAccepted, AppError> {
     use crate::server::{current_operator, state, wants_html};
     let state = state()?;
+    ssr::accepting(&state)?;
     let id = ssr::parse_run_id(&run_id)?;
     let submission = ssr::submission(
         &decision,
@@ -107,7 +107,7 @@ pub async fn nrllm_tool_resume(
         )
         .await?;
     let runs = state.runs.clone();
-    tokio::spawn(async move {
+    state.tasks.spawn(async move {
         if let Err(err) = runs.continue_claimed(claimed).await {
             tracing::error!(%err, "continuing a run failed");
         }
@@ -273,17 +273,43 @@ pub async fn nrllm_approvals_list(
     })
 }
 
-/// Cancels a queued or waiting run.
+/// Cancels a queued or waiting run; `reason` goes into its steps with who cancelled it.
 #[server(endpoint = "nrllm_run_cancel")]
-pub async fn nrllm_run_cancel(run_id: String) -> Result<crate::model::RunStatus, AppError> {
+pub async fn nrllm_run_cancel(
+    run_id: String,
+    reason: Option<String>,
+) -> Result<crate::model::RunStatus, AppError> {
     use crate::server::{current_operator, state, wants_html};
     let state = state()?;
     let id = ssr::parse_run_id(&run_id)?;
-    let run = state.runs.cancel(id, &current_operator()).await?;
+    let reason = reason
+        .map(|r| r.trim().to_owned())
+        .filter(|r| !r.is_empty());
+    ssr::at_most("reason", reason.as_deref(), crate::model::MAX_REASON_CHARS)?;
+    let run = state
+        .runs
+        .cancel(id, &current_operator(), reason.as_deref())
+        .await?;
     if wants_html() {
         leptos_axum::redirect(&format!("/runs/{id}"));
     }
     Ok(run.status)
+}
+
+/// Starts a new run that goes on from a failed run's journal (its model call is asked again;
+/// no tool of the failed run runs again); returns the new run's id.
+#[server(endpoint = "nrllm_run_retry")]
+pub async fn nrllm_run_retry(run_id: String) -> Result<String, AppError> {
+    use crate::server::{current_operator, state, wants_html};
+    let state = state()?;
+    ssr::accepting(&state)?;
+    let id = ssr::parse_run_id(&run_id)?;
+    let run = state.runs.retry(id, &current_operator()).await?;
+    let new_id = ssr::drive_in_background(&state, run);
+    if wants_html() {
+        leptos_axum::redirect(&format!("/runs/{new_id}"));
+    }
+    Ok(new_id)
 }
 
 /// What the playground form offers: configurations, tools, example prompts.
@@ -368,8 +394,32 @@ mod ssr {
     /// More tool names than any registry holds.
     pub const MAX_TOOLS: usize = 200;
 
+    /// Drives a new run as a tracked task (a shutdown waits for it); the run's id.
+    pub fn drive_in_background(state: &AppState, run: nrllm_core::store::RunRecord) -> String {
+        let id = run.id.to_string();
+        let runs = state.runs.clone();
+        state.tasks.spawn(async move {
+            if let Err(err) = runs.drive(run).await {
+                tracing::error!(%err, "driving a run failed");
+            }
+        });
+        id
+    }
+
+    /// Refuses work while the server is shutting down.
+    pub fn accepting(state: &AppState) -> Result<(), AppError> {
+        if state.shutdown.is_cancelled() {
+            return Err(AppError::Unavailable(
+                "The server is shutting down and takes no new runs or decisions now; try again \
+                 in a moment."
+                    .to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Refuses `text` in `field` if it is longer than `max` characters.
-    fn at_most(field: &str, text: Option<&str>, max: usize) -> Result<(), AppError> {
+    pub fn at_most(field: &str, text: Option<&str>, max: usize) -> Result<(), AppError> {
         match text {
             Some(text) if text.chars().count() > max => Err(AppError::invalid(
                 field,
@@ -484,6 +534,7 @@ mod ssr {
             let skills = parse_skills(self.skills.as_deref().unwrap_or_default())?;
             let defaults = state.configurations.defaults(&chosen.name);
             Ok(RunConfiguration {
+                continues: None,
                 provider: chosen.name.clone(),
                 model: chosen.model.clone(),
                 prompt,
@@ -583,6 +634,11 @@ mod ssr {
                 call.reason.as_deref(),
                 MAX_REASON_CHARS,
             )?;
+            at_most(
+                &format!("calls[{i}].result"),
+                call.result.as_deref(),
+                MAX_EDIT_CHARS,
+            )?;
         }
         Ok(Submission {
             action,
@@ -594,6 +650,7 @@ mod ssr {
                     choice: call.choice,
                     arguments: call.arguments,
                     reason: call.reason,
+                    result: call.result,
                 })
                 .collect(),
             acknowledge_discard,
@@ -623,6 +680,7 @@ mod ssr {
                 choice: None,
                 arguments: Some(arguments),
                 reason: Some(reason),
+                result: None,
             };
             let err = submission(
                 "approve_all",
@@ -663,6 +721,7 @@ mod ssr {
                 choice: Some("deny".into()),
                 arguments: None,
                 reason: Some("no".into()),
+                result: None,
             };
             let ok = submission("per_call", Some("all".into()), vec![call], true).unwrap();
             assert_eq!(ok.action, Action::PerCall);

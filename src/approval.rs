@@ -10,7 +10,7 @@ use crate::api::{CallForm, NrllmToolResume};
 use crate::components::{TextArea, BUTTON_APPROVE, BUTTON_DENY, BUTTON_PRIMARY, INPUT};
 use crate::field;
 use crate::forms::{action, list_field};
-use crate::model::{PendingCallView, PreviewView, RunView};
+use crate::model::{CallState, PendingCallView, PreviewView, RunView};
 
 /// The effect of one call: a diff, a text, or why there is none.
 #[component]
@@ -87,26 +87,62 @@ fn PendingCall(prefix: String, index: usize, call: PendingCallView) -> impl Into
             </div>
             <pre class="mt-2 overflow-auto whitespace-pre-wrap rounded bg-slate-50 p-2 text-xs dark:bg-slate-950" data-testid="call-arguments">{call.arguments.clone()}</pre>
             {call.preview.clone().map(|preview| view! { <Preview preview /> })}
-            <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
-                <legend class="sr-only">{format!("Decision for {}", call.tool)}</legend>
-                <label class="flex items-center gap-1">
-                    <input type="radio" name=name(field!(CallForm, choice)) value="approve" checked=true id=id("approve") />" Approve"
-                </label>
-                <label class="flex items-center gap-1">
-                    <input type="radio" name=name(field!(CallForm, choice)) value="deny" id=id("deny") />" Deny"
-                </label>
-            </fieldset>
-            <div class="mt-2 grid gap-2 sm:grid-cols-2">
-                <div>
-                    <label for=id("arguments") class="text-xs font-medium">"Arguments it runs with (edit to change them)"</label>
-                    <TextArea id=id("arguments") name=name(field!(CallForm, arguments)) rows=4 class=format!("{INPUT} font-mono text-xs")
-                        value=call.arguments.clone() maxlength=crate::model::MAX_EDIT_CHARS />
-                </div>
-                <div>
-                    <label for=id("reason") class="text-xs font-medium">"Reason if denied (the model reads it)"</label>
-                    <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
-                </div>
-            </div>
+            {match call.state.clone() {
+                CallState::Pending => view! {
+                    <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
+                        <legend class="sr-only">{format!("Decision for {}", call.tool)}</legend>
+                        <label class="flex items-center gap-1">
+                            <input type="radio" name=name(field!(CallForm, choice)) value="approve" checked=true id=id("approve") />" Approve"
+                        </label>
+                        <label class="flex items-center gap-1">
+                            <input type="radio" name=name(field!(CallForm, choice)) value="deny" id=id("deny") />" Deny"
+                        </label>
+                    </fieldset>
+                    <div class="mt-2 grid gap-2 sm:grid-cols-2">
+                        <div>
+                            <label for=id("arguments") class="text-xs font-medium">"Arguments it runs with (edit to change them)"</label>
+                            <TextArea id=id("arguments") name=name(field!(CallForm, arguments)) rows=4 class=format!("{INPUT} font-mono text-xs")
+                                value=call.arguments.clone() maxlength=crate::model::MAX_EDIT_CHARS />
+                        </div>
+                        <div>
+                            <label for=id("reason") class="text-xs font-medium">"Reason if denied (the model reads it)"</label>
+                            <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
+                        </div>
+                    </div>
+                }.into_any(),
+                CallState::Answered { result } => view! {
+                    <input type="hidden" name=name(field!(CallForm, choice)) value="approve" />
+                    <p class="mt-2 text-sm" data-testid="call-answered">"It ran before the server restarted; its journaled result is used and it does not run again:"</p>
+                    <pre class="mt-1 whitespace-pre-wrap rounded bg-slate-50 p-2 text-xs dark:bg-slate-950">{result}</pre>
+                }.into_any(),
+                CallState::OutcomeUnknown { dispatched_at, effect_key } => view! {
+                    <p class="mt-2 rounded border border-rose-300 bg-rose-50 p-2 text-sm text-rose-900 dark:border-rose-800 dark:bg-rose-950 dark:text-rose-100" data-testid="outcome-unknown">
+                        {format!("Outcome unknown: this call was dispatched at {dispatched_at} (effect key {effect_key}), then the server stopped before its result was recorded. It may or may not have taken effect — check its target, then choose.")}
+                    </p>
+                    <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
+                        <legend class="sr-only">{format!("Decision for {}", call.tool)}</legend>
+                        <label class="flex items-center gap-1">
+                            <input type="radio" name=name(field!(CallForm, choice)) value="approve" checked=true id=id("again") />" Run it again (same effect key)"
+                        </label>
+                        <label class="flex items-center gap-1">
+                            <input type="radio" name=name(field!(CallForm, choice)) value="respond" id=id("respond") />" Record what happened"
+                        </label>
+                        <label class="flex items-center gap-1">
+                            <input type="radio" name=name(field!(CallForm, choice)) value="failed" id=id("failed") />" Tell the model it failed"
+                        </label>
+                    </fieldset>
+                    <div class="mt-2 grid gap-2 sm:grid-cols-2">
+                        <div>
+                            <label for=id("result") class="text-xs font-medium">"What happened (the model reads it, with “Record what happened”)"</label>
+                            <TextArea id=id("result") name=name(field!(CallForm, result)) rows=3 class=INPUT maxlength=crate::model::MAX_EDIT_CHARS />
+                        </div>
+                        <div>
+                            <label for=id("reason") class="text-xs font-medium">"Note (the model reads it, with “Tell the model it failed”)"</label>
+                            <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
+                        </div>
+                    </div>
+                }.into_any(),
+            }}
         </li>
     }
 }

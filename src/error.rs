@@ -27,6 +27,9 @@ pub enum AppError {
     /// The request or response could not be carried (network, encoding).
     #[error("The request could not be completed: {0}")]
     Transport(String),
+    /// The server cannot take this now (it is shutting down); try again shortly.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl AppError {
@@ -61,6 +64,7 @@ impl AppError {
             AppError::Conflict(_) => http::StatusCode::CONFLICT,
             AppError::Internal => http::StatusCode::INTERNAL_SERVER_ERROR,
             AppError::Transport(_) => http::StatusCode::BAD_GATEWAY,
+            AppError::Unavailable(_) => http::StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -111,7 +115,7 @@ impl FromServerFnError for AppError {
 #[cfg(feature = "ssr")]
 mod from_runtime {
     use nrllm_core::decision::DecisionError;
-    use nrllm_core::service::{ResumeError, ServiceError};
+    use nrllm_core::service::{ResumeError, RetryError, ServiceError};
     use nrllm_core::store::StoreError;
 
     use super::AppError;
@@ -123,6 +127,7 @@ mod from_runtime {
                 ResumeError::NotWaiting(_)
                 | ResumeError::Stale
                 | ResumeError::TargetChanged(_)
+                | ResumeError::NewerVersion(_)
                 | ResumeError::StateCorrupted => AppError::Conflict(err.to_string()),
                 ResumeError::InvalidDecision(DecisionError::EditNotJson {
                     call_id,
@@ -153,6 +158,18 @@ mod from_runtime {
         }
     }
 
+    impl From<RetryError> for AppError {
+        fn from(err: RetryError) -> AppError {
+            match err {
+                RetryError::NotFound(id) => AppError::NotFound(format!("There is no run {id}.")),
+                RetryError::NotRetryable(_) | RetryError::NoJournal => {
+                    AppError::Conflict(err.to_string())
+                }
+                RetryError::Service(service) => AppError::from(service),
+            }
+        }
+    }
+
     impl From<ServiceError> for AppError {
         fn from(err: ServiceError) -> AppError {
             match err {
@@ -175,5 +192,21 @@ mod from_runtime {
                 other => AppError::internal("the run store failed", other),
             }
         }
+    }
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::AppError;
+    use nrllm_core::service::ResumeError;
+
+    #[test]
+    fn a_state_from_a_newer_server_is_a_conflict_that_says_so() {
+        let err = AppError::from(ResumeError::NewerVersion(99));
+        assert_eq!(err.status(), http::StatusCode::CONFLICT);
+        assert!(
+            err.to_string().contains("saved by a newer version"),
+            "{err}"
+        );
     }
 }

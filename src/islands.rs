@@ -188,10 +188,15 @@ mod guard {
             let reason_typed = !input_value(&call, "input[name$='[reason]']")
                 .trim()
                 .is_empty();
+            let choice = input_value(&call, "input[type=radio]:checked");
+            if action == "per_call" && (choice == "respond" || choice == "failed") {
+                // The call is answered without running; its text fields are what it uses.
+                continue;
+            }
             let denied = match action {
                 "deny_all" => true,
                 "approve_all" => false,
-                _ => input_value(&call, "input[type=radio]:checked") == "deny",
+                _ => choice == "deny",
             };
             any_denied |= denied;
             if denied && edited {

@@ -89,6 +89,7 @@ async fn serve() -> Result<(), String> {
     use nrllm_playground::server::{retention, routes, AppState};
 
     let settings = load_settings()?;
+    install_failpoint();
 
     let conf = get_configuration(None).map_err(|err| format!("Leptos configuration: {err}"))?;
     let mut leptos_options = conf.leptos_options;
@@ -98,7 +99,7 @@ async fn serve() -> Result<(), String> {
     let state = AppState::open(leptos_options, db, &settings).await?;
     retention::spawn_hourly(state.store.clone(), settings.clone());
 
-    let app = routes::router(state, &settings);
+    let app = routes::router(state.clone(), &settings);
 
     let listener = tokio::net::TcpListener::bind(settings.site_addr)
         .await
@@ -109,9 +110,80 @@ async fn serve() -> Result<(), String> {
             )
         })?;
     tracing::info!("listening on http://{}", settings.site_addr);
-    axum::serve(listener, app.into_make_service())
+    let shutdown = state.shutdown.clone();
+    let served = axum::serve(listener, app.into_make_service())
+        .with_graceful_shutdown(async move {
+            stop_signal().await;
+            tracing::info!("stopping: no new runs or decisions; live streams end");
+            shutdown.cancel();
+        })
         .await
-        .map_err(|err| format!("server stopped: {err}"))
+        .map_err(|err| format!("server stopped: {err}"));
+    // Let running segments reach their next journaled step; a run still mid-step is recovered
+    // at the next start.
+    state.tasks.close();
+    let grace = std::time::Duration::from_secs(u64::from(settings.shutdown_grace_secs));
+    if tokio::time::timeout(grace, state.tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            runs = state.tasks.len(),
+            "runs still running after the grace period; they go on at the next start"
+        );
+    }
+    served
+}
+
+/// SIGTERM or Ctrl-C (SIGINT).
+#[cfg(feature = "ssr")]
+async fn stop_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::error!(%err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}
+
+/// With `NRLLM_FAILPOINT=<point>` (crash tests only), the process stops the first time a run
+/// reaches that point — `<point>@<n>`: the n-th time — says so on stderr, and never goes on, so
+/// that a harness can kill it there with SIGKILL.
+#[cfg(feature = "ssr")]
+fn install_failpoint() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let Ok(wanted) = std::env::var("NRLLM_FAILPOINT") else {
+        return;
+    };
+    let (point, nth) = match wanted.split_once('@') {
+        Some((point, n)) => (point.to_owned(), n.parse::<usize>().unwrap_or(1).max(1)),
+        None => (wanted.clone(), 1),
+    };
+    tracing::warn!(%point, nth, "failpoint armed: the process will stop there");
+    let seen = AtomicUsize::new(0);
+    nrllm_core::failpoint::install(move |reached| {
+        if reached == point && seen.fetch_add(1, Ordering::SeqCst) + 1 == nth {
+            eprintln!("failpoint reached: {reached}");
+            loop {
+                std::thread::park();
+            }
+        }
+    });
 }
 
 #[cfg(not(feature = "ssr"))]

@@ -85,6 +85,25 @@ pub struct PendingCallView {
     /// This call's tool requires approval (the others are held with it).
     pub gated: bool,
     pub preview: Option<PreviewView>,
+    /// Where the call stands: waiting for its decision, or found after a restart.
+    pub state: CallState,
+}
+
+/// Where a pending call stands.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum CallState {
+    /// Waiting for its decision.
+    #[default]
+    Pending,
+    /// It was dispatched before a restart and nothing says whether it took effect: run it again
+    /// (same effect key), record what happened, or tell the model it failed.
+    OutcomeUnknown {
+        /// `2026-11-30 06:41:29 UTC`.
+        dispatched_at: String,
+        effect_key: String,
+    },
+    /// It ran before a restart and its result is journaled: it is not run again.
+    Answered { result: String },
 }
 
 /// One row of the step list: what happened, in one line. Its detail is a [`StepDetail`].

@@ -36,6 +36,11 @@ pub struct Settings {
     pub stream_limit_per_run: u32,
     /// Live step streams the server keeps open at once, over all runs (more: 503).
     pub stream_limit_total: u32,
+    /// Where the demo's `export_page` tool writes pages.
+    pub export_dir: PathBuf,
+    /// On SIGTERM or Ctrl-C, how long running segments may take to reach their next journaled
+    /// step before the server exits anyway.
+    pub shutdown_grace_secs: u32,
     /// Real model configurations (`[[configurations]]`); the demo model is always there too.
     pub configurations: Vec<ModelConfiguration>,
 }
@@ -120,6 +125,8 @@ impl Default for Settings {
             max_body_bytes: 1024 * 1024,
             stream_limit_per_run: 50,
             stream_limit_total: 1000,
+            export_dir: PathBuf::from("data/exports"),
+            shutdown_grace_secs: 10,
             configurations: Vec::new(),
         }
     }
@@ -156,6 +163,8 @@ struct SettingsFile {
     max_body_bytes: Option<i64>,
     stream_limit_per_run: Option<i64>,
     stream_limit_total: Option<i64>,
+    export_dir: Option<String>,
+    shutdown_grace_secs: Option<i64>,
     configurations: Option<Vec<ModelConfiguration>>,
 }
 
@@ -317,6 +326,25 @@ impl Settings {
             1..=100_000,
             "streams",
         )?;
+        let shutdown_grace_secs = number(
+            "shutdown_grace_secs",
+            "NRLLM_SHUTDOWN_GRACE_SECS",
+            file.shutdown_grace_secs,
+            defaults.shutdown_grace_secs,
+            0..=600,
+            "seconds",
+        )?;
+        let export_dir = match pick("NRLLM_EXPORT_DIR", file.export_dir) {
+            Some((value, source_name)) if value.is_empty() => {
+                return Err(SettingsError::Invalid {
+                    setting: "export_dir",
+                    source_name,
+                    message: "give a folder".to_owned(),
+                })
+            }
+            Some((value, _)) => PathBuf::from(value),
+            None => defaults.export_dir,
+        };
         let configurations = file.configurations.unwrap_or_default();
         let invalid = |message: String| SettingsError::Invalid {
             setting: "configurations",
@@ -380,6 +408,8 @@ impl Settings {
             max_body_bytes,
             stream_limit_per_run,
             stream_limit_total,
+            export_dir,
+            shutdown_grace_secs,
             configurations: configurations_out,
         })
     }

@@ -62,6 +62,7 @@ async fn purge_deletes_runs_past_the_retention_windows() {
     let day = 24 * 60 * 60 * 1000;
     let now = nrllm_core::clock::now_ms();
     let configuration = RunConfiguration {
+        continues: None,
         provider: "demo".into(),
         model: "demo-1".into(),
         prompt: "hi".into(),

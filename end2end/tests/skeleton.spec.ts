@@ -14,7 +14,7 @@ test.describe("with JavaScript", () => {
     const configurations = page.getByTestId("system-configuration");
     await expect(configurations.filter({ hasText: "demo (demo-1)" })).toContainText("available");
     await expect(configurations.filter({ hasText: "hostile (hostile-1)" })).toContainText("available");
-    await expect(page.getByTestId("system-tools")).toContainText(/Tools: \d+ of 15 enabled/);
+    await expect(page.getByTestId("system-tools")).toContainText(/Tools: \d+ of 16 enabled/);
   });
 
   test("the compiled Tailwind classes are served", async ({ page }) => {

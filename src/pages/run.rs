@@ -8,10 +8,11 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
-use crate::api::{nrllm_run_get, NrllmRunCancel};
+use crate::api::{nrllm_run_get, NrllmRunCancel, NrllmRunRetry};
 use crate::approval::ApprovalPanel;
 use crate::components::{
-    duration_text, page_title, url_error, ErrorBanner, StatusBadge, BUTTON_SECONDARY,
+    duration_text, page_title, url_error, ErrorBanner, StatusBadge, BUTTON_PRIMARY,
+    BUTTON_SECONDARY, INPUT,
 };
 use crate::error::AppError;
 use crate::field;
@@ -59,6 +60,8 @@ fn RunDetail(run: RunView) -> impl IntoView {
     let live = running && run.latest;
     let waiting = summary.status == RunStatus::WaitingForApproval;
     let cancellable = RunStatus::CANCELLABLE.contains(&summary.status);
+    // A provider failure is retried from the journal: the model is asked again, no tool re-runs.
+    let retryable = summary.termination_reason.as_deref() == Some("provider_failed");
     let id = summary.id.clone();
     let selected = run.detail.as_ref().map(|d| d.step.sequence);
     let rows = run
@@ -95,6 +98,15 @@ fn RunDetail(run: RunView) -> impl IntoView {
             <section role="alert" class="mt-4 rounded-lg border border-rose-200 bg-rose-50 p-4 dark:border-rose-900 dark:bg-rose-950">
                 <h2 class="text-sm font-semibold">"The run failed"</h2>
                 <p class="mt-1" data-testid="run-error">{message}</p>
+                {retryable.then(|| view! {
+                    <form method="post" action={action::<NrllmRunRetry>()} class="mt-3 flex items-center gap-3">
+                        <input type="hidden" name=field!(NrllmRunRetry, run_id) value=summary.id.clone() />
+                        <button type="submit" class=BUTTON_PRIMARY data-testid="retry">"Retry"</button>
+                        <span class="text-sm text-slate-600 dark:text-slate-400">
+                            "Starts a new run that asks the model again from this run's journal; no tool of this run runs again."
+                        </span>
+                    </form>
+                })}
             </section>
         })}
         <div class="mt-4 grid gap-4 lg:grid-cols-2">
@@ -116,8 +128,12 @@ fn RunDetail(run: RunView) -> impl IntoView {
             <StepDetailPane run_id=summary.id.clone() detail=run.detail.clone() />
         </div>
         {cancellable.then(|| view! {
-            <form method="post" action={action::<NrllmRunCancel>()} class="mt-4">
+            <form method="post" action={action::<NrllmRunCancel>()} class="mt-4 flex flex-wrap items-end gap-3">
                 <input type="hidden" name=field!(NrllmRunCancel, run_id) value=summary.id.clone() />
+                <label class="text-sm">
+                    "Why (optional, kept in the steps)"
+                    <input type="text" name=field!(NrllmRunCancel, reason) maxlength=crate::model::MAX_REASON_CHARS class=INPUT data-testid="cancel-reason" />
+                </label>
                 <button type="submit" class=BUTTON_SECONDARY>"Cancel this run"</button>
             </form>
         })}

@@ -224,6 +224,7 @@ mod tests {
         assert!(views[3].available, "{:?}", views[3].reason);
 
         let run = |provider: &str| RunConfiguration {
+            continues: None,
             provider: provider.into(),
             model: "m-1".into(),
             prompt: "p".into(),

@@ -354,7 +354,11 @@ pub async fn run_events(
         .unwrap_or(0);
     match event_stream(state.store.as_ref(), &state.live, id, after).await {
         Ok(stream) => {
-            let stream = stream.map(Ok::<_, Infallible>);
+            // A stopping server ends its streams, so its graceful shutdown is not held open by
+            // them; the pages reconnect to the next instance (or refresh).
+            let stream = stream
+                .take_until(state.shutdown.clone().cancelled_owned())
+                .map(Ok::<_, Infallible>);
             Sse::new(stream)
                 .keep_alive(KeepAlive::default())
                 .into_response()
@@ -395,6 +399,7 @@ mod tests {
         let run = NewRun {
             id: Uuid::now_v7(),
             configuration: RunConfiguration {
+                continues: None,
                 provider: "demo".into(),
                 model: "demo-1".into(),
                 prompt: "p".into(),

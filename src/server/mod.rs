@@ -22,10 +22,12 @@ use nrllm_core::registry::ToolRegistry;
 use nrllm_core::service::RunService;
 use nrllm_core::store::RunStore;
 use nrllm_demo::site::SiteStore;
-use nrllm_demo::tools::builtin_registry;
+use nrllm_demo::tools::{builtin_registry, ExportPage};
 use nrllm_store::db::Database;
 use nrllm_store::tool_settings::ToolSettingsStore;
 use nrllm_store::SqlRunStore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::settings::Settings;
 use configurations::Configurations;
@@ -44,6 +46,11 @@ pub struct AppState {
     pub tool_settings: ToolSettingsStore,
     pub live: Arc<LiveHub>,
     pub configurations: Arc<Configurations>,
+    /// Every run segment the server drives in the background, so a shutdown can wait for them.
+    pub tasks: TaskTracker,
+    /// Cancelled when the server is shutting down: no new runs or decisions are taken, and live
+    /// streams end.
+    pub shutdown: CancellationToken,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -66,16 +73,11 @@ impl AppState {
             .await
             .map_err(|err| format!("cannot seed the demo site: {err}"))?;
         let store: Arc<dyn RunStore> = Arc::new(SqlRunStore::new(db.clone()));
-        let interrupted = recovery::mark_interrupted_runs(store.as_ref(), db.backend())
-            .await
-            .map_err(|err| format!("cannot check for runs cut off by the last stop: {err}"))?;
-        if interrupted > 0 {
-            tracing::warn!(
-                runs = interrupted,
-                "runs still running when the server last stopped are marked interrupted"
-            );
-        }
-        let registry = Arc::new(builtin_registry(site.clone(), Arc::clone(&store)));
+        let mut registry = builtin_registry(site.clone(), Arc::clone(&store));
+        registry
+            .register(ExportPage::new(site.clone(), &settings.export_dir))
+            .map_err(|err| format!("cannot register the export tool: {err}"))?;
+        let registry = Arc::new(registry);
         let tool_settings = ToolSettingsStore::new(db.clone());
         tool_settings
             .load_into(&registry)
@@ -92,6 +94,10 @@ impl AppState {
         let runs = Arc::new(
             RunService::new(Arc::clone(&store), configurations.clone()).with_listener(live.clone()),
         );
+        let tasks = TaskTracker::new();
+        recovery::recover_cut_off_runs(&store, &runs, db.backend(), &tasks)
+            .await
+            .map_err(|err| format!("cannot recover the runs the last stop cut off: {err}"))?;
         Ok(AppState {
             leptos_options,
             db,
@@ -102,6 +108,8 @@ impl AppState {
             tool_settings,
             live,
             configurations,
+            tasks,
+            shutdown: CancellationToken::new(),
         })
     }
 }

@@ -1,71 +1,52 @@
 //! What the server does at start about runs the last stop cut off.
 //!
 //! With the embedded SQLite database this process is the only instance, so a run still `running`
-//! can only be one that was running when the server stopped (crash, kill, restart): it is ended as
-//! failed / `interrupted`, with a summary that says what that means. On Postgres several
+//! can only be one that was running when the server stopped (crash, kill, restart). Each goes on
+//! from its last journaled step ([`RunService::recover`]): a run that never suspended asks the
+//! model again; one cut off after a decision carries the decision out again without applying any
+//! effect twice, or waits for an operator where a call's outcome is unknown. On Postgres several
 //! instances may share the database and a `running` run may be alive in another one; telling
 //! those apart needs leases, so nothing is touched there.
 
-use nrllm_core::clock::now_ms;
-use nrllm_core::store::RunStore;
+use std::sync::Arc;
+
+use nrllm_core::service::RunService;
+use nrllm_core::store::{RunFilter, RunStatus, RunStore, StoreError};
 use nrllm_store::db::Backend;
+use tokio_util::task::TaskTracker;
 
-/// What an operator reads on a run that the last stop of the server cut off.
-pub const INTERRUPTED_SUMMARY: &str = "The server stopped while this run was running, so it ended \
-here. Steps after the last saved one are lost, and a tool approved just before the stop may or may \
-not have run: check its target before you run the prompt again.";
-
-/// Ends the runs that the last stop cut off (see the module); how many.
-pub async fn mark_interrupted_runs(store: &dyn RunStore, backend: Backend) -> Result<u64, String> {
-    match backend {
-        Backend::Sqlite => store
-            .interrupt_running(INTERRUPTED_SUMMARY, now_ms())
-            .await
-            .map_err(|err| err.to_string()),
-        Backend::Postgres => Ok(0),
+/// Starts the recovery of every run the last stop cut off (see the module), each as a tracked
+/// task; how many.
+pub async fn recover_cut_off_runs(
+    store: &Arc<dyn RunStore>,
+    runs: &Arc<RunService>,
+    backend: Backend,
+    tasks: &TaskTracker,
+) -> Result<usize, StoreError> {
+    if backend == Backend::Postgres {
+        return Ok(0);
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use nrllm_core::store::{NewRun, RunConfiguration, RunStatus};
-    use nrllm_store::db::Database;
-    use nrllm_store::SqlRunStore;
-
-    #[tokio::test]
-    async fn at_start_runs_cut_off_are_explained_on_sqlite_and_left_alone_on_postgres() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite:{}/runs.db", dir.path().display());
-        let db = Database::connect(&url).await.unwrap();
-        let store = SqlRunStore::new(db.clone());
-        let new_run = || NewRun {
-            id: uuid::Uuid::new_v4(),
-            configuration: RunConfiguration {
-                provider: "demo".into(),
-                model: "demo-1".into(),
-                prompt: "p".into(),
-                system_prompt: None,
-                skills: Vec::new(),
-                settings: Default::default(),
-            },
-            requested_by: "operator".into(),
-        };
-        let first = store.create(&new_run(), now_ms()).await.unwrap();
-        // Another instance may be running it: with Postgres nothing is touched.
-        assert_eq!(
-            mark_interrupted_runs(&store, Backend::Postgres).await,
-            Ok(0)
-        );
-        assert_eq!(
-            store.get(first.id).await.unwrap().unwrap().status,
-            RunStatus::Running
-        );
-        assert_eq!(mark_interrupted_runs(&store, db.backend()).await, Ok(1));
-        let run = store.get(first.id).await.unwrap().unwrap();
-        assert_eq!(run.status, RunStatus::Failed);
-        assert_eq!(run.error_summary.as_deref(), Some(INTERRUPTED_SUMMARY));
-        // Started again, nothing is left to mark.
-        assert_eq!(mark_interrupted_runs(&store, db.backend()).await, Ok(0));
+    let cut_off = store
+        .list(&RunFilter {
+            status: Some(RunStatus::Running),
+            created_before_ms: None,
+            limit: 500,
+        })
+        .await?;
+    for run in &cut_off {
+        let (runs, id) = (Arc::clone(runs), run.id);
+        tasks.spawn(async move {
+            match runs.recover(id).await {
+                Ok(run) => tracing::info!(run_id = %id, status = %run.status, "recovered a run the last stop cut off"),
+                Err(err) => tracing::error!(run_id = %id, %err, "recovering a run failed"),
+            }
+        });
     }
+    if !cut_off.is_empty() {
+        tracing::warn!(
+            runs = cut_off.len(),
+            "runs the last stop cut off go on from their last journaled step"
+        );
+    }
+    Ok(cut_off.len())
 }

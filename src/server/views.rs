@@ -13,7 +13,8 @@ use nrllm_core::{Choice, SuspendedState};
 
 use super::diff;
 use crate::model::{
-    PendingCallView, PreviewView, RunSummary, RunView, StepDetail, StepTab, StepView, STEP_WINDOW,
+    CallState, PendingCallView, PreviewView, RunSummary, RunView, StepDetail, StepTab, StepView,
+    STEP_WINDOW,
 };
 
 fn pretty(value: &impl serde::Serialize) -> String {
@@ -188,6 +189,7 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
             name,
             executed,
             on_resume,
+            note,
             ..
         } => {
             let outcome = event.tool_outcome().unwrap_or_default();
@@ -199,12 +201,15 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
                 (ToolOutcome::Ok, true) => "ok",
             };
             format!(
-                "{name}: {outcome}{}",
+                "{name}: {outcome}{}{}",
                 if *on_resume {
                     " (after the decision)"
                 } else {
                     ""
-                }
+                },
+                note.as_deref()
+                    .map(|note| format!(" — {note}"))
+                    .unwrap_or_default()
             )
         }
         Event::ApprovalRequested { calls, gated, .. } => format!(
@@ -223,6 +228,29 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
                 .collect();
             format!("decided by {decided_by}: {}", list.join(", "))
         }
+        Event::Recovered { resumes_at } => format!("recovered after a restart: {resumes_at}"),
+        Event::OutcomeUnknown { calls, .. } => {
+            view.ok = false;
+            format!(
+                "outcome unknown after a restart: {} — waiting for an operator",
+                calls
+                    .iter()
+                    .map(|c| c.tool.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+        Event::Cancelled { by, reason } => match reason {
+            Some(reason) => format!("cancelled by {by}: {reason}"),
+            None => format!("cancelled by {by}"),
+        },
+        Event::Ended {
+            reason,
+            explanation,
+        } => {
+            view.ok = false;
+            format!("ended ({reason}): {explanation}")
+        }
     };
     view
 }
@@ -236,6 +264,8 @@ fn choice_words(choice: &Choice) -> String {
             reason: Some(reason),
         } => format!("denied (\"{reason}\")"),
         Choice::Deny { reason: None } => "denied".to_owned(),
+        Choice::Respond { .. } => "answered by the operator (not run)".to_owned(),
+        Choice::Failed { .. } => "reported failed by the operator (not run)".to_owned(),
     }
 }
 
@@ -313,7 +343,13 @@ pub fn detail_tabs<'a>(
                 .join("\n");
             tabs.push(tab("result", "Decision", text));
         }
-        Event::Assembled { .. } | Event::ProviderRetry { .. } | Event::LlmFailed { .. } => {}
+        Event::Assembled { .. }
+        | Event::ProviderRetry { .. }
+        | Event::LlmFailed { .. }
+        | Event::Recovered { .. }
+        | Event::OutcomeUnknown { .. }
+        | Event::Cancelled { .. }
+        | Event::Ended { .. } => {}
     }
     tabs.push(tab("raw", "Raw", pretty(event)));
     tabs
@@ -397,6 +433,19 @@ pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView
             tool: call.name.clone(),
             arguments: pretty_arguments(&call.arguments),
             gated: preview.gated,
+            state: match (
+                pending.state.unknown.iter().find(|u| u.call_id == call.id),
+                pending.state.answered.iter().find(|a| a.call_id == call.id),
+            ) {
+                (_, Some(answered)) => CallState::Answered {
+                    result: answered.result.clone(),
+                },
+                (Some(unknown), None) => CallState::OutcomeUnknown {
+                    dispatched_at: format_utc(unknown.dispatched_at_ms),
+                    effect_key: unknown.effect_key.clone(),
+                },
+                (None, None) => CallState::Pending,
+            },
             preview: match &preview.outcome {
                 PreviewOutcome::None => None,
                 PreviewOutcome::Unavailable(reason) => Some(PreviewView::Unavailable {
@@ -487,6 +536,7 @@ mod tests {
             decided_by: None,
             decided_at_ms: None,
             decision: None,
+            decision_record: None,
             version: 1,
             last_sequence,
             created_at_ms: 0,

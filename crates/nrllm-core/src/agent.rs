@@ -16,12 +16,12 @@ use crate::assembly::{assemble, Skill};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{refusal_text, Choice, Decision, DecisionError};
 use crate::events::{CallChoice, Event, EventSink};
+use crate::failpoint;
+use crate::machine::{Answer, Ask, CallPlan, Machine, Next};
 use crate::preview::{preview_pending, CallPreview};
-use crate::provider::{
-    ChatRequest, ChatResponse, Provider, ProviderError, RetryNotice, ToolChoice,
-};
+use crate::provider::{ChatResponse, Provider, ProviderError, RetryNotice, ToolChoice};
 use crate::registry::{Gate, ToolRegistry};
-use crate::state::{Counters, RunSettings, StateError, SuspendedState, STATE_SCHEMA_VERSION};
+use crate::state::{Counters, RunSettings, StateError, SuspendedState};
 use crate::tool::{ToolContext, ToolError};
 use crate::transcript::{Message, ToolCall, ToolOutcome};
 
@@ -36,6 +36,9 @@ pub struct RunInput {
     /// The user's messages (usually one).
     pub messages: Vec<Message>,
     pub settings: RunSettings,
+    /// A transcript to go on from instead of assembling one (a run that continues another run's
+    /// journal): the next step asks the model with it.
+    pub transcript: Option<Vec<Message>>,
 }
 
 /// Who and what the loop is working for.
@@ -47,6 +50,11 @@ pub struct RunContext {
     /// On `resume`: the preview basis each call was approved against, by call id (the tool
     /// refuses to write if its target no longer has it).
     pub approved_bases: BTreeMap<String, String>,
+    /// On `resume`: the decision is journaled already (the run service writes it with the
+    /// claim), so the loop does not emit its step again.
+    pub decision_recorded: bool,
+    /// The segment is being recovered after a restart: calls run again say so in their step.
+    pub recovering: bool,
 }
 
 /// One tool call answered during this segment of the loop.
@@ -93,11 +101,15 @@ pub enum LoopError {
     /// The stored state cannot be resumed; nothing happened.
     #[error(transparent)]
     State(#[from] StateError),
-    /// The provider failed; `counters` are the run's totals up to the failure.
+    /// The provider failed; `counters` are the run's totals up to the failure, `transcript` the
+    /// messages the failed request sent, and `approved_ran` the tools that ran on the operator's
+    /// approval in this segment (their effects happened).
     #[error("the model provider failed: {error}")]
     Provider {
         error: ProviderError,
         counters: Counters,
+        transcript: Vec<Message>,
+        approved_ran: Vec<String>,
     },
 }
 
@@ -124,12 +136,28 @@ pub trait ToolLoopService: Send + Sync {
 
     /// Checks `decision` against `state` without doing anything (so a caller can refuse a bad
     /// decision before claiming the run).
-    fn check_decision(&self, state: &SuspendedState, decision: &Decision) -> Result<(), LoopError>;
+    fn check_decision(&self, state: &SuspendedState, decision: &Decision) -> Result<(), LoopError> {
+        self.resolve_decision(state, decision).map(|_| ())
+    }
+
+    /// The choice `decision` makes for each pending call of `state`, in call order, or why it
+    /// does not fit the turn (nothing happens either way).
+    fn resolve_decision(
+        &self,
+        state: &SuspendedState,
+        decision: &Decision,
+    ) -> Result<Vec<Choice>, LoopError>;
 
     /// The previews of the pending turn's gated calls, as the operator sees them. A loop whose
     /// tools have no previews need not say.
     async fn preview(&self, _state: &SuspendedState, _run_id: &str) -> Vec<CallPreview> {
         Vec::new()
+    }
+
+    /// Whether running `tool` again with the same effect key applies its effect at most once
+    /// (so a call cut off by a restart may simply run again). No, unless the tool says so.
+    fn idempotent_by_key(&self, _state: &SuspendedState, _tool: &str) -> bool {
+        false
     }
 }
 
@@ -160,125 +188,100 @@ impl ToolLoop {
         self.registry.gate(&settings.allow_list, settings.admin)
     }
 
-    /// Rounds until the model answers without tools, a turn needs approval, or the cap is hit.
-    /// `recorded` is how many messages of the transcript earlier `request` events hold already.
-    #[allow(clippy::too_many_arguments)]
+    /// Performs the machine's steps — asks the model, answers calls — until it finishes or
+    /// suspends. `next` is a step already decided (the pending turn, on resume).
     async fn drive(
         &self,
-        mut messages: Vec<Message>,
-        mut recorded: usize,
-        mut counters: Counters,
-        settings: RunSettings,
+        mut machine: Machine,
+        mut next: Option<Next>,
         ctx: &RunContext,
         sink: &dyn EventSink,
-        mut invocations: Vec<ToolInvocation>,
     ) -> Result<LoopOutcome, LoopError> {
+        let mut invocations = Vec::new();
+        // Tools that ran on the operator's approval in this segment (a later failure says so).
+        let mut approved_ran: Vec<String> = Vec::new();
         loop {
-            let capped = counters.iterations >= settings.max_rounds;
-            // The gate is taken fresh each round: a tool disabled meanwhile is no longer offered.
-            let gate = self.gate(&settings);
-            // The capped round still declares the tools (formats such as Anthropic's reject a
-            // transcript with tool calls but no tools) and forbids calling them.
-            let choice = if capped {
-                ToolChoice::Disabled
-            } else {
-                ToolChoice::Auto
+            let step = match next.take() {
+                Some(step) => step,
+                None => {
+                    // The gate is taken fresh each round: a tool disabled meanwhile is no longer
+                    // offered.
+                    let gate = self.gate(machine.settings());
+                    let ask = machine.ask(gate.specs());
+                    let response = match self.ask(&ask, sink).await {
+                        Ok(response) => response,
+                        Err(error) => {
+                            return Err(LoopError::Provider {
+                                error,
+                                counters: machine.counters(),
+                                transcript: machine.messages().to_vec(),
+                                approved_ran,
+                            })
+                        }
+                    };
+                    machine.answered(&ask, response, |call| gate.requires_approval(&call.name))
+                }
             };
-            counters.iterations += 1;
-            let round = counters.iterations;
-            let response = self
-                .ask(
+            match step {
+                Next::Run {
                     round,
-                    (&messages, recorded),
-                    (gate.specs(), choice),
-                    &settings,
-                    &mut counters,
-                    sink,
-                )
-                .await?;
-            recorded = messages.len();
-
-            if capped || response.tool_calls.is_empty() {
-                let content = response.content.unwrap_or_default();
-                // A model that calls tools in the tool-less round is answered by its text alone.
-                messages.push(Message::assistant_text(content.clone()));
-                return Ok(LoopOutcome::Completed(Completed {
-                    content,
-                    invocations,
-                    counters,
-                    truncated: capped,
-                    messages,
-                }));
-            }
-
-            let calls = response.tool_calls;
-            messages.push(Message::Assistant {
-                content: response.content,
-                tool_calls: calls.clone(),
-            });
-            // The whole turn is checked before any of its calls runs.
-            let gated: Vec<String> = calls
-                .iter()
-                .filter(|call| gate.requires_approval(&call.name))
-                .map(|call| call.id.clone())
-                .collect();
-            if !gated.is_empty() {
-                sink.emit(Event::ApprovalRequested {
-                    round,
-                    calls: calls.clone(),
-                    gated: gated.clone(),
-                });
-                return Ok(LoopOutcome::Suspended(SuspendedState {
-                    schema_version: STATE_SCHEMA_VERSION,
-                    messages,
-                    pending: calls,
-                    gated,
-                    counters,
-                    settings,
-                    recorded_messages: recorded,
-                }));
-            }
-            for call in &calls {
-                let invocation = self
-                    .answer(&gate, call, &Choice::Approve, round, false, ctx, sink)
-                    .await;
-                counters.tool_calls += 1;
-                messages.push(Message::tool_answer(
-                    &call.id,
-                    &invocation.result,
-                    invocation.outcome,
-                ));
-                invocations.push(invocation);
+                    calls,
+                    on_resume,
+                } => {
+                    let gate = self.gate(machine.settings());
+                    let mut answers = Vec::with_capacity(calls.len());
+                    for (call, plan) in &calls {
+                        let invocation = self
+                            .answer(&gate, call, plan, round, on_resume, ctx, sink)
+                            .await;
+                        if on_resume && invocation.executed {
+                            approved_ran.push(invocation.name.clone());
+                        }
+                        answers.push(Answer {
+                            call_id: invocation.call_id.clone(),
+                            result: invocation.result.clone(),
+                            outcome: invocation.outcome,
+                        });
+                        invocations.push(invocation);
+                    }
+                    machine.ran(answers);
+                    if on_resume {
+                        failpoint::reach("after_results_before_model");
+                    }
+                }
+                Next::Suspend(state) => {
+                    sink.emit(Event::ApprovalRequested {
+                        round: state.counters.iterations,
+                        calls: state.pending.clone(),
+                        gated: state.gated.clone(),
+                    });
+                    return Ok(LoopOutcome::Suspended(state));
+                }
+                Next::Finish(done) => {
+                    return Ok(LoopOutcome::Completed(Completed {
+                        content: done.content,
+                        invocations,
+                        counters: done.counters,
+                        truncated: done.truncated,
+                        messages: done.messages,
+                    }));
+                }
             }
         }
     }
 
     /// One provider request with its events.
-    async fn ask(
-        &self,
-        round: u32,
-        (messages, recorded): (&[Message], usize),
-        (tools, tool_choice): (Vec<crate::tool::ToolSpec>, ToolChoice),
-        settings: &RunSettings,
-        counters: &mut Counters,
-        sink: &dyn EventSink,
-    ) -> Result<ChatResponse, LoopError> {
-        let first = recorded.min(messages.len());
+    async fn ask(&self, ask: &Ask, sink: &dyn EventSink) -> Result<ChatResponse, ProviderError> {
+        let round = ask.round;
         sink.emit(Event::Request {
             round,
-            first: Some(first),
-            messages: messages[first..].to_vec(),
-            tools_offered: match tool_choice {
-                ToolChoice::Auto => tools.iter().map(|t| t.name.clone()).collect(),
+            first: Some(ask.first),
+            messages: ask.request.messages[ask.first..].to_vec(),
+            tools_offered: match ask.request.tool_choice {
+                ToolChoice::Auto => ask.request.tools.iter().map(|t| t.name.clone()).collect(),
                 ToolChoice::Disabled => Vec::new(),
             },
         });
-        let request = ChatRequest {
-            messages: messages.to_vec(),
-            tools,
-            tool_choice,
-            options: settings.model.clone(),
-        };
         let started = Instant::now();
         let on_retry = |notice: RetryNotice| {
             sink.emit(Event::ProviderRetry {
@@ -289,9 +292,9 @@ impl ToolLoop {
                 hint: notice.hint,
             })
         };
-        match self.provider.complete(&request, &on_retry).await {
+        failpoint::reach("during_model_call");
+        match self.provider.complete(&ask.request, &on_retry).await {
             Ok(response) => {
-                counters.usage += response.usage;
                 sink.emit(Event::Llm {
                     round,
                     content: response.content.clone(),
@@ -309,28 +312,43 @@ impl ToolLoop {
                     message: error.message.clone(),
                     duration_ms: elapsed_ms(started),
                 });
-                Err(LoopError::Provider {
-                    error,
-                    counters: *counters,
-                })
+                Err(error)
             }
         }
     }
 
-    /// Answers one call: runs the tool if the gate offers it (with `edited` arguments if given),
-    /// otherwise says why not. Never fails; failures become `Error:` results.
+    /// Answers one call as planned: runs the tool if the gate offers it (with edited arguments
+    /// if given), or answers without running it (denied, a result the operator wrote, a failure
+    /// the operator reports, a result journaled before a restart). Never fails: failures become
+    /// `Error:` results.
     #[allow(clippy::too_many_arguments)]
     async fn answer(
         &self,
         gate: &Gate,
         call: &ToolCall,
-        choice: &Choice,
+        plan: &CallPlan,
         round: u32,
         on_resume: bool,
         ctx: &RunContext,
         sink: &dyn EventSink,
     ) -> ToolInvocation {
         let started = Instant::now();
+        let choice = match plan {
+            CallPlan::Known(known) => {
+                return self.record(
+                    call,
+                    known.clone(),
+                    (
+                        round,
+                        on_resume,
+                        "its result was journaled before a restart",
+                    ),
+                    started,
+                    sink,
+                )
+            }
+            CallPlan::Decide(choice) => choice,
+        };
         let edited = match choice {
             Choice::ApproveEdited { arguments } => Some(arguments),
             _ => None,
@@ -338,6 +356,14 @@ impl ToolLoop {
         let (result, outcome, executed) = match (gate.tool(&call.name), choice) {
             (_, Choice::Deny { reason }) => {
                 (refusal_text(reason.as_deref()), ToolOutcome::Denied, false)
+            }
+            (_, Choice::Respond { result }) => (
+                format!("(The operator answered this call without running the tool.)\n{result}"),
+                ToolOutcome::Ok,
+                false,
+            ),
+            (_, Choice::Failed { note }) => {
+                (failed_text(note.as_deref()), ToolOutcome::Error, false)
             }
             (None, _) if on_resume => (
                 format!(
@@ -367,7 +393,13 @@ impl ToolLoop {
                     actor: ctx.actor.clone(),
                     call_id: call.id.clone(),
                     approved_basis: ctx.approved_bases.get(&call.id).cloned(),
+                    // An approved call's effect is keyed, so that running it again after a
+                    // restart applies nothing twice.
+                    effect_key: on_resume.then(|| effect_key(&ctx.run_id, round, &call.id)),
                 };
+                if on_resume {
+                    failpoint::reach("before_approved_tool");
+                }
                 let ran = match arguments {
                     Ok(arguments) => tool.execute(&arguments, &tool_ctx).await,
                     Err(err) => Err(err),
@@ -389,6 +421,8 @@ impl ToolLoop {
             }
             _ => result,
         };
+        let note = (ctx.recovering && executed && on_resume)
+            .then_some("run again with the same effect key after a restart");
         let invocation = ToolInvocation {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -398,19 +432,67 @@ impl ToolLoop {
             executed,
             duration_ms: elapsed_ms(started),
         };
-        sink.emit(Event::Tool {
-            round,
-            call_id: invocation.call_id.clone(),
-            name: invocation.name.clone(),
-            arguments: invocation.arguments.clone(),
-            result: invocation.result.clone(),
-            is_error: !outcome.is_ok(),
-            outcome: Some(outcome),
-            executed,
-            duration_ms: invocation.duration_ms,
-            on_resume,
-        });
+        emit_tool(sink, &invocation, round, on_resume, note);
         invocation
+    }
+
+    /// Answers a call with a result known already (nothing runs).
+    fn record(
+        &self,
+        call: &ToolCall,
+        known: Answer,
+        (round, on_resume, note): (u32, bool, &str),
+        started: Instant,
+        sink: &dyn EventSink,
+    ) -> ToolInvocation {
+        let invocation = ToolInvocation {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+            result: known.result,
+            outcome: known.outcome,
+            executed: true,
+            duration_ms: elapsed_ms(started),
+        };
+        emit_tool(sink, &invocation, round, on_resume, Some(note));
+        invocation
+    }
+}
+
+/// The `tool` step of an answered call.
+fn emit_tool(
+    sink: &dyn EventSink,
+    invocation: &ToolInvocation,
+    round: u32,
+    on_resume: bool,
+    note: Option<&str>,
+) {
+    sink.emit(Event::Tool {
+        round,
+        call_id: invocation.call_id.clone(),
+        name: invocation.name.clone(),
+        arguments: invocation.arguments.clone(),
+        result: invocation.result.clone(),
+        is_error: !invocation.outcome.is_ok(),
+        outcome: Some(invocation.outcome),
+        executed: invocation.executed,
+        duration_ms: invocation.duration_ms,
+        on_resume,
+        note: note.map(str::to_owned),
+    });
+}
+
+/// The key of an approved call's effect: the run, the round of its turn, the call. A tool uses it
+/// to apply its effect at most once, however often the call is run.
+pub fn effect_key(run_id: &str, round: u32, call_id: &str) -> String {
+    format!("{run_id}/{round}/{call_id}")
+}
+
+/// The result the model reads for a call the operator reports as failed.
+pub fn failed_text(note: Option<&str>) -> String {
+    match note.map(str::trim).filter(|n| !n.is_empty()) {
+        Some(note) => format!("Error: the operator reports that this call failed: {note}"),
+        None => "Error: the operator reports that this call failed.".to_owned(),
     }
 }
 
@@ -422,6 +504,10 @@ impl ToolLoopService for ToolLoop {
         ctx: &RunContext,
         sink: &dyn EventSink,
     ) -> Result<LoopOutcome, LoopError> {
+        if let Some(transcript) = input.transcript {
+            let machine = Machine::start(transcript, input.settings);
+            return self.drive(machine, None, ctx, sink).await;
+        }
         let assembly = assemble(
             input.system_prompt.as_deref(),
             &input.skills,
@@ -433,16 +519,8 @@ impl ToolLoopService for ToolLoop {
             skills_dropped: assembly.skills_dropped,
             messages: assembly.messages.len(),
         });
-        self.drive(
-            assembly.messages,
-            0,
-            Counters::default(),
-            input.settings,
-            ctx,
-            sink,
-            Vec::new(),
-        )
-        .await
+        let machine = Machine::start(assembly.messages, input.settings);
+        self.drive(machine, None, ctx, sink).await
     }
 
     async fn resume(
@@ -456,52 +534,31 @@ impl ToolLoopService for ToolLoop {
         // The gate is applied again: the allow-list is the run's, the enabled set is today's.
         let gate = self.gate(&state.settings);
         let choices = decision.resolve(&state.pending, &gate)?;
-        sink.emit(Event::ApprovalDecided {
-            round: Some(state.counters.iterations),
-            decided_by: ctx.actor.clone(),
-            choices: state
-                .pending
-                .iter()
-                .zip(&choices)
-                .map(|(call, choice)| CallChoice {
-                    call_id: call.id.clone(),
-                    tool: call.name.clone(),
-                    choice: choice.clone(),
-                    original_arguments: matches!(choice, Choice::ApproveEdited { .. })
-                        .then(|| call.arguments.clone()),
-                })
-                .collect(),
-        });
-        let mut messages = state.messages.clone();
-        let mut counters = state.counters;
-        let round = counters.iterations;
-        for (call, choice) in state.pending.iter().zip(&choices) {
-            let answered = self
-                .answer(&gate, call, choice, round, true, ctx, sink)
-                .await;
-            counters.tool_calls += 1;
-            messages.push(Message::tool_answer(
-                &call.id,
-                answered.result,
-                answered.outcome,
-            ));
+        if !ctx.decision_recorded {
+            sink.emit(decision_event(state, &choices, &ctx.actor));
         }
-        self.drive(
-            messages,
-            state.recorded_messages,
-            counters,
-            state.settings.clone(),
-            ctx,
-            sink,
-            Vec::new(),
-        )
-        .await
+        let plans = state
+            .pending
+            .iter()
+            .zip(choices)
+            .map(
+                |(call, choice)| match state.answered.iter().find(|a| a.call_id == call.id) {
+                    Some(known) => CallPlan::Known(known.clone()),
+                    None => CallPlan::Decide(choice),
+                },
+            )
+            .collect();
+        let (machine, step) = Machine::resume(state, plans);
+        self.drive(machine, Some(step), ctx, sink).await
     }
 
-    fn check_decision(&self, state: &SuspendedState, decision: &Decision) -> Result<(), LoopError> {
+    fn resolve_decision(
+        &self,
+        state: &SuspendedState,
+        decision: &Decision,
+    ) -> Result<Vec<Choice>, LoopError> {
         state.check()?;
-        decision.resolve(&state.pending, &self.gate(&state.settings))?;
-        Ok(())
+        Ok(decision.resolve(&state.pending, &self.gate(&state.settings))?)
     }
 
     async fn preview(&self, state: &SuspendedState, run_id: &str) -> Vec<CallPreview> {
@@ -512,6 +569,32 @@ impl ToolLoopService for ToolLoop {
             self.clock.as_ref(),
         )
         .await
+    }
+
+    fn idempotent_by_key(&self, state: &SuspendedState, tool: &str) -> bool {
+        self.gate(&state.settings)
+            .tool(tool)
+            .is_some_and(|tool| tool.spec().idempotent_by_key)
+    }
+}
+
+/// The `approval_decided` step of a decision on `state`'s pending turn.
+pub fn decision_event(state: &SuspendedState, choices: &[Choice], decided_by: &str) -> Event {
+    Event::ApprovalDecided {
+        round: Some(state.counters.iterations),
+        decided_by: decided_by.to_owned(),
+        choices: state
+            .pending
+            .iter()
+            .zip(choices)
+            .map(|(call, choice)| CallChoice {
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                choice: choice.clone(),
+                original_arguments: matches!(choice, Choice::ApproveEdited { .. })
+                    .then(|| call.arguments.clone()),
+            })
+            .collect(),
     }
 }
 

@@ -34,6 +34,22 @@ pub enum Choice {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// Don't run it; the model reads this result instead, as the call's answer (what happened,
+    /// written by the operator).
+    Respond { result: String },
+    /// Don't run it; the model reads that it failed (for a call whose outcome is unknown after a
+    /// restart, when the operator knows it did not take effect).
+    Failed {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+    },
+}
+
+impl Choice {
+    /// The tool runs with this choice.
+    pub fn runs(&self) -> bool {
+        matches!(self, Choice::Approve | Choice::ApproveEdited { .. })
+    }
 }
 
 /// The choice for one call, by id.
@@ -67,8 +83,10 @@ pub enum DecisionError {
     MissingCall { call_id: String, tool: String },
     #[error("the decision names call `{call_id}` twice")]
     DuplicateCall { call_id: String },
-    #[error("the choice `{choice}` for call `{call_id}` is not approve, deny or edit")]
+    #[error("the choice `{choice}` for call `{call_id}` is not approve, deny, respond or failed")]
     InvalidChoice { call_id: String, choice: String },
+    #[error("write the result the model should read for {tool} ({call_id})")]
+    NoResult { call_id: String, tool: String },
     #[error("the edited arguments for `{tool}` are not valid: field `{field}`: {message}")]
     InvalidArguments {
         call_id: String,
@@ -120,9 +138,12 @@ pub struct SubmittedCall {
     /// them).
     #[serde(default)]
     pub arguments: Option<String>,
-    /// The reason typed beside this call.
+    /// The reason typed beside this call (with `failed`: what the operator knows).
     #[serde(default)]
     pub reason: Option<String>,
+    /// With `respond`: the result the model reads instead of running the tool.
+    #[serde(default)]
+    pub result: Option<String>,
 }
 
 /// An approval form as submitted.
@@ -188,13 +209,13 @@ impl Submission {
             let submitted = by_id.get(call.id.as_str());
             let own_reason = submitted.and_then(|s| typed(&s.reason));
             let edit = edit_of(call, submitted.and_then(|s| s.arguments.as_deref()))?;
-            let deny = match self.action {
-                Action::ApproveAll => false,
-                Action::DenyAll => true,
+            let kind = match self.action {
+                Action::ApproveAll => "approve",
+                Action::DenyAll => "deny",
                 Action::PerCall => {
                     match submitted.and_then(|s| s.choice.as_deref()).map(str::trim) {
-                        Some("deny") => true,
-                        Some("approve") | Some("edit") => false,
+                        Some("edit") => "approve",
+                        Some(kind @ ("approve" | "deny" | "respond" | "failed")) => kind,
                         Some(other) => {
                             return Err(DecisionError::InvalidChoice {
                                 call_id: call.id.clone(),
@@ -210,21 +231,38 @@ impl Submission {
                     }
                 }
             };
-            let choice = if deny {
-                any_denied = true;
-                if edit.is_some() {
-                    dropped.push(format!("the edited arguments of {}", call.name));
+            if kind != "approve" && edit.is_some() {
+                dropped.push(format!("the edited arguments of {}", call.name));
+            }
+            let choice = match kind {
+                "deny" => {
+                    any_denied = true;
+                    Choice::Deny {
+                        reason: own_reason.or(shared_reason).map(str::to_owned),
+                    }
                 }
-                Choice::Deny {
-                    reason: own_reason.or(shared_reason).map(str::to_owned),
+                "respond" => {
+                    let result = submitted.and_then(|s| typed(&s.result)).ok_or_else(|| {
+                        DecisionError::NoResult {
+                            call_id: call.id.clone(),
+                            tool: call.name.clone(),
+                        }
+                    })?;
+                    Choice::Respond {
+                        result: result.to_owned(),
+                    }
                 }
-            } else {
-                if own_reason.is_some() {
-                    dropped.push(format!("the reason typed for {}", call.name));
-                }
-                match edit {
-                    Some(arguments) => Choice::ApproveEdited { arguments },
-                    None => Choice::Approve,
+                "failed" => Choice::Failed {
+                    note: own_reason.map(str::to_owned),
+                },
+                _ => {
+                    if own_reason.is_some() {
+                        dropped.push(format!("the reason typed for {}", call.name));
+                    }
+                    match edit {
+                        Some(arguments) => Choice::ApproveEdited { arguments },
+                        None => Choice::Approve,
+                    }
                 }
             };
             calls.push(CallDecision {
@@ -379,6 +417,7 @@ mod tests {
             choice: Some(choice.into()),
             arguments: arguments.map(str::to_owned),
             reason: Some(reason.into()),
+            result: None,
         }
     }
 

@@ -80,6 +80,10 @@ pub enum Event {
         duration_ms: u64,
         /// The call was answered while resuming after an operator's decision.
         on_resume: bool,
+        /// Why it was answered the way it was, when that is not plain (run again after a
+        /// restart, journaled before a restart).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
     /// The run suspended: these calls wait for an operator.
     ApprovalRequested {
@@ -88,6 +92,20 @@ pub enum Event {
         /// The calls whose tool requires approval (the rest of the turn is held with them).
         gated: Vec<String>,
     },
+    /// The server restarted while the run was running; it goes on from its last journaled step
+    /// (`resumes_at` says where).
+    Recovered { resumes_at: String },
+    /// After a restart, these approved calls were found dispatched with no result: whether they
+    /// took effect is unknown, so the run waits for an operator.
+    OutcomeUnknown { round: u32, calls: Vec<UnknownStep> },
+    /// The run was cancelled.
+    Cancelled {
+        by: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// The run could not go on (interrupted, or its saved state could not be read).
+    Ended { reason: String, explanation: String },
     /// An operator decided.
     ApprovalDecided {
         /// The round whose turn was decided (absent in runs recorded before it was kept).
@@ -110,6 +128,10 @@ impl Event {
             Event::Tool { .. } => "tool",
             Event::ApprovalRequested { .. } => "approval_requested",
             Event::ApprovalDecided { .. } => "approval_decided",
+            Event::Recovered { .. } => "recovered",
+            Event::OutcomeUnknown { .. } => "outcome_unknown",
+            Event::Cancelled { .. } => "cancelled",
+            Event::Ended { .. } => "ended",
         }
     }
 
@@ -121,7 +143,8 @@ impl Event {
             | Event::LlmFailed { round, .. }
             | Event::ProviderRetry { round, .. }
             | Event::Tool { round, .. }
-            | Event::ApprovalRequested { round, .. } => Some(*round),
+            | Event::ApprovalRequested { round, .. }
+            | Event::OutcomeUnknown { round, .. } => Some(*round),
             Event::ApprovalDecided { round, .. } => *round,
             _ => None,
         }
@@ -155,6 +178,15 @@ impl Event {
             _ => None,
         }
     }
+}
+
+/// A call whose outcome is unknown, as its step records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnknownStep {
+    pub call_id: String,
+    pub tool: String,
+    pub effect_key: String,
+    pub dispatched_at_ms: i64,
 }
 
 /// The operator's choice for one pending call, as recorded.

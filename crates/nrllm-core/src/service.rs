@@ -2,25 +2,38 @@
 //! suspend, and resumes a waiting run with a decision — check the decision, claim the run (exactly
 //! one claimer wins), resume the loop, persist. The web app and headless programs both use it.
 //!
-//! Events of a segment are numbered as they happen (continuing the run's sequence) and committed
-//! with the segment's closing transition, so a run's rows and its events never disagree. A
-//! [`RunListener`] sees each event at once, for live views.
+//! What is durable when (the journal):
+//! - the claim commits the whole decision — its step, the choices on the run, and a `dispatched`
+//!   record (with its effect key) for every approved call — before any call runs;
+//! - the rest of a segment's steps, and the results of its calls, commit with the segment's
+//!   closing transition (suspend or finish), so a run's rows and its events never disagree;
+//! - a run cut off anywhere is recovered from its last durable step ([`RunService::recover`]): a
+//!   run that never suspended asks the model again (nothing happened that matters); one cut off
+//!   after a claim answers its turn again — a call with a journaled result is not run, a call of a
+//!   tool that is idempotent by key runs again with the same key, and any other dispatched call
+//!   has an unknown outcome and waits for an operator.
+//!
+//! A [`RunListener`] sees each event at once, for live views.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
-use crate::agent::{LoopError, LoopOutcome, RunContext, RunInput, ToolLoopService};
+use crate::agent::{
+    decision_event, effect_key, LoopError, LoopOutcome, RunContext, RunInput, ToolLoopService,
+};
 use crate::clock::{format_utc, Clock, SystemClock};
 use crate::decision::{Choice, Decision, DecisionError, Submission};
-use crate::events::{Event, EventSink};
+use crate::events::{Event, EventSink, UnknownStep};
+use crate::failpoint;
+use crate::machine::Answer;
 use crate::preview::{check_digest, pending_digest, CallPreview, DigestCheck};
 use crate::provider::Usage;
-use crate::state::{Counters, SuspendedState};
+use crate::state::{Counters, StateError, SuspendedState, UnknownCall};
 use crate::store::{
-    Claim, Finish, NewRun, RunConfiguration, RunRecord, RunStatus, RunStore, SequencedEvent,
-    StoreError, TerminationReason, Verdict,
+    Claim, ClaimRecord, Continuation, Dispatch, Finish, NewRun, RunConfiguration, RunRecord,
+    RunStatus, RunStore, SequencedEvent, StoreError, TerminationReason, Verdict,
 };
 use crate::transcript::Message;
 
@@ -79,6 +92,9 @@ pub enum ResumeError {
     /// The stored state could not be read; the run is now failed and the state kept for inspection.
     #[error("the run's saved state cannot be read; the run was marked failed")]
     StateCorrupted,
+    /// The run was saved by a newer version of the server; this one leaves it waiting.
+    #[error("this run was saved by a newer version of the server (state version {0}); it is left waiting for that version")]
+    NewerVersion(u64),
     /// The run's configuration cannot be driven now (for example its provider has no API key).
     #[error("{0}")]
     Unavailable(String),
@@ -97,6 +113,8 @@ pub struct ClaimedRun {
     decision: Decision,
     decided_by: String,
     verdict: Verdict,
+    /// The claim is a recovery after a restart (its calls say so when they run again).
+    recovering: bool,
     /// Each approved call's preview basis, by call id, as taken at the claim.
     approved_bases: BTreeMap<String, String>,
 }
@@ -151,6 +169,25 @@ pub fn verdict_of(decision: &Decision) -> Verdict {
         }
     }
 }
+
+/// The decision as a recorded list of choices, in call order.
+fn recorded_decision(state: &SuspendedState, choices: &[Choice]) -> Decision {
+    Decision::PerCall {
+        calls: state
+            .pending
+            .iter()
+            .zip(choices)
+            .map(|(call, choice)| crate::decision::CallDecision {
+                call_id: call.id.clone(),
+                choice: choice.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// What an operator reads on a run that could not go on after a restart.
+pub const INTERRUPTED_SUMMARY: &str = "The server stopped while this run was running, and it \
+could not go on from its last journaled step; see the steps for where it stopped.";
 
 /// Numbers a segment's events and keeps them until the segment's transition commits.
 struct SegmentSink {
@@ -260,25 +297,33 @@ impl RunService {
         self.drive(run).await
     }
 
-    /// Drives a freshly created run from its first round until it completes or suspends.
+    /// Drives a run from its first round (or, for a continuation, from the transcript it
+    /// continues) until it completes or suspends.
     pub async fn drive(&self, run: RunRecord) -> Result<RunRecord, ServiceError> {
+        self.drive_from_start(run, None).await
+    }
+
+    async fn drive_from_start(
+        &self,
+        run: RunRecord,
+        recovered: Option<Event>,
+    ) -> Result<RunRecord, ServiceError> {
         let Some(configuration) = run.configuration.clone() else {
             // Nothing can drive it: end it with a reason instead of leaving it `running`.
-            tracing::error!(run_id = %run.id, "a new run's stored configuration cannot be read");
-            self.store
-                .fail_corrupted(
-                    run.id,
-                    run.version,
-                    "The run's saved configuration could not be read; it is kept for inspection.",
-                    self.clock.now_ms(),
-                )
-                .await?;
-            self.notify_status(run.id, RunStatus::Failed);
+            tracing::error!(run_id = %run.id, "a run's stored configuration cannot be read");
+            self.fail_corrupted(
+                &run,
+                "The run's saved configuration could not be read; it is kept for inspection.",
+            )
+            .await?;
             return Err(ServiceError::Configuration(
                 "the run's configuration cannot be read".into(),
             ));
         };
         let sink = SegmentSink::new(self, run.id, run.last_sequence);
+        if let Some(event) = recovered {
+            sink.emit(event);
+        }
         let ctx = RunContext {
             run_id: run.id.to_string(),
             actor: run.requested_by.clone(),
@@ -286,17 +331,35 @@ impl RunService {
         };
         let outcome = match self.loops.tool_loop(&configuration) {
             Ok(tool_loop) => {
-                let input = RunInput {
-                    system_prompt: configuration.system_prompt.clone(),
-                    skills: configuration.skills.clone(),
-                    messages: vec![Message::user(configuration.prompt.clone())],
-                    settings: configuration.settings.clone(),
+                let input = match &configuration.continues {
+                    Some(continuation) => {
+                        sink.emit(Event::Recovered {
+                            resumes_at: format!(
+                                "continues run {} from its journal: {}",
+                                continuation.parent, continuation.note
+                            ),
+                        });
+                        RunInput {
+                            transcript: Some(continuation.transcript.clone()),
+                            settings: configuration.settings.clone(),
+                            ..RunInput::default()
+                        }
+                    }
+                    None => RunInput {
+                        system_prompt: configuration.system_prompt.clone(),
+                        skills: configuration.skills.clone(),
+                        messages: vec![Message::user(configuration.prompt.clone())],
+                        settings: configuration.settings.clone(),
+                        transcript: None,
+                    },
                 };
                 tool_loop.run(input, &ctx, &sink).await
             }
             Err(message) => Err(LoopError::Provider {
                 error: crate::provider::ProviderError::permanent(message),
                 counters: Counters::default(),
+                transcript: Vec::new(),
+                approved_ran: Vec::new(),
             }),
         };
         self.persist(run.id, run.version, &configuration, outcome, &sink, None)
@@ -341,8 +404,8 @@ impl RunService {
 
     /// Checks a decision against a waiting run and claims the run for it. `digest`, when given,
     /// must match the turn and previews the operator saw ([`PendingTurn::digest`]). Every refusal
-    /// leaves the run as it was (except a corrupted state, which fails the run). After `Ok`, this
-    /// caller alone continues the run.
+    /// leaves the run as it was (except a state that cannot be read at all, which fails the
+    /// run). After `Ok`, this caller alone continues the run.
     pub async fn claim(
         &self,
         id: Uuid,
@@ -383,39 +446,7 @@ impl RunService {
         if run.status != RunStatus::WaitingForApproval {
             return Err(ResumeError::NotWaiting(Box::new(run)));
         }
-        let raw_state = run.suspended_state.clone().unwrap_or_default();
-        let (state, configuration) = match (
-            SuspendedState::from_json(&raw_state),
-            run.configuration.clone(),
-        ) {
-            (Ok(state), Some(configuration)) => (state, configuration),
-            (state, _) => {
-                let detail = state
-                    .err()
-                    .map(|e| e.to_string())
-                    .unwrap_or_else(|| "configuration unreadable".into());
-                tracing::error!(run_id = %id, %detail, "suspended state cannot be resumed");
-                return match self
-                    .store
-                    .fail_corrupted(
-                        id,
-                        run.version,
-                        "The run's saved state could not be read; it is kept for inspection.",
-                        self.clock.now_ms(),
-                    )
-                    .await
-                {
-                    Ok(()) => {
-                        self.notify_status(id, RunStatus::Failed);
-                        Err(ResumeError::StateCorrupted)
-                    }
-                    Err(StoreError::Conflict { .. }) | Err(StoreError::AlreadySettled { .. }) => {
-                        Err(self.lost(id).await)
-                    }
-                    Err(err) => Err(err.into()),
-                };
-            }
-        };
+        let (state, configuration) = self.readable(&run).await?;
         let tool_loop = self
             .loops
             .tool_loop(&configuration)
@@ -436,21 +467,60 @@ impl RunService {
         }
         let decision = decide(&state)?;
         // A bad decision is refused before the claim: the run stays waiting.
-        match tool_loop.check_decision(&state, &decision) {
+        let choices = match tool_loop.resolve_decision(&state, &decision) {
             Err(LoopError::Decision(err)) => return Err(err.into()),
             Err(_) => return Err(ResumeError::StateCorrupted),
-            Ok(()) => {}
-        }
+            Ok(choices) => choices,
+        };
+        let decision = recorded_decision(&state, &choices);
         let verdict = verdict_of(&decision);
+        let sequence = run.last_sequence + 1;
+        let round = state.counters.iterations;
+        let now = self.clock.now_ms();
+        let answered: Vec<&str> = state.answered.iter().map(|a| a.call_id.as_str()).collect();
+        let claim = ClaimRecord {
+            decided_by: decided_by.to_owned(),
+            verdict,
+            decision: serde_json::to_string(&decision).unwrap_or_default(),
+            events: vec![SequencedEvent {
+                sequence,
+                event: decision_event(&state, &choices, decided_by),
+                created_at_ms: now,
+            }],
+            dispatched: state
+                .pending
+                .iter()
+                .zip(&choices)
+                .filter(|(call, choice)| {
+                    choice.runs()
+                        && state.gated.contains(&call.id)
+                        && !answered.contains(&call.id.as_str())
+                })
+                .map(|(call, choice)| Dispatch {
+                    round,
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    arguments: match choice {
+                        Choice::ApproveEdited { arguments } => arguments.to_string(),
+                        _ => call.arguments.clone(),
+                    },
+                    effect_key: effect_key(&id.to_string(), round, &call.id),
+                })
+                .collect(),
+        };
         let version = match self
             .store
-            .claim_for_resume(id, run.version, decided_by, verdict, self.clock.now_ms())
+            .claim_for_resume(id, run.version, &claim, now)
             .await?
         {
             Claim::Won { version } => version,
             Claim::Lost(winner) => return Err(ResumeError::NotWaiting(winner)),
         };
-        self.notify_status(id, RunStatus::Running);
+        if let Some(listener) = &self.listener {
+            listener.status(id, RunStatus::Running);
+            listener.event(id, &claim.events[0]);
+        }
+        failpoint::reach("after_claim_commit");
         let approved_bases = previews
             .iter()
             .filter_map(|p| Some((p.call_id.clone(), p.basis()?.to_owned())))
@@ -458,45 +528,313 @@ impl RunService {
         Ok(ClaimedRun {
             id,
             version,
-            last_sequence: run.last_sequence,
+            last_sequence: sequence,
             state,
             configuration,
             tool_loop,
             decision,
             decided_by: decided_by.to_owned(),
             verdict,
+            recovering: false,
             approved_bases,
         })
     }
 
+    /// The run's suspended state and configuration, or the refusal: a state saved by a newer
+    /// version is left waiting; one that cannot be read fails the run (kept for inspection).
+    async fn readable(
+        &self,
+        run: &RunRecord,
+    ) -> Result<(SuspendedState, RunConfiguration), ResumeError> {
+        let raw = run.suspended_state.clone().unwrap_or_default();
+        match (SuspendedState::from_json(&raw), run.configuration.clone()) {
+            (Ok(state), Some(configuration)) => Ok((state, configuration)),
+            (Err(StateError::UnsupportedVersion { found }), Some(_))
+                if found > u64::from(crate::state::STATE_SCHEMA_VERSION) =>
+            {
+                Err(ResumeError::NewerVersion(found))
+            }
+            (state, _) => {
+                let detail = state
+                    .err()
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "configuration unreadable".into());
+                tracing::error!(run_id = %run.id, %detail, "suspended state cannot be resumed");
+                match self
+                    .fail_corrupted(
+                        run,
+                        "The run's saved state could not be read; it is kept for inspection.",
+                    )
+                    .await
+                {
+                    Ok(()) => Err(ResumeError::StateCorrupted),
+                    Err(StoreError::Conflict { .. }) | Err(StoreError::AlreadySettled { .. }) => {
+                        Err(self.lost(run.id).await)
+                    }
+                    Err(err) => Err(err.into()),
+                }
+            }
+        }
+    }
+
+    async fn fail_corrupted(&self, run: &RunRecord, summary: &str) -> Result<(), StoreError> {
+        let event = Event::Ended {
+            reason: TerminationReason::StateCorrupted.as_str().to_owned(),
+            explanation: summary.to_owned(),
+        };
+        self.store
+            .fail_corrupted(run.id, run.version, summary, &event, self.clock.now_ms())
+            .await?;
+        self.notify_status(run.id, RunStatus::Failed);
+        Ok(())
+    }
+
     /// Runs a claimed run on from its decision until it completes, fails or suspends again.
     pub async fn continue_claimed(&self, claimed: ClaimedRun) -> Result<RunRecord, StoreError> {
+        let sink = SegmentSink::new(self, claimed.id, claimed.last_sequence);
+        self.carry_out(claimed, &sink).await
+    }
+
+    /// Carries out a claimed decision in `sink`'s segment, and persists how the segment ends.
+    async fn carry_out(
+        &self,
+        claimed: ClaimedRun,
+        sink: &SegmentSink,
+    ) -> Result<RunRecord, StoreError> {
         let id = claimed.id;
-        let sink = SegmentSink::new(self, id, claimed.last_sequence);
         let ctx = RunContext {
             run_id: id.to_string(),
             actor: claimed.decided_by.clone(),
             approved_bases: claimed.approved_bases.clone(),
+            decision_recorded: true,
+            recovering: claimed.recovering,
         };
         let outcome = claimed
             .tool_loop
-            .resume(&claimed.state, &claimed.decision, &ctx, &sink)
+            .resume(&claimed.state, &claimed.decision, &ctx, sink)
             .await;
         self.persist(
             id,
             claimed.version,
             &claimed.configuration,
             outcome,
-            &sink,
+            sink,
             Some(claimed.verdict),
         )
         .await?;
         self.store.get(id).await?.ok_or(StoreError::NotFound(id))
     }
 
-    /// Cancels a queued or waiting run.
-    pub async fn cancel(&self, id: Uuid, by: &str) -> Result<RunRecord, StoreError> {
-        let run = self.store.cancel(id, by, self.clock.now_ms()).await?;
+    /// Recovers a run that a stop of the server cut off while it was running (status `running`,
+    /// nothing driving it): it goes on from its last durable step, as the module says — or, if a
+    /// dispatched call's outcome is unknown, it waits for an operator with that call marked.
+    /// The run as it is afterwards.
+    pub async fn recover(&self, id: Uuid) -> Result<RunRecord, ServiceError> {
+        let run = self.store.get(id).await?.ok_or(StoreError::NotFound(id))?;
+        if run.status != RunStatus::Running {
+            return Ok(run);
+        }
+        let decided = run
+            .decision_record
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<Decision>(text).ok());
+        let (Some(raw_state), Some(decision)) = (run.suspended_state.clone(), decided) else {
+            // It never got past its first model calls and read-only tools: ask again.
+            let note = Event::Recovered {
+                resumes_at: "the server stopped before the run's first suspension; it starts \
+                             again from its prompt (only model calls and read-only tools had run)"
+                    .to_owned(),
+            };
+            return self.drive_from_start(run, Some(note)).await;
+        };
+        let Some(configuration) = run.configuration.clone() else {
+            self.fail_corrupted(
+                &run,
+                "The run's saved configuration could not be read; it is kept for inspection.",
+            )
+            .await?;
+            return Ok(self.store.get(id).await?.ok_or(StoreError::NotFound(id))?);
+        };
+        let (mut state, tool_loop) = match (
+            SuspendedState::from_json(&raw_state),
+            self.loops.tool_loop(&configuration),
+        ) {
+            (Ok(state), Ok(tool_loop)) => (state, tool_loop),
+            (Err(StateError::UnsupportedVersion { found }), _)
+                if found > u64::from(crate::state::STATE_SCHEMA_VERSION) =>
+            {
+                tracing::warn!(run_id = %id, found, "a run saved by a newer version is left to it");
+                return Ok(run);
+            }
+            (Err(_), _) => {
+                self.fail_corrupted(
+                    &run,
+                    "The run's saved state could not be read; it is kept for inspection.",
+                )
+                .await?;
+                return Ok(self.store.get(id).await?.ok_or(StoreError::NotFound(id))?);
+            }
+            (_, Err(reason)) => {
+                return self.end_interrupted(&run, &configuration, &reason).await;
+            }
+        };
+        // What the journal says about each approved call of the turn.
+        let round = state.counters.iterations;
+        let effects = self.store.effects(id).await?;
+        let mut unknown = Vec::new();
+        for effect in effects.iter().filter(|e| e.round == round) {
+            match &effect.result {
+                Some((result, outcome)) => {
+                    if !state.answered.iter().any(|a| a.call_id == effect.call_id) {
+                        state.answered.push(Answer {
+                            call_id: effect.call_id.clone(),
+                            result: result.clone(),
+                            outcome: *outcome,
+                        });
+                    }
+                }
+                None if tool_loop.idempotent_by_key(&state, &effect.tool) => {}
+                None => unknown.push(effect.clone()),
+            }
+        }
+        let sink = SegmentSink::new(self, id, run.last_sequence);
+        if unknown.is_empty() {
+            sink.emit(Event::Recovered {
+                resumes_at: format!(
+                    "the server stopped after the decision on round {round}; the decision is \
+                     carried out again: calls with a journaled result are not run again, calls \
+                     of tools that are idempotent by key run again with the same effect key"
+                ),
+            });
+            let claimed = ClaimedRun {
+                id,
+                version: run.version,
+                last_sequence: run.last_sequence,
+                state,
+                configuration,
+                tool_loop,
+                decision,
+                decided_by: run.decided_by.clone().unwrap_or_default(),
+                verdict: verdict_of_record(&run),
+                recovering: true,
+                approved_bases: BTreeMap::new(),
+            };
+            return Ok(self.carry_out(claimed, &sink).await?);
+        }
+        // Some call may or may not have taken effect: the operator decides, with the call marked.
+        state.unknown = unknown
+            .iter()
+            .map(|effect| UnknownCall {
+                call_id: effect.call_id.clone(),
+                effect_key: effect.effect_key.clone(),
+                dispatched_at_ms: effect.dispatched_at_ms,
+            })
+            .collect();
+        sink.emit(Event::OutcomeUnknown {
+            round,
+            calls: unknown
+                .iter()
+                .map(|effect| UnknownStep {
+                    call_id: effect.call_id.clone(),
+                    tool: effect.tool.clone(),
+                    effect_key: effect.effect_key.clone(),
+                    dispatched_at_ms: effect.dispatched_at_ms,
+                })
+                .collect(),
+        });
+        let events = sink.take();
+        self.store
+            .suspend(id, run.version, &state, &events, self.clock.now_ms())
+            .await?;
+        self.notify_status(id, RunStatus::WaitingForApproval);
+        Ok(self.store.get(id).await?.ok_or(StoreError::NotFound(id))?)
+    }
+
+    /// Ends a run that cannot go on after a restart (its configuration cannot be driven now).
+    async fn end_interrupted(
+        &self,
+        run: &RunRecord,
+        configuration: &RunConfiguration,
+        reason: &str,
+    ) -> Result<RunRecord, ServiceError> {
+        let sink = SegmentSink::new(self, run.id, run.last_sequence);
+        sink.emit(Event::Ended {
+            reason: TerminationReason::Interrupted.as_str().to_owned(),
+            explanation: format!(
+                "The server stopped while this run was running, and it cannot go on now: {reason}"
+            ),
+        });
+        let finish = Finish {
+            status: RunStatus::Failed,
+            reason: TerminationReason::Interrupted,
+            counters: run.counters,
+            truncated: false,
+            final_answer: None,
+            error_summary: Some(INTERRUPTED_SUMMARY.to_owned()),
+            estimated_cost_micros: self
+                .loops
+                .estimate_cost_micros(configuration, run.counters.usage),
+        };
+        self.store
+            .finish(
+                run.id,
+                run.version,
+                &finish,
+                &sink.take(),
+                self.clock.now_ms(),
+            )
+            .await?;
+        self.notify_status(run.id, RunStatus::Failed);
+        Ok(self
+            .store
+            .get(run.id)
+            .await?
+            .ok_or(StoreError::NotFound(run.id))?)
+    }
+
+    /// Starts a new run that goes on from a failed run's journal: the transcript its last model
+    /// call sent, so the model is asked again and no tool of the failed run runs again.
+    pub async fn retry(&self, id: Uuid, requested_by: &str) -> Result<RunRecord, RetryError> {
+        let run = self
+            .store
+            .get(id)
+            .await
+            .map_err(ServiceError::from)?
+            .ok_or(RetryError::NotFound(id))?;
+        if run.termination_reason.as_deref() != Some(TerminationReason::ProviderFailed.as_str()) {
+            return Err(RetryError::NotRetryable(run.status));
+        }
+        let events = self.store.events(id, 0).await.map_err(ServiceError::from)?;
+        let requests: Vec<Event> = events
+            .iter()
+            .filter(|e| e.kind == "request")
+            .filter_map(|e| e.event())
+            .collect();
+        let transcript = crate::events::transcript_at(&requests);
+        let Some(mut configuration) = run.configuration.clone().filter(|_| !transcript.is_empty())
+        else {
+            return Err(RetryError::NoJournal);
+        };
+        configuration.continues = Some(Continuation {
+            parent: id,
+            transcript,
+            note: "the model call that failed is asked again".to_owned(),
+        });
+        let retried = self.create(configuration, requested_by).await?;
+        Ok(retried)
+    }
+
+    /// Cancels a queued or waiting run, with who and why in its steps.
+    pub async fn cancel(
+        &self,
+        id: Uuid,
+        by: &str,
+        reason: Option<&str>,
+    ) -> Result<RunRecord, StoreError> {
+        let run = self
+            .store
+            .cancel(id, by, reason, self.clock.now_ms())
+            .await?;
         self.notify_status(id, RunStatus::Cancelled);
         Ok(run)
     }
@@ -554,7 +892,24 @@ impl RunService {
             }
             Err(err) => {
                 let (counters, summary) = match &err {
-                    LoopError::Provider { error, counters } => (*counters, error.message.clone()),
+                    LoopError::Provider {
+                        error,
+                        counters,
+                        approved_ran,
+                        ..
+                    } if !approved_ran.is_empty() => (
+                        *counters,
+                        format!(
+                            "The calls you approved ran ({}): their effects happened. Then the \
+                             model call failed: {}. Retry asks the model again from here without \
+                             running them again.",
+                            approved_ran.join(", "),
+                            error.message
+                        ),
+                    ),
+                    LoopError::Provider {
+                        error, counters, ..
+                    } => (*counters, error.message.clone()),
                     // Decision and state errors are refused before a claim; should one reach
                     // here, its detail stays in the log (below), not in the operator's summary.
                     _ => (
@@ -588,4 +943,26 @@ impl RunService {
             listener.status(id, status);
         }
     }
+}
+
+/// The verdict recorded on a claimed run.
+fn verdict_of_record(run: &RunRecord) -> Verdict {
+    match run.decision.as_deref() {
+        Some("denied") => Verdict::Denied,
+        Some("mixed") => Verdict::Mixed,
+        _ => Verdict::Approved,
+    }
+}
+
+/// Why a retry was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RetryError {
+    #[error("run {0} not found")]
+    NotFound(Uuid),
+    #[error("only a run whose model call failed can be retried (this one is {0})")]
+    NotRetryable(RunStatus),
+    #[error("the run's journal has no model call to ask again")]
+    NoJournal,
+    #[error(transparent)]
+    Service(#[from] ServiceError),
 }

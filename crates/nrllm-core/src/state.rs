@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::machine::Answer;
 use crate::provider::{ModelOptions, Usage};
 use crate::registry::AllowList;
 use crate::transcript::{self, Message, Tail, ToolCall, ToolOutcome};
@@ -65,6 +66,23 @@ pub struct SuspendedState {
     /// saved before this was kept: the next request then records the whole transcript).
     #[serde(default)]
     pub recorded_messages: usize,
+    /// Calls of the pending turn whose results are known already (journaled before a restart):
+    /// they are answered with these, whatever the decision says, and never run again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answered: Vec<Answer>,
+    /// Calls that were dispatched before a restart and whose outcome is unknown: the operator
+    /// decides whether they run again (with the same effect key), what the model reads instead,
+    /// or that they failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown: Vec<UnknownCall>,
+}
+
+/// A call dispatched before a restart, with no result recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnknownCall {
+    pub call_id: String,
+    pub effect_key: String,
+    pub dispatched_at_ms: i64,
 }
 
 /// Why stored state could not be read back.
@@ -167,6 +185,8 @@ mod tests {
             },
             settings: RunSettings::default(),
             recorded_messages: 1,
+            answered: Vec::new(),
+            unknown: Vec::new(),
         }
     }
 

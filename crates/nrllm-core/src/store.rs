@@ -6,7 +6,8 @@
 //! produced, in one transaction: a failure leaves neither. Transitions:
 //! - create: a new run, `running`;
 //! - suspend: `running` → `waiting_for_approval`, stores the state (not terminal);
-//! - claim for resume: `waiting_for_approval` → `running` by one compare-and-set; exactly one wins;
+//! - claim for resume: `waiting_for_approval` → `running` by one compare-and-set; exactly one wins,
+//!   and the same commit journals the decision and dispatches the approved calls;
 //! - finish: any non-terminal → `completed | failed | cancelled`, clears the state (once only);
 //! - cancel: `queued | waiting_for_*` → `cancelled`.
 
@@ -17,6 +18,7 @@ use uuid::Uuid;
 use crate::assembly::Skill;
 use crate::events::Event;
 use crate::state::{Counters, RunSettings, SuspendedState};
+use crate::transcript::ToolOutcome;
 
 pub use nrllm_types::{RunStatus, TerminationReason, Verdict};
 
@@ -32,6 +34,18 @@ pub struct RunConfiguration {
     #[serde(default)]
     pub skills: Vec<Skill>,
     pub settings: RunSettings,
+    /// The run goes on from another run's journal instead of starting from the prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continues: Option<Continuation>,
+}
+
+/// Where a run that continues another one starts: that run's transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Continuation {
+    pub parent: Uuid,
+    pub transcript: Vec<crate::transcript::Message>,
+    /// Why, in a few words (for its first step).
+    pub note: String,
 }
 
 /// A run to create.
@@ -61,6 +75,9 @@ pub struct RunRecord {
     pub decided_by: Option<String>,
     pub decided_at_ms: Option<i64>,
     pub decision: Option<String>,
+    /// The decision being carried out (JSON of its choices), from the claim until the run
+    /// suspends again or ends.
+    pub decision_record: Option<String>,
     pub version: i64,
     pub last_sequence: i64,
     pub created_at_ms: i64,
@@ -108,6 +125,42 @@ pub struct Finish {
     /// Safe text for operators; never an internal cause.
     pub error_summary: Option<String>,
     pub estimated_cost_micros: Option<i64>,
+}
+
+/// What a claim commits besides the status: the whole decision, durable before anything runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimRecord {
+    pub decided_by: String,
+    pub verdict: Verdict,
+    /// The decision as resolved against the pending turn (JSON), kept on the run until it is
+    /// answered: a run cut off after its claim continues from it.
+    pub decision: String,
+    /// The `approval_decided` step.
+    pub events: Vec<SequencedEvent>,
+    /// The approved calls, dispatched.
+    pub dispatched: Vec<Dispatch>,
+}
+
+/// An approved call about to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dispatch {
+    pub round: u32,
+    pub call_id: String,
+    pub tool: String,
+    pub arguments: String,
+    pub effect_key: String,
+}
+
+/// An approved call as the journal has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectRecord {
+    pub round: u32,
+    pub call_id: String,
+    pub tool: String,
+    pub effect_key: String,
+    pub dispatched_at_ms: i64,
+    /// The result, once journaled (with the segment's next transition).
+    pub result: Option<(String, ToolOutcome)>,
 }
 
 /// What a claim for resume came to.
@@ -185,13 +238,14 @@ pub trait RunStore: Send + Sync {
         events: &[SequencedEvent],
         now_ms: i64,
     ) -> Result<i64, StoreError>;
-    /// `waiting_for_approval` → `running` if the run is still at `version`; exactly one caller wins.
+    /// `waiting_for_approval` → `running` if the run is still at `version`; exactly one caller
+    /// wins. The same commit journals the whole decision (its step, the record on the run) and a
+    /// `dispatched` record for every approved call, before any of them runs.
     async fn claim_for_resume(
         &self,
         id: Uuid,
         version: i64,
-        decided_by: &str,
-        verdict: Verdict,
+        claim: &ClaimRecord,
         now_ms: i64,
     ) -> Result<Claim, StoreError>;
     /// Ends a non-terminal run at `version`, clearing its state, with the segment's events.
@@ -204,19 +258,26 @@ pub trait RunStore: Send + Sync {
         now_ms: i64,
     ) -> Result<(), StoreError>;
     /// Ends a run whose stored state cannot be read: `failed` with `state_corrupted`, keeping the
-    /// raw state for inspection.
+    /// raw state for inspection, with a step that says so.
     async fn fail_corrupted(
         &self,
         id: Uuid,
         version: i64,
         summary: &str,
+        event: &Event,
         now_ms: i64,
     ) -> Result<(), StoreError>;
-    /// Ends every `running` run as `failed` with `interrupted` and `summary`, keeping its decision;
-    /// how many. Only for a moment when nothing can be running: the start of the only instance.
-    async fn interrupt_running(&self, summary: &str, now_ms: i64) -> Result<u64, StoreError>;
-    /// `queued | waiting_for_*` → `cancelled`.
-    async fn cancel(&self, id: Uuid, by: &str, now_ms: i64) -> Result<RunRecord, StoreError>;
+    /// `queued | waiting_for_*` → `cancelled`, with a step that says who and why.
+    async fn cancel(
+        &self,
+        id: Uuid,
+        by: &str,
+        reason: Option<&str>,
+        now_ms: i64,
+    ) -> Result<RunRecord, StoreError>;
+    /// The effects journaled for a run: every approved call dispatched, with its result once
+    /// journaled.
+    async fn effects(&self, id: Uuid) -> Result<Vec<EffectRecord>, StoreError>;
     /// One run.
     async fn get(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError>;
     /// Runs, newest first.

@@ -25,6 +25,11 @@ pub struct ToolContext {
     /// target no longer has this basis must refuse to write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_basis: Option<String>,
+    /// For a call that runs on an operator's approval: the key of its effect. Running the call
+    /// again with the same key (after a restart) must apply the effect at most once; a tool that
+    /// guarantees that declares [`Tool::IDEMPOTENT_BY_KEY`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect_key: Option<String>,
 }
 
 /// A tool's description as offered to the model and shown to operators.
@@ -41,6 +46,9 @@ pub struct ToolSpec {
     pub admin_only: bool,
     /// Calls to this tool suspend the run until an operator decides.
     pub requires_approval: bool,
+    /// Running a call again with the same effect key applies its effect at most once.
+    #[serde(default)]
+    pub idempotent_by_key: bool,
 }
 
 /// What an approved call would do, shown in the approval panel before anyone decides.
@@ -153,6 +161,10 @@ pub trait Tool: Send + Sync + 'static {
     const ADMIN_ONLY: bool = false;
     /// The opt-in: `true` makes every call to this tool wait for an operator's approval.
     const REQUIRES_APPROVAL: bool = false;
+    /// `true` if the tool applies a call's effect at most once per [`ToolContext::effect_key`],
+    /// returning the first result when called again. A call of such a tool that a restart cut
+    /// off is simply run again; any other one waits for an operator ("outcome unknown").
+    const IDEMPOTENT_BY_KEY: bool = false;
 
     /// Runs the tool. `Ok` is the result text; `Err` becomes an `Error:` result.
     async fn call(&self, args: Self::Args, ctx: &ToolContext) -> Result<String, ToolError>;
@@ -203,6 +215,7 @@ impl<T: Tool> TypedTool<T> {
                 enabled_by_default: T::ENABLED_BY_DEFAULT,
                 admin_only: T::ADMIN_ONLY,
                 requires_approval: T::REQUIRES_APPROVAL,
+                idempotent_by_key: T::IDEMPOTENT_BY_KEY,
             },
             validator,
         })

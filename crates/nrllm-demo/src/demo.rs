@@ -21,6 +21,7 @@ pub const DEMO_PROMPTS: &[&str] = &[
     "Create a page faq titled \"Questions\"",
     "Publish the careers page and tell team@example.com",
     "Delete the changelog page",
+    "Export the pricing page",
     "Send a message to team@example.com saying the site is live",
     "Search for pricing",
     "List the pages",
@@ -64,6 +65,9 @@ enum Task {
         notify: Option<String>,
     },
     Delete {
+        slug: String,
+    },
+    Export {
         slug: String,
     },
     Message {
@@ -179,6 +183,11 @@ fn parse_task(prompt: &str) -> Task {
             };
         if let Some(slug) = slug_in(&page_part.replacen("publish", "", 1)) {
             return Task::Publish { slug, notify };
+        }
+    }
+    if lower.starts_with("export") {
+        if let Some(slug) = slug_in(&lower.replacen("export", "", 1)) {
+            return Task::Export { slug };
         }
     }
     if starts(&["delete", "remove"]) {
@@ -406,6 +415,7 @@ fn next(task: &Task, done: &[Step], offered: &[String]) -> Next {
             look_then(slug, ("update_page", json!({ "slug": slug, "body": body })))
         }
         Task::Delete { slug } => look_then(slug, ("delete_page", json!({ "slug": slug }))),
+        Task::Export { slug } => look_then(slug, ("export_page", json!({ "slug": slug }))),
         Task::Create { slug, title } => match last {
             None if has("create_page") => Next::Call(vec![(
                 "create_page",

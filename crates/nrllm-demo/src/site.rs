@@ -7,6 +7,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use nrllm_core::clock::now_ms;
+use nrllm_core::failpoint;
 use nrllm_store::db::{Backend, Database};
 
 /// Whether a page is visible on the site.
@@ -88,6 +89,9 @@ pub struct Author {
     /// The page's [`page_basis`] when the operator approved the change. If the page has changed
     /// since, the change is refused ([`SiteError::Changed`]) and nothing is written.
     pub approved_basis: Option<String>,
+    /// The key the change is applied under (an approved call's effect key): the same key again
+    /// changes nothing and returns the first result.
+    pub effect_key: Option<String>,
 }
 
 /// The version of a page that a preview was computed from: its slug and a hash of its content
@@ -344,17 +348,58 @@ impl SiteStore {
             .collect()
     }
 
+    /// The result of the effect applied under `key` before, if one was.
+    async fn applied_before(
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        key: Option<&str>,
+    ) -> Result<Option<String>, SiteError> {
+        let Some(key) = key else {
+            return Ok(None);
+        };
+        let row = sqlx::query("SELECT result FROM site_effect WHERE effect_key = $1")
+            .bind(key)
+            .fetch_optional(&mut **tx)
+            .await?;
+        Ok(row.map(|row| row.try_get("result")).transpose()?)
+    }
+
+    /// Records that the effect under `key` was applied, with its result, in its transaction.
+    async fn record_effect(
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        key: Option<&str>,
+        result: &str,
+    ) -> Result<(), SiteError> {
+        if let Some(key) = key {
+            sqlx::query(
+                "INSERT INTO site_effect (effect_key, result, created_at_ms) VALUES ($1, $2, $3)",
+            )
+            .bind(key)
+            .bind(result)
+            .bind(now_ms())
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Applies `change` to the page `slug` (or creates it) and records the history row, in one
     /// transaction. `change` gets the current page (if any) and returns the new one (or `None`
-    /// to delete).
+    /// to delete); `describe` says what happened, from the page before and after. Under the
+    /// author's effect key the change is applied at most once: the same key again returns the
+    /// first result and changes nothing.
     async fn change_page(
         &self,
         slug: &str,
         action: &str,
         author: &Author,
         change: impl FnOnce(Option<Page>) -> Result<Option<Page>, SiteError>,
-    ) -> Result<(Option<Page>, Option<Page>), SiteError> {
+        describe: impl FnOnce(&Option<Page>, &Option<Page>) -> String,
+    ) -> Result<String, SiteError> {
+        let key = author.effect_key.as_deref();
         let mut tx = self.begin().await?;
+        if let Some(result) = Self::applied_before(&mut tx, key).await? {
+            return Ok(result);
+        }
         let row = sqlx::query(
             "SELECT slug, title, body, status, updated_at_ms FROM site_page WHERE slug = $1",
         )
@@ -403,8 +448,8 @@ impl SiteStore {
         }
         let json = |page: &Option<Page>| page.as_ref().and_then(|p| serde_json::to_string(p).ok());
         sqlx::query(
-            "INSERT INTO site_page_history (slug, action, actor, run_id, before_json, after_json, created_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO site_page_history (slug, action, actor, run_id, before_json, after_json, created_at_ms, effect_key) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(slug)
         .bind(action)
@@ -413,22 +458,28 @@ impl SiteStore {
         .bind(json(&before))
         .bind(json(&after))
         .bind(now_ms())
+        .bind(key)
         .execute(&mut *tx)
         .await?;
+        let result = describe(&before, &after);
+        Self::record_effect(&mut tx, key, &result).await?;
         tx.commit().await?;
-        Ok((before, after))
+        failpoint::reach("in_tool_after_effect");
+        Ok(result)
     }
 
-    /// Creates a draft page.
+    /// Creates a draft page; `describe` says so, from the new page.
     pub async fn create_page(
         &self,
-        slug: &str,
-        title: &str,
-        body: &str,
+        (slug, title, body): (&str, &str, &str),
         author: &Author,
-    ) -> Result<Page, SiteError> {
-        let (_, after) = self
-            .change_page(slug, "create", author, |before| match before {
+        describe: impl FnOnce(&Page) -> String,
+    ) -> Result<String, SiteError> {
+        self.change_page(
+            slug,
+            "create",
+            author,
+            |before| match before {
                 Some(_) => Err(SiteError::AlreadyExists(slug.to_owned())),
                 None => Ok(Some(Page {
                     slug: slug.to_owned(),
@@ -437,21 +488,24 @@ impl SiteStore {
                     status: PageStatus::Draft,
                     updated_at_ms: now_ms(),
                 })),
-            })
-            .await?;
-        after.ok_or_else(|| SiteError::NotFound(slug.to_owned()))
+            },
+            |_, after| after.as_ref().map(describe).unwrap_or_default(),
+        )
+        .await
     }
 
-    /// Changes a page's title and/or body; returns the page before and after.
+    /// Changes a page's title and/or body; `describe` says how, from the page before and after.
     pub async fn update_page(
         &self,
-        slug: &str,
-        title: Option<&str>,
-        body: Option<&str>,
+        (slug, title, body): (&str, Option<&str>, Option<&str>),
         author: &Author,
-    ) -> Result<(Page, Page), SiteError> {
-        let (before, after) = self
-            .change_page(slug, "update", author, |before| {
+        describe: impl FnOnce(&Page, &Page) -> String,
+    ) -> Result<String, SiteError> {
+        self.change_page(
+            slug,
+            "update",
+            author,
+            |before| {
                 let mut page = before.ok_or_else(|| SiteError::NotFound(slug.to_owned()))?;
                 if let Some(title) = title {
                     page.title = title.to_owned();
@@ -461,62 +515,82 @@ impl SiteStore {
                 }
                 page.updated_at_ms = now_ms();
                 Ok(Some(page))
-            })
-            .await?;
-        match (before, after) {
-            (Some(before), Some(after)) => Ok((before, after)),
-            _ => Err(SiteError::NotFound(slug.to_owned())),
-        }
+            },
+            |before, after| match (before, after) {
+                (Some(before), Some(after)) => describe(before, after),
+                _ => String::new(),
+            },
+        )
+        .await
     }
 
-    /// Sets a page's status; returns the page before and after.
+    /// Sets a page's status; `describe` says how, from the page before and after.
     pub async fn set_status(
         &self,
         slug: &str,
         status: PageStatus,
         author: &Author,
-    ) -> Result<(Page, Page), SiteError> {
+        describe: impl FnOnce(&Page, &Page) -> String,
+    ) -> Result<String, SiteError> {
         let action = match status {
             PageStatus::Published => "publish",
             PageStatus::Draft => "unpublish",
         };
-        let (before, after) = self
-            .change_page(slug, action, author, |before| {
+        self.change_page(
+            slug,
+            action,
+            author,
+            |before| {
                 let mut page = before.ok_or_else(|| SiteError::NotFound(slug.to_owned()))?;
                 page.status = status;
                 page.updated_at_ms = now_ms();
                 Ok(Some(page))
-            })
-            .await?;
-        match (before, after) {
-            (Some(before), Some(after)) => Ok((before, after)),
-            _ => Err(SiteError::NotFound(slug.to_owned())),
-        }
+            },
+            |before, after| match (before, after) {
+                (Some(before), Some(after)) => describe(before, after),
+                _ => String::new(),
+            },
+        )
+        .await
     }
 
-    /// Deletes a page; returns what it was.
-    pub async fn delete_page(&self, slug: &str, author: &Author) -> Result<Page, SiteError> {
-        let (before, _) = self
-            .change_page(slug, "delete", author, |before| match before {
+    /// Deletes a page; `describe` says so, from what it was.
+    pub async fn delete_page(
+        &self,
+        slug: &str,
+        author: &Author,
+        describe: impl FnOnce(&Page) -> String,
+    ) -> Result<String, SiteError> {
+        self.change_page(
+            slug,
+            "delete",
+            author,
+            |before| match before {
                 Some(_) => Ok(None),
                 None => Err(SiteError::NotFound(slug.to_owned())),
-            })
-            .await?;
-        before.ok_or_else(|| SiteError::NotFound(slug.to_owned()))
+            },
+            |before, _| before.as_ref().map(describe).unwrap_or_default(),
+        )
+        .await
     }
 
-    /// Puts a message in the outbox.
+    /// Puts a message in the outbox; `describe` says so, from the message. Under the author's
+    /// effect key the message is put at most once.
     pub async fn send_message(
         &self,
-        recipient: &str,
-        subject: &str,
-        body: &str,
+        (recipient, subject, body): (&str, &str, &str),
         author: &Author,
-    ) -> Result<OutboxMessage, SiteError> {
+        describe: impl FnOnce(&OutboxMessage) -> String,
+    ) -> Result<String, SiteError> {
+        let key = author.effect_key.as_deref();
+        let mut tx = self.begin().await?;
+        if let Some(result) = Self::applied_before(&mut tx, key).await? {
+            return Ok(result);
+        }
         let now = now_ms();
         let row = sqlx::query(
-            "INSERT INTO site_outbox (recipient, subject, body, actor, run_id, created_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+            "INSERT INTO site_outbox (recipient, subject, body, actor, run_id, created_at_ms, effect_key) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
         )
         .bind(recipient)
         .bind(subject)
@@ -524,9 +598,10 @@ impl SiteStore {
         .bind(&author.actor)
         .bind(author.run_id.as_deref())
         .bind(now)
-        .fetch_one(self.db.pool())
+        .bind(key)
+        .fetch_one(&mut *tx)
         .await?;
-        Ok(OutboxMessage {
+        let message = OutboxMessage {
             id: row.try_get("id")?,
             recipient: recipient.to_owned(),
             subject: subject.to_owned(),
@@ -534,6 +609,11 @@ impl SiteStore {
             actor: author.actor.clone(),
             run_id: author.run_id.clone(),
             created_at_ms: now,
-        })
+        };
+        let result = describe(&message);
+        Self::record_effect(&mut tx, key, &result).await?;
+        tx.commit().await?;
+        failpoint::reach("in_tool_after_effect");
+        Ok(result)
     }
 }

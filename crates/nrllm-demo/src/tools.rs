@@ -60,6 +60,7 @@ fn author(ctx: &ToolContext) -> Author {
         actor: ctx.actor.clone(),
         run_id: (!ctx.run_id.is_empty()).then(|| ctx.run_id.clone()),
         approved_basis: ctx.approved_basis.clone(),
+        effect_key: ctx.effect_key.clone(),
     }
 }
 
@@ -435,6 +436,8 @@ impl Tool for UpdatePage {
     const DESCRIPTION: &'static str = "Change a page's title and/or body.";
     const GROUP: &'static str = GROUP_SITE;
     const REQUIRES_APPROVAL: bool = true;
+    // The site applies each keyed change at most once (in the change's own transaction).
+    const IDEMPOTENT_BY_KEY: bool = true;
 
     async fn call(&self, args: UpdatePageArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         if args.title.is_none() && args.body.is_none() {
@@ -443,35 +446,30 @@ impl Tool for UpdatePage {
                 message: "give a new title or a new body".into(),
             });
         }
-        let (before, after) = self
-            .0
+        self.0
             .update_page(
-                &args.slug,
-                args.title.as_deref(),
-                args.body.as_deref(),
+                (&args.slug, args.title.as_deref(), args.body.as_deref()),
                 &author(ctx),
+                |before, after| {
+                    let mut changes = Vec::new();
+                    if before.title != after.title {
+                        changes.push(format!("title \"{}\" → \"{}\"", before.title, after.title));
+                    }
+                    if before.body != after.body {
+                        changes.push(format!(
+                            "body changed ({} → {} characters)",
+                            before.body.chars().count(),
+                            after.body.chars().count()
+                        ));
+                    }
+                    if changes.is_empty() {
+                        changes.push("nothing changed".into());
+                    }
+                    format!("Updated page `{}`: {}.", after.slug, changes.join("; "))
+                },
             )
             .await
-            .map_err(site_error)?;
-        let mut changes = Vec::new();
-        if before.title != after.title {
-            changes.push(format!("title \"{}\" → \"{}\"", before.title, after.title));
-        }
-        if before.body != after.body {
-            changes.push(format!(
-                "body changed ({} → {} characters)",
-                before.body.chars().count(),
-                after.body.chars().count()
-            ));
-        }
-        if changes.is_empty() {
-            changes.push("nothing changed".into());
-        }
-        Ok(format!(
-            "Updated page `{}`: {}.",
-            after.slug,
-            changes.join("; ")
-        ))
+            .map_err(site_error)
     }
 
     async fn preview(
@@ -524,17 +522,23 @@ impl Tool for CreatePage {
     const DESCRIPTION: &'static str = "Create a new draft page.";
     const GROUP: &'static str = GROUP_SITE;
     const REQUIRES_APPROVAL: bool = true;
+    // The site applies each keyed change at most once (in the change's own transaction).
+    const IDEMPOTENT_BY_KEY: bool = true;
 
     async fn call(&self, args: CreatePageArgs, ctx: &ToolContext) -> Result<String, ToolError> {
-        let page = self
-            .0
-            .create_page(&args.slug, &args.title, &args.body, &author(ctx))
+        self.0
+            .create_page(
+                (&args.slug, &args.title, &args.body),
+                &author(ctx),
+                |page| {
+                    format!(
+                        "Created draft page `{}` titled \"{}\".",
+                        page.slug, page.title
+                    )
+                },
+            )
             .await
-            .map_err(site_error)?;
-        Ok(format!(
-            "Created draft page `{}` titled \"{}\".",
-            page.slug, page.title
-        ))
+            .map_err(site_error)
     }
 
     async fn preview(
@@ -566,17 +570,26 @@ impl Tool for PublishPage {
     const DESCRIPTION: &'static str = "Publish a page so that visitors see it.";
     const GROUP: &'static str = GROUP_SITE;
     const REQUIRES_APPROVAL: bool = true;
+    // The site applies each keyed change at most once (in the change's own transaction).
+    const IDEMPOTENT_BY_KEY: bool = true;
 
     async fn call(&self, args: SlugArgs, ctx: &ToolContext) -> Result<String, ToolError> {
-        let (before, after) = self
-            .0
-            .set_status(&args.slug, PageStatus::Published, &author(ctx))
+        self.0
+            .set_status(
+                &args.slug,
+                PageStatus::Published,
+                &author(ctx),
+                |before, after| match before.status {
+                    PageStatus::Published => {
+                        format!("Page `{}` was already published.", after.slug)
+                    }
+                    PageStatus::Draft => {
+                        format!("Published page `{}` (\"{}\").", after.slug, after.title)
+                    }
+                },
+            )
             .await
-            .map_err(site_error)?;
-        Ok(match before.status {
-            PageStatus::Published => format!("Page `{}` was already published.", after.slug),
-            PageStatus::Draft => format!("Published page `{}` (\"{}\").", after.slug, after.title),
-        })
+            .map_err(site_error)
     }
 
     async fn preview(
@@ -610,17 +623,16 @@ impl Tool for DeletePage {
     const DESCRIPTION: &'static str = "Delete a page (its history is kept).";
     const GROUP: &'static str = GROUP_SITE;
     const REQUIRES_APPROVAL: bool = true;
+    // The site applies each keyed change at most once (in the change's own transaction).
+    const IDEMPOTENT_BY_KEY: bool = true;
 
     async fn call(&self, args: SlugArgs, ctx: &ToolContext) -> Result<String, ToolError> {
-        let page = self
-            .0
-            .delete_page(&args.slug, &author(ctx))
+        self.0
+            .delete_page(&args.slug, &author(ctx), |page| {
+                format!("Deleted page `{}` (\"{}\").", page.slug, page.title)
+            })
             .await
-            .map_err(site_error)?;
-        Ok(format!(
-            "Deleted page `{}` (\"{}\").",
-            page.slug, page.title
-        ))
+            .map_err(site_error)
     }
 
     async fn preview(
@@ -677,6 +689,8 @@ impl Tool for SendMessage {
     const DESCRIPTION: &'static str = "Send a message (it is put in the outbox).";
     const GROUP: &'static str = GROUP_SITE;
     const REQUIRES_APPROVAL: bool = true;
+    // The site applies each keyed change at most once (in the change's own transaction).
+    const IDEMPOTENT_BY_KEY: bool = true;
 
     async fn call(&self, args: SendMessageArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let approved = ctx.approved_basis.as_deref();
@@ -687,15 +701,19 @@ impl Tool for SendMessage {
                 "the message differs from the one the operator approved; nothing was sent".into(),
             ));
         }
-        let message = self
-            .0
-            .send_message(&args.to, &args.subject, &args.body, &author(ctx))
+        self.0
+            .send_message(
+                (&args.to, &args.subject, &args.body),
+                &author(ctx),
+                |message| {
+                    format!(
+                        "Message #{} to {} queued in the outbox: \"{}\".",
+                        message.id, message.recipient, message.subject
+                    )
+                },
+            )
             .await
-            .map_err(site_error)?;
-        Ok(format!(
-            "Message #{} to {} queued in the outbox: \"{}\".",
-            message.id, message.recipient, message.subject
-        ))
+            .map_err(site_error)
     }
 
     async fn preview(
@@ -706,5 +724,61 @@ impl Tool for SendMessage {
         let text = message_text(&args);
         let basis = message_basis(&text);
         Ok(Some(Preview::text(text).with_basis(basis)))
+    }
+}
+
+/// Writes a page to a file in the export folder: an effect outside the database. Nothing can tell
+/// afterwards whether an export that a restart cut off happened, so such a call waits for an
+/// operator ("outcome unknown") instead of running again.
+pub struct ExportPage {
+    site: SiteStore,
+    folder: std::path::PathBuf,
+}
+
+impl ExportPage {
+    /// Exports pages of `site` into `folder` (created when needed).
+    pub fn new(site: SiteStore, folder: impl Into<std::path::PathBuf>) -> ExportPage {
+        ExportPage {
+            site,
+            folder: folder.into(),
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for ExportPage {
+    type Args = SlugArgs;
+    const NAME: &'static str = "export_page";
+    const DESCRIPTION: &'static str =
+        "Write a page (title and body) to a text file in the export folder.";
+    const GROUP: &'static str = GROUP_SITE;
+    const REQUIRES_APPROVAL: bool = true;
+
+    async fn call(&self, args: SlugArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+        let page = self.site.get_page(&args.slug).await.map_err(site_error)?;
+        let path = self.folder.join(format!("{}.txt", page.slug));
+        tokio::fs::create_dir_all(&self.folder)
+            .await
+            .map_err(ToolError::internal)?;
+        tokio::fs::write(&path, format!("{}\n\n{}\n", page.title, page.body))
+            .await
+            .map_err(ToolError::internal)?;
+        nrllm_core::failpoint::reach("in_tool_after_effect");
+        Ok(format!(
+            "Exported page `{}` to {}.txt in the export folder.",
+            page.slug, page.slug
+        ))
+    }
+
+    async fn preview(
+        &self,
+        args: SlugArgs,
+        _ctx: &ToolContext,
+    ) -> Result<Option<Preview>, ToolError> {
+        let page = self.site.get_page(&args.slug).await.map_err(site_error)?;
+        Ok(Some(Preview::text(format!(
+            "Writes {}.txt in the export folder (replacing a file of that name):\n\n{}\n\n{}",
+            page.slug, page.title, page.body
+        ))))
     }
 }

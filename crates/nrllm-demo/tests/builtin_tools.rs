@@ -35,6 +35,7 @@ fn ctx() -> ToolContext {
         actor: "olga".into(),
         call_id: "call_1".into(),
         approved_basis: None,
+        effect_key: None,
     }
 }
 
@@ -374,7 +375,7 @@ async fn side_effecting_tools_write_with_history_and_preview_first() {
 async fn seeding_happens_once_and_tool_settings_persist() {
     let s = site().await;
     s.site
-        .delete_page("home", &Default::default())
+        .delete_page("home", &Default::default(), |_| String::new())
         .await
         .unwrap();
     assert!(

@@ -36,6 +36,7 @@ async fn playground(db: &Database) -> Playground {
 
 fn ask(prompt: &str) -> RunConfiguration {
     RunConfiguration {
+        continues: None,
         provider: "demo".into(),
         model: "demo-1".into(),
         prompt: prompt.into(),

@@ -117,10 +117,7 @@ struct WireUsage {
 impl WireFormat for Anthropic {
     type Request = Request;
     type Response = Response;
-
-    fn url(&self, base_url: &str, _model: &str) -> String {
-        format!("{base_url}/messages")
-    }
+    const PATH: &'static str = "/messages";
 
     fn headers(&self, key: Option<&ApiKey>) -> Vec<(&'static str, String)> {
         let mut headers = vec![("anthropic-version", ANTHROPIC_VERSION.to_owned())];

@@ -25,8 +25,14 @@ pub trait WireFormat: Send + Sync + 'static {
     type Request: Serialize;
     type Response: DeserializeOwned;
 
-    /// The endpoint for `model` under `base_url` (which ends before the path, e.g. `…/v1`).
-    fn url(&self, base_url: &str, model: &str) -> String;
+    /// The endpoint's path under the base URL (which ends before it, e.g. `…/v1`).
+    const PATH: &'static str = "";
+
+    /// The endpoint for `model` under `base_url`: the base URL and [`WireFormat::PATH`], unless
+    /// the format puts the model in the path.
+    fn url(&self, base_url: &str, _model: &str) -> String {
+        format!("{base_url}{}", Self::PATH)
+    }
     /// The headers of every request (the key, the format's version).
     fn headers(&self, key: Option<&ApiKey>) -> Vec<(&'static str, String)>;
     /// The request body for `request`.

@@ -148,10 +148,7 @@ struct WireUsage {
 impl WireFormat for OpenAi {
     type Request = Request;
     type Response = Response;
-
-    fn url(&self, base_url: &str, _model: &str) -> String {
-        format!("{base_url}/chat/completions")
-    }
+    const PATH: &'static str = "/chat/completions";
 
     fn headers(&self, key: Option<&ApiKey>) -> Vec<(&'static str, String)> {
         key.map(|key| ("authorization", format!("Bearer {}", key.expose())))

@@ -710,6 +710,7 @@ async fn a_stored_run_never_holds_the_api_key() {
         let loops: Arc<dyn LoopFactory> = Arc::new(SingleLoop(tool_loop));
         let service = RunService::new(store.clone(), loops);
         let configuration = RunConfiguration {
+            continues: None,
             provider: format.name().into(),
             model: "m".into(),
             prompt: "write the key".into(),

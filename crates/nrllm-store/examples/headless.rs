@@ -137,6 +137,7 @@ fn describe(run: &RunRecord) -> String {
 
 async fn start(db_url: &str, notes: PathBuf, prompt: String) -> Result<String, String> {
     let configuration = RunConfiguration {
+        continues: None,
         provider: "note-taker".into(),
         model: "rules".into(),
         prompt,

@@ -6,11 +6,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use nrllm_core::events::Event;
+use nrllm_core::failpoint;
 use nrllm_core::state::{Counters, SuspendedState};
 use nrllm_core::store::{
-    Claim, Finish, NewRun, PurgeReport, RunFilter, RunRecord, RunStatus, RunStore, SequencedEvent,
-    StoreError, StoredEvent, TerminationReason, Verdict, WaitingFilter,
+    Claim, ClaimRecord, EffectRecord, Finish, NewRun, PurgeReport, RunFilter, RunRecord, RunStatus,
+    RunStore, SequencedEvent, StoreError, StoredEvent, TerminationReason, WaitingFilter,
 };
+use nrllm_core::transcript::ToolOutcome;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 use uuid::Uuid;
@@ -33,8 +36,8 @@ pub struct SqlRunStore {
 const RUN_COLUMNS: &str =
     "id, status, configuration, requested_by, iterations, tool_calls, truncated, \
     prompt_tokens, completion_tokens, estimated_cost_micros, termination_reason, error_summary, \
-    final_answer, suspended_state, decided_by, decided_at_ms, decision, version, last_sequence, \
-    created_at_ms, updated_at_ms, started_at_ms, finished_at_ms";
+    final_answer, suspended_state, decided_by, decided_at_ms, decision, decision_record, version, \
+    last_sequence, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms";
 
 impl SqlRunStore {
     /// A store on an open, migrated database.
@@ -80,13 +83,14 @@ impl SqlRunStore {
         rows_affected: u64,
         id: Uuid,
         version: i64,
-        events: &[SequencedEvent],
+        (events, point): (&[SequencedEvent], &'static str),
     ) -> Result<(), StoreError> {
         if rows_affected != 1 {
             drop(tx);
             return Err(self.refusal(id, version).await);
         }
         insert_events(&mut tx, id, events).await?;
+        failpoint::reach(point);
         tx.commit().await.map_err(backend)?;
         self.committed();
         Ok(())
@@ -105,6 +109,8 @@ impl SqlRunStore {
     }
 }
 
+/// Writes a segment's events, and journals each approved call's result (a `tool` step answering
+/// a dispatched call) on its effect record.
 async fn insert_events(
     tx: &mut Transaction<'static, Any>,
     id: Uuid,
@@ -112,6 +118,30 @@ async fn insert_events(
 ) -> Result<(), StoreError> {
     let id = id.to_string();
     for event in events {
+        if let Event::Tool {
+            round,
+            call_id,
+            result,
+            on_resume: true,
+            executed: true,
+            ..
+        } = &event.event
+        {
+            let outcome = event.event.tool_outcome().unwrap_or_default();
+            sqlx::query(
+                "UPDATE agent_run_effect SET result = $1, outcome = $2, completed_at_ms = $3 \
+                 WHERE run_id = $4 AND round = $5 AND call_id = $6 AND result IS NULL",
+            )
+            .bind(result)
+            .bind(outcome_name(outcome))
+            .bind(event.created_at_ms)
+            .bind(&id)
+            .bind(i64::from(*round))
+            .bind(call_id)
+            .execute(&mut **tx)
+            .await
+            .map_err(backend)?;
+        }
         let payload = serde_json::to_string(&event.event)
             .map_err(|err| StoreError::Corrupt(err.to_string()))?;
         sqlx::query(
@@ -129,6 +159,22 @@ async fn insert_events(
         .await.map_err(backend)?;
     }
     Ok(())
+}
+
+fn outcome_name(outcome: ToolOutcome) -> &'static str {
+    match outcome {
+        ToolOutcome::Ok => "ok",
+        ToolOutcome::Error => "error",
+        ToolOutcome::Denied => "denied",
+    }
+}
+
+fn outcome_from(name: &str) -> ToolOutcome {
+    match name {
+        "error" => ToolOutcome::Error,
+        "denied" => ToolOutcome::Denied,
+        _ => ToolOutcome::Ok,
+    }
 }
 
 /// The `pending_tools` column of a suspended run: `,tool_a,tool_b,` (see the migration).
@@ -183,6 +229,7 @@ fn read_run(row: &AnyRow) -> Result<RunRecord, StoreError> {
         decided_by: row.try_get("decided_by").map_err(backend)?,
         decided_at_ms: row.try_get("decided_at_ms").map_err(backend)?,
         decision: row.try_get("decision").map_err(backend)?,
+        decision_record: row.try_get("decision_record").map_err(backend)?,
         version: row.try_get("version").map_err(backend)?,
         last_sequence: row.try_get("last_sequence").map_err(backend)?,
         created_at_ms: row.try_get("created_at_ms").map_err(backend)?,
@@ -226,7 +273,8 @@ impl RunStore for SqlRunStore {
             "UPDATE agent_run SET status = $1, suspended_state = $2, iterations = $3, tool_calls = $4, \
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, \
              last_sequence = CASE WHEN $8 > last_sequence THEN $8 ELSE last_sequence END, \
-             version = version + 1, updated_at_ms = $9, pending_tools = $13 \
+             version = version + 1, updated_at_ms = $9, pending_tools = $13, \
+             decided_by = NULL, decided_at_ms = NULL, decision = NULL, decision_record = NULL \
              WHERE id = $10 AND status = $11 AND version = $12",
         )
         .bind(RunStatus::WaitingForApproval.as_str())
@@ -244,8 +292,14 @@ impl RunStore for SqlRunStore {
         .bind(pending_tools(state))
         .execute(&mut *tx)
         .await.map_err(backend)?;
-        self.close_transition(tx, updated.rows_affected(), id, version, events)
-            .await?;
+        self.close_transition(
+            tx,
+            updated.rows_affected(),
+            id,
+            version,
+            (events, "during_suspend_commit"),
+        )
+        .await?;
         Ok(version + 1)
     }
 
@@ -253,35 +307,58 @@ impl RunStore for SqlRunStore {
         &self,
         id: Uuid,
         version: i64,
-        decided_by: &str,
-        verdict: Verdict,
+        claim: &ClaimRecord,
         now_ms: i64,
     ) -> Result<Claim, StoreError> {
-        // One statement: the compare-and-set is atomic on both backends.
+        let mut tx = self.write_tx().await.map_err(backend)?;
+        // The compare-and-set: exactly one claimer's update matches the row.
         let row = sqlx::query(
             "UPDATE agent_run SET status = $1, decided_by = $2, decided_at_ms = $3, decision = $4, \
-             version = version + 1, updated_at_ms = $3 \
-             WHERE id = $5 AND status = $6 AND version = $7 \
+             decision_record = $5, version = version + 1, updated_at_ms = $3, \
+             last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END \
+             WHERE id = $7 AND status = $8 AND version = $9 \
              RETURNING version",
         )
         .bind(RunStatus::Running.as_str())
-        .bind(decided_by)
+        .bind(&claim.decided_by)
         .bind(now_ms)
-        .bind(verdict.as_str())
+        .bind(claim.verdict.as_str())
+        .bind(&claim.decision)
+        .bind(last_sequence(&claim.events).unwrap_or(0))
         .bind(id.to_string())
         .bind(RunStatus::WaitingForApproval.as_str())
         .bind(version)
-        .fetch_optional(self.db.pool())
-        .await.map_err(backend)?;
-        match row {
-            Some(row) => {
-                self.committed();
-                Ok(Claim::Won {
-                    version: row.try_get("version").map_err(backend)?,
-                })
-            }
-            None => Ok(Claim::Lost(Box::new(self.status_of(id).await?))),
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let Some(row) = row else {
+            drop(tx);
+            return Ok(Claim::Lost(Box::new(self.status_of(id).await?)));
+        };
+        let new_version: i64 = row.try_get("version").map_err(backend)?;
+        insert_events(&mut tx, id, &claim.events).await?;
+        for dispatch in &claim.dispatched {
+            sqlx::query(
+                "INSERT INTO agent_run_effect (run_id, round, call_id, tool, arguments, effect_key, \
+                 dispatched_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                 ON CONFLICT (run_id, round, call_id) DO NOTHING",
+            )
+            .bind(id.to_string())
+            .bind(i64::from(dispatch.round))
+            .bind(&dispatch.call_id)
+            .bind(&dispatch.tool)
+            .bind(&dispatch.arguments)
+            .bind(&dispatch.effect_key)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
         }
+        tx.commit().await.map_err(backend)?;
+        self.committed();
+        Ok(Claim::Won {
+            version: new_version,
+        })
     }
 
     async fn finish(
@@ -304,6 +381,7 @@ impl RunStore for SqlRunStore {
             "UPDATE agent_run SET status = $1, termination_reason = $2, iterations = $3, tool_calls = $4, \
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, truncated = $8, final_answer = $9, \
              error_summary = $10, estimated_cost_micros = $11, suspended_state = NULL, \
+             decision_record = NULL, \
              last_sequence = CASE WHEN $12 > last_sequence THEN $12 ELSE last_sequence END, \
              version = version + 1, updated_at_ms = $13, finished_at_ms = $13 \
              WHERE id = $14 AND version = $15 AND status NOT IN ({})",
@@ -326,8 +404,14 @@ impl RunStore for SqlRunStore {
         .bind(version)
         .execute(&mut *tx)
         .await.map_err(backend)?;
-        self.close_transition(tx, updated.rows_affected(), id, version, events)
-            .await
+        self.close_transition(
+            tx,
+            updated.rows_affected(),
+            id,
+            version,
+            (events, "during_finish_commit"),
+        )
+        .await
     }
 
     async fn fail_corrupted(
@@ -335,12 +419,15 @@ impl RunStore for SqlRunStore {
         id: Uuid,
         version: i64,
         summary: &str,
+        event: &Event,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        let updated = sqlx::query(&format!(
+        let mut tx = self.write_tx().await.map_err(backend)?;
+        let row = sqlx::query(&format!(
             "UPDATE agent_run SET status = $1, termination_reason = $2, error_summary = $3, \
-             version = version + 1, updated_at_ms = $4, finished_at_ms = $4 \
-             WHERE id = $5 AND version = $6 AND status NOT IN ({})",
+             version = version + 1, updated_at_ms = $4, finished_at_ms = $4, \
+             last_sequence = last_sequence + 1 \
+             WHERE id = $5 AND version = $6 AND status NOT IN ({}) RETURNING last_sequence",
             RunStatus::sql_list(&RunStatus::TERMINAL)
         ))
         .bind(RunStatus::Failed.as_str())
@@ -349,37 +436,39 @@ impl RunStore for SqlRunStore {
         .bind(now_ms)
         .bind(id.to_string())
         .bind(version)
-        .execute(self.db.pool())
+        .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?;
-        if updated.rows_affected() != 1 {
+        let Some(row) = row else {
+            drop(tx);
             return Err(self.refusal(id, version).await);
-        }
+        };
+        let sequence: i64 = row.try_get("last_sequence").map_err(backend)?;
+        let step = SequencedEvent {
+            sequence,
+            event: event.clone(),
+            created_at_ms: now_ms,
+        };
+        insert_events(&mut tx, id, std::slice::from_ref(&step)).await?;
+        tx.commit().await.map_err(backend)?;
+        self.committed();
         Ok(())
     }
 
-    async fn interrupt_running(&self, summary: &str, now_ms: i64) -> Result<u64, StoreError> {
-        let updated = sqlx::query(&format!(
-            "UPDATE agent_run SET status = $1, termination_reason = $2, error_summary = $3, \
-             suspended_state = NULL, version = version + 1, updated_at_ms = $4, finished_at_ms = $4 \
-             WHERE status = {}",
-            RunStatus::sql_list(&[RunStatus::Running])
-        ))
-        .bind(RunStatus::Failed.as_str())
-        .bind(TerminationReason::Interrupted.as_str())
-        .bind(summary)
-        .bind(now_ms)
-        .execute(self.db.pool())
-        .await.map_err(backend)?;
-        self.committed();
-        Ok(updated.rows_affected())
-    }
-
-    async fn cancel(&self, id: Uuid, by: &str, now_ms: i64) -> Result<RunRecord, StoreError> {
-        let updated = sqlx::query(&format!(
-            "UPDATE agent_run SET status = $1, termination_reason = $2, suspended_state = NULL, decided_by = $3, \
-             decided_at_ms = $4, decision = 'cancelled', version = version + 1, updated_at_ms = $4, finished_at_ms = $4 \
-             WHERE id = $5 AND status IN ({})",
+    async fn cancel(
+        &self,
+        id: Uuid,
+        by: &str,
+        reason: Option<&str>,
+        now_ms: i64,
+    ) -> Result<RunRecord, StoreError> {
+        let mut tx = self.write_tx().await.map_err(backend)?;
+        let row = sqlx::query(&format!(
+            "UPDATE agent_run SET status = $1, termination_reason = $2, suspended_state = NULL, \
+             decided_by = $3, decided_at_ms = $4, decision = 'cancelled', decision_record = NULL, \
+             version = version + 1, updated_at_ms = $4, finished_at_ms = $4, \
+             last_sequence = last_sequence + 1 \
+             WHERE id = $5 AND status IN ({}) RETURNING last_sequence",
             RunStatus::sql_list(&RunStatus::CANCELLABLE)
         ))
         .bind(RunStatus::Cancelled.as_str())
@@ -387,17 +476,56 @@ impl RunStore for SqlRunStore {
         .bind(by)
         .bind(now_ms)
         .bind(id.to_string())
-        .execute(self.db.pool())
-        .await.map_err(backend)?;
-        let run = self.status_of(id).await?;
-        if updated.rows_affected() != 1 {
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let Some(row) = row else {
+            drop(tx);
+            let run = self.status_of(id).await?;
             return Err(StoreError::InvalidTransition {
                 id,
                 status: run.status,
                 action: "cancelled",
             });
-        }
-        Ok(run)
+        };
+        let step = SequencedEvent {
+            sequence: row.try_get("last_sequence").map_err(backend)?,
+            event: Event::Cancelled {
+                by: by.to_owned(),
+                reason: reason.map(str::to_owned),
+            },
+            created_at_ms: now_ms,
+        };
+        insert_events(&mut tx, id, std::slice::from_ref(&step)).await?;
+        tx.commit().await.map_err(backend)?;
+        self.committed();
+        self.status_of(id).await
+    }
+
+    async fn effects(&self, id: Uuid) -> Result<Vec<EffectRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT round, call_id, tool, effect_key, dispatched_at_ms, result, outcome \
+             FROM agent_run_effect WHERE run_id = $1 ORDER BY round, dispatched_at_ms",
+        )
+        .bind(id.to_string())
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(backend)?;
+        rows.iter()
+            .map(|row| {
+                let result: Option<String> = row.try_get("result").map_err(backend)?;
+                let outcome: Option<String> = row.try_get("outcome").map_err(backend)?;
+                let round: i64 = row.try_get("round").map_err(backend)?;
+                Ok(EffectRecord {
+                    round: u32::try_from(round).unwrap_or_default(),
+                    call_id: row.try_get("call_id").map_err(backend)?,
+                    tool: row.try_get("tool").map_err(backend)?,
+                    effect_key: row.try_get("effect_key").map_err(backend)?,
+                    dispatched_at_ms: row.try_get("dispatched_at_ms").map_err(backend)?,
+                    result: result.map(|r| (r, outcome_from(outcome.as_deref().unwrap_or("ok")))),
+                })
+            })
+            .collect()
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError> {
@@ -503,6 +631,11 @@ impl RunStore for SqlRunStore {
                 return Ok(report);
             }
             for id in &ids {
+                sqlx::query("DELETE FROM agent_run_effect WHERE run_id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
                 let events = sqlx::query("DELETE FROM agent_run_event WHERE run_id = $1")
                     .bind(id)
                     .execute(&mut *tx)

@@ -23,6 +23,7 @@ use serde_json::json;
 
 fn configuration(prompt: &str) -> RunConfiguration {
     RunConfiguration {
+        continues: None,
         provider: "scripted".into(),
         model: "script".into(),
         prompt: prompt.into(),
@@ -466,6 +467,122 @@ async fn a_corrupted_state_fails_that_run_keeps_the_raw_state_and_spares_others(
 }
 
 #[tokio::test]
+async fn a_provider_failure_after_approved_effects_says_so_and_retry_reruns_no_tool() {
+    for db in backends().await {
+        // The script ends after the gated turn: the model call after the tool fails.
+        let s = setup(
+            &db.db,
+            vec![call_turn(
+                "c1",
+                "write_note",
+                json!({"text": "a"}),
+                usage(1, 1),
+            )],
+        );
+        let run = s
+            .service
+            .start(configuration("write a"), "alice")
+            .await
+            .unwrap();
+        let failed = s
+            .service
+            .resume(run.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap();
+        assert_eq!(failed.status, RunStatus::Failed, "{}", db.name);
+        assert_eq!(
+            failed.termination_reason.as_deref(),
+            Some("provider_failed")
+        );
+        let summary = failed.error_summary.clone().unwrap();
+        assert!(
+            summary.contains("write_note") && summary.contains("effects happened"),
+            "{summary}"
+        );
+        assert_eq!(s.probe.count("write_note"), 1);
+
+        s.provider
+            .push(ChatResponse::text("Done after the retry.", usage(1, 1)));
+        let retried = s.service.retry(run.id, "carol").await.unwrap();
+        assert_ne!(retried.id, run.id);
+        let done = s.service.drive(retried).await.unwrap();
+        assert_eq!(done.status, RunStatus::Completed, "{}", db.name);
+        assert_eq!(done.final_answer.as_deref(), Some("Done after the retry."));
+        assert_eq!(s.probe.count("write_note"), 1, "no tool runs again");
+        // The model is asked with the failed run's transcript, the tool's answer included.
+        let asked = s.provider.requests().pop().unwrap();
+        let text = serde_json::to_string(&asked.messages).unwrap();
+        assert!(text.contains("wrote: a"), "{text}");
+        let first = s.store.events(done.id, 0).await.unwrap();
+        assert!(
+            first
+                .iter()
+                .any(|e| e.kind == "recovered"
+                    && e.payload.to_string().contains(&run.id.to_string())),
+            "the new run names the run it continues"
+        );
+        // The failed run itself never changes; other runs cannot be retried.
+        assert_eq!(
+            s.store.get(run.id).await.unwrap().unwrap().version,
+            failed.version
+        );
+        let err = s.service.retry(done.id, "carol").await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("only a run whose model call failed"),
+            "{err}"
+        );
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_state_saved_by_a_newer_version_is_refused_and_left_waiting() {
+    for db in backends().await {
+        let s = setup(
+            &db.db,
+            vec![call_turn(
+                "a",
+                "write_note",
+                json!({"text": "1"}),
+                usage(1, 1),
+            )],
+        );
+        let run = s
+            .service
+            .start(configuration("one"), "alice")
+            .await
+            .unwrap();
+        let mut state: serde_json::Value =
+            serde_json::from_str(run.suspended_state.as_deref().unwrap()).unwrap();
+        state["schema_version"] = json!(99);
+        sqlx::query("UPDATE agent_run SET suspended_state = $1 WHERE id = $2")
+            .bind(state.to_string())
+            .bind(run.id.to_string())
+            .execute(db.db.pool())
+            .await
+            .unwrap();
+        let err = s
+            .service
+            .resume(run.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, ResumeError::NewerVersion(99)),
+            "{}: {err:?}",
+            db.name
+        );
+        assert!(err.to_string().contains("saved by a newer version"));
+        let after = s.store.get(run.id).await.unwrap().unwrap();
+        assert_eq!(after.status, RunStatus::WaitingForApproval, "{}", db.name);
+        assert_eq!(after.version, run.version, "nothing changed");
+        assert_eq!(after.suspended_state, Some(state.to_string()));
+        assert!(s.probe.calls().is_empty());
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
 async fn cancel_list_and_the_inbox_follow_the_status_rules() {
     for db in backends().await {
         let s = setup(
@@ -571,10 +688,14 @@ async fn cancel_list_and_the_inbox_follow_the_status_rules() {
             2
         );
 
-        let cancelled = s.service.cancel(first.id, "carol").await.unwrap();
+        let cancelled = s
+            .service
+            .cancel(first.id, "carol", Some("not needed"))
+            .await
+            .unwrap();
         assert_eq!(cancelled.status, RunStatus::Cancelled);
         assert_eq!(cancelled.suspended_state, None);
-        let again = s.service.cancel(third.id, "carol").await.unwrap_err();
+        let again = s.service.cancel(third.id, "carol", None).await.unwrap_err();
         assert!(matches!(
             again,
             StoreError::InvalidTransition {
@@ -622,15 +743,18 @@ async fn cancel_list_and_the_inbox_follow_the_status_rules() {
 }
 
 #[tokio::test]
-async fn interrupting_ends_only_running_runs_and_keeps_their_decision() {
+async fn recovery_goes_on_from_the_journal_and_never_reruns_an_unknown_effect() {
     for db in backends().await {
         let responses = vec![
             call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
             call_turn("c2", "write_note", json!({"text": "b"}), usage(1, 1)),
             ChatResponse::text("Plain.", usage(1, 1)),
+            ChatResponse::text("Asked again.", usage(1, 1)),
+            ChatResponse::text("Noted by hand.", usage(1, 1)),
         ];
         let s = setup(&db.db, responses);
-        // Claimed (running) but cut off before it went on: the decision is on record.
+        // Claimed (running) but cut off before it went on: the decision and the dispatch of
+        // `c1` are journaled, its result is not.
         let claimed = s
             .service
             .start(configuration("write a"), "alice")
@@ -650,6 +774,7 @@ async fn interrupting_ends_only_running_runs_and_keeps_their_decision() {
             .start(configuration("say"), "alice")
             .await
             .unwrap();
+        // Created but cut off before its first model call.
         let fresh = s
             .service
             .create(configuration("never driven"), "alice")
@@ -657,41 +782,84 @@ async fn interrupting_ends_only_running_runs_and_keeps_their_decision() {
             .unwrap();
         assert_eq!(done.status, RunStatus::Completed);
 
-        let count = s
-            .store
-            .interrupt_running("stopped mid-run", now_ms())
+        // A run cut off before any effect asks the model again.
+        let fresh = s.service.recover(fresh.id).await.unwrap();
+        assert_eq!(fresh.status, RunStatus::Completed, "{}", db.name);
+        assert_eq!(fresh.final_answer.as_deref(), Some("Asked again."));
+        let kinds = event_kinds(&s.store, fresh.id).await;
+        assert!(kinds.contains(&"recovered".to_owned()), "{kinds:?}");
+
+        // `write_note` is not idempotent by key: a dispatched call with no result is not run
+        // again; the run waits with the call marked, and the decision stays on record.
+        let recovered = s.service.recover(claimed.id).await.unwrap();
+        assert_eq!(
+            recovered.status,
+            RunStatus::WaitingForApproval,
+            "{}",
+            db.name
+        );
+        assert_eq!(s.probe.count("write_note"), 0);
+        let state =
+            nrllm_core::SuspendedState::from_json(recovered.suspended_state.as_ref().unwrap())
+                .unwrap();
+        assert_eq!(state.unknown.len(), 1);
+        assert_eq!(state.unknown[0].call_id, "c1");
+        assert_eq!(state.unknown[0].effect_key, format!("{}/1/c1", claimed.id));
+        assert_eq!(
+            recovered.decided_by, None,
+            "a new wait shows no old decision"
+        );
+        let kinds = event_kinds(&s.store, claimed.id).await;
+        assert!(kinds.contains(&"approval_decided".to_owned()), "{kinds:?}");
+        assert!(kinds.contains(&"outcome_unknown".to_owned()), "{kinds:?}");
+        // Recovering twice changes nothing.
+        let again = s.service.recover(claimed.id).await.unwrap();
+        assert_eq!(again.version, recovered.version);
+
+        // The operator records what happened; the model reads it and the tool never runs.
+        let decision = Decision::PerCall {
+            calls: vec![nrllm_core::decision::CallDecision {
+                call_id: "c1".into(),
+                choice: nrllm_core::decision::Choice::Respond {
+                    result: "The note was written at 10:02.".into(),
+                },
+            }],
+        };
+        let ended = s
+            .service
+            .resume(claimed.id, &decision, "carol", None)
             .await
             .unwrap();
-        assert_eq!(count, 2, "{}", db.name);
-
-        for id in [claimed.id, fresh.id] {
-            let run = s.store.get(id).await.unwrap().unwrap();
-            assert_eq!(run.status, RunStatus::Failed);
-            assert_eq!(run.termination_reason.as_deref(), Some("interrupted"));
-            assert_eq!(run.error_summary.as_deref(), Some("stopped mid-run"));
-            assert!(run.finished_at_ms.is_some() && run.suspended_state.is_none());
-        }
-        let claimed = s.store.get(claimed.id).await.unwrap().unwrap();
-        assert_eq!(claimed.decided_by.as_deref(), Some("bob"));
-        assert!(claimed.decision.is_some());
-        // A terminal run never changes again, and nothing was executed by the interruption.
-        let err = s
-            .service
-            .resume(claimed.id, &Decision::ApproveAll, "bob", None)
-            .await
-            .unwrap_err();
-        assert!(err.to_string().contains("already decided"), "{err}");
+        assert_eq!(ended.status, RunStatus::Completed, "{}", db.name);
         assert_eq!(s.probe.count("write_note"), 0);
-        assert_eq!(
-            s.store.get(waiting.id).await.unwrap().unwrap().status,
-            RunStatus::WaitingForApproval
+        let last = s.provider.requests().pop().unwrap();
+        assert!(
+            serde_json::to_string(&last.messages)
+                .unwrap()
+                .contains("The note was written at 10:02."),
+            "the model reads the operator's result"
         );
-        assert_eq!(
-            s.store.get(done.id).await.unwrap().unwrap().status,
-            RunStatus::Completed
-        );
+
+        // Runs that were not running are left alone.
+        for (id, status) in [
+            (waiting.id, RunStatus::WaitingForApproval),
+            (done.id, RunStatus::Completed),
+        ] {
+            let run = s.service.recover(id).await.unwrap();
+            assert_eq!(run.status, status);
+        }
         db.cleanup().await;
     }
+}
+
+async fn event_kinds(store: &Arc<SqlRunStore>, id: uuid::Uuid) -> Vec<String> {
+    store
+        .events(id, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
 }
 
 #[tokio::test]

@@ -1,0 +1,336 @@
+//! The loop as a step machine — the part of ADR-084's loop that decides, with nothing performed.
+//! Given where a run is and what its last step brought, it says what to do next as a value: ask
+//! the model (with this request), run or answer these calls, suspend (with this state), or finish.
+//! The loop ([`crate::agent::ToolLoop`]) asks the provider and runs the tools; the run service
+//! journals each step. So a test can drive a run step by step, and a crash can only fall between
+//! journaled steps.
+//!
+//! The rules it keeps (DESIGN §4): a turn that holds a call needing approval suspends **before any
+//! call of that turn runs**; a resumed turn is answered whole, in call order, each call by its
+//! decision; after the round cap one last round runs without tools; counters span the whole run.
+
+use serde::{Deserialize, Serialize};
+
+use crate::decision::Choice;
+use crate::provider::{ChatRequest, ChatResponse, ToolChoice};
+use crate::state::{Counters, RunSettings, SuspendedState, STATE_SCHEMA_VERSION};
+use crate::tool::ToolSpec;
+use crate::transcript::{Message, ToolCall, ToolOutcome};
+
+/// Where a run is between steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    messages: Vec<Message>,
+    /// How many messages earlier `request` steps hold already.
+    recorded: usize,
+    counters: Counters,
+    settings: RunSettings,
+}
+
+/// One request to the model, as the machine wants it asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ask {
+    pub round: u32,
+    /// The final round after the cap: tools declared but not callable.
+    pub capped: bool,
+    /// Where the messages new in this round start (for the `request` step).
+    pub first: usize,
+    pub request: ChatRequest,
+}
+
+/// What a call of the turn came to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    pub call_id: String,
+    pub result: String,
+    pub outcome: ToolOutcome,
+}
+
+/// How one call of a turn is to be answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallPlan {
+    /// As this choice says: run it (as is or edited), or answer it without running.
+    Decide(Choice),
+    /// Its result is known already (journaled before a restart): answer with it, run nothing.
+    Known(Answer),
+}
+
+/// The next thing to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    /// Answer these calls, in order (`on_resume`: they follow an operator's decision).
+    Run {
+        round: u32,
+        calls: Vec<(ToolCall, CallPlan)>,
+        on_resume: bool,
+    },
+    /// Wait for an operator; persist this state.
+    Suspend(SuspendedState),
+    /// The run is done: the model's answer.
+    Finish(Finished),
+}
+
+/// A finished run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub content: String,
+    pub counters: Counters,
+    /// The round cap was hit and the final round ran without tools.
+    pub truncated: bool,
+    pub messages: Vec<Message>,
+}
+
+impl Machine {
+    /// A run that starts from an assembled transcript.
+    pub fn start(messages: Vec<Message>, settings: RunSettings) -> Machine {
+        Machine {
+            messages,
+            recorded: 0,
+            counters: Counters::default(),
+            settings,
+        }
+    }
+
+    /// A suspended run resumed with one plan per pending call (in call order): the machine and
+    /// the step that answers the pending turn.
+    pub fn resume(state: &SuspendedState, plans: Vec<CallPlan>) -> (Machine, Next) {
+        let machine = Machine {
+            messages: state.messages.clone(),
+            recorded: state.recorded_messages,
+            counters: state.counters,
+            settings: state.settings.clone(),
+        };
+        let step = Next::Run {
+            round: state.counters.iterations,
+            calls: state.pending.iter().cloned().zip(plans).collect(),
+            on_resume: true,
+        };
+        (machine, step)
+    }
+
+    /// The totals so far.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// The settings the run was started with.
+    pub fn settings(&self) -> &RunSettings {
+        &self.settings
+    }
+
+    /// The transcript so far.
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// The next round's request, with `tools` the tools offered now.
+    pub fn ask(&mut self, tools: Vec<ToolSpec>) -> Ask {
+        let capped = self.counters.iterations >= self.settings.max_rounds;
+        self.counters.iterations += 1;
+        let first = self.recorded.min(self.messages.len());
+        self.recorded = self.messages.len();
+        Ask {
+            round: self.counters.iterations,
+            capped,
+            first,
+            request: ChatRequest {
+                messages: self.messages.clone(),
+                tools,
+                // The capped round still declares the tools (formats such as Anthropic's reject
+                // a transcript with tool calls but no tools) and forbids calling them.
+                tool_choice: if capped {
+                    ToolChoice::Disabled
+                } else {
+                    ToolChoice::Auto
+                },
+                options: self.settings.model.clone(),
+            },
+        }
+    }
+
+    /// The model answered `ask`: finish, suspend, or run the turn's calls. `needs_approval` says
+    /// whether a call must wait for an operator.
+    pub fn answered(
+        &mut self,
+        ask: &Ask,
+        response: ChatResponse,
+        needs_approval: impl Fn(&ToolCall) -> bool,
+    ) -> Next {
+        self.counters.usage += response.usage;
+        if ask.capped || response.tool_calls.is_empty() {
+            let content = response.content.unwrap_or_default();
+            // A model that calls tools in the tool-less round is answered by its text alone.
+            self.messages.push(Message::assistant_text(content.clone()));
+            return Next::Finish(Finished {
+                content,
+                counters: self.counters,
+                truncated: ask.capped,
+                messages: self.messages.clone(),
+            });
+        }
+        let calls = response.tool_calls;
+        self.messages.push(Message::Assistant {
+            content: response.content,
+            tool_calls: calls.clone(),
+        });
+        // The whole turn is checked before any of its calls runs.
+        let gated: Vec<String> = calls
+            .iter()
+            .filter(|call| needs_approval(call))
+            .map(|call| call.id.clone())
+            .collect();
+        if !gated.is_empty() {
+            return Next::Suspend(SuspendedState {
+                schema_version: STATE_SCHEMA_VERSION,
+                messages: self.messages.clone(),
+                pending: calls,
+                gated,
+                counters: self.counters,
+                settings: self.settings.clone(),
+                recorded_messages: self.recorded,
+                answered: Vec::new(),
+                unknown: Vec::new(),
+            });
+        }
+        Next::Run {
+            round: ask.round,
+            calls: calls
+                .into_iter()
+                .map(|call| (call, CallPlan::Decide(Choice::Approve)))
+                .collect(),
+            on_resume: false,
+        }
+    }
+
+    /// The calls of the last [`Next::Run`] were answered, in call order.
+    pub fn ran(&mut self, answers: Vec<Answer>) {
+        for answer in answers {
+            self.counters.tool_calls += 1;
+            self.messages.push(Message::tool_answer(
+                answer.call_id,
+                answer.result,
+                answer.outcome,
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::Usage;
+    use serde_json::json;
+
+    fn usage() -> Usage {
+        Usage {
+            prompt_tokens: 10,
+            completion_tokens: 2,
+        }
+    }
+
+    fn call(id: &str, name: &str) -> ToolCall {
+        ToolCall::new(id, name, &json!({}))
+    }
+
+    fn answer(id: &str) -> Answer {
+        Answer {
+            call_id: id.into(),
+            result: format!("result of {id}"),
+            outcome: ToolOutcome::Ok,
+        }
+    }
+
+    #[test]
+    fn a_turn_without_gated_calls_runs_then_asks_again_then_finishes() {
+        let mut machine = Machine::start(vec![Message::user("hi")], RunSettings::default());
+        let ask = machine.ask(Vec::new());
+        assert_eq!((ask.round, ask.capped, ask.first), (1, false, 0));
+        let next = machine.answered(
+            &ask,
+            ChatResponse::calls(vec![call("a", "read"), call("b", "read")], usage()),
+            |_| false,
+        );
+        let Next::Run {
+            calls, on_resume, ..
+        } = next
+        else {
+            panic!("runs the turn: {next:?}")
+        };
+        assert!(!on_resume);
+        assert_eq!(calls.len(), 2);
+        machine.ran(vec![answer("a"), answer("b")]);
+        let ask = machine.ask(Vec::new());
+        assert_eq!((ask.round, ask.first), (2, 1));
+        assert_eq!(ask.request.messages.len(), 4);
+        let Next::Finish(done) =
+            machine.answered(&ask, ChatResponse::text("done", usage()), |_| false)
+        else {
+            panic!("finishes")
+        };
+        assert_eq!(done.content, "done");
+        assert_eq!(done.counters.iterations, 2);
+        assert_eq!(done.counters.tool_calls, 2);
+        assert_eq!(done.counters.usage.prompt_tokens, 20);
+    }
+
+    #[test]
+    fn one_gated_call_suspends_the_whole_turn_before_anything_runs() {
+        let mut machine = Machine::start(vec![Message::user("hi")], RunSettings::default());
+        let ask = machine.ask(Vec::new());
+        let next = machine.answered(
+            &ask,
+            ChatResponse::calls(vec![call("a", "read"), call("b", "write")], usage()),
+            |c| c.name == "write",
+        );
+        let Next::Suspend(state) = next else {
+            panic!("suspends: {next:?}")
+        };
+        assert_eq!(state.pending.len(), 2);
+        assert_eq!(state.gated, ["b"]);
+        assert!(state.check().is_ok());
+        // Resumed with a decision per call, the turn is answered whole, in order.
+        let (_, step) = Machine::resume(
+            &state,
+            vec![
+                CallPlan::Decide(Choice::Approve),
+                CallPlan::Decide(Choice::Deny { reason: None }),
+            ],
+        );
+        let Next::Run {
+            calls, on_resume, ..
+        } = step
+        else {
+            panic!("runs the pending turn")
+        };
+        assert!(on_resume);
+        assert_eq!(calls[0].0.id, "a");
+        assert_eq!(calls[1].1, CallPlan::Decide(Choice::Deny { reason: None }));
+    }
+
+    #[test]
+    fn after_the_round_cap_one_round_runs_without_tools() {
+        let settings = RunSettings {
+            max_rounds: 1,
+            ..RunSettings::default()
+        };
+        let mut machine = Machine::start(vec![Message::user("hi")], settings);
+        let ask = machine.ask(Vec::new());
+        let _ = machine.answered(
+            &ask,
+            ChatResponse::calls(vec![call("a", "read")], usage()),
+            |_| false,
+        );
+        machine.ran(vec![answer("a")]);
+        let ask = machine.ask(Vec::new());
+        assert!(ask.capped);
+        assert_eq!(ask.request.tool_choice, ToolChoice::Disabled);
+        let Next::Finish(done) = machine.answered(
+            &ask,
+            ChatResponse::calls(vec![call("b", "read")], usage()),
+            |_| false,
+        ) else {
+            panic!("the capped round finishes whatever the model asks")
+        };
+        assert!(done.truncated);
+    }
+}

@@ -1,0 +1,55 @@
+import { test, expect } from "@playwright/test";
+import { CrashServer, CRASH_URL } from "../crashed-server";
+
+// A server killed with SIGKILL right after an approved export wrote its file — before the call's
+// result was journaled — comes back with the run waiting and the call marked "outcome unknown".
+// The operator sees the three choices, records what happened by hand, and the model reads it.
+
+test.describe.configure({ timeout: 90_000 });
+
+test("an export cut off by kill -9 waits with its outcome unknown; a result recorded by hand reaches the model", async ({
+  page,
+  request,
+}) => {
+  const armed = await CrashServer.start({ failpoint: "in_tool_after_effect", fresh: true });
+  let restarted: CrashServer | null = null;
+  try {
+    const started = await request.post(`${CRASH_URL}/api/nrllm_tool_run`, {
+      data: { prompt: "Export the pricing page" },
+    });
+    expect(started.status()).toBe(200);
+    const runId: string = await started.json();
+    const view = async () =>
+      (await request.post(`${CRASH_URL}/api/nrllm_run_get`, { data: { run_id: runId } })).json();
+    await expect.poll(async () => (await view()).summary.status, { timeout: 20_000 }).toBe("waiting_for_approval");
+    const approved = await request.post(`${CRASH_URL}/api/nrllm_tool_resume`, {
+      data: { run_id: runId, decision: "approve_all" },
+    });
+    expect(approved.status()).toBe(200);
+    expect(await armed.reached).toBe("in_tool_after_effect");
+    await armed.kill();
+
+    restarted = await CrashServer.start();
+    await page.goto(`${CRASH_URL}/runs/${runId}`);
+    await expect(page.getByTestId("outcome-unknown")).toContainText("Outcome unknown");
+    await expect(page.getByTestId("outcome-unknown")).toContainText(`effect key ${runId}/`);
+    await expect(page.getByLabel("Run it again (same effect key)", { exact: true })).toBeChecked();
+    await expect(page.getByLabel("Record what happened", { exact: true })).toBeVisible();
+    await expect(page.getByLabel("Tell the model it failed", { exact: true })).toBeVisible();
+    // The steps say what happened to the run.
+    await expect(page.locator('[data-testid="step"][data-kind="outcome_unknown"]')).toContainText("export_page");
+
+    await page.getByLabel("Record what happened", { exact: true }).check();
+    await page.getByLabel(/^What happened/).fill("The export file is there, written at 10:02.");
+    await page.getByRole("button", { name: "Apply the choices above" }).click();
+    await expect(page.getByTestId("final-answer")).toContainText("The export file is there, written at 10:02.", {
+      timeout: 20_000,
+    });
+    await expect(page.getByTestId("final-answer")).toContainText("answered this call without running the tool");
+    const done = await view();
+    expect(done.summary.status).toBe("completed");
+  } finally {
+    await armed.kill();
+    await restarted?.kill();
+  }
+});

@@ -1,0 +1,523 @@
+//! The kill -9 harness. It starts the real server binary on a fresh SQLite file, drives runs
+//! through the API, and has the process stop at one of the failpoints (`NRLLM_FAILPOINT`) —
+//! after the claim commits, after the dispatch before the tool runs, inside the tool after its
+//! effect, after the results before the next model call, during a model call, during a
+//! suspension's or a finish's commit — then kills it with SIGKILL and starts it again. After each
+//! restart it reads the API and the database and asserts:
+//! - no acknowledged decision is lost (its `approval_decided` step is there);
+//! - no demo-site change or outbox message is applied twice (rows per effect key), and an approved
+//!   change to our own database is applied exactly once;
+//! - no run is left `running`, and none ends `failed` where a step can safely go on;
+//! - every run that was cut off says so in its steps (`recovered` or `outcome_unknown`);
+//! - an export (an effect outside our database) cut off after its dispatch waits for an operator
+//!   with the call marked "outcome unknown", and is never run again silently.
+//!
+//! `NRLLM_CRASH_KILLS` is the number of kills (default: 20 at each point); `make crash-test N=…`
+//! runs a soak and prints the figures RELIABILITY.md reports.
+
+#![cfg(feature = "ssr")]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nrllm_core::failpoint::POINTS;
+use nrllm_playground::model::{CallState, RunStatus, RunView};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// One start of the server binary.
+struct Server {
+    child: Child,
+    base: String,
+    /// Set once the process says it stopped at its failpoint.
+    reached: watch::Receiver<bool>,
+    started: Instant,
+}
+
+/// What every start of one harness shares: the database, the export folder, the port.
+struct Site {
+    dir: tempfile::TempDir,
+    port: u16,
+    http: reqwest::Client,
+}
+
+impl Site {
+    fn new() -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("crash.toml"), "log_level = \"warn\"\n").unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        Site { dir, port, http }
+    }
+
+    fn database_url(&self) -> String {
+        format!("sqlite:{}", self.dir.path().join("crash.db").display())
+    }
+
+    fn export_dir(&self) -> PathBuf {
+        self.dir.path().join("exports")
+    }
+
+    /// Starts the binary, armed at `failpoint` if given, and waits until it listens.
+    async fn start(&self, failpoint: Option<&str>) -> Server {
+        self.start_thinking(failpoint, 20).await
+    }
+
+    /// [`Site::start`] with the demo model thinking `think_ms` per answer.
+    async fn start_thinking(&self, failpoint: Option<&str>, think_ms: u64) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_nrllm-playground"));
+        command
+            .env("NRLLM_CONFIG", self.dir.path().join("crash.toml"))
+            .env("NRLLM_SITE_ADDR", format!("127.0.0.1:{}", self.port))
+            .env("NRLLM_DATABASE_URL", self.database_url())
+            .env("NRLLM_EXPORT_DIR", self.export_dir())
+            .env("NRLLM_DEMO_THINK_MS", think_ms.to_string())
+            .env_remove("NRLLM_FAILPOINT")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(point) = failpoint {
+            command.env("NRLLM_FAILPOINT", point);
+        }
+        let started = Instant::now();
+        let mut child = command.spawn().expect("the server binary starts");
+        let (tx, reached) = watch::channel(false);
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.starts_with("failpoint reached: ") {
+                    let _ = tx.send(true);
+                }
+            }
+        });
+        let base = format!("http://127.0.0.1:{}", self.port);
+        let deadline = Instant::now() + SETTLE;
+        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .is_err()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the server listens within {SETTLE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Server {
+            child,
+            base,
+            reached,
+            started,
+        }
+    }
+
+    /// POSTs JSON to a server function: the status and the JSON answer (`None` if the server
+    /// never answered — it may have stopped at its failpoint).
+    async fn call(&self, server: &Server, endpoint: &str, body: Value) -> Option<(u16, Value)> {
+        let response = self
+            .http
+            .post(format!("{}/api/{endpoint}", server.base))
+            .json(&body)
+            .send()
+            .await
+            .ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.json().await.unwrap_or(Value::Null)))
+    }
+
+    async fn run(&self, server: &Server, id: &str) -> Option<RunView> {
+        let (status, body) = self
+            .call(server, "nrllm_run_get", json!({ "run_id": id }))
+            .await?;
+        assert_eq!(status, 200, "{body}");
+        Some(serde_json::from_value(body).expect("a run view"))
+    }
+}
+
+impl Server {
+    fn reached(&self) -> bool {
+        *self.reached.borrow()
+    }
+
+    /// SIGKILL: no shutdown of any kind.
+    async fn kill(mut self) {
+        self.child.start_kill().unwrap();
+        self.child.wait().await.unwrap();
+    }
+}
+
+/// What a cycle asks the demo model to do.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Scenario {
+    /// A page change: our own database, exactly once by effect key.
+    Rename,
+    /// An outbox message: our own database, exactly once by effect key.
+    Send,
+    /// A file in the export folder: outside our database, so "outcome unknown" after a crash.
+    Export,
+}
+
+impl Scenario {
+    fn prompt(self, cycle: usize) -> String {
+        match self {
+            Scenario::Rename => format!("Rename the home page to \"Hello {cycle}\""),
+            Scenario::Send => format!("Send a message to team@example.com saying cycle {cycle}"),
+            Scenario::Export => "Export the pricing page".to_owned(),
+        }
+    }
+}
+
+const SCENARIOS: [Scenario; 3] = [Scenario::Rename, Scenario::Send, Scenario::Export];
+
+/// One cycle's record, for the assertions and the figures.
+#[derive(Debug, Default)]
+struct Cycle {
+    run_id: String,
+    /// Decisions sent, and those the server acknowledged with 200.
+    decisions_sent: usize,
+    decisions_acknowledged: usize,
+    killed: bool,
+    /// The run was cut off after an operator's decision was claimed.
+    killed_after_claim: bool,
+    came_back_unknown: bool,
+    restart_ms: u128,
+}
+
+/// Drives one run on an armed server until the failpoint stops it (then SIGKILL) or the run
+/// ends without reaching it.
+async fn drive_armed(site: &Site, server: Server, scenario: Scenario, cycle: usize) -> Cycle {
+    let mut record = Cycle::default();
+    let (status, body) = site
+        .call(
+            &server,
+            "nrllm_tool_run",
+            json!({ "prompt": scenario.prompt(cycle) }),
+        )
+        .await
+        .expect("the start of a run is answered");
+    assert_eq!(status, 200, "{body}");
+    record.run_id = body.as_str().unwrap().to_owned();
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        if server.reached() {
+            record.killed = true;
+            break;
+        }
+        assert!(Instant::now() < deadline, "cycle {cycle}: the run moves on");
+        match site.run(&server, &record.run_id).await {
+            Some(view)
+                if view.summary.status == RunStatus::WaitingForApproval
+                    && record.decisions_sent == 0 =>
+            {
+                record.decisions_sent += 1;
+                let answer = site
+                    .call(
+                        &server,
+                        "nrllm_tool_resume",
+                        json!({ "run_id": record.run_id, "decision": "approve_all" }),
+                    )
+                    .await;
+                if matches!(answer, Some((200, _))) {
+                    record.decisions_acknowledged += 1;
+                }
+            }
+            Some(view) if view.summary.status.is_terminal() => break,
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    record.killed_after_claim = record.killed && record.decisions_sent > 0;
+    server.kill().await;
+    record
+}
+
+/// On an unarmed server: waits for recovery, answers what waits (an unknown outcome by one of
+/// its three choices, in turn), until the run completes.
+async fn settle(site: &Site, server: &Server, record: &mut Cycle, cycle: usize) {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "cycle {cycle}: run {} settles after the restart",
+            record.run_id
+        );
+        let view = site
+            .run(server, &record.run_id)
+            .await
+            .expect("the restarted server answers");
+        match view.summary.status {
+            RunStatus::Completed => return,
+            RunStatus::WaitingForApproval => {
+                let unknown: Vec<_> = view
+                    .pending
+                    .iter()
+                    .filter(|c| matches!(c.state, CallState::OutcomeUnknown { .. }))
+                    .collect();
+                let body = if unknown.is_empty() {
+                    json!({ "run_id": record.run_id, "decision": "approve_all" })
+                } else {
+                    record.came_back_unknown = true;
+                    for call in &unknown {
+                        let CallState::OutcomeUnknown {
+                            effect_key,
+                            dispatched_at,
+                        } = &call.state
+                        else {
+                            unreachable!()
+                        };
+                        assert!(effect_key.starts_with(&record.run_id), "{effect_key}");
+                        assert!(dispatched_at.ends_with("UTC"), "{dispatched_at}");
+                    }
+                    let calls: Vec<Value> = view
+                        .pending
+                        .iter()
+                        .map(|call| match (&call.state, cycle % 3) {
+                            (CallState::OutcomeUnknown { .. }, 0) => json!({
+                                "call_id": call.call_id, "choice": "respond",
+                                "result": format!("Exported by hand in cycle {cycle}.")
+                            }),
+                            (CallState::OutcomeUnknown { .. }, 1) => json!({
+                                "call_id": call.call_id, "choice": "failed",
+                                "reason": "the file is not there"
+                            }),
+                            _ => json!({ "call_id": call.call_id, "choice": "approve" }),
+                        })
+                        .collect();
+                    json!({ "run_id": record.run_id, "decision": "per_call", "calls": calls })
+                };
+                record.decisions_sent += 1;
+                let (status, answer) = site
+                    .call(server, "nrllm_tool_resume", body)
+                    .await
+                    .expect("an answer");
+                assert_eq!(status, 200, "cycle {cycle}: {answer}");
+                record.decisions_acknowledged += 1;
+            }
+            RunStatus::Running | RunStatus::Queued => {}
+            other => panic!(
+                "cycle {cycle}: run {} ended {other}: {:?}",
+                record.run_id, view.summary.error_summary
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+}
+
+/// What the database says, checked after every restart.
+async fn check_database(site: &Site, record: &Cycle, scenario: Scenario, cycle: usize) {
+    let db = nrllm_store::db::Database::connect(&site.database_url())
+        .await
+        .unwrap();
+    let pool = db.pool();
+    let count = |sql: &'static str, bind: String| async move {
+        let row: (i64,) = sqlx::query_as(sql)
+            .bind(bind)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        row.0
+    };
+    let running: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM agent_run WHERE status = 'running'")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(running.0, 0, "cycle {cycle}: no run is left running");
+    for table in ["site_page_history", "site_outbox"] {
+        let twice: Vec<(String, i64)> = sqlx::query_as(&format!(
+            "SELECT effect_key, COUNT(*) FROM {table} WHERE effect_key IS NOT NULL \
+             GROUP BY effect_key HAVING COUNT(*) > 1"
+        ))
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        assert!(
+            twice.is_empty(),
+            "cycle {cycle}: applied twice in {table}: {twice:?}"
+        );
+    }
+    let prefix = format!("{}/%", record.run_id);
+    match scenario {
+        Scenario::Rename => assert_eq!(
+            count(
+                "SELECT COUNT(*) FROM site_page_history WHERE effect_key LIKE $1",
+                prefix.clone()
+            )
+            .await,
+            1,
+            "cycle {cycle}: the approved rename happened exactly once"
+        ),
+        Scenario::Send => assert_eq!(
+            count(
+                "SELECT COUNT(*) FROM site_outbox WHERE effect_key LIKE $1",
+                prefix.clone()
+            )
+            .await,
+            1,
+            "cycle {cycle}: the approved message was put in the outbox exactly once"
+        ),
+        Scenario::Export => {}
+    }
+    let kinds: Vec<(String,)> =
+        sqlx::query_as("SELECT kind FROM agent_run_event WHERE run_id = $1 ORDER BY sequence")
+            .bind(&record.run_id)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    let kinds: Vec<&str> = kinds.iter().map(|k| k.0.as_str()).collect();
+    let decided = kinds.iter().filter(|k| **k == "approval_decided").count();
+    assert!(
+        decided >= record.decisions_acknowledged && decided <= record.decisions_sent,
+        "cycle {cycle}: {decided} decisions on record, {} acknowledged, {} sent: {kinds:?}",
+        record.decisions_acknowledged,
+        record.decisions_sent
+    );
+    if record.killed {
+        assert!(
+            kinds.contains(&"recovered") || kinds.contains(&"outcome_unknown"),
+            "cycle {cycle}: the steps say the run was cut off: {kinds:?}"
+        );
+    }
+    db.pool().close().await;
+}
+
+/// The armed point for cycle `cycle` at `point`: model calls are stopped at the first, second or
+/// third call (before and after the decision), turn by turn over each pass of every point and
+/// scenario.
+fn armed(point: &str, cycle: usize) -> String {
+    let pass = POINTS.len() * SCENARIOS.len();
+    match point {
+        "during_model_call" => format!("{point}@{}", 1 + (cycle / pass) % 3),
+        _ => point.to_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_failpoint_survives_kill_9() {
+    let kills: usize = std::env::var("NRLLM_CRASH_KILLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20 * POINTS.len());
+    let site = Site::new();
+    let begun = Instant::now();
+    let mut per_point: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
+    let mut restarts = Vec::new();
+    let mut cycle = 0;
+    let mut total = 0;
+    while total < kills {
+        let point = POINTS[cycle % POINTS.len()];
+        let scenario =
+            [Scenario::Rename, Scenario::Send, Scenario::Export][(cycle / POINTS.len()) % 3];
+        cycle += 1;
+        assert!(
+            cycle < kills * 3 + 30,
+            "the failpoints are reached: {per_point:?}"
+        );
+        let server = site.start(Some(&armed(point, cycle))).await;
+        let mut record = drive_armed(&site, server, scenario, cycle).await;
+        let entry = per_point.entry(point).or_default();
+        entry.0 += 1;
+        if record.killed {
+            total += 1;
+            entry.1 += 1;
+        }
+        let server = site.start(None).await;
+        settle(&site, &server, &mut record, cycle).await;
+        record.restart_ms = server.started.elapsed().as_millis();
+        restarts.push(record.restart_ms);
+        if scenario == Scenario::Export && record.killed_after_claim {
+            assert!(
+                record.came_back_unknown,
+                "cycle {cycle}: an export cut off at {point} after its dispatch waits with \
+                 its outcome unknown"
+            );
+        }
+        if record.came_back_unknown {
+            assert_eq!(
+                scenario,
+                Scenario::Export,
+                "cycle {cycle}: a tool idempotent by key is run again with its key, not asked about"
+            );
+            entry.2 += 1;
+        }
+        check_database(&site, &record, scenario, cycle).await;
+        server.kill().await;
+    }
+    for (point, (cycles, killed, unknown)) in &per_point {
+        assert!(*killed > 0, "{point} was reached");
+        println!(
+            "{point:28} cycles {cycles:4}  kills {killed:4}  came back outcome-unknown {unknown:4}"
+        );
+    }
+    restarts.sort_unstable();
+    println!(
+        "{total} kills in {cycle} cycles, {:.1} s; restart to settled run p50 {} ms, max {} ms",
+        begun.elapsed().as_secs_f64(),
+        restarts[restarts.len() / 2],
+        restarts.last().unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_running_run_finish_its_step() {
+    let site = Site::new();
+    // The model thinks for a second: SIGTERM arrives while the run is mid-step.
+    let server = site.start_thinking(None, 1000).await;
+    let (_, body) = site
+        .call(
+            &server,
+            "nrllm_tool_run",
+            json!({ "prompt": "What time is it?" }),
+        )
+        .await
+        .unwrap();
+    let id = body.as_str().unwrap().to_owned();
+    let pid = server.child.id().unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut server = server;
+    let exit = tokio::time::timeout(Duration::from_secs(15), server.child.wait())
+        .await
+        .expect("the server exits within its grace period")
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    check_finished_untouched(&site, &id).await;
+}
+
+/// The run finished in the stopping process: completed, with no recovery step.
+async fn check_finished_untouched(site: &Site, id: &str) {
+    let db = nrllm_store::db::Database::connect(&site.database_url())
+        .await
+        .unwrap();
+    let (status, reason): (String, Option<String>) =
+        sqlx::query_as("SELECT status, termination_reason FROM agent_run WHERE id = $1")
+            .bind(id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(status, "completed", "{reason:?}");
+    let recovered: (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM agent_run_event WHERE run_id = $1 AND kind = 'recovered'",
+    )
+    .bind(id)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(recovered.0, 0);
+    db.pool().close().await;
+}
