@@ -147,6 +147,14 @@ pub async fn nrllm_run_get(
     let pending = state.runs.pending(&run).await;
     let detail = views::step_detail(&events, step, tab.as_deref(), &state.registry);
     let mut view = views::run_view(&run, &events, steps_before, pending.as_ref(), detail);
+    let verdict = nrllm_store::SqlRunStore::new(state.db.clone())
+        .verify_log(id)
+        .await
+        .map_err(|err| AppError::internal("verifying a run's log", err))?;
+    view.log = verdict.map(|verdict| crate::model::LogCheck {
+        verified: verdict.is_verified(),
+        text: verdict.describe(),
+    });
     // A running segment's steps are not committed yet; show what this server has seen of them.
     if view.latest {
         let last = view.last_sequence;

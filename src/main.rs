@@ -26,6 +26,9 @@ enum Command {
     Serve,
     /// Delete runs older than the retention windows, with their events, then exit.
     Purge,
+    /// Check every run's log against its hash chain; name the first broken link of each run
+    /// whose log does not hold (the exit status is then 2).
+    Verify,
 }
 
 #[cfg(feature = "ssr")]
@@ -36,6 +39,7 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve().await,
         Command::Purge => purge().await,
+        Command::Verify => verify().await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -79,6 +83,35 @@ async fn purge() -> Result<(), String> {
         "purged {} runs and {} events (finished more than {} days ago, or waiting more than {} days)",
         report.runs, report.events, settings.retention_terminal_days, settings.retention_waiting_days
     );
+    Ok(())
+}
+
+/// `nrllm-playground verify`: every run's log against its hash chain.
+#[cfg(feature = "ssr")]
+async fn verify() -> Result<(), String> {
+    use nrllm_store::chain::ChainVerdict;
+    use nrllm_store::SqlRunStore;
+    let settings = load_settings()?;
+    let store = SqlRunStore::new(open_database(&settings).await?);
+    let (mut broken, mut unchained) = (0usize, 0usize);
+    let checked = store
+        .verify_all(200, |id, verdict| match verdict {
+            ChainVerdict::Verified { .. } => {}
+            ChainVerdict::Unchained { .. } => unchained += 1,
+            other => {
+                broken += 1;
+                println!("run {id}: {}", other.describe());
+            }
+        })
+        .await
+        .map_err(|err| format!("reading the runs failed: {err}"))?;
+    println!(
+        "{checked} runs checked: {} verified, {broken} broken, {unchained} written before the log was chained",
+        checked - broken - unchained
+    );
+    if broken > 0 {
+        return Err(format!("{broken} run logs do not verify (listed above)"));
+    }
     Ok(())
 }
 

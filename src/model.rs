@@ -154,6 +154,16 @@ pub struct RunView {
     /// a page whose turn or previewed targets changed since is refused.
     pub digest: Option<String>,
     pub last_sequence: i64,
+    /// The run's log checked against its hash chain.
+    pub log: Option<LogCheck>,
+}
+
+/// What checking a run's log against its hash chain found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogCheck {
+    pub verified: bool,
+    /// `log verified (12 steps)`, or where and why it does not hold.
+    pub text: String,
 }
 
 /// A provider configuration offered in the playground form.

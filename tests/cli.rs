@@ -136,3 +136,91 @@ fn help_lists_the_commands_and_unknown_arguments_are_refused() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("frobnicate"), "{stderr}");
 }
+
+#[tokio::test]
+async fn verify_checks_every_run_log_and_names_an_edited_row() {
+    use nrllm_core::events::Event;
+    use nrllm_core::store::SequencedEvent;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("runs.db").display());
+    let db = Database::connect(&url).await.unwrap();
+    let store = SqlRunStore::new(db.clone());
+    let run = NewRun {
+        id: uuid::Uuid::new_v4(),
+        configuration: RunConfiguration {
+            continues: None,
+            provider: "demo".into(),
+            model: "demo-1".into(),
+            prompt: "hi".into(),
+            system_prompt: None,
+            skills: Vec::new(),
+            settings: RunSettings::default(),
+        },
+        requested_by: "test".into(),
+    };
+    let now = nrllm_core::clock::now_ms();
+    let record = store.create(&run, now).await.unwrap();
+    let events: Vec<SequencedEvent> = (1..=3)
+        .map(|sequence| SequencedEvent {
+            sequence,
+            event: Event::Recovered {
+                resumes_at: format!("step {sequence}"),
+            },
+            created_at_ms: now,
+        })
+        .collect();
+    let finish = Finish {
+        status: RunStatus::Completed,
+        reason: TerminationReason::Completed,
+        counters: Counters::default(),
+        truncated: false,
+        final_answer: Some("done".into()),
+        error_summary: None,
+        estimated_cost_micros: None,
+    };
+    store
+        .finish(run.id, record.version, &finish, &events, now)
+        .await
+        .unwrap();
+    let config = dir.path().join("Leptos.toml");
+    std::fs::write(&config, format!("database_url = \"{url}\"\n")).unwrap();
+    let verify = || {
+        binary()
+            .env("NRLLM_CONFIG", &config)
+            .arg("verify")
+            .output()
+            .unwrap()
+    };
+    let output = verify();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("1 runs checked: 1 verified, 0 broken"),
+        "{stdout}"
+    );
+
+    // Someone with database access rewrites what step 2 says.
+    sqlx::query("UPDATE agent_run_event SET payload = $1 WHERE run_id = $2 AND sequence = 2")
+        .bind(r#"{"type":"recovered","resumes_at":"nothing happened"}"#)
+        .bind(run.id.to_string())
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let output = verify();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "run {}: log broken at step 2: its content was changed after it was written",
+            run.id
+        )),
+        "{stdout}"
+    );
+    assert_eq!(
+        store.verify_log(run.id).await.unwrap().unwrap(),
+        nrllm_store::chain::ChainVerdict::Broken {
+            sequence: 2,
+            reason: "its content was changed after it was written".into()
+        }
+    );
+}

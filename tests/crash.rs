@@ -8,7 +8,8 @@
 //! - no demo-site change or outbox message is applied twice (rows per effect key), and an approved
 //!   change to our own database is applied exactly once;
 //! - no run is left `running`, and none ends `failed` where a step can safely go on;
-//! - every run that was cut off says so in its steps (`recovered` or `outcome_unknown`);
+//! - every run that was cut off says so in its steps (`recovered` or `outcome_unknown`), and its
+//!   log verifies against its hash chain;
 //! - an export (an effect outside our database) cut off after its dispatch waits for an operator
 //!   with the call marked "outcome unknown", and is never run again silently.
 //!
@@ -389,6 +390,15 @@ async fn check_database(site: &Site, record: &Cycle, scenario: Scenario, cycle: 
             "cycle {cycle}: the steps say the run was cut off: {kinds:?}"
         );
     }
+    // The log is whole: the hash chain holds over every step, before and after the kill.
+    let store = nrllm_store::SqlRunStore::new(db.clone());
+    let id = uuid::Uuid::parse_str(&record.run_id).unwrap();
+    let verdict = store.verify_log(id).await.unwrap().unwrap();
+    assert!(
+        verdict.is_verified(),
+        "cycle {cycle}: {}",
+        verdict.describe()
+    );
     db.pool().close().await;
 }
 

@@ -46,6 +46,9 @@ test("an export cut off by kill -9 waits with its outcome unknown; a result reco
       timeout: 20_000,
     });
     await expect(page.getByTestId("final-answer")).toContainText("answered this call without running the tool");
+    // The log holds: its hash chain verifies across the kill and the recovery.
+    await expect(page.getByTestId("log-check")).toHaveText(/^log verified \(\d+ steps\)$/);
+    await expect(page.getByTestId("log-check")).toHaveAttribute("data-verified", "true");
     const done = await view();
     expect(done.summary.status).toBe("completed");
   } finally {

@@ -113,7 +113,15 @@ fn RunDetail(run: RunView) -> impl IntoView {
             <section class="rounded-lg border border-slate-200 bg-white p-4 dark:border-slate-800 dark:bg-slate-900">
                 <div class="flex items-center justify-between">
                     <h2 class="font-semibold">"Steps"</h2>
-                    <a href=format!("/runs/{}/export.json", summary.id) class="text-sm underline" download="">"Export JSON"</a>
+                    <div class="flex items-center gap-3 text-sm">
+                        {run.log.clone().map(|log| view! {
+                            <span data-testid="log-check" data-verified=log.verified.to_string()
+                                class=if log.verified { "text-emerald-700 dark:text-emerald-400" } else { "font-semibold text-rose-700 dark:text-rose-400" }>
+                                {log.text}
+                            </span>
+                        })}
+                        <a href=format!("/runs/{}/export.json", summary.id) class="underline" download="">"Export JSON"</a>
+                    </div>
                 </div>
                 {run.older_before.map(|before| view! {
                     <a href=format!("/runs/{id}?steps_before={before}") class="mt-2 inline-block text-sm underline" data-testid="older-steps">"Older steps"</a>

@@ -500,6 +500,7 @@ pub fn run_view(
         last_sequence: run
             .last_sequence
             .max(events.last().map(|e| e.sequence).unwrap_or(0)),
+        log: None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! Postgres (several instances sharing one database) through sqlx — the [`SqlRunStore`] behind
 //! `nrllm_core::store::RunStore`, the database with its migrations, and the tool settings.
 
+pub mod chain;
 pub mod db;
 pub mod sql;
 #[cfg(feature = "testing")]

@@ -18,6 +18,7 @@ use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 use uuid::Uuid;
 
+use crate::chain::{self, ChainRow, ChainVerdict};
 use crate::db::{Backend, Database};
 
 /// A database error as the store reports it (its cause is kept for the log).
@@ -60,6 +61,75 @@ impl SqlRunStore {
     /// The database behind the store.
     pub fn database(&self) -> &Database {
         &self.db
+    }
+
+    /// Verifies run `id`'s log against its hash chain (`None`: no such run).
+    pub async fn verify_log(&self, id: Uuid) -> Result<Option<ChainVerdict>, StoreError> {
+        let Some(run) = self.get(id).await? else {
+            return Ok(None);
+        };
+        let rows = sqlx::query(
+            "SELECT sequence, kind, round, duration_ms, payload, created_at_ms, prev_hash, hash \
+             FROM agent_run_event WHERE run_id = $1 ORDER BY sequence",
+        )
+        .bind(id.to_string())
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(backend)?;
+        let rows = rows
+            .iter()
+            .map(|row| {
+                Ok(ChainRow {
+                    sequence: row.try_get("sequence")?,
+                    kind: row.try_get("kind")?,
+                    round: row.try_get("round")?,
+                    duration_ms: row.try_get("duration_ms")?,
+                    payload: row.try_get("payload")?,
+                    created_at_ms: row.try_get("created_at_ms")?,
+                    prev_hash: row.try_get("prev_hash")?,
+                    hash: row.try_get("hash")?,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(backend)?;
+        Ok(Some(chain::verify(
+            &id.to_string(),
+            &rows,
+            run.last_sequence,
+        )))
+    }
+
+    /// Verifies every run's log, `page` runs at a time, calling `each` with every run's verdict
+    /// (in creation order); how many runs were checked.
+    pub async fn verify_all(
+        &self,
+        page: u32,
+        mut each: impl FnMut(Uuid, &ChainVerdict),
+    ) -> Result<usize, StoreError> {
+        let mut after = String::new();
+        let mut checked = 0;
+        loop {
+            let ids: Vec<String> =
+                sqlx::query_scalar("SELECT id FROM agent_run WHERE id > $1 ORDER BY id LIMIT $2")
+                    .bind(&after)
+                    .bind(i64::from(page.max(1)))
+                    .fetch_all(self.db.pool())
+                    .await
+                    .map_err(backend)?;
+            let Some(last) = ids.last().cloned() else {
+                return Ok(checked);
+            };
+            for id in ids {
+                let Ok(uuid) = Uuid::parse_str(&id) else {
+                    continue;
+                };
+                if let Some(verdict) = self.verify_log(uuid).await? {
+                    each(uuid, &verdict);
+                    checked += 1;
+                }
+            }
+            after = last;
+        }
     }
 
     /// Starts a write transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`),
@@ -117,6 +187,16 @@ async fn insert_events(
     events: &[SequencedEvent],
 ) -> Result<(), StoreError> {
     let id = id.to_string();
+    // The log is a hash chain per run: each row follows the last one written.
+    let mut prev: String = sqlx::query_scalar(
+        "SELECT hash FROM agent_run_event WHERE run_id = $1 ORDER BY sequence DESC LIMIT 1",
+    )
+    .bind(&id)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(backend)?
+    .flatten()
+    .unwrap_or_else(|| chain::GENESIS.to_owned());
     for event in events {
         if let Event::Tool {
             round,
@@ -142,21 +222,37 @@ async fn insert_events(
             .await
             .map_err(backend)?;
         }
-        let payload = serde_json::to_string(&event.event)
-            .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        let row = chain::ChainRow {
+            sequence: event.sequence,
+            kind: event.event.kind().to_owned(),
+            round: event.event.round().map(i64::from),
+            duration_ms: event
+                .event
+                .duration_ms()
+                .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+            payload: serde_json::to_string(&event.event)
+                .map_err(|err| StoreError::Corrupt(err.to_string()))?,
+            created_at_ms: event.created_at_ms,
+            prev_hash: None,
+            hash: None,
+        };
+        let hash = chain::row_hash(&id, &prev, &row);
         sqlx::query(
-            "INSERT INTO agent_run_event (run_id, sequence, kind, round, duration_ms, payload, created_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO agent_run_event (run_id, sequence, kind, round, duration_ms, payload, created_at_ms, prev_hash, hash) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&id)
-        .bind(event.sequence)
-        .bind(event.event.kind())
-        .bind(event.event.round().map(i64::from))
-        .bind(event.event.duration_ms().map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)))
-        .bind(payload)
-        .bind(event.created_at_ms)
+        .bind(row.sequence)
+        .bind(&row.kind)
+        .bind(row.round)
+        .bind(row.duration_ms)
+        .bind(&row.payload)
+        .bind(row.created_at_ms)
+        .bind(&prev)
+        .bind(&hash)
         .execute(&mut **tx)
         .await.map_err(backend)?;
+        prev = hash;
     }
     Ok(())
 }

@@ -174,6 +174,63 @@ impl Verdict {
     }
 }
 
+/// What a user (or an API token) may do. Each role may do everything the roles before it may.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    Display,
+    EnumString,
+    EnumIter,
+    IntoStaticStr,
+)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Role {
+    /// Reads runs.
+    Viewer,
+    /// Also starts and cancels runs.
+    Operator,
+    /// Also decides (approves, denies).
+    Approver,
+    /// Also manages users, tool settings and API tokens.
+    Admin,
+}
+
+impl Role {
+    /// The stored name (`viewer`, …).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// The role with this stored name.
+    pub fn parse(text: &str) -> Option<Role> {
+        text.parse().ok()
+    }
+
+    /// This role may do what `needed` may.
+    pub fn allows(self, needed: Role) -> bool {
+        self >= needed
+    }
+
+    /// What this role adds, for the admin page.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Role::Viewer => "reads runs",
+            Role::Operator => "also starts and cancels runs",
+            Role::Approver => "also approves and denies",
+            Role::Admin => "also manages users, tool settings and API tokens",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +257,18 @@ mod tests {
         }
         assert_eq!(TerminationReason::MaxIterations.as_str(), "max_iterations");
         assert_eq!(Verdict::Mixed.as_str(), "mixed");
+    }
+
+    #[test]
+    fn each_role_allows_what_the_roles_before_it_allow() {
+        use strum::IntoEnumIterator;
+        let roles: Vec<Role> = Role::iter().collect();
+        for (i, role) in roles.iter().enumerate() {
+            for (j, needed) in roles.iter().enumerate() {
+                assert_eq!(role.allows(*needed), i >= j, "{role} needs {needed}");
+            }
+            assert_eq!(Role::parse(role.as_str()), Some(*role));
+        }
+        assert_eq!(Role::parse("root"), None);
     }
 }
