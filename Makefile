@@ -35,7 +35,7 @@ unit:
 
 e2e:
 	rm -rf $(E2E_DB_DIR) && mkdir -p $(E2E_DB_DIR)
-	NRLLM_CONFIG=end2end/nrllm-e2e.toml NRLLM_DATABASE_URL=sqlite:$(E2E_DB_DIR)/e2e.db NRLLM_DEMO_THINK_MS=700 cargo leptos end-to-end
+	NRLLM_CONFIG=end2end/nrllm-e2e.toml NRLLM_DATABASE_URL=sqlite:$(E2E_DB_DIR)/e2e.db NRLLM_DEMO_THINK_MS=700 NRLLM_ADMIN_PASSWORD=e2e-admin-password-1 cargo leptos end-to-end
 
 ## What the browser downloads for a page (release build), against the 250 KB gzip budget.
 size: setup

@@ -33,8 +33,32 @@ impl Drop for Server {
     }
 }
 
-fn start(binary: &str) -> Server {
+/// The API token every request carries (an operator's, made in the database before the start).
+static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The `Host` line and the token's `Authorization` line of every request.
+fn host_lines() -> String {
+    let token = TOKEN.get().map(String::as_str).unwrap_or_default();
+    format!("Host: {ADDR}\r\nAuthorization: Bearer {token}")
+}
+
+async fn start(binary: &str) -> Server {
     let dir = tempfile::tempdir().expect("a temporary folder");
+    let url = format!("sqlite:{}/abuse.db", dir.path().display());
+    let db = nrllm_store::db::Database::connect(&url)
+        .await
+        .expect("the database");
+    let token = nrllm_store::accounts::AccountStore::new(db.clone())
+        .create_token(
+            "abuse-bench",
+            nrllm_types::Role::Operator,
+            "bench",
+            nrllm_core::clock::now_ms(),
+        )
+        .await
+        .expect("a token");
+    db.pool().close().await;
+    let _ = TOKEN.set(token);
     let config = dir.path().join("abuse.toml");
     std::fs::write(&config, "log_level = \"warn\"\n").expect("the settings file");
     let child = Command::new(binary)
@@ -86,7 +110,8 @@ async fn request(head: String, body: &[u8]) -> Option<(u16, TcpStream)> {
 }
 
 fn stream_head(run_id: &str) -> String {
-    format!("GET /api/runs/{run_id}/events HTTP/1.1\r\nHost: {ADDR}\r\nAccept: text/event-stream\r\n\r\n")
+    let host = host_lines();
+    format!("GET /api/runs/{run_id}/events HTTP/1.1\r\n{host}\r\nAccept: text/event-stream\r\n\r\n")
 }
 
 /// Runs `count` requests, `AT_ONCE` at a time, dropping each connection when answered; counts
@@ -153,7 +178,7 @@ async fn main() {
         .skip(1)
         .find(|a| !a.starts_with('-'))
         .unwrap_or_else(|| "target/release/nrllm-playground".to_owned());
-    let server = start(&binary);
+    let server = start(&binary).await;
     for _ in 0..200 {
         if request(
             format!("GET /runs HTTP/1.1\r\nHost: {ADDR}\r\nConnection: close\r\n\r\n"),
@@ -178,8 +203,9 @@ async fn main() {
 
     // A run that stays running: the demo model thinks for a minute.
     let body = br#"{"prompt": "List the pages"}"#;
+    let host = host_lines();
     let head = format!(
-        "POST /api/nrllm_tool_run HTTP/1.1\r\nHost: {ADDR}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST /api/nrllm_tool_run HTTP/1.1\r\n{host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     let (_, mut answer) = request(head, body).await.expect("a run is started");
@@ -227,8 +253,9 @@ async fn main() {
     report
         .case(&server, "a 50 MB body (Content-Length, then chunked)", async {
             let big = vec![b'x'; 50 * 1024 * 1024];
+            let host = host_lines();
             let head = format!(
-                "POST /api/nrllm_tool_run HTTP/1.1\r\nHost: {ADDR}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                "POST /api/nrllm_tool_run HTTP/1.1\r\n{host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
                 big.len()
             );
             let sized = request(head, &big).await.map(|(s, _)| s);
@@ -236,7 +263,7 @@ async fn main() {
             chunked.extend_from_slice(&big);
             chunked.extend_from_slice(b"\r\n0\r\n\r\n");
             let head = format!(
-                "POST /api/nrllm_tool_run HTTP/1.1\r\nHost: {ADDR}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                "POST /api/nrllm_tool_run HTTP/1.1\r\n{host}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
             );
             let streamed = request(head, &chunked).await.map(|(s, _)| s);
             format!("with length: {sized:?}, chunked: {streamed:?}")

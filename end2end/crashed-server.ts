@@ -48,7 +48,7 @@ export class CrashServer {
     const deadline = Date.now() + 30_000;
     for (;;) {
       try {
-        if ((await fetch(CRASH_URL)).ok) return server;
+        if ((await fetch(`${CRASH_URL}/login`)).ok) return server;
       } catch {
         // not listening yet
       }

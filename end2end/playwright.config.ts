@@ -15,6 +15,8 @@ export default defineConfig({
   forbidOnly: !!process.env.CI,
   use: {
     baseURL,
+    // The session of the user `operator`, made by global-setup.
+    storageState: "../target/e2e/operator.json",
     trace: "retain-on-failure",
     launchOptions: {
       // Debian's Chromium; Playwright never downloads a browser here.

@@ -48,7 +48,8 @@ pub async fn nrllm_tool_run(
     choose_tools: Option<String>,
     skills: Option<String>,
 ) -> Result<String, AppError> {
-    use crate::server::{current_operator, state, wants_html};
+    use crate::server::{require, state, wants_html};
+    let who = require(nrllm_types::Role::Operator)?;
     let form = ssr::RunForm {
         prompt,
         configuration,
@@ -63,10 +64,14 @@ pub async fn nrllm_tool_run(
     let state = state()?;
     ssr::accepting(&state)?;
     let configuration = form.validate(&state)?;
-    let run = state
-        .runs
-        .create(configuration, &current_operator())
-        .await?;
+    if state.limits.run_starts.check_key(&who.name).is_err() {
+        tracing::warn!(who = %who.name, "refused: run starts over the limit");
+        return Err(AppError::TooManyRequests(format!(
+            "{} has started too many runs in the last minute (the limit is {} a minute); try again shortly.",
+            who.name, state.limits.run_starts_per_minute
+        )));
+    }
+    let run = state.runs.create(configuration, &who.name).await?;
     let id = ssr::drive_in_background(&state, run);
     if wants_html() {
         leptos_axum::redirect(&format!("/runs/{id}"));
@@ -87,10 +92,19 @@ pub async fn nrllm_tool_resume(
     calls: Option<Vec<CallForm>>,
     acknowledge_discard: Option<String>,
 ) -> Result<ResumeAccepted, AppError> {
-    use crate::server::{current_operator, state, wants_html};
+    use crate::server::{require, state, wants_html};
+    let who = require(nrllm_types::Role::Approver)?;
     let state = state()?;
     ssr::accepting(&state)?;
     let id = ssr::parse_run_id(&run_id)?;
+    let digest = digest.filter(|d| !d.is_empty());
+    if digest.is_none() && wants_html() {
+        return Err(AppError::BadRequest(
+            "The form is missing what it was showing (its digest): reload the page and decide again."
+                .to_owned(),
+        ));
+    }
+    ssr::four_eyes(&state, id, &who.name).await?;
     let submission = ssr::submission(
         &decision,
         reason,
@@ -99,12 +113,7 @@ pub async fn nrllm_tool_resume(
     )?;
     let claimed = state
         .runs
-        .claim_submission(
-            id,
-            &submission,
-            &current_operator(),
-            digest.as_deref().filter(|d| !d.is_empty()),
-        )
+        .claim_submission(id, &submission, &who.name, digest.as_deref())
         .await?;
     let runs = state.runs.clone();
     state.tasks.spawn(async move {
@@ -131,6 +140,7 @@ pub async fn nrllm_run_get(
     steps_before: Option<i64>,
 ) -> Result<RunView, AppError> {
     use crate::server::{state, views};
+    let who = crate::server::require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let id = ssr::parse_run_id(&run_id)?;
     let run = state
@@ -151,6 +161,10 @@ pub async fn nrllm_run_get(
         .verify_log(id)
         .await
         .map_err(|err| AppError::internal("verifying a run's log", err))?;
+    view.decide_block = ssr::decide_block(&state, &run, &who);
+    view.webhooks = crate::server::webhook::run_webhooks(&state.webhook_store, id)
+        .await
+        .map_err(|err| AppError::internal("reading a run's webhook deliveries", err))?;
     view.log = verdict.map(|verdict| crate::model::LogCheck {
         verified: verdict.is_verified(),
         text: verdict.describe(),
@@ -180,6 +194,7 @@ pub async fn nrllm_runs_list(
 ) -> Result<RunList, AppError> {
     use crate::server::{state, views};
     use nrllm_core::store::{RunFilter, RunStatus};
+    crate::server::require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let status =
         match status.as_deref().filter(|s| !s.is_empty() && *s != "all") {
@@ -223,6 +238,7 @@ pub async fn nrllm_approvals_list(
     use crate::server::{state, views};
     use futures::StreamExt;
     use nrllm_core::store::WaitingFilter;
+    let who = crate::server::require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let present = |v: Option<String>| v.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
     let after = match present(after) {
@@ -253,9 +269,12 @@ pub async fn nrllm_approvals_list(
     let runs = futures::stream::iter(waiting)
         .map(|run| {
             let runs = std::sync::Arc::clone(&state.runs);
+            let block = ssr::decide_block(&state, &run, &who);
             async move {
                 let pending = runs.pending(&run).await;
-                views::run_view(&run, &[], None, pending.as_ref(), None)
+                let mut view = views::run_view(&run, &[], None, pending.as_ref(), None);
+                view.decide_block = block;
+                view
             }
         })
         .buffered(ssr::INBOX_PREVIEWS_AT_ONCE)
@@ -287,17 +306,15 @@ pub async fn nrllm_run_cancel(
     run_id: String,
     reason: Option<String>,
 ) -> Result<crate::model::RunStatus, AppError> {
-    use crate::server::{current_operator, state, wants_html};
+    use crate::server::{require, state, wants_html};
+    let who = require(nrllm_types::Role::Operator)?;
     let state = state()?;
     let id = ssr::parse_run_id(&run_id)?;
     let reason = reason
         .map(|r| r.trim().to_owned())
         .filter(|r| !r.is_empty());
     ssr::at_most("reason", reason.as_deref(), crate::model::MAX_REASON_CHARS)?;
-    let run = state
-        .runs
-        .cancel(id, &current_operator(), reason.as_deref())
-        .await?;
+    let run = state.runs.cancel(id, &who.name, reason.as_deref()).await?;
     if wants_html() {
         leptos_axum::redirect(&format!("/runs/{id}"));
     }
@@ -308,11 +325,12 @@ pub async fn nrllm_run_cancel(
 /// no tool of the failed run runs again); returns the new run's id.
 #[server(endpoint = "nrllm_run_retry")]
 pub async fn nrllm_run_retry(run_id: String) -> Result<String, AppError> {
-    use crate::server::{current_operator, state, wants_html};
+    use crate::server::{require, state, wants_html};
+    let who = require(nrllm_types::Role::Operator)?;
     let state = state()?;
     ssr::accepting(&state)?;
     let id = ssr::parse_run_id(&run_id)?;
-    let run = state.runs.retry(id, &current_operator()).await?;
+    let run = state.runs.retry(id, &who.name).await?;
     let new_id = ssr::drive_in_background(&state, run);
     if wants_html() {
         leptos_axum::redirect(&format!("/runs/{new_id}"));
@@ -323,22 +341,11 @@ pub async fn nrllm_run_retry(run_id: String) -> Result<String, AppError> {
 /// What the playground form offers: configurations, tools, example prompts.
 #[server(endpoint = "nrllm_playground_options")]
 pub async fn nrllm_playground_options() -> Result<PlaygroundOptions, AppError> {
-    use crate::model::ToolView;
+    crate::server::require(nrllm_types::Role::Viewer)?;
     let state = crate::server::state()?;
-    let tools = state
-        .registry
-        .specs()
-        .map(|spec| ToolView {
-            name: spec.name.clone(),
-            description: spec.description.clone(),
-            group: spec.group.clone(),
-            requires_approval: spec.requires_approval,
-            enabled: state.registry.is_enabled(&spec.name),
-        })
-        .collect();
     Ok(PlaygroundOptions {
         configurations: state.configurations.views(),
-        tools,
+        tools: crate::server::views::tool_views(&state.registry),
         example_prompts: nrllm_demo::demo::DEMO_PROMPTS
             .iter()
             .map(|p| (*p).to_owned())
@@ -350,6 +357,7 @@ pub async fn nrllm_playground_options() -> Result<PlaygroundOptions, AppError> {
 /// live streams.
 #[server(endpoint = "nrllm_system_status")]
 pub async fn nrllm_system_status() -> Result<SystemView, AppError> {
+    crate::server::require(nrllm_types::Role::Viewer)?;
     let state = crate::server::state()?;
     let migrations: Result<(i64,), _> =
         sqlx::query_as("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
@@ -412,6 +420,44 @@ mod ssr {
             }
         });
         id
+    }
+
+    /// Why `who` cannot decide `run`, if they cannot: their role, or four-eyes.
+    pub fn decide_block(
+        state: &AppState,
+        run: &nrllm_core::store::RunRecord,
+        who: &nrllm_store::accounts::Principal,
+    ) -> Option<String> {
+        if !who.role.allows(nrllm_types::Role::Approver) {
+            return Some(format!(
+                "Deciding needs the approver role; {} is {}.",
+                who.name, who.role
+            ));
+        }
+        let configuration = run.configuration.as_ref().map(|c| c.provider.as_str());
+        (run.requested_by == who.name
+            && configuration.is_none_or(|c| state.configurations.four_eyes(c)))
+        .then(|| four_eyes_text(&who.name))
+    }
+
+    fn four_eyes_text(who: &str) -> String {
+        format!("Four-eyes: {who} started this run, so another approver must decide it.")
+    }
+
+    /// Under four-eyes (the run's configuration says so), the user who started a run cannot
+    /// decide it.
+    pub async fn four_eyes(state: &AppState, id: uuid::Uuid, who: &str) -> Result<(), AppError> {
+        let Some(run) = state.store.get(id).await? else {
+            return Err(AppError::NotFound(format!("There is no run {id}.")));
+        };
+        let configuration = run.configuration.as_ref().map(|c| c.provider.as_str());
+        if run.requested_by == who
+            && configuration.is_none_or(|c| state.configurations.four_eyes(c))
+        {
+            tracing::warn!(%who, run_id = %id, "refused: four-eyes");
+            return Err(AppError::Forbidden(four_eyes_text(who)));
+        }
+        Ok(())
     }
 
     /// Refuses work while the server is shutting down.

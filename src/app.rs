@@ -5,6 +5,9 @@ use leptos_meta::{provide_meta_context, MetaTags, Title};
 use leptos_router::components::{Route, Router, Routes};
 use leptos_router::{path, SsrMode};
 
+use crate::account_api::{nrllm_me, NrllmLogout};
+use crate::forms::{action, CsrfField};
+use crate::pages::account::{AccountPage, AdminPage, LoginOncePage, LoginPage};
 use crate::pages::approvals::ApprovalsPage;
 use crate::pages::playground::PlaygroundPage;
 use crate::pages::run::RunPage;
@@ -52,6 +55,7 @@ pub fn App() -> impl IntoView {
                     <a href="/runs" class=link>"Runs"</a>
                     <a href="/approvals" class=link>"Approvals"</a>
                     <a href="/system" class=link>"System"</a>
+                    <Who link />
                 </nav>
             </header>
             <main class="mx-auto max-w-6xl px-4 py-6">
@@ -61,8 +65,34 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/runs/:id") view=RunPage ssr=SsrMode::Async />
                     <Route path=path!("/approvals") view=ApprovalsPage ssr=SsrMode::Async />
                     <Route path=path!("/system") view=SystemPage ssr=SsrMode::Async />
+                    <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async />
+                    <Route path=path!("/login/once") view=LoginOncePage ssr=SsrMode::Async />
+                    <Route path=path!("/account") view=AccountPage ssr=SsrMode::Async />
+                    <Route path=path!("/admin") view=AdminPage ssr=SsrMode::Async />
                 </Routes>
             </main>
         </Router>
+    }
+}
+
+/// Who is logged in, with the admin page's link for admins and a logout button.
+#[component]
+fn Who(link: &'static str) -> impl IntoView {
+    let me = Resource::new(|| (), |_| nrllm_me());
+    view! {
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                me.await.ok().flatten().map(|me| view! {
+                    <div class="ml-auto flex items-center gap-2 text-sm">
+                        {me.is_admin.then(|| view! { <a href="/admin" class=link>"Admin"</a> })}
+                        <a href="/account" class=link data-testid="who">{format!("{} ({})", me.name, me.role)}</a>
+                        <form method="post" action={action::<NrllmLogout>()}>
+                            <CsrfField />
+                            <button type="submit" class=link data-testid="log-out">"Log out"</button>
+                        </form>
+                    </div>
+                })
+            })}
+        </Suspense>
     }
 }

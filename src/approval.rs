@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use crate::api::{CallForm, NrllmToolResume};
 use crate::components::{TextArea, BUTTON_APPROVE, BUTTON_DENY, BUTTON_PRIMARY, INPUT};
 use crate::field;
-use crate::forms::{action, list_field};
+use crate::forms::{action, list_field, CsrfField};
 use crate::model::{CallState, PendingCallView, PreviewView, RunView};
 
 /// The effect of one call: a diff, a text, or why there is none.
@@ -169,10 +169,22 @@ pub fn ApprovalPanel(run: RunView, shortcuts: bool) -> impl IntoView {
             label.to_owned()
         }
     };
+    if let Some(block) = run.decide_block.clone() {
+        // The calls and their previews, without the buttons: this person cannot decide.
+        return view! {
+            <section class="mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30" data-testid="approval-panel">
+                <h2 class="font-semibold">{format!("Waiting for a decision — {count} call(s) hold this turn")}</h2>
+                <p class="mt-2 text-sm font-medium" data-testid="cannot-decide">{block}</p>
+                <ol class="mt-3 space-y-3">{calls}</ol>
+            </section>
+        }
+        .into_any();
+    }
     view! {
         <section class="mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30" data-testid="approval-panel">
             <h2 class="font-semibold">{format!("Needs your decision — {count} call(s) hold this turn")}</h2>
             <form method="post" action={action::<NrllmToolResume>()} class="mt-3 space-y-3" data-approval-form="">
+                <CsrfField />
                 <input type="hidden" name=field!(NrllmToolResume, run_id) value=run.summary.id.clone() />
                 <input type="hidden" name=field!(NrllmToolResume, digest) value=run.digest.clone().unwrap_or_default() data-testid="digest" />
                 <input type="hidden" name=field!(NrllmToolResume, acknowledge_discard) value="" />
@@ -198,4 +210,5 @@ pub fn ApprovalPanel(run: RunView, shortcuts: bool) -> impl IntoView {
             </form>
         </section>
     }
+    .into_any()
 }

@@ -17,10 +17,20 @@ pub fn StatusBadge(status: RunStatus) -> impl IntoView {
     view! { <span class=classes data-testid="status">{status.label()}</span> }
 }
 
-/// The error a form post left in this page's URL (`__err`), if any.
+/// The error a form post left in this page's URL (`__err`, signed by the server in `__sig`),
+/// if any.
 pub fn url_error() -> Option<AppError> {
     let query = use_query_map();
-    let encoded = query.read_untracked().get("__err")?;
+    let query = query.read_untracked();
+    let encoded = query.get("__err")?;
+    // Only errors this server signed: a link cannot put words in the app's mouth.
+    #[cfg(feature = "ssr")]
+    {
+        let key = crate::server::state().ok()?.banner_key;
+        if !crate::server::auth::banner_signed(&key, &encoded, query.get("__sig").as_deref()) {
+            return None;
+        }
+    }
     AppError::from_url_query(&encoded)
 }
 

@@ -30,6 +30,15 @@ pub enum AppError {
     /// The server cannot take this now (it is shutting down); try again shortly.
     #[error("{0}")]
     Unavailable(String),
+    /// Nobody is logged in (or the API token is missing).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The caller may not do this (their role, or four-eyes); the message says why.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Too many requests of this kind in a short time; try again later.
+    #[error("{0}")]
+    TooManyRequests(String),
 }
 
 impl AppError {
@@ -65,6 +74,9 @@ impl AppError {
             AppError::Internal => http::StatusCode::INTERNAL_SERVER_ERROR,
             AppError::Transport(_) => http::StatusCode::BAD_GATEWAY,
             AppError::Unavailable(_) => http::StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Unauthorized(_) => http::StatusCode::UNAUTHORIZED,
+            AppError::Forbidden(_) => http::StatusCode::FORBIDDEN,
+            AppError::TooManyRequests(_) => http::StatusCode::TOO_MANY_REQUESTS,
         }
     }
 

@@ -3,6 +3,18 @@
 //! renamed or removed argument is a compile error here, not a form that silently posts nothing).
 //! The forms stay plain HTML forms, so they work with JavaScript off.
 
+/// The hidden field with this page's CSRF token, which every form that posts carries (checked by
+/// the server's auth middleware against the `nrllm_csrf` cookie).
+#[leptos::component]
+pub fn CsrfField() -> impl leptos::IntoView {
+    use leptos::prelude::*;
+    #[cfg(feature = "ssr")]
+    let token = crate::server::caller().map(|c| c.csrf).unwrap_or_default();
+    #[cfg(not(feature = "ssr"))]
+    let token = String::new();
+    view! { <input type="hidden" name="csrf" value=token /> }
+}
+
 /// The path a form posts to: the server function's own endpoint.
 pub fn action<F: leptos::server_fn::ServerFn>() -> &'static str {
     F::PATH

@@ -4,6 +4,7 @@
 // Leptos views are deeply nested types; the run page needs more than the default depth.
 #![recursion_limit = "256"]
 
+pub mod account_api;
 pub mod api;
 pub mod app;
 pub mod approval;

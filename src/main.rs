@@ -26,6 +26,12 @@ enum Command {
     Serve,
     /// Delete runs older than the retention windows, with their events, then exit.
     Purge,
+    /// Print a one-time login link for a user (valid 24 hours), for a first admin who lost the
+    /// first start's link or a user who forgot their password.
+    LoginLink {
+        /// The user's name.
+        user: String,
+    },
     /// Check every run's log against its hash chain; name the first broken link of each run
     /// whose log does not hold (the exit status is then 2).
     Verify,
@@ -40,6 +46,7 @@ async fn main() -> std::process::ExitCode {
         Command::Serve => serve().await,
         Command::Purge => purge().await,
         Command::Verify => verify().await,
+        Command::LoginLink { user } => login_link(&user).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -83,6 +90,27 @@ async fn purge() -> Result<(), String> {
         "purged {} runs and {} events (finished more than {} days ago, or waiting more than {} days)",
         report.runs, report.events, settings.retention_terminal_days, settings.retention_waiting_days
     );
+    Ok(())
+}
+
+/// `nrllm-playground login-link <user>`: a one-time login link.
+#[cfg(feature = "ssr")]
+async fn login_link(user: &str) -> Result<(), String> {
+    use nrllm_store::accounts::AccountStore;
+    let settings = load_settings()?;
+    let accounts = AccountStore::new(open_database(&settings).await?);
+    let known = accounts
+        .users()
+        .await
+        .map_err(|err| format!("reading the users failed: {err}"))?
+        .iter()
+        .any(|u| u.name == user);
+    if !known {
+        return Err(format!("there is no user {user}"));
+    }
+    let link =
+        nrllm_playground::server::auth::login_link(&accounts, &settings.public_url, user).await?;
+    println!("{link}");
     Ok(())
 }
 
@@ -131,6 +159,7 @@ async fn serve() -> Result<(), String> {
     let db = open_database(&settings).await?;
     let state = AppState::open(leptos_options, db, &settings).await?;
     retention::spawn_hourly(state.store.clone(), settings.clone());
+    state.start_background();
 
     let app = routes::router(state.clone(), &settings);
 
@@ -144,14 +173,17 @@ async fn serve() -> Result<(), String> {
         })?;
     tracing::info!("listening on http://{}", settings.site_addr);
     let shutdown = state.shutdown.clone();
-    let served = axum::serve(listener, app.into_make_service())
-        .with_graceful_shutdown(async move {
-            stop_signal().await;
-            tracing::info!("stopping: no new runs or decisions; live streams end");
-            shutdown.cancel();
-        })
-        .await
-        .map_err(|err| format!("server stopped: {err}"));
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        stop_signal().await;
+        tracing::info!("stopping: no new runs or decisions; live streams end");
+        shutdown.cancel();
+    })
+    .await
+    .map_err(|err| format!("server stopped: {err}"));
     // Let running segments reach their next journaled step; a run still mid-step is recovered
     // at the next start.
     state.tasks.close();

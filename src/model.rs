@@ -156,6 +156,20 @@ pub struct RunView {
     pub last_sequence: i64,
     /// The run's log checked against its hash chain.
     pub log: Option<LogCheck>,
+    /// Why the person looking cannot decide this run (their role, or four-eyes), if they cannot.
+    pub decide_block: Option<String>,
+    /// The webhook deliveries that announced this run's waiting turns, the latest first.
+    pub webhooks: Vec<WebhookView>,
+}
+
+/// One webhook delivery as the run page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookView {
+    /// `pending`, `delivered`, `failed` or `obsolete`.
+    pub state: String,
+    pub attempts: i64,
+    /// `delivered at … after 3 attempts`, `attempt 2 failed (HTTP 500); next at …`, …
+    pub text: String,
 }
 
 /// What checking a run's log against its hash chain found.
@@ -177,7 +191,7 @@ pub struct ConfigurationView {
 }
 
 /// A tool offered in the playground form.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolView {
     pub name: String,
     pub description: String,

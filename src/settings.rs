@@ -43,6 +43,26 @@ pub struct Settings {
     pub shutdown_grace_secs: u32,
     /// Real model configurations (`[[configurations]]`); the demo model is always there too.
     pub configurations: Vec<ModelConfiguration>,
+    /// Host names (without port) the server answers to; others get 403 (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
+    /// The address users reach the server at (`https://…` turns on Secure cookies and HSTS);
+    /// links in webhooks and the first-start login link use it.
+    pub public_url: String,
+    /// Four-eyes for the demo model and every configuration that does not say: the user who
+    /// started a run cannot decide it.
+    pub four_eyes: bool,
+    /// Runs one user may start per minute (more: 429).
+    pub run_starts_per_minute: u32,
+    /// How long a login lasts.
+    pub session_hours: u32,
+    /// Where a run that needs a decision is announced (a signed POST), if anywhere.
+    pub webhook_url: Option<String>,
+    /// The environment variable that holds the secret webhook deliveries are signed with.
+    pub webhook_secret_env: String,
+    /// Attempts per delivery before it is given up as failed.
+    pub webhook_max_attempts: u32,
+    /// The wait before the first retry; each further retry waits twice as long (up to an hour).
+    pub webhook_backoff_ms: u32,
 }
 
 /// Which wire format a configuration speaks.
@@ -53,6 +73,9 @@ pub enum ProviderKind {
     Openai,
     Anthropic,
     Gemini,
+    /// The offline demo model under another name (for example with other rules, such as
+    /// four-eyes).
+    Demo,
 }
 
 impl ProviderKind {
@@ -62,6 +85,7 @@ impl ProviderKind {
             ProviderKind::Openai => "OPENAI_API_KEY",
             ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
             ProviderKind::Gemini => "GEMINI_API_KEY",
+            ProviderKind::Demo => "",
         }
     }
 
@@ -71,6 +95,7 @@ impl ProviderKind {
             ProviderKind::Openai => "https://api.openai.com/v1",
             ProviderKind::Anthropic => "https://api.anthropic.com/v1",
             ProviderKind::Gemini => "https://generativelanguage.googleapis.com/v1beta",
+            ProviderKind::Demo => "",
         }
     }
 }
@@ -100,11 +125,23 @@ pub struct ModelConfiguration {
     /// US dollars per million completion tokens.
     #[serde(default)]
     pub price_output_per_million: Option<f64>,
+    /// Four-eyes for this configuration's runs (default: the `four_eyes` setting).
+    #[serde(default)]
+    pub four_eyes: Option<bool>,
+    /// Where this configuration's runs are announced instead of `webhook_url` (`""`: nowhere).
+    #[serde(default)]
+    pub webhook_url: Option<String>,
+    /// The environment variable with this webhook's secret (default: `webhook_secret_env`).
+    #[serde(default)]
+    pub webhook_secret_env: Option<String>,
 }
 
 impl ModelConfiguration {
     /// The environment variable that holds this configuration's key, if it uses one.
     pub fn key_env(&self) -> Option<&str> {
+        if self.kind == ProviderKind::Demo {
+            return None;
+        }
         match self.api_key_env.as_deref() {
             Some("") => None,
             Some(name) => Some(name),
@@ -128,7 +165,50 @@ impl Default for Settings {
             export_dir: PathBuf::from("data/exports"),
             shutdown_grace_secs: 10,
             configurations: Vec::new(),
+            allowed_hosts: default_hosts(SocketAddr::from(([127, 0, 0, 1], 3000))),
+            public_url: "http://127.0.0.1:3000".to_owned(),
+            four_eyes: false,
+            run_starts_per_minute: 30,
+            session_hours: 12,
+            webhook_url: None,
+            webhook_secret_env: "NRLLM_WEBHOOK_SECRET".to_owned(),
+            webhook_max_attempts: 8,
+            webhook_backoff_ms: 2000,
         }
+    }
+}
+
+/// The hosts a server bound to `addr` answers to by default: its address and `localhost`.
+fn default_hosts(addr: SocketAddr) -> Vec<String> {
+    let mut hosts = vec!["localhost".to_owned()];
+    let ip = addr.ip();
+    if !ip.is_unspecified() {
+        hosts.push(ip.to_string());
+    }
+    if ip.is_loopback() || ip.is_unspecified() {
+        for loopback in ["127.0.0.1", "::1"] {
+            if !hosts.iter().any(|h| h == loopback) {
+                hosts.push(loopback.to_owned());
+            }
+        }
+    }
+    hosts
+}
+
+/// A webhook address: `http://` or `https://` with a host.
+fn web_url(value: &str) -> Result<String, String> {
+    let rest = value
+        .strip_prefix("https://")
+        .or_else(|| value.strip_prefix("http://"));
+    match rest {
+        Some(rest)
+            if !rest.is_empty()
+                && !rest.starts_with('/')
+                && !value.contains(char::is_whitespace) =>
+        {
+            Ok(value.to_owned())
+        }
+        _ => Err("a webhook URL starts with http:// or https:// and names a host".to_owned()),
     }
 }
 
@@ -166,6 +246,15 @@ struct SettingsFile {
     export_dir: Option<String>,
     shutdown_grace_secs: Option<i64>,
     configurations: Option<Vec<ModelConfiguration>>,
+    allowed_hosts: Option<Vec<String>>,
+    public_url: Option<String>,
+    four_eyes: Option<bool>,
+    run_starts_per_minute: Option<i64>,
+    session_hours: Option<i64>,
+    webhook_url: Option<String>,
+    webhook_secret_env: Option<String>,
+    webhook_max_attempts: Option<i64>,
+    webhook_backoff_ms: Option<i64>,
 }
 
 impl Settings {
@@ -345,6 +434,119 @@ impl Settings {
             Some((value, _)) => PathBuf::from(value),
             None => defaults.export_dir,
         };
+        let run_starts_per_minute = number(
+            "run_starts_per_minute",
+            "NRLLM_RUN_STARTS_PER_MINUTE",
+            file.run_starts_per_minute,
+            defaults.run_starts_per_minute,
+            1..=100_000,
+            "runs",
+        )?;
+        let session_hours = number(
+            "session_hours",
+            "NRLLM_SESSION_HOURS",
+            file.session_hours,
+            defaults.session_hours,
+            1..=24 * 90,
+            "hours",
+        )?;
+        let webhook_max_attempts = number(
+            "webhook_max_attempts",
+            "NRLLM_WEBHOOK_MAX_ATTEMPTS",
+            file.webhook_max_attempts,
+            defaults.webhook_max_attempts,
+            1..=30,
+            "attempts",
+        )?;
+        let webhook_backoff_ms = number(
+            "webhook_backoff_ms",
+            "NRLLM_WEBHOOK_BACKOFF_MS",
+            file.webhook_backoff_ms,
+            defaults.webhook_backoff_ms,
+            10..=3_600_000,
+            "milliseconds",
+        )?;
+        let webhook_url = match pick("NRLLM_WEBHOOK_URL", file.webhook_url) {
+            Some((value, _)) if value.is_empty() => None,
+            Some((value, source_name)) => {
+                Some(web_url(&value).map_err(|message| SettingsError::Invalid {
+                    setting: "webhook_url",
+                    source_name,
+                    message,
+                })?)
+            }
+            None => None,
+        };
+        let webhook_secret_env = match pick("NRLLM_WEBHOOK_SECRET_ENV", file.webhook_secret_env) {
+            Some((value, source_name)) if value.is_empty() => {
+                return Err(SettingsError::Invalid {
+                    setting: "webhook_secret_env",
+                    source_name,
+                    message: "name the environment variable that holds the secret".to_owned(),
+                })
+            }
+            Some((value, _)) => value,
+            None => defaults.webhook_secret_env,
+        };
+        let allowed_hosts = match (env("NRLLM_ALLOWED_HOSTS"), file.allowed_hosts) {
+            (Some(value), _) => (
+                value
+                    .split(',')
+                    .map(|h| h.trim().to_ascii_lowercase())
+                    .collect(),
+                "environment variable NRLLM_ALLOWED_HOSTS".to_owned(),
+            ),
+            (None, Some(hosts)) => (
+                hosts
+                    .iter()
+                    .map(|h| h.trim().to_ascii_lowercase())
+                    .collect(),
+                file_name.clone(),
+            ),
+            (None, None) => (default_hosts(site_addr), String::new()),
+        };
+        let (allowed_hosts, hosts_source): (Vec<String>, String) = allowed_hosts;
+        if allowed_hosts.is_empty()
+            || allowed_hosts
+                .iter()
+                .any(|h| h.is_empty() || h.contains(['/', ':', ' ']) && !h.contains("::"))
+        {
+            return Err(SettingsError::Invalid {
+                setting: "allowed_hosts",
+                source_name: hosts_source,
+                message:
+                    "give host names without scheme or port, such as \"playground.example.com\""
+                        .to_owned(),
+            });
+        }
+        let public_url = match pick("NRLLM_PUBLIC_URL", file.public_url) {
+            Some((value, source_name)) => {
+                if !(value.starts_with("http://") || value.starts_with("https://")) {
+                    return Err(SettingsError::Invalid {
+                        setting: "public_url",
+                        source_name,
+                        message: format!("`{value}` must start with http:// or https://"),
+                    });
+                }
+                value.trim_end_matches('/').to_owned()
+            }
+            None => format!("http://{site_addr}"),
+        };
+        let four_eyes = match (env("NRLLM_FOUR_EYES"), file.four_eyes) {
+            (Some(value), _) => match value.trim() {
+                "true" | "1" => true,
+                "false" | "0" => false,
+                other => {
+                    return Err(SettingsError::Invalid {
+                        setting: "four_eyes",
+                        source_name: "environment variable NRLLM_FOUR_EYES".to_owned(),
+                        message: format!("`{other}` is not true or false"),
+                    })
+                }
+            },
+            (None, Some(value)) => value,
+            (None, None) => defaults.four_eyes,
+        };
         let configurations = file.configurations.unwrap_or_default();
         let invalid = |message: String| SettingsError::Invalid {
             setting: "configurations",
@@ -376,6 +578,13 @@ impl Settings {
                     return Err(invalid(format!(
                         "configuration `{name}`: base_url must start with http:// or https://"
                     )));
+                }
+            }
+            if let Some(url) = configuration.webhook_url.as_mut() {
+                *url = url.trim().to_owned();
+                if !url.is_empty() {
+                    *url = web_url(url)
+                        .map_err(|message| invalid(format!("configuration `{name}`: {message}")))?;
                 }
             }
             if configuration
@@ -411,6 +620,15 @@ impl Settings {
             export_dir,
             shutdown_grace_secs,
             configurations: configurations_out,
+            allowed_hosts,
+            public_url,
+            four_eyes,
+            run_starts_per_minute,
+            session_hours,
+            webhook_url,
+            webhook_secret_env,
+            webhook_max_attempts,
+            webhook_backoff_ms,
         })
     }
 }
@@ -565,6 +783,42 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("base_url"));
+    }
+
+    #[test]
+    fn webhook_settings_are_checked() {
+        let settings = load(
+            Some("webhook_url = \"https://hooks.example/nrllm\"\nwebhook_max_attempts = 3"),
+            &[("NRLLM_WEBHOOK_BACKOFF_MS", "50")],
+        )
+        .unwrap();
+        assert_eq!(
+            settings.webhook_url.as_deref(),
+            Some("https://hooks.example/nrllm")
+        );
+        assert_eq!(
+            (settings.webhook_max_attempts, settings.webhook_backoff_ms),
+            (3, 50)
+        );
+        assert_eq!(settings.webhook_secret_env, "NRLLM_WEBHOOK_SECRET");
+        let err = load(Some("webhook_url = \"hooks.example\""), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`webhook_url`") && err.contains("http://"),
+            "{err}"
+        );
+        let err = load(
+            Some("[[configurations]]\nname = \"a\"\nkind = \"demo\"\nmodel = \"m\"\nwebhook_url = \"ftp://x\"\n"),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("configuration `a`"), "{err}");
+        let err = load(None, &[("NRLLM_WEBHOOK_MAX_ATTEMPTS", "0")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`webhook_max_attempts`"), "{err}");
     }
 
     #[test]

@@ -49,7 +49,9 @@ struct Site {
 }
 
 impl Site {
-    fn new() -> Site {
+    /// A fresh folder and database, with an API token the harness acts with (an approver's:
+    /// it starts runs and decides them).
+    async fn new() -> Site {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("crash.toml"), "log_level = \"warn\"\n").unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -57,8 +59,26 @@ impl Site {
             .local_addr()
             .unwrap()
             .port();
+        let url = format!("sqlite:{}", dir.path().join("crash.db").display());
+        let db = nrllm_store::db::Database::connect(&url).await.unwrap();
+        let token = nrllm_store::accounts::AccountStore::new(db.clone())
+            .create_token(
+                "crash-harness",
+                nrllm_types::Role::Approver,
+                "test",
+                nrllm_core::clock::now_ms(),
+            )
+            .await
+            .unwrap();
+        db.pool().close().await;
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        );
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))
+            .default_headers(headers)
             .build()
             .unwrap();
         Site { dir, port, http }
@@ -419,7 +439,7 @@ async fn every_failpoint_survives_kill_9() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(20 * POINTS.len());
-    let site = Site::new();
+    let site = Site::new().await;
     let begun = Instant::now();
     let mut per_point: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
     let mut restarts = Vec::new();
@@ -481,7 +501,7 @@ async fn every_failpoint_survives_kill_9() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_a_running_run_finish_its_step() {
-    let site = Site::new();
+    let site = Site::new().await;
     // The model thinks for a second: SIGTERM arrives while the run is mid-step.
     let server = site.start_thinking(None, 1000).await;
     let (_, body) = site

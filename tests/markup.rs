@@ -47,3 +47,33 @@ fn raw_text_elements_and_inner_html_are_written_only_by_the_escaping_component()
     }
     assert!(offences.is_empty(), "{}", offences.join("\n"));
 }
+
+#[test]
+fn every_form_that_posts_carries_the_csrf_field() {
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let mut posts = 0;
+    let mut offences = Vec::new();
+    for (path, text) in &files {
+        let lines: Vec<&str> = text.lines().collect();
+        for (number, line) in lines.iter().enumerate() {
+            if line.contains("<form") && line.contains("method=\"post\"") {
+                posts += 1;
+                let carries = lines[number + 1..(number + 4).min(lines.len())]
+                    .iter()
+                    .any(|next| next.contains("<CsrfField"));
+                if !carries {
+                    offences.push(format!("{path}:{}", number + 1));
+                }
+            }
+        }
+    }
+    assert!(posts >= 4, "the app's post forms were not found");
+    assert!(
+        offences.is_empty(),
+        "forms that post without <CsrfField /> right after their opening tag: {offences:?}"
+    );
+}

@@ -1,4 +1,4 @@
-import { test, expect } from "@playwright/test";
+import { test, expect } from "../fixtures";
 import { startRun, waitFor } from "../helpers";
 
 // Each test acts on its own page of the demo site, so the tests do not depend on each other.

@@ -1,4 +1,4 @@
-import { test, expect } from "@playwright/test";
+import { test, expect } from "../fixtures";
 import { startRun, waitFor } from "../helpers";
 
 // Defence in depth: every page carries a Content-Security-Policy that lets only the page's own

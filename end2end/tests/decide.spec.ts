@@ -1,4 +1,5 @@
-import { test, expect, Page, APIRequestContext } from "@playwright/test";
+import { Page, APIRequestContext } from "@playwright/test";
+import { test, expect } from "../fixtures";
 import { startRun, waitFor } from "../helpers";
 
 // What an operator sees when they press a button is exactly what happens: edits run, reasons

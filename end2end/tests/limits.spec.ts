@@ -1,4 +1,4 @@
-import { test, expect } from "@playwright/test";
+import { test, expect } from "../fixtures";
 
 // Bounded resources, as a client meets them: a body over the cap is 413, a field over its limit
 // is 400 naming the field, and a step stream is only held open for a run that is running.

@@ -1,4 +1,4 @@
-import { test, expect } from "@playwright/test";
+import { test, expect } from "../fixtures";
 
 test.describe("with JavaScript", () => {
   test("the page renders on the server with its title", async ({ page }) => {

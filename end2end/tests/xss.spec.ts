@@ -1,4 +1,5 @@
-import { test, expect, Page } from "@playwright/test";
+import { Page } from "@playwright/test";
+import { test, expect } from "../fixtures";
 import { ALL_PAYLOADS, PAYLOADS } from "../hostile-provider";
 import { startRun, waitFor } from "../helpers";
 

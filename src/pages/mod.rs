@@ -1,6 +1,7 @@
 //! The pages: `/` playground, `/runs` history, `/runs/:id` one run, `/approvals` inbox,
 //! `/system` health. Each renders completely on the server; islands add live updates.
 
+pub mod account;
 pub mod approvals;
 pub mod playground;
 pub mod run;

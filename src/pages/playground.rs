@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use crate::api::{nrllm_playground_options, NrllmToolRun};
 use crate::components::{url_error, ErrorBanner, FieldError, TextArea, BUTTON_PRIMARY, INPUT};
 use crate::field;
-use crate::forms::action;
+use crate::forms::{action, CsrfField};
 use crate::model::PlaygroundOptions;
 
 /// The playground form.
@@ -92,6 +92,7 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
     view! {
         <ErrorBanner error=banner />
         <form method="post" action={action::<NrllmToolRun>()} class="mt-4 grid gap-6 lg:grid-cols-3" data-testid="run-form">
+            <CsrfField />
             <input type="hidden" name=field!(NrllmToolRun, choose_tools) value="1" />
             <div class="space-y-4 lg:col-span-2">
                 <div>

@@ -16,7 +16,7 @@ use crate::components::{
 };
 use crate::error::AppError;
 use crate::field;
-use crate::forms::action;
+use crate::forms::{action, CsrfField};
 use crate::islands::{ApprovalGuard, LiveSteps, StepRow};
 use crate::model::{RunStatus, RunSummary, RunView, StepDetail};
 use crate::pages::NotFound;
@@ -84,6 +84,16 @@ fn RunDetail(run: RunView) -> impl IntoView {
                 " if they don't."
             </p>
         })}
+        {(!run.webhooks.is_empty()).then(|| view! {
+            <ul class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="webhooks">
+                {run.webhooks.iter().map(|hook| view! {
+                    <li data-testid="webhook" data-state=hook.state.clone()
+                        class=if hook.state == "failed" { "text-rose-700 dark:text-rose-400" } else { "" }>
+                        {hook.text.clone()}
+                    </li>
+                }).collect_view()}
+            </ul>
+        })}
         {waiting.then(|| view! {
             <ApprovalPanel run=run.clone() shortcuts=true />
             <ApprovalGuard keys=true />
@@ -100,6 +110,7 @@ fn RunDetail(run: RunView) -> impl IntoView {
                 <p class="mt-1" data-testid="run-error">{message}</p>
                 {retryable.then(|| view! {
                     <form method="post" action={action::<NrllmRunRetry>()} class="mt-3 flex items-center gap-3">
+                        <CsrfField />
                         <input type="hidden" name=field!(NrllmRunRetry, run_id) value=summary.id.clone() />
                         <button type="submit" class=BUTTON_PRIMARY data-testid="retry">"Retry"</button>
                         <span class="text-sm text-slate-600 dark:text-slate-400">
@@ -137,6 +148,7 @@ fn RunDetail(run: RunView) -> impl IntoView {
         </div>
         {cancellable.then(|| view! {
             <form method="post" action={action::<NrllmRunCancel>()} class="mt-4 flex flex-wrap items-end gap-3">
+                <CsrfField />
                 <input type="hidden" name=field!(NrllmRunCancel, run_id) value=summary.id.clone() />
                 <label class="text-sm">
                     "Why (optional, kept in the steps)"

@@ -31,6 +31,8 @@ struct Configured {
     defaults: ModelOptions,
     /// US dollars per million prompt and completion tokens.
     prices: (Option<f64>, Option<f64>),
+    /// The user who started a run cannot decide it.
+    four_eyes: bool,
 }
 
 /// Every configuration, in the order the settings give them (the demo model first).
@@ -71,6 +73,7 @@ fn http_provider(
         ProviderKind::Openai => build(config, format_openai),
         ProviderKind::Anthropic => build(config, Anthropic),
         ProviderKind::Gemini => build(config, Gemini),
+        ProviderKind::Demo => Err("the demo model speaks no wire format".to_owned()),
     }
 }
 
@@ -88,12 +91,14 @@ impl Configurations {
                 available: true,
                 reason: None,
             },
-            provider: Ok(demo),
+            provider: Ok(Arc::clone(&demo)),
             defaults: ModelOptions::default(),
             prices: (None, None),
+            four_eyes: settings.four_eyes,
         }];
         for configuration in &settings.configurations {
             let provider = match configuration.key_env() {
+                None if configuration.kind == ProviderKind::Demo => Ok(Arc::clone(&demo)),
                 None => http_provider(configuration, None),
                 Some(var) => match std::env::var(var) {
                     Ok(key) if !key.trim().is_empty() => {
@@ -118,12 +123,19 @@ impl Configurations {
                     configuration.price_input_per_million,
                     configuration.price_output_per_million,
                 ),
+                four_eyes: configuration.four_eyes.unwrap_or(settings.four_eyes),
             });
         }
         Configurations {
             configured,
             registry,
         }
+    }
+
+    /// Whether runs of configuration `name` need a second person to decide (an unknown
+    /// configuration: yes, the safe answer).
+    pub fn four_eyes(&self, name: &str) -> bool {
+        self.find(name).is_none_or(|c| c.four_eyes)
     }
 
     fn find(&self, name: &str) -> Option<&Configured> {
@@ -191,6 +203,9 @@ mod tests {
             max_tokens: None,
             price_input_per_million: Some(2.0),
             price_output_per_million: Some(8.0),
+            four_eyes: None,
+            webhook_url: None,
+            webhook_secret_env: None,
         }
     }
 
@@ -252,5 +267,41 @@ mod tests {
             None
         );
         assert_eq!(configurations.defaults("local").temperature, Some(0.4));
+    }
+
+    #[test]
+    fn four_eyes_follows_the_configuration_then_the_setting_and_a_demo_configuration_works() {
+        let mut reviewed = configuration("reviewed", ProviderKind::Demo, "");
+        reviewed.four_eyes = Some(true);
+        let mut relaxed = configuration("relaxed", ProviderKind::Openai, "");
+        relaxed.four_eyes = Some(false);
+        let settings = Settings {
+            configurations: vec![
+                reviewed,
+                relaxed,
+                configuration("plain", ProviderKind::Openai, ""),
+            ],
+            four_eyes: false,
+            ..Settings::default()
+        };
+        let configurations =
+            Configurations::from_settings(&settings, Arc::new(ToolRegistry::new()));
+        assert!(configurations.four_eyes("reviewed"));
+        assert!(!configurations.four_eyes("relaxed"));
+        assert!(!configurations.four_eyes("plain"));
+        assert!(!configurations.four_eyes("demo"));
+        assert!(
+            configurations.four_eyes("gone"),
+            "an unknown configuration is held to it"
+        );
+        let views = configurations.views();
+        assert!(views.iter().any(|v| v.name == "reviewed" && v.available));
+        let strict = Settings {
+            four_eyes: true,
+            ..settings
+        };
+        let configurations = Configurations::from_settings(&strict, Arc::new(ToolRegistry::new()));
+        assert!(configurations.four_eyes("demo") && configurations.four_eyes("plain"));
+        assert!(!configurations.four_eyes("relaxed"));
     }
 }

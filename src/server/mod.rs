@@ -2,6 +2,7 @@
 //! tools and their settings, the configurations and the live event hub, once, at start. Every
 //! piece lives in a module of its own, named for what it does.
 
+pub mod auth;
 pub mod configurations;
 pub mod diff;
 pub mod export;
@@ -13,18 +14,21 @@ pub mod retention;
 pub mod routes;
 pub mod security;
 pub mod views;
+pub mod webhook;
 
 use std::sync::Arc;
 
 use axum::extract::FromRef;
 use leptos::prelude::*;
 use nrllm_core::registry::ToolRegistry;
-use nrllm_core::service::RunService;
+use nrllm_core::service::{Listeners, RunService};
 use nrllm_core::store::RunStore;
 use nrllm_demo::site::SiteStore;
 use nrllm_demo::tools::{builtin_registry, ExportPage};
+use nrllm_store::accounts::AccountStore;
 use nrllm_store::db::Database;
 use nrllm_store::tool_settings::ToolSettingsStore;
+use nrllm_store::webhooks::WebhookStore;
 use nrllm_store::SqlRunStore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -32,7 +36,7 @@ use tokio_util::task::TaskTracker;
 use crate::settings::Settings;
 use configurations::Configurations;
 use live::{LiveHub, StreamLimits};
-pub use request::{current_operator, state, wants_html};
+pub use request::{caller, require, state, wants_html};
 
 /// Everything a request handler needs; cheap to clone.
 #[derive(Clone)]
@@ -51,6 +55,24 @@ pub struct AppState {
     /// Cancelled when the server is shutting down: no new runs or decisions are taken, and live
     /// streams end.
     pub shutdown: CancellationToken,
+    /// Users, sessions, tokens.
+    pub accounts: AccountStore,
+    /// What the auth middleware checks against.
+    pub auth: auth::AuthConfig,
+    pub limits: Arc<auth::Limits>,
+    /// API tokens just created, shown once on the admin page.
+    pub shown_tokens: Arc<auth::ShownTokens>,
+    /// Signs the error a form post leaves in its redirect URL, so a link cannot make the app
+    /// show words it did not say.
+    pub banner_key: Arc<Vec<u8>>,
+    /// How long a login lasts, in milliseconds.
+    pub session_ms: i64,
+    /// Where users reach the server (links in webhooks and login links).
+    pub public_url: String,
+    /// The webhook deliveries (shown on the run page).
+    pub webhook_store: WebhookStore,
+    /// Sends them, if any configuration has a webhook ([`AppState::start_background`]).
+    pub webhooks: Option<Arc<webhook::Webhooks>>,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -91,9 +113,34 @@ impl AppState {
             settings,
             Arc::clone(&registry),
         ));
+        let targets = webhook::Targets::from_settings(settings, |var| std::env::var(var).ok())?;
+        let bell = Arc::new(webhook::Bell::default());
         let runs = Arc::new(
-            RunService::new(Arc::clone(&store), configurations.clone()).with_listener(live.clone()),
+            RunService::new(Arc::clone(&store), configurations.clone())
+                .with_listener(Arc::new(Listeners(vec![live.clone(), bell.clone()]))),
         );
+        let webhook_store = WebhookStore::new(db.clone());
+        let webhooks = match targets.is_empty() {
+            true => None,
+            false => Some(Arc::new(webhook::Webhooks::new(
+                webhook_store.clone(),
+                Arc::clone(&runs),
+                targets,
+                bell,
+                settings,
+            )?)),
+        };
+        let accounts = AccountStore::new(db.clone());
+        auth::first_admin(
+            &accounts,
+            &settings.public_url,
+            std::env::var("NRLLM_ADMIN_PASSWORD").ok(),
+        )
+        .await?;
+        let banner_key = accounts
+            .server_secret("error_banner_key")
+            .await
+            .map_err(|err| format!("cannot read the server's keys: {err}"))?;
         let tasks = TaskTracker::new();
         recovery::recover_cut_off_runs(&store, &runs, db.backend(), &tasks)
             .await
@@ -110,6 +157,27 @@ impl AppState {
             configurations,
             tasks,
             shutdown: CancellationToken::new(),
+            auth: auth::AuthConfig {
+                accounts: accounts.clone(),
+                allowed_hosts: Arc::new(settings.allowed_hosts.clone()),
+                secure: settings.public_url.starts_with("https://"),
+            },
+            accounts,
+            limits: Arc::new(auth::Limits::new(settings.run_starts_per_minute)),
+            shown_tokens: Arc::default(),
+            banner_key: Arc::new(banner_key.into_bytes()),
+            session_ms: i64::from(settings.session_hours) * 3600 * 1000,
+            public_url: settings.public_url.clone(),
+            webhook_store,
+            webhooks,
         })
+    }
+
+    /// Starts the work the server does besides answering requests: the webhook sender (until
+    /// shutdown).
+    pub fn start_background(&self) {
+        if let Some(webhooks) = &self.webhooks {
+            tokio::spawn(Arc::clone(webhooks).run(self.shutdown.clone()));
+        }
     }
 }

@@ -38,7 +38,37 @@ pub fn set_error_status(err: &AppError) {
     }
 }
 
-/// Who is acting. Accounts come later; until then every operator is `operator`.
-pub fn current_operator() -> String {
-    "operator".to_owned()
+/// What the auth middleware found out about this request ([`super::auth::guard`]).
+pub fn caller() -> Option<super::auth::Caller> {
+    use_context::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<super::auth::Caller>().cloned())
+}
+
+/// Who is acting, if they may act as `role`: 401 if nobody logged in, 403 (saying which role it
+/// takes) if their role is lower.
+pub fn require(role: nrllm_types::Role) -> Result<nrllm_store::accounts::Principal, AppError> {
+    let Some(principal) = caller().and_then(|c| c.principal) else {
+        return Err(AppError::Unauthorized(
+            "Log in first (or send an API token: Authorization: Bearer …).".to_owned(),
+        ));
+    };
+    if !principal.role.allows(role) {
+        tracing::warn!(who = %principal.name, has = %principal.role, needs = %role, "refused: role");
+        return Err(AppError::Forbidden(format!(
+            "This needs the {role} role; {} is {} {}.",
+            principal.name,
+            article(principal.role),
+            principal.role
+        )));
+    }
+    Ok(principal)
+}
+
+fn article(role: nrllm_types::Role) -> &'static str {
+    match role {
+        nrllm_types::Role::Operator | nrllm_types::Role::Approver | nrllm_types::Role::Admin => {
+            "an"
+        }
+        nrllm_types::Role::Viewer => "a",
+    }
 }

@@ -5,7 +5,7 @@
 use axum::Router;
 use leptos_axum::{generate_route_list, LeptosRoutes};
 
-use super::{export, json_body, live, security, AppState};
+use super::{auth, export, json_body, live, security, AppState};
 use crate::app::{shell, App};
 use crate::settings::Settings;
 
@@ -29,6 +29,11 @@ pub fn router(state: AppState, settings: &Settings) -> Router {
         .leptos_routes(&state, routes, move || shell(options.clone()))
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
         .layer(axum::middleware::from_fn(json_body::accept_json))
+        // Who is asking, from which site, with which token (auth.rs); inside the body cap.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::guard,
+        ))
         // A body over the cap is refused with 413 before it is read (by its Content-Length) or
         // as soon as it grows past the cap.
         .layer(tower_http::limit::RequestBodyLimitLayer::new(

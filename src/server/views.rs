@@ -472,6 +472,20 @@ pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView
         .collect()
 }
 
+/// Every tool with its group, whether it needs approval and whether it is enabled.
+pub fn tool_views(registry: &nrllm_core::registry::ToolRegistry) -> Vec<crate::model::ToolView> {
+    registry
+        .specs()
+        .map(|spec| crate::model::ToolView {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            group: spec.group.clone(),
+            requires_approval: spec.requires_approval,
+            enabled: registry.is_enabled(&spec.name),
+        })
+        .collect()
+}
+
 /// The whole page model of one run. `pending` is its turn waiting for a decision, if any; the
 /// steps are the [`STEP_WINDOW`] before `steps_before` (the latest if `None`).
 pub fn run_view(
@@ -501,6 +515,8 @@ pub fn run_view(
             .last_sequence
             .max(events.last().map(|e| e.sequence).unwrap_or(0)),
         log: None,
+        decide_block: None,
+        webhooks: Vec::new(),
     }
 }
 

@@ -73,6 +73,23 @@ pub trait RunListener: Send + Sync {
     fn status(&self, run_id: Uuid, status: RunStatus);
 }
 
+/// Several listeners as one, told in turn.
+pub struct Listeners(pub Vec<Arc<dyn RunListener>>);
+
+impl RunListener for Listeners {
+    fn event(&self, run_id: Uuid, event: &SequencedEvent) {
+        for listener in &self.0 {
+            listener.event(run_id, event);
+        }
+    }
+
+    fn status(&self, run_id: Uuid, status: RunStatus) {
+        for listener in &self.0 {
+            listener.status(run_id, status);
+        }
+    }
+}
+
 /// Why a resume was refused or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ResumeError {

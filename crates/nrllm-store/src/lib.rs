@@ -2,11 +2,13 @@
 //! Postgres (several instances sharing one database) through sqlx — the [`SqlRunStore`] behind
 //! `nrllm_core::store::RunStore`, the database with its migrations, and the tool settings.
 
+pub mod accounts;
 pub mod chain;
 pub mod db;
 pub mod sql;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tool_settings;
+pub mod webhooks;
 
 pub use sql::SqlRunStore;

@@ -205,6 +205,9 @@ pub enum Role {
 }
 
 impl Role {
+    /// Every role, from the least to the most rights.
+    pub const ALL: [Role; 4] = [Role::Viewer, Role::Operator, Role::Approver, Role::Admin];
+
     /// The stored name (`viewer`, …).
     pub fn as_str(self) -> &'static str {
         self.into()

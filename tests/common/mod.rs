@@ -1,0 +1,195 @@
+//! The real server binary for integration tests: started on a fresh SQLite file with a settings
+//! file of the test's own, its log kept in a file, and a client that logs in and calls server
+//! functions as a browser or a JSON client does.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use reqwest::header::{HeaderMap, COOKIE, SET_COOKIE};
+use reqwest::{Client, StatusCode};
+use serde_json::{json, Value};
+
+pub const ADMIN_PASSWORD: &str = "admin-password-1";
+
+pub struct Server {
+    child: Child,
+    pub base: String,
+    pub port: u16,
+    pub db: String,
+    /// The server's log (its standard output and error).
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// Everything the server logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The SQLite database's files (with its write-ahead log), as bytes.
+    pub fn database_bytes(&self) -> Vec<u8> {
+        let path = self.db.trim_start_matches("sqlite:");
+        let mut bytes = std::fs::read(path).unwrap_or_default();
+        bytes.extend(std::fs::read(format!("{path}-wal")).unwrap_or_default());
+        bytes
+    }
+}
+
+/// Starts the binary on a fresh SQLite file with the settings file `settings` and `env` on top.
+pub async fn start(settings: &str, env: &[(&str, &str)]) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("settings.toml");
+    std::fs::write(&config, settings).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let db = format!("sqlite:{}", dir.path().join("test.db").display());
+    let log = dir.path().join("server.log");
+    let log_file = std::fs::File::create(&log).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_nrllm-playground"));
+    command
+        .env("NRLLM_CONFIG", &config)
+        .env("NRLLM_SITE_ADDR", format!("127.0.0.1:{port}"))
+        .env("NRLLM_DATABASE_URL", &db)
+        .env("NRLLM_ADMIN_PASSWORD", ADMIN_PASSWORD)
+        .env("NRLLM_DEMO_THINK_MS", "0")
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file);
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let child = command.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the server listens: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Server {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+        port,
+        db,
+        log,
+        _dir: dir,
+    }
+}
+
+pub fn client() -> Client {
+    Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// A logged-in browser: its cookies and the CSRF token its forms carry.
+#[derive(Clone)]
+pub struct Session {
+    pub cookies: String,
+    pub csrf: String,
+}
+
+pub fn cookie_from(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix(&format!("{name}=")))
+        .map(|rest| rest.split(';').next().unwrap_or_default().to_owned())
+}
+
+pub async fn log_in(server: &Server, name: &str, password: &str) -> Session {
+    let response = client()
+        .post(format!("{}/api/nrllm_login", server.base))
+        .json(&json!({ "name": name, "password": password }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{name} logs in");
+    let session = cookie_from(response.headers(), "nrllm_session").unwrap();
+    let csrf = cookie_from(response.headers(), "nrllm_csrf").unwrap();
+    Session {
+        cookies: format!("nrllm_session={session}; nrllm_csrf={csrf}"),
+        csrf,
+    }
+}
+
+/// A JSON call as `session` (with its CSRF header).
+pub async fn call(
+    server: &Server,
+    session: &Session,
+    endpoint: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    let response = client()
+        .post(format!("{}/api/{endpoint}", server.base))
+        .header(COOKIE, &session.cookies)
+        .header("x-csrf-token", &session.csrf)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Polls a run until `done` holds of its page model (at most 10 s).
+pub async fn wait_until(
+    server: &Server,
+    session: &Session,
+    run_id: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, view) = call(
+            server,
+            session,
+            "nrllm_run_get",
+            json!({ "run_id": run_id }),
+        )
+        .await;
+        assert_eq!(code, StatusCode::OK, "{view}");
+        if done(&view) {
+            return view;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run {run_id} never {what}: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Polls a run until it has `status`.
+pub async fn wait_for(server: &Server, session: &Session, run_id: &str, status: &str) -> Value {
+    wait_until(
+        server,
+        session,
+        run_id,
+        &format!("became {status}"),
+        |view| view["summary"]["status"] == status,
+    )
+    .await
+}

@@ -1,0 +1,233 @@
+//! The signed webhook, against the real server binary and a local receiver: a run that needs a
+//! decision is announced with a body that names its calls, signed with HMAC-SHA256 over the
+//! timestamp and the body; a receiver that answers 500 twice gets the third attempt; a receiver
+//! that never answers well is given up after the last attempt; the run page shows both; the
+//! secret is in neither the log nor the database.
+
+#![cfg(feature = "ssr")]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use common::{call, log_in, start, wait_for, wait_until, ADMIN_PASSWORD};
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
+
+const SECRET: &str = "whsec-7c1d6f0e5b2a4c9e8d3f1a6b0c5e2d9f";
+
+/// What the receiver was sent, per path.
+#[derive(Clone, Default)]
+struct Received(Arc<Mutex<Vec<(String, HeaderMap, String)>>>);
+
+impl Received {
+    fn on(&self, path: &str) -> Vec<(HeaderMap, String)> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, _, _)| p == path)
+            .map(|(_, h, b)| (h.clone(), b.clone()))
+            .collect()
+    }
+}
+
+/// `/flaky` answers 500 to its first two deliveries and 204 after; `/down` always 500.
+async fn receiver() -> (String, Received) {
+    let received = Received::default();
+    async fn hook(
+        State(received): State<Received>,
+        Path(path): Path<String>,
+        headers: HeaderMap,
+        body: String,
+    ) -> StatusCode {
+        let mut all = received.0.lock().unwrap();
+        all.push((path.clone(), headers, body));
+        let seen = all.iter().filter(|(p, _, _)| *p == path).count();
+        match path.as_str() {
+            "flaky" if seen > 2 => StatusCode::NO_CONTENT,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+    let app = axum::Router::new()
+        .route("/{path}", post(hook))
+        .with_state(received.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{address}"), received)
+}
+
+/// Checks a delivery's signature the way a receiver would, with its own HMAC.
+fn signature_holds(headers: &HeaderMap, body: &str) -> bool {
+    let timestamp = headers["x-nrllm-timestamp"].to_str().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let fresh = timestamp
+        .parse::<i64>()
+        .is_ok_and(|t| (now - t).abs() < 300);
+    let Some(hex) = headers["x-nrllm-signature-256"]
+        .to_str()
+        .unwrap()
+        .strip_prefix("sha256=")
+    else {
+        return false;
+    };
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .filter_map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok())
+        .collect();
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(format!("{timestamp}.{body}").as_bytes());
+    fresh && mac.verify_slice(&bytes).is_ok()
+}
+
+#[tokio::test]
+async fn a_waiting_run_is_announced_signed_and_retried_until_delivered() {
+    let (hooks, received) = receiver().await;
+    let settings = format!(
+        "log_level = \"info\"\nwebhook_url = \"{hooks}/flaky\"\nwebhook_max_attempts = 3\n\n\
+         [[configurations]]\nname = \"paged\"\nkind = \"demo\"\nmodel = \"demo-1\"\n\
+         webhook_url = \"{hooks}/down\"\n"
+    );
+    let server = start(
+        &settings,
+        &[
+            ("NRLLM_WEBHOOK_SECRET", SECRET),
+            ("NRLLM_WEBHOOK_BACKOFF_MS", "50"),
+        ],
+    )
+    .await;
+    let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
+
+    let (status, run) = call(
+        &server,
+        &admin,
+        "nrllm_tool_run",
+        json!({ "prompt": "Create a page hooks titled \"Hooked\"" }),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{run}");
+    let run_id = run.as_str().unwrap().to_owned();
+    wait_for(&server, &admin, &run_id, "waiting_for_approval").await;
+
+    // Three attempts: two answered 500, the third delivered; the page says so.
+    let view = wait_until(&server, &admin, &run_id, "was delivered", |view| {
+        view["webhooks"][0]["state"] == "delivered"
+    })
+    .await;
+    assert_eq!(view["webhooks"][0]["attempts"], 3, "{view}");
+    assert!(view["webhooks"][0]["text"]
+        .as_str()
+        .unwrap()
+        .ends_with("after 3 attempts"));
+    let deliveries = received.on("flaky");
+    assert_eq!(deliveries.len(), 3);
+    for (headers, body) in &deliveries {
+        assert!(signature_holds(headers, body), "{headers:?}");
+        assert_eq!(headers["content-type"], "application/json");
+        assert_eq!(headers["x-nrllm-event"], "run.waiting_for_approval");
+        assert_eq!(
+            headers["x-nrllm-delivery"], deliveries[0].0["x-nrllm-delivery"],
+            "one delivery, attempted three times"
+        );
+        assert_eq!(body, &deliveries[0].1);
+    }
+    // A body signed for another secret, or tampered with, does not verify.
+    let (headers, body) = &deliveries[0];
+    assert!(!signature_holds(headers, &body.replace("Hooked", "Hacked")));
+
+    let body: Value = serde_json::from_str(&deliveries[0].1).unwrap();
+    assert_eq!(body["run_id"], run_id);
+    assert_eq!(body["configuration"], "demo");
+    assert_eq!(body["requested_by"], "admin");
+    assert_eq!(
+        body["link"],
+        format!("http://127.0.0.1:{}/runs/{run_id}", server.port)
+    );
+    assert_eq!(body["calls"][0]["tool"], "create_page", "{body}");
+    assert_eq!(body["calls"][0]["arguments"]["title"], "Hooked", "{body}");
+    assert!(body["calls"][0]["preview"].is_string(), "{body}");
+    assert!(body["deadline_ms"].as_i64().unwrap() > body["waiting_since_ms"].as_i64().unwrap());
+    assert_eq!(body["digest"], view["digest"], "the turn the page shows");
+
+    // A configuration with its own webhook: that receiver never answers well, so the delivery is
+    // given up after the third attempt, and the page says so.
+    let (_, paged) = call(
+        &server,
+        &admin,
+        "nrllm_tool_run",
+        json!({ "prompt": "Create a page paged titled \"Paged\"", "configuration": "paged" }),
+    )
+    .await;
+    let paged = paged.as_str().unwrap().to_owned();
+    let view = wait_until(&server, &admin, &paged, "gave its webhook up", |view| {
+        view["webhooks"][0]["state"] == "failed"
+    })
+    .await;
+    assert_eq!(view["webhooks"][0]["attempts"], 3, "{view}");
+    assert!(view["webhooks"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("failed after 3 attempts (HTTP 500)"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(received.on("down").len(), 3, "no fourth attempt");
+    assert_eq!(
+        received.on("flaky").len(),
+        3,
+        "the other receiver heard nothing more"
+    );
+
+    // Decided, the run is not announced again; the secret is nowhere but the environment.
+    let (status, _) = call(
+        &server,
+        &admin,
+        "nrllm_tool_resume",
+        json!({ "run_id": run_id, "decision": "approve_all" }),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::OK);
+    wait_for(&server, &admin, &run_id, "completed").await;
+    let log = server.log_text();
+    assert!(log.contains("a webhook delivery failed"), "{log}");
+    assert!(!log.contains(SECRET), "the secret reached the log");
+    assert!(
+        !log.contains("/flaky") && !log.contains("/down"),
+        "the URL reached the log"
+    );
+    let bytes = server.database_bytes();
+    assert!(!bytes.is_empty());
+    assert!(
+        !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+        "the secret reached the database"
+    );
+}
+
+#[tokio::test]
+async fn a_webhook_without_a_secret_stops_the_start_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("settings.toml");
+    std::fs::write(&config, "webhook_url = \"http://127.0.0.1:9/hook\"\n").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_nrllm-playground"))
+        .env("NRLLM_CONFIG", &config)
+        .env(
+            "NRLLM_DATABASE_URL",
+            format!("sqlite:{}", dir.path().join("x.db").display()),
+        )
+        .env("NRLLM_SITE_ADDR", "127.0.0.1:0")
+        .env_remove("NRLLM_WEBHOOK_SECRET")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("NRLLM_WEBHOOK_SECRET") && stderr.contains("webhook_url"),
+        "{stderr}"
+    );
+}
