@@ -116,7 +116,7 @@ pub async fn nrllm_tool_resume(
         .claim_submission(id, &submission, &who.name, digest.as_deref())
         .await?;
     let runs = state.runs.clone();
-    state.tasks.spawn(async move {
+    state.leases.drive(id, async move {
         if let Err(err) = runs.continue_claimed(claimed).await {
             tracing::error!(%err, "continuing a run failed");
         }
@@ -412,14 +412,14 @@ mod ssr {
 
     /// Drives a new run as a tracked task (a shutdown waits for it); the run's id.
     pub fn drive_in_background(state: &AppState, run: nrllm_core::store::RunRecord) -> String {
-        let id = run.id.to_string();
+        let id = run.id;
         let runs = state.runs.clone();
-        state.tasks.spawn(async move {
+        state.leases.drive(id, async move {
             if let Err(err) = runs.drive(run).await {
                 tracing::error!(%err, "driving a run failed");
             }
         });
-        id
+        id.to_string()
     }
 
     /// Why `who` cannot decide `run`, if they cannot: their role, or four-eyes.

@@ -63,6 +63,9 @@ pub struct Settings {
     pub webhook_max_attempts: u32,
     /// The wait before the first retry; each further retry waits twice as long (up to an hour).
     pub webhook_backoff_ms: u32,
+    /// How long an instance holds a running run's lease without renewing it; after that another
+    /// instance's reaper takes the run over.
+    pub lease_secs: u32,
 }
 
 /// Which wire format a configuration speaks.
@@ -174,6 +177,7 @@ impl Default for Settings {
             webhook_secret_env: "NRLLM_WEBHOOK_SECRET".to_owned(),
             webhook_max_attempts: 8,
             webhook_backoff_ms: 2000,
+            lease_secs: 30,
         }
     }
 }
@@ -255,6 +259,7 @@ struct SettingsFile {
     webhook_secret_env: Option<String>,
     webhook_max_attempts: Option<i64>,
     webhook_backoff_ms: Option<i64>,
+    lease_secs: Option<i64>,
 }
 
 impl Settings {
@@ -466,6 +471,14 @@ impl Settings {
             10..=3_600_000,
             "milliseconds",
         )?;
+        let lease_secs = number(
+            "lease_secs",
+            "NRLLM_LEASE_SECS",
+            file.lease_secs,
+            defaults.lease_secs,
+            1..=3600,
+            "seconds",
+        )?;
         let webhook_url = match pick("NRLLM_WEBHOOK_URL", file.webhook_url) {
             Some((value, _)) if value.is_empty() => None,
             Some((value, source_name)) => {
@@ -629,6 +642,7 @@ impl Settings {
             webhook_secret_env,
             webhook_max_attempts,
             webhook_backoff_ms,
+            lease_secs,
         })
     }
 }

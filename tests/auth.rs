@@ -457,3 +457,26 @@ async fn only_an_admin_switches_tools_and_every_caller_sees_the_change() {
     let (_, options) = call(&server, &bert, "nrllm_playground_options", json!({})).await;
     assert_eq!(enabled(&options), Some(true));
 }
+
+#[tokio::test]
+async fn probes_answer_without_a_login_from_any_host_and_say_nothing_else() {
+    let server = start(&[]).await;
+    for (path, body) in [("healthz", "ok\n"), ("readyz", "ready\n")] {
+        let response = client()
+            .get(format!("{}/{path}", server.base))
+            .header("host", "10.1.2.3:3000")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        assert_eq!(response.text().await.unwrap(), body);
+    }
+    // Everything else still needs an allowed host.
+    let other = client()
+        .get(format!("{}/runs", server.base))
+        .header("host", "10.1.2.3:3000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::FORBIDDEN);
+}

@@ -252,6 +252,7 @@ pub enum StreamError {
 pub async fn event_stream(
     store: &dyn RunStore,
     hub: &Arc<LiveHub>,
+    remote: Option<(&Arc<RemoteFeed>, Arc<dyn RunStore>)>,
     id: Uuid,
     after: i64,
 ) -> Result<impl Stream<Item = SseEvent> + Send + 'static, StreamError> {
@@ -287,6 +288,7 @@ pub async fn event_stream(
             replay.push(step_event(&sequenced));
         }
     }
+    let mut elsewhere = None;
     let tail = match subscription {
         Some(subscription) => {
             for event in &subscription.unpersisted {
@@ -299,10 +301,26 @@ pub async fn event_stream(
         }
         None => {
             // Not running here: say how it ended, if it did (read again: it may have stopped
-            // since). A run still running elsewhere ends the stream; the browser reconnects.
+            // since). A run still running in another instance is followed through the commits
+            // that instance announces (Postgres); without them the stream ends and the browser
+            // reconnects.
             let now = store.get(id).await.map_err(read)?.map(|r| r.status);
-            if let Some(status) = now.filter(|s| *s != RunStatus::Running) {
-                replay.push(status_event(status));
+            match now {
+                Some(RunStatus::Running) => {
+                    if let Some((feed, store)) = remote {
+                        let (receiver, slot) = feed.subscribe().ok_or(StreamError::Full)?;
+                        elsewhere = Some(RemoteTail {
+                            store,
+                            id,
+                            last,
+                            receiver,
+                            _slot: slot,
+                            done: false,
+                        });
+                    }
+                }
+                Some(status) => replay.push(status_event(status)),
+                None => {}
             }
             None
         }
@@ -330,9 +348,149 @@ pub async fn event_stream(
                 .filter_map(ready)
                 .left_stream()
         }
-        None => futures::stream::empty().right_stream(),
+        None => match elsewhere {
+            Some(tail) => futures::stream::unfold(tail, RemoteTail::next_batch)
+                .flat_map(futures::stream::iter)
+                .left_stream()
+                .right_stream(),
+            None => futures::stream::empty().right_stream().right_stream(),
+        },
     };
     Ok(futures::stream::iter(replay).chain(live))
+}
+
+/// How long a stream of a run driven elsewhere waits for a commit before it reads the run again
+/// anyway (a notification lost to a reconnect is caught up).
+const REMOTE_RECHECK: Duration = Duration::from_secs(3);
+
+/// Commits of runs announced by any instance (Postgres `LISTEN/NOTIFY`), for the live streams of
+/// runs that another instance drives. Capped like the hub's streams.
+pub struct RemoteFeed {
+    url: String,
+    sender: broadcast::Sender<Uuid>,
+    open: std::sync::atomic::AtomicUsize,
+    limit: usize,
+}
+
+/// A stream's place in [`RemoteFeed`]'s count, given back when the stream is dropped.
+pub struct RemoteSlot(Arc<RemoteFeed>);
+
+impl Drop for RemoteSlot {
+    fn drop(&mut self) {
+        self.0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl RemoteFeed {
+    /// A feed of the database at `url`, for at most `limit` streams at once.
+    pub fn new(url: &str, limit: usize) -> RemoteFeed {
+        RemoteFeed {
+            url: url.to_owned(),
+            sender: broadcast::channel(CHANNEL_CAPACITY).0,
+            open: Default::default(),
+            limit,
+        }
+    }
+
+    /// Listens for commits until `shutdown`, reconnecting after a lost connection.
+    pub async fn run(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+        loop {
+            let connected = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                connected = nrllm_store::notify::RunNotifications::connect(&self.url) => connected,
+            };
+            match connected {
+                Ok(mut notifications) => loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        next = notifications.next() => match next {
+                            Ok(Some(id)) => {
+                                let _ = self.sender.send(id);
+                            }
+                            Ok(None) => {}
+                            Err(err) => {
+                                tracing::warn!(%err, "listening for other instances' commits");
+                                break;
+                            }
+                        },
+                    }
+                },
+                Err(err) => tracing::warn!(%err, "cannot listen for other instances' commits"),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    fn subscribe(self: &Arc<Self>) -> Option<(broadcast::Receiver<Uuid>, RemoteSlot)> {
+        let open = self.open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let slot = RemoteSlot(Arc::clone(self));
+        (open < self.limit).then(|| (self.sender.subscribe(), slot))
+    }
+
+    /// Streams open now.
+    pub fn open(&self) -> usize {
+        self.open.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The live part of a stream of a run driven by another instance: at each commit of the run (or
+/// every few seconds), its new steps; when it stops running, its status, and the end.
+struct RemoteTail {
+    store: Arc<dyn RunStore>,
+    id: Uuid,
+    last: i64,
+    receiver: broadcast::Receiver<Uuid>,
+    _slot: RemoteSlot,
+    done: bool,
+}
+
+impl RemoteTail {
+    async fn next_batch(mut self) -> Option<(Vec<SseEvent>, RemoteTail)> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let id = self.id;
+            let receiver = &mut self.receiver;
+            let woke = tokio::time::timeout(REMOTE_RECHECK, async move {
+                loop {
+                    match receiver.recv().await {
+                        Ok(run) if run == id => return true,
+                        Ok(_) => continue,
+                        Err(broadcast::error::RecvError::Lagged(_)) => return true,
+                        Err(broadcast::error::RecvError::Closed) => return false,
+                    }
+                }
+            })
+            .await;
+            if woke == Ok(false) {
+                return None;
+            }
+            // A read that fails ends the stream; the browser reconnects.
+            let events = self.store.events(self.id, self.last).await.ok()?;
+            let status = self.store.get(self.id).await.ok()??.status;
+            let mut batch = Vec::new();
+            for stored in &events {
+                if let Some(event) = stored.event() {
+                    self.last = stored.sequence;
+                    batch.push(step_event(&SequencedEvent {
+                        sequence: stored.sequence,
+                        event,
+                        created_at_ms: stored.created_at_ms,
+                    }));
+                }
+            }
+            if status != RunStatus::Running {
+                batch.push(status_event(status));
+                self.done = true;
+            }
+            if !batch.is_empty() {
+                return Some((batch, self));
+            }
+        }
+    }
 }
 
 /// `GET /api/runs/{id}/events`: the run's steps after `Last-Event-ID` (or `?after=`), then live
@@ -352,7 +510,11 @@ pub async fn run_events(
         .and_then(|v| v.parse::<i64>().ok())
         .or(query.after)
         .unwrap_or(0);
-    match event_stream(state.store.as_ref(), &state.live, id, after).await {
+    let remote = state
+        .remote
+        .as_ref()
+        .map(|feed| (feed, Arc::clone(&state.store)));
+    match event_stream(state.store.as_ref(), &state.live, remote, id, after).await {
         Ok(stream) => {
             // A stopping server ends its streams, so its graceful shutdown is not held open by
             // them; the pages reconnect to the next instance (or refresh).
@@ -416,7 +578,9 @@ mod tests {
     async fn an_unknown_run_is_refused_before_anything_is_allocated() {
         let (_dir, store) = store().await;
         let hub = Arc::new(LiveHub::default());
-        let refused = event_stream(&store, &hub, Uuid::now_v7(), 0).await.err();
+        let refused = event_stream(&store, &hub, None, Uuid::now_v7(), 0)
+            .await
+            .err();
         assert_eq!(refused, Some(StreamError::NotFound));
         assert_eq!(hub.stats(), HubStats::default());
     }
@@ -427,7 +591,7 @@ mod tests {
         let hub = Arc::new(LiveHub::default());
         // Stored as running, but nothing in this process drives it: the stream replays and ends.
         let id = running_run(&store).await;
-        let events: Vec<SseEvent> = event_stream(&store, &hub, id, 0)
+        let events: Vec<SseEvent> = event_stream(&store, &hub, None, id, 0)
             .await
             .unwrap()
             .collect()
@@ -442,7 +606,7 @@ mod tests {
         let hub = Arc::new(LiveHub::default());
         let id = running_run(&store).await;
         hub.status(id, RunStatus::Running);
-        let mut stream = Box::pin(event_stream(&store, &hub, id, 0).await.unwrap());
+        let mut stream = Box::pin(event_stream(&store, &hub, None, id, 0).await.unwrap());
         assert!(
             stream.next().await.is_some(),
             "the reconnect hint comes first"
@@ -475,7 +639,7 @@ mod tests {
         let hub = Arc::new(LiveHub::default());
         let id = running_run(&store).await;
         hub.status(id, RunStatus::Running);
-        let stream = event_stream(&store, &hub, id, 0).await.unwrap();
+        let stream = event_stream(&store, &hub, None, id, 0).await.unwrap();
         let event = SequencedEvent {
             sequence: 1,
             event: nrllm_core::events::Event::LlmFailed {
@@ -511,7 +675,7 @@ mod tests {
         drop(a);
         let _d = hub.subscribe(second).expect("a freed slot is free again");
         assert_eq!(
-            event_stream(&store, &hub, first, 0).await.err(),
+            event_stream(&store, &hub, None, first, 0).await.err(),
             Some(StreamError::Full)
         );
     }

@@ -6,7 +6,9 @@ pub mod auth;
 pub mod configurations;
 pub mod diff;
 pub mod export;
+pub mod health;
 pub mod json_body;
+pub mod leases;
 pub mod live;
 pub mod recovery;
 pub mod request;
@@ -37,6 +39,9 @@ use crate::settings::Settings;
 use configurations::Configurations;
 use live::{LiveHub, StreamLimits};
 pub use request::{caller, require, state, wants_html};
+
+/// How often an instance on Postgres reads the tool settings again (other instances change them).
+const TOOL_SETTINGS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Everything a request handler needs; cheap to clone.
 #[derive(Clone)]
@@ -73,6 +78,12 @@ pub struct AppState {
     pub webhook_store: WebhookStore,
     /// Sends them, if any configuration has a webhook ([`AppState::start_background`]).
     pub webhooks: Option<Arc<webhook::Webhooks>>,
+    /// This instance's name, as the owner of the leases of the runs it drives.
+    pub instance: String,
+    /// The runs this instance drives, their heartbeat, and the reaper.
+    pub leases: Arc<leases::Leases>,
+    /// On Postgres: other instances' commits, for live streams of the runs they drive.
+    pub remote: Option<Arc<live::RemoteFeed>>,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -94,7 +105,14 @@ impl AppState {
         site.seed_once()
             .await
             .map_err(|err| format!("cannot seed the demo site: {err}"))?;
-        let store: Arc<dyn RunStore> = Arc::new(SqlRunStore::new(db.clone()));
+        let instance = format!(
+            "{}-{}",
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let lease = std::time::Duration::from_secs(u64::from(settings.lease_secs));
+        let store: Arc<dyn RunStore> =
+            Arc::new(SqlRunStore::new(db.clone()).with_lease(&instance, lease.as_millis() as i64));
         let mut registry = builtin_registry(site.clone(), Arc::clone(&store));
         registry
             .register(ExportPage::new(site.clone(), &settings.export_dir))
@@ -142,9 +160,22 @@ impl AppState {
             .await
             .map_err(|err| format!("cannot read the server's keys: {err}"))?;
         let tasks = TaskTracker::new();
-        recovery::recover_cut_off_runs(&store, &runs, db.backend(), &tasks)
+        let leases = Arc::new(leases::Leases::new(
+            Arc::clone(&store),
+            Arc::clone(&runs),
+            tasks.clone(),
+            lease,
+        ));
+        tracing::info!(%instance, lease_secs = settings.lease_secs, "this instance");
+        recovery::recover_cut_off_runs(&store, &leases, db.backend())
             .await
             .map_err(|err| format!("cannot recover the runs the last stop cut off: {err}"))?;
+        let remote = (db.backend() == nrllm_store::db::Backend::Postgres).then(|| {
+            Arc::new(live::RemoteFeed::new(
+                &settings.database_url,
+                settings.stream_limit_total as usize,
+            ))
+        });
         Ok(AppState {
             leptos_options,
             db,
@@ -170,12 +201,39 @@ impl AppState {
             public_url: settings.public_url.clone(),
             webhook_store,
             webhooks,
+            instance,
+            leases,
+            remote,
         })
     }
 
-    /// Starts the work the server does besides answering requests: the webhook sender (until
-    /// shutdown).
+    /// Starts the work the server does besides answering requests (until shutdown): the leases'
+    /// heartbeat and reaper, the webhook sender, and on Postgres the tool settings read again
+    /// every two seconds.
     pub fn start_background(&self) {
+        tokio::spawn(Arc::clone(&self.leases).run(self.shutdown.clone()));
+        if let Some(remote) = &self.remote {
+            tokio::spawn(Arc::clone(remote).run(self.shutdown.clone()));
+        }
+        if self.db.backend() == nrllm_store::db::Backend::Postgres {
+            // Another instance may switch a tool on or off: read the choices again now and then.
+            let (settings, registry, shutdown) = (
+                self.tool_settings.clone(),
+                Arc::clone(&self.registry),
+                self.shutdown.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(TOOL_SETTINGS_EVERY) => {}
+                    }
+                    if let Err(err) = settings.load_into(&registry).await {
+                        tracing::warn!(%err, "reading the tool settings again failed");
+                    }
+                }
+            });
+        }
         if let Some(webhooks) = &self.webhooks {
             tokio::spawn(Arc::clone(webhooks).run(self.shutdown.clone()));
         }

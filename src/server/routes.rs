@@ -5,7 +5,7 @@
 use axum::Router;
 use leptos_axum::{generate_route_list, LeptosRoutes};
 
-use super::{auth, export, json_body, live, security, AppState};
+use super::{auth, export, health, json_body, live, security, AppState};
 use crate::app::{shell, App};
 use crate::settings::Settings;
 
@@ -34,6 +34,9 @@ pub fn router(state: AppState, settings: &Settings) -> Router {
             state.clone(),
             auth::guard,
         ))
+        // Probes: no login, any host (health.rs).
+        .route("/healthz", axum::routing::get(health::healthz))
+        .route("/readyz", axum::routing::get(health::readyz))
         // A body over the cap is refused with 413 before it is read (by its Content-Length) or
         // as soon as it grows past the cap.
         .layer(tower_http::limit::RequestBodyLimitLayer::new(

@@ -32,6 +32,16 @@ impl Drop for Server {
 }
 
 impl Server {
+    /// Sends the server process a signal (`STOP`, `CONT`, `KILL`, …).
+    pub fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal}");
+    }
+
     /// Everything the server logged so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

@@ -218,6 +218,10 @@ pub enum StoreError {
         status: RunStatus,
         action: &'static str,
     },
+    /// The run is running under another instance's lease: this instance lost it (it stopped
+    /// renewing, and another instance's reaper took the run over).
+    #[error("run {id} is driven by another instance now; this one lost its lease")]
+    LeaseLost { id: Uuid },
     #[error("database error: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("stored data is not valid: {0}")]
@@ -294,4 +298,13 @@ pub trait RunStore: Send + Sync {
         waiting_before_ms: i64,
         chunk: u32,
     ) -> Result<PurgeReport, StoreError>;
+    /// Extends this instance's lease on a running run it drives; `false` if it no longer holds
+    /// it (the run stopped running, or another instance took it over).
+    async fn renew_lease(&self, id: Uuid, now_ms: i64) -> Result<bool, StoreError>;
+    /// Running runs whose lease ran out before `now_ms`, the longest expired first.
+    async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError>;
+    /// Takes the lease of a running run for this instance: only if it ran out (a reaper), or
+    /// whoever holds it (`force`: the only instance, recovering at start). `false` if the run is
+    /// not running or another instance got it first.
+    async fn take_lease(&self, id: Uuid, now_ms: i64, force: bool) -> Result<bool, StoreError>;
 }

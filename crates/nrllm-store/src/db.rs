@@ -149,6 +149,20 @@ impl Database {
     pub fn backend(&self) -> Backend {
         self.backend
     }
+
+    /// Whether the database answers with every migration of this build applied: how many are
+    /// applied, and how many this build has.
+    pub async fn migrations(&self) -> Result<(usize, usize), sqlx::Error> {
+        let applied: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
+                .fetch_one(&self.pool)
+                .await?;
+        let known = match self.backend {
+            Backend::Sqlite => SQLITE_MIGRATIONS.iter().count(),
+            Backend::Postgres => POSTGRES_MIGRATIONS.iter().count(),
+        };
+        Ok((usize::try_from(applied).unwrap_or_default(), known))
+    }
 }
 
 /// Makes sure the SQLite file can be created: its folder exists and the URL asks for

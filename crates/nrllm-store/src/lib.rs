@@ -5,6 +5,7 @@
 pub mod accounts;
 pub mod chain;
 pub mod db;
+pub mod notify;
 pub mod sql;
 #[cfg(feature = "testing")]
 pub mod testing;

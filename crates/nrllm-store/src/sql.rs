@@ -32,7 +32,14 @@ pub struct SqlRunStore {
     db: Database,
     /// Durable writes made through this store (each transaction or single-statement write).
     commits: Arc<AtomicU64>,
+    /// This instance, as the owner of the leases it takes.
+    owner: Arc<str>,
+    /// How long a lease lasts from its last renewal.
+    lease_ms: i64,
 }
+
+/// How long a lease lasts unless the store is told otherwise.
+pub const DEFAULT_LEASE_MS: i64 = 30_000;
 
 const RUN_COLUMNS: &str =
     "id, status, configuration, requested_by, iterations, tool_calls, truncated, \
@@ -46,7 +53,21 @@ impl SqlRunStore {
         SqlRunStore {
             db,
             commits: Arc::default(),
+            owner: Arc::from(Uuid::new_v4().to_string()),
+            lease_ms: DEFAULT_LEASE_MS,
         }
+    }
+
+    /// The same store, taking leases as `owner` (an instance id) for `lease_ms` at a time.
+    pub fn with_lease(mut self, owner: &str, lease_ms: i64) -> SqlRunStore {
+        self.owner = Arc::from(owner);
+        self.lease_ms = lease_ms.max(1);
+        self
+    }
+
+    /// The instance this store takes leases for.
+    pub fn owner(&self) -> &str {
+        &self.owner
     }
 
     /// How many durable commits this store has made (for the benchmark's commits-per-cycle).
@@ -168,6 +189,18 @@ impl SqlRunStore {
 
     /// Explains a fenced update that matched no row.
     async fn refusal(&self, id: Uuid, expected: i64) -> StoreError {
+        let owner: Option<String> =
+            sqlx::query_scalar("SELECT lease_owner FROM agent_run WHERE id = $1 AND status = $2")
+                .bind(id.to_string())
+                .bind(RunStatus::Running.as_str())
+                .fetch_optional(self.db.pool())
+                .await
+                .ok()
+                .flatten()
+                .flatten();
+        if owner.is_some_and(|owner| *owner != *self.owner) {
+            return StoreError::LeaseLost { id };
+        }
         match self.status_of(id).await {
             Ok(run) if run.status.is_terminal() => StoreError::AlreadySettled {
                 id,
@@ -253,6 +286,15 @@ async fn insert_events(
         .execute(&mut **tx)
         .await.map_err(backend)?;
         prev = hash;
+    }
+    // On Postgres every instance hears of the commit (delivered only if it commits), so their
+    // live streams read the new steps (`crate::notify`).
+    if tx.backend_name() == "PostgreSQL" {
+        // The payload is a run id we formatted: nothing in it needs quoting.
+        sqlx::query(&format!("NOTIFY {}, '{id}'", crate::notify::CHANNEL))
+            .execute(&mut **tx)
+            .await
+            .map_err(backend)?;
     }
     Ok(())
 }
@@ -342,7 +384,8 @@ impl RunStore for SqlRunStore {
             .map_err(|err| StoreError::Corrupt(err.to_string()))?;
         sqlx::query(
             "INSERT INTO agent_run (id, status, configuration, requested_by, truncated, version, last_sequence, \
-             created_at_ms, updated_at_ms, started_at_ms, provider) VALUES ($1, $2, $3, $4, 0, 0, 0, $5, $5, $5, $6)",
+             created_at_ms, updated_at_ms, started_at_ms, provider, lease_owner, lease_until_ms) \
+             VALUES ($1, $2, $3, $4, 0, 0, 0, $5, $5, $5, $6, $7, $8)",
         )
         .bind(run.id.to_string())
         .bind(RunStatus::Running.as_str())
@@ -350,6 +393,8 @@ impl RunStore for SqlRunStore {
         .bind(&run.requested_by)
         .bind(now_ms)
         .bind(&run.configuration.provider)
+        .bind(&*self.owner)
+        .bind(now_ms + self.lease_ms)
         .execute(self.db.pool())
         .await.map_err(backend)?;
         self.committed();
@@ -370,8 +415,9 @@ impl RunStore for SqlRunStore {
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, \
              last_sequence = CASE WHEN $8 > last_sequence THEN $8 ELSE last_sequence END, \
              version = version + 1, updated_at_ms = $9, pending_tools = $13, \
-             decided_by = NULL, decided_at_ms = NULL, decision = NULL, decision_record = NULL \
-             WHERE id = $10 AND status = $11 AND version = $12",
+             decided_by = NULL, decided_at_ms = NULL, decision = NULL, decision_record = NULL, \
+             lease_owner = NULL, lease_until_ms = 0 \
+             WHERE id = $10 AND status = $11 AND version = $12 AND lease_owner = $14",
         )
         .bind(RunStatus::WaitingForApproval.as_str())
         .bind(state.to_json())
@@ -386,6 +432,7 @@ impl RunStore for SqlRunStore {
         .bind(RunStatus::Running.as_str())
         .bind(version)
         .bind(pending_tools(state))
+        .bind(&*self.owner)
         .execute(&mut *tx)
         .await.map_err(backend)?;
         self.close_transition(
@@ -411,7 +458,8 @@ impl RunStore for SqlRunStore {
         let row = sqlx::query(
             "UPDATE agent_run SET status = $1, decided_by = $2, decided_at_ms = $3, decision = $4, \
              decision_record = $5, version = version + 1, updated_at_ms = $3, \
-             last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END \
+             last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END, \
+             lease_owner = $10, lease_until_ms = $11 \
              WHERE id = $7 AND status = $8 AND version = $9 \
              RETURNING version",
         )
@@ -424,6 +472,8 @@ impl RunStore for SqlRunStore {
         .bind(id.to_string())
         .bind(RunStatus::WaitingForApproval.as_str())
         .bind(version)
+        .bind(&*self.owner)
+        .bind(now_ms + self.lease_ms)
         .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?;
@@ -479,8 +529,10 @@ impl RunStore for SqlRunStore {
              error_summary = $10, estimated_cost_micros = $11, suspended_state = NULL, \
              decision_record = NULL, \
              last_sequence = CASE WHEN $12 > last_sequence THEN $12 ELSE last_sequence END, \
-             version = version + 1, updated_at_ms = $13, finished_at_ms = $13 \
-             WHERE id = $14 AND version = $15 AND status NOT IN ({})",
+             version = version + 1, updated_at_ms = $13, finished_at_ms = $13, \
+             lease_owner = NULL, lease_until_ms = 0 \
+             WHERE id = $14 AND version = $15 AND status NOT IN ({}) \
+             AND (status <> $16 OR lease_owner = $17)",
             RunStatus::sql_list(&RunStatus::TERMINAL)
         ))
         .bind(finish.status.as_str())
@@ -498,6 +550,8 @@ impl RunStore for SqlRunStore {
         .bind(now_ms)
         .bind(id.to_string())
         .bind(version)
+        .bind(RunStatus::Running.as_str())
+        .bind(&*self.owner)
         .execute(&mut *tx)
         .await.map_err(backend)?;
         self.close_transition(
@@ -707,26 +761,45 @@ impl RunStore for SqlRunStore {
     ) -> Result<PurgeReport, StoreError> {
         let mut report = PurgeReport::default();
         let chunk = i64::from(chunk.max(1));
+        let mut after = String::new();
         loop {
             let mut tx = self.write_tx().await.map_err(backend)?;
-            let ids: Vec<String> = sqlx::query_scalar(&format!(
-                "SELECT id FROM agent_run WHERE \
-                 (status IN ({}) AND finished_at_ms < $1) \
-                 OR (status IN ({}) AND updated_at_ms < $2) \
-                 LIMIT $3",
+            // Which runs are due: checked again on each row, under its lock, just below.
+            let due = format!(
+                "((status IN ({}) AND finished_at_ms < $1) OR (status IN ({}) AND updated_at_ms < $2))",
                 RunStatus::sql_list(&RunStatus::TERMINAL),
                 RunStatus::sql_list(&RunStatus::WAITING)
+            );
+            let ids: Vec<String> = sqlx::query_scalar(&format!(
+                "SELECT id FROM agent_run WHERE {due} AND id > $3 ORDER BY id LIMIT $4"
             ))
             .bind(terminal_before_ms)
             .bind(waiting_before_ms)
+            .bind(&after)
             .bind(chunk)
             .fetch_all(&mut *tx)
             .await
             .map_err(backend)?;
-            if ids.is_empty() {
+            let Some(last) = ids.last().cloned() else {
                 return Ok(report);
-            }
+            };
+            after = last;
+            // In id order, so that two purges lock rows in the same order and never deadlock.
             for id in &ids {
+                // Locks the row and checks it is still due: a run claimed (or decided) since the
+                // select is left alone, and a claim waiting on the lock finds it gone.
+                let still_due = sqlx::query(&format!(
+                    "UPDATE agent_run SET version = version WHERE id = $3 AND {due}"
+                ))
+                .bind(terminal_before_ms)
+                .bind(waiting_before_ms)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+                if still_due.rows_affected() != 1 {
+                    continue;
+                }
                 sqlx::query("DELETE FROM agent_run_effect WHERE run_id = $1")
                     .bind(id)
                     .execute(&mut *tx)
@@ -752,5 +825,58 @@ impl RunStore for SqlRunStore {
             }
             tx.commit().await.map_err(backend)?;
         }
+    }
+
+    async fn renew_lease(&self, id: Uuid, now_ms: i64) -> Result<bool, StoreError> {
+        let renewed = sqlx::query(
+            "UPDATE agent_run SET lease_until_ms = $1 \
+             WHERE id = $2 AND status = $3 AND lease_owner = $4",
+        )
+        .bind(now_ms + self.lease_ms)
+        .bind(id.to_string())
+        .bind(RunStatus::Running.as_str())
+        .bind(&*self.owner)
+        .execute(self.db.pool())
+        .await
+        .map_err(backend)?;
+        Ok(renewed.rows_affected() == 1)
+    }
+
+    async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM agent_run WHERE status = $1 AND lease_until_ms < $2 \
+             ORDER BY lease_until_ms LIMIT $3",
+        )
+        .bind(RunStatus::Running.as_str())
+        .bind(now_ms)
+        .bind(i64::from(limit))
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(backend)?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| Uuid::parse_str(id).ok())
+            .collect())
+    }
+
+    async fn take_lease(&self, id: Uuid, now_ms: i64, force: bool) -> Result<bool, StoreError> {
+        // One statement: of two reapers, exactly one update matches the expired lease.
+        let taken = sqlx::query(
+            "UPDATE agent_run SET lease_owner = $1, lease_until_ms = $2 \
+             WHERE id = $3 AND status = $4 AND (lease_until_ms < $5 OR $6 = 1)",
+        )
+        .bind(&*self.owner)
+        .bind(now_ms + self.lease_ms)
+        .bind(id.to_string())
+        .bind(RunStatus::Running.as_str())
+        .bind(now_ms)
+        .bind(i64::from(force))
+        .execute(self.db.pool())
+        .await
+        .map_err(backend)?;
+        if taken.rows_affected() == 1 {
+            self.committed();
+        }
+        Ok(taken.rows_affected() == 1)
     }
 }

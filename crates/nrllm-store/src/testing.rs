@@ -94,6 +94,17 @@ async fn postgres(admin_url: &str) -> TestDb {
     }
 }
 
+/// A fresh Postgres schema when `TEST_DATABASE_URL` is set (its `url` opens it).
+pub async fn postgres_from_env() -> Option<TestDb> {
+    match std::env::var("TEST_DATABASE_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(postgres(url.trim()).await),
+        _ => {
+            eprintln!("TEST_DATABASE_URL is not set: this Postgres test has nothing to run on");
+            None
+        }
+    }
+}
+
 /// The databases this test runs on: SQLite always, Postgres when `TEST_DATABASE_URL` is set.
 pub async fn backends() -> Vec<TestDb> {
     let mut dbs = vec![sqlite().await];

@@ -888,3 +888,205 @@ async fn a_new_run_whose_configuration_cannot_be_read_ends_failed_not_running() 
         db.cleanup().await;
     }
 }
+
+#[tokio::test]
+async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
+    for db in backends().await {
+        let lease_ms = 1_000;
+        let a = Arc::new(SqlRunStore::new(db.db.clone()).with_lease("instance-a", lease_ms));
+        let b = Arc::new(SqlRunStore::new(db.db.clone()).with_lease("instance-b", lease_ms));
+        let now = now_ms();
+        let run = a
+            .create(
+                &nrllm_core::store::NewRun {
+                    id: uuid::Uuid::now_v7(),
+                    configuration: configuration("lease"),
+                    requested_by: "alice".into(),
+                },
+                now,
+            )
+            .await
+            .unwrap();
+        // Held and renewed by A: nobody reaps it, B cannot take it.
+        assert!(a.renew_lease(run.id, now).await.unwrap(), "{}", db.name);
+        assert!(!b.renew_lease(run.id, now).await.unwrap());
+        assert!(b.expired_leases(now + 10, 10).await.unwrap().is_empty());
+        assert!(!b.take_lease(run.id, now + 10, false).await.unwrap());
+
+        // A stops renewing: after the lease, exactly one of two reapers takes the run.
+        let later = now + lease_ms + 1;
+        assert_eq!(b.expired_leases(later, 10).await.unwrap(), [run.id]);
+        let c = Arc::new(SqlRunStore::new(db.db.clone()).with_lease("instance-c", lease_ms));
+        let (by_b, by_c) = tokio::join!(
+            b.take_lease(run.id, later, false),
+            c.take_lease(run.id, later, false)
+        );
+        assert!(
+            by_b.unwrap() ^ by_c.unwrap(),
+            "{}: one reaper wins",
+            db.name
+        );
+        let (winner, loser) = if b.renew_lease(run.id, later).await.unwrap() {
+            (b.clone(), c.clone())
+        } else {
+            (c.clone(), b.clone())
+        };
+        assert!(!loser.renew_lease(run.id, later).await.unwrap());
+
+        // A wakes up and writes its segment: refused, and nothing is written.
+        let state = nrllm_core::state::SuspendedState {
+            schema_version: nrllm_core::state::STATE_SCHEMA_VERSION,
+            messages: Vec::new(),
+            pending: Vec::new(),
+            gated: Vec::new(),
+            counters: Counters::default(),
+            settings: RunSettings::default(),
+            recorded_messages: 0,
+            answered: Vec::new(),
+            unknown: Vec::new(),
+        };
+        let events = vec![SequencedEvent {
+            sequence: 1,
+            event: Event::Recovered {
+                resumes_at: "zombie".into(),
+            },
+            created_at_ms: later,
+        }];
+        let refused = a.suspend(run.id, run.version, &state, &events, later).await;
+        assert!(
+            matches!(refused, Err(StoreError::LeaseLost { .. })),
+            "{}: {refused:?}",
+            db.name
+        );
+        let finish = Finish {
+            status: RunStatus::Completed,
+            reason: TerminationReason::Completed,
+            counters: Counters::default(),
+            truncated: false,
+            final_answer: Some("zombie".into()),
+            error_summary: None,
+            estimated_cost_micros: None,
+        };
+        assert!(matches!(
+            a.finish(run.id, run.version, &finish, &events, later).await,
+            Err(StoreError::LeaseLost { .. })
+        ));
+        assert!(a.events(run.id, 0).await.unwrap().is_empty());
+        assert_eq!(
+            a.get(run.id).await.unwrap().unwrap().status,
+            RunStatus::Running
+        );
+
+        // The new owner's writes go through; a finished run holds no lease.
+        winner
+            .finish(run.id, run.version, &finish, &events, later)
+            .await
+            .unwrap();
+        assert!(!winner.renew_lease(run.id, later).await.unwrap());
+        assert!(winner
+            .expired_leases(later + 10 * lease_ms, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        // Forced (the only instance, at start) takes only running runs.
+        assert!(!a.take_lease(run.id, later, true).await.unwrap());
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn purge_racing_a_claim_never_deletes_the_claimed_run() {
+    for db in backends().await {
+        let turns = (0..12)
+            .map(|i| {
+                call_turn(
+                    &format!("c{i}"),
+                    "write_note",
+                    json!({"text": "x"}),
+                    usage(1, 1),
+                )
+            })
+            .collect();
+        let s = setup(&db.db, turns);
+        let (mut claimed, mut purged) = (0, 0);
+        for _ in 0..12 {
+            let run = s
+                .service
+                .start(configuration("race"), "alice")
+                .await
+                .unwrap();
+            assert_eq!(run.status, RunStatus::WaitingForApproval);
+            let purger = SqlRunStore::new(db.open(1).await);
+            let claimer = RunService::new(
+                Arc::new(SqlRunStore::new(db.open(1).await)),
+                Arc::new(SingleLoop(Arc::new(ToolLoop::new(
+                    Arc::new(s.provider.clone()),
+                    Arc::new(probe_registry(&s.probe)),
+                )))),
+            );
+            let far = now_ms() + 60_000;
+            let (purge, claim) = tokio::join!(
+                purger.purge(0, far, 10),
+                claimer.claim(run.id, &Decision::ApproveAll, "bob", None)
+            );
+            let purge = purge.unwrap();
+            let stored = s.store.get(run.id).await.unwrap();
+            match claim {
+                Ok(_) => {
+                    claimed += 1;
+                    let stored = stored.expect("a claimed run is never purged");
+                    assert_eq!(stored.status, RunStatus::Running, "{}", db.name);
+                    assert_eq!(purge.runs, 0);
+                }
+                Err(err) => {
+                    purged += 1;
+                    assert!(stored.is_none(), "{}: {err:?}", db.name);
+                    assert_eq!(purge.runs, 1);
+                }
+            }
+        }
+        eprintln!(
+            "{}: {claimed} claimed first, {purged} purged first",
+            db.name
+        );
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
+    let Some(db) = common::postgres_from_env().await else {
+        return;
+    };
+    let mut heard = nrllm_store::notify::RunNotifications::connect(&db.url)
+        .await
+        .unwrap();
+    let s = setup(&db.db, gated_then_answer());
+    let run = s.service.start(configuration("hear"), "alice").await.unwrap();
+    let announced = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            if heard.next().await.unwrap() == Some(run.id) {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(announced.is_ok(), "the suspension's commit was announced");
+    // A transaction that rolls back announces nothing: a refused write of the same run.
+    let refused = s
+        .store
+        .suspend(
+            run.id,
+            run.version - 1,
+            &nrllm_core::state::SuspendedState::from_json(run.suspended_state.as_deref().unwrap())
+                .unwrap(),
+            &[],
+            now_ms(),
+        )
+        .await;
+    assert!(refused.is_err());
+    let silent =
+        tokio::time::timeout(std::time::Duration::from_millis(500), heard.next()).await;
+    assert!(silent.is_err(), "nothing was announced: {silent:?}");
+    db.cleanup().await;
+}

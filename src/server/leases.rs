@@ -1,0 +1,176 @@
+//! Leases on running runs, so that several instances can share one database (the way job queues
+//! on Postgres — Oban, River, Graphile Worker — hold their jobs):
+//! - the instance that drives a run holds its lease: taken when the run is created or claimed,
+//!   renewed by a heartbeat while the task driving it lives, given up when the run suspends or
+//!   ends. Every write of a running run is fenced on the owner, so an instance that lost its
+//!   lease (it stalled, or was cut off from the database) writes nothing more;
+//! - every instance runs a reaper: a running run whose lease ran out (its instance died, or its
+//!   task ended without settling the run) is taken over by exactly one reaper — one conditional
+//!   update — and goes on from its last journaled step ([`RunService::recover`]).
+//!
+//! On the embedded SQLite database this process is the only instance: at start it takes over
+//! every run the last stop left `running` at once, without waiting for their leases to run out.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nrllm_core::clock::now_ms;
+use nrllm_core::service::RunService;
+use nrllm_core::store::{RunStore, StoreError};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+/// Runs recovered per reaper pass.
+const REAP_BATCH: u32 = 50;
+
+/// This instance's leases: the runs its tasks drive, their heartbeat, and the reaper.
+pub struct Leases {
+    store: Arc<dyn RunStore>,
+    runs: Arc<RunService>,
+    tasks: TaskTracker,
+    /// The runs a task of this process drives, with how many tasks (a run is driven by one task,
+    /// but a recovery may start while a stalled task has not ended yet).
+    driving: Mutex<HashMap<Uuid, usize>>,
+    lease: Duration,
+    /// How many runs this instance's reaper took over (for the system page and metrics).
+    reaped: std::sync::atomic::AtomicU64,
+}
+
+/// Holds a run in [`Leases::driving`] while its task lives; dropping it (the task ended, or
+/// panicked) stops the heartbeat for the run.
+struct Driving {
+    leases: Arc<Leases>,
+    id: Uuid,
+}
+
+impl Drop for Driving {
+    fn drop(&mut self) {
+        let mut driving = self.leases.lock();
+        if let Some(count) = driving.get_mut(&self.id) {
+            *count -= 1;
+            if *count == 0 {
+                driving.remove(&self.id);
+            }
+        }
+    }
+}
+
+impl Leases {
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        runs: Arc<RunService>,
+        tasks: TaskTracker,
+        lease: Duration,
+    ) -> Leases {
+        Leases {
+            store,
+            runs,
+            tasks,
+            driving: Mutex::default(),
+            lease,
+            reaped: Default::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, usize>> {
+        self.driving
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Drives run `id` with `work` as a tracked task (a shutdown waits for it); the heartbeat
+    /// renews the run's lease for as long as the task lives.
+    pub fn drive<F>(self: &Arc<Self>, id: Uuid, work: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        *self.lock().entry(id).or_default() += 1;
+        let held = Driving {
+            leases: Arc::clone(self),
+            id,
+        };
+        self.tasks.spawn(async move {
+            let _held = held;
+            work.await;
+        });
+    }
+
+    /// The runs this process drives now.
+    pub fn driving(&self) -> Vec<Uuid> {
+        self.lock().keys().copied().collect()
+    }
+
+    /// Runs this instance's reaper took over since start.
+    pub fn reaped(&self) -> u64 {
+        self.reaped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Takes over run `id` and goes on from its last journaled step, as a tracked task.
+    /// `force`: whoever holds its lease (the only instance, at start). `false` if another
+    /// instance got it first, or it no longer runs.
+    pub async fn take_over(self: &Arc<Self>, id: Uuid, force: bool) -> Result<bool, StoreError> {
+        if !self.store.take_lease(id, now_ms(), force).await? {
+            return Ok(false);
+        }
+        let runs = Arc::clone(&self.runs);
+        self.drive(id, async move {
+            match runs.recover(id).await {
+                Ok(run) => tracing::info!(run_id = %id, status = %run.status, "took over a run and went on from its last journaled step"),
+                Err(err) => tracing::error!(run_id = %id, %err, "recovering a run failed"),
+            }
+        });
+        Ok(true)
+    }
+
+    /// Renews the lease of every run this process drives; a run whose lease is gone (another
+    /// instance took it over) is no longer renewed, and its task's next write is refused.
+    pub async fn heartbeat(&self) {
+        let now = now_ms();
+        for id in self.driving() {
+            match self.store.renew_lease(id, now).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Suspended or ended meanwhile (nothing to hold), or taken over.
+                    self.lock().remove(&id);
+                }
+                Err(err) => tracing::warn!(run_id = %id, %err, "renewing a run's lease failed"),
+            }
+        }
+    }
+
+    /// Takes over the running runs whose lease ran out; how many this instance took.
+    pub async fn reap(self: &Arc<Self>) -> Result<usize, StoreError> {
+        let mut taken = 0;
+        for id in self.store.expired_leases(now_ms(), REAP_BATCH).await? {
+            if self.lock().contains_key(&id) {
+                // Still driven here: the heartbeat fell behind; it renews on its next beat.
+                continue;
+            }
+            if self.take_over(id, false).await? {
+                tracing::warn!(run_id = %id, "a run's lease ran out; this instance took it over");
+                self.reaped
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                taken += 1;
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Heartbeat and reaper, every third of a lease, until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let beat = (self.lease / 3).max(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(beat) => {}
+            }
+            self.heartbeat().await;
+            if let Err(err) = self.reap().await {
+                tracing::error!(%err, "looking for runs whose lease ran out");
+            }
+        }
+    }
+}
