@@ -7,6 +7,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::{
     call, client, log_in, start as start_server, wait_for, Server, Session, ADMIN_PASSWORD,
 };
@@ -479,4 +481,98 @@ async fn probes_answer_without_a_login_from_any_host_and_say_nothing_else() {
         .await
         .unwrap();
     assert_eq!(other.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn metrics_need_a_token_and_count_what_happened_and_request_logs_keep_no_query() {
+    let server = start(&[("NRLLM_LOG", "info")]).await;
+    let (olga, _vic, bert, _ann) = team(&server).await;
+    let anonymous = client()
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
+    let (status, token) = call(
+        &server,
+        &admin,
+        "nrllm_token_create",
+        json!({ "name": "prometheus", "role": "viewer" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{token}");
+    let scrape = || async {
+        let response = client()
+            .get(format!("{}/metrics", server.base))
+            .bearer_auth(token.as_str().unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.text().await.unwrap()
+    };
+    let before = scrape().await;
+    assert!(
+        before.contains("nrllm_runs{status=\"waiting_for_approval\"} 0"),
+        "{before}"
+    );
+    assert!(before.contains("nrllm_decisions_total 0"), "{before}");
+
+    let (_, run) = call(
+        &server,
+        &olga,
+        "nrllm_tool_run",
+        json!({ "prompt": "Rename the home page to \"Counted\"" }),
+    )
+    .await;
+    let run_id = run.as_str().unwrap().to_owned();
+    wait_for(&server, &olga, &run_id, "waiting_for_approval").await;
+    let waiting = scrape().await;
+    assert!(
+        waiting.contains("nrllm_runs{status=\"waiting_for_approval\"} 1"),
+        "{waiting}"
+    );
+    assert!(
+        waiting.contains("nrllm_waiting_age_seconds_count 1"),
+        "{waiting}"
+    );
+    assert!(waiting.contains("nrllm_model_calls_total 2"), "{waiting}");
+    assert!(
+        waiting.contains("nrllm_model_call_seconds_count 2"),
+        "{waiting}"
+    );
+
+    let (status, _) = call(
+        &server,
+        &bert,
+        "nrllm_tool_resume",
+        json!({ "run_id": run_id, "decision": "approve_all" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    wait_for(&server, &olga, &run_id, "completed").await;
+    let done = scrape().await;
+    assert!(done.contains("nrllm_decisions_total 1"), "{done}");
+    assert!(
+        done.contains("nrllm_runs{status=\"completed\"} 1"),
+        "{done}"
+    );
+
+    // A request log line names the path, never the query (where login links carry a token).
+    let _ = client()
+        .get(format!(
+            "{}/login/once?token=query-secret-4711",
+            server.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = server.log_text();
+    assert!(log.contains("/login/once"), "{log}");
+    assert!(
+        !log.contains("query-secret-4711"),
+        "the query reached the log"
+    );
 }

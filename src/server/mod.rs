@@ -10,6 +10,7 @@ pub mod health;
 pub mod json_body;
 pub mod leases;
 pub mod live;
+pub mod metrics;
 pub mod recovery;
 pub mod request;
 pub mod retention;
@@ -84,6 +85,8 @@ pub struct AppState {
     pub leases: Arc<leases::Leases>,
     /// On Postgres: other instances' commits, for live streams of the runs they drive.
     pub remote: Option<Arc<live::RemoteFeed>>,
+    /// What `/metrics` counts.
+    pub counters: Arc<metrics::Counters>,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -133,9 +136,11 @@ impl AppState {
         ));
         let targets = webhook::Targets::from_settings(settings, |var| std::env::var(var).ok())?;
         let bell = Arc::new(webhook::Bell::default());
+        let counters = Arc::new(metrics::Counters::default());
         let runs = Arc::new(
-            RunService::new(Arc::clone(&store), configurations.clone())
-                .with_listener(Arc::new(Listeners(vec![live.clone(), bell.clone()]))),
+            RunService::new(Arc::clone(&store), configurations.clone()).with_listener(Arc::new(
+                Listeners(vec![live.clone(), bell.clone(), counters.clone()]),
+            )),
         );
         let webhook_store = WebhookStore::new(db.clone());
         let webhooks = match targets.is_empty() {
@@ -204,6 +209,7 @@ impl AppState {
             instance,
             leases,
             remote,
+            counters,
         })
     }
 

@@ -5,7 +5,7 @@
 use axum::Router;
 use leptos_axum::{generate_route_list, LeptosRoutes};
 
-use super::{auth, export, health, json_body, live, security, AppState};
+use super::{auth, export, health, json_body, live, metrics, security, AppState};
 use crate::app::{shell, App};
 use crate::settings::Settings;
 
@@ -18,6 +18,7 @@ pub fn router(state: AppState, settings: &Settings) -> Router {
             "/api/runs/{id}/events",
             axum::routing::get(live::run_events),
         )
+        .route("/metrics", axum::routing::get(metrics::metrics))
         .route(
             "/runs/{id}/export.json",
             axum::routing::get(export::run_export),
@@ -43,6 +44,24 @@ pub fn router(state: AppState, settings: &Settings) -> Router {
             settings.max_body_bytes as usize,
         ))
         .layer(axum::middleware::from_fn(security::security_headers))
+        // One log line per request: method, path (never the query: a login link carries its
+        // token there), status and time.
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(|request: &axum::http::Request<_>| {
+                    tracing::info_span!(
+                        "request",
+                        method = %request.method(),
+                        path = %request.uri().path()
+                    )
+                })
+                .on_request(())
+                .on_response(
+                    tower_http::trace::DefaultOnResponse::new()
+                        .level(tracing::Level::INFO)
+                        .latency_unit(tower_http::LatencyUnit::Millis),
+                ),
+        )
         // gzip for clients that accept it: the wasm bundle shrinks to well under half. The
         // default predicate leaves the live step stream (text/event-stream) uncompressed.
         .layer(tower_http::compression::CompressionLayer::new())

@@ -1062,7 +1062,11 @@ async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
         .await
         .unwrap();
     let s = setup(&db.db, gated_then_answer());
-    let run = s.service.start(configuration("hear"), "alice").await.unwrap();
+    let run = s
+        .service
+        .start(configuration("hear"), "alice")
+        .await
+        .unwrap();
     let announced = tokio::time::timeout(std::time::Duration::from_secs(5), async {
         loop {
             if heard.next().await.unwrap() == Some(run.id) {
@@ -1085,8 +1089,7 @@ async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
         )
         .await;
     assert!(refused.is_err());
-    let silent =
-        tokio::time::timeout(std::time::Duration::from_millis(500), heard.next()).await;
+    let silent = tokio::time::timeout(std::time::Duration::from_millis(500), heard.next()).await;
     assert!(silent.is_err(), "nothing was announced: {silent:?}");
     db.cleanup().await;
 }

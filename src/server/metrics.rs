@@ -1,0 +1,191 @@
+//! `GET /metrics` in the Prometheus text format, for a scraper with an API token (any role):
+//! - from the database, as they are at the scrape: runs by status, and the ages of the runs
+//!   waiting for a decision (a histogram);
+//! - counted by this instance since it started, from the steps its runs emit: decisions, model
+//!   calls with their latency, provider retries, failed model calls; and runs its reaper took
+//!   over;
+//! - live streams open and runs this instance drives.
+//!
+//! The counters are kept by a [`RunListener`] beside the live hub; each scrape builds a fresh
+//! registry around them and the values read at that moment.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use nrllm_core::clock::now_ms;
+use nrllm_core::events::Event;
+use nrllm_core::service::RunListener;
+use nrllm_core::store::{RunStatus, SequencedEvent};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use uuid::Uuid;
+
+use super::AppState;
+
+/// Waiting runs looked at per scrape for the age histogram (the oldest first are counted all
+/// the same in the status gauge).
+const MAX_WAITING_SAMPLED: i64 = 50_000;
+
+/// What this instance counts as its runs go.
+#[derive(Debug, Default)]
+pub struct Counters {
+    decisions: Counter,
+    model_calls: Counter,
+    model_failures: Counter,
+    provider_retries: Counter,
+    model_latency: Arc<std::sync::OnceLock<Histogram>>,
+}
+
+impl Counters {
+    fn latency(&self) -> &Histogram {
+        // 50 ms … ~100 s.
+        self.model_latency
+            .get_or_init(|| Histogram::new(exponential_buckets(0.05, 2.0, 12)))
+    }
+}
+
+impl RunListener for Counters {
+    fn event(&self, _run_id: Uuid, event: &SequencedEvent) {
+        match &event.event {
+            Event::ApprovalDecided { .. } => {
+                self.decisions.inc();
+            }
+            Event::Llm { duration_ms, .. } => {
+                self.model_calls.inc();
+                self.latency().observe(*duration_ms as f64 / 1000.0);
+            }
+            Event::LlmFailed { .. } => {
+                self.model_failures.inc();
+            }
+            Event::ProviderRetry { .. } => {
+                self.provider_retries.inc();
+            }
+            _ => {}
+        }
+    }
+
+    fn status(&self, _run_id: Uuid, _status: RunStatus) {}
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct StatusLabel {
+    status: String,
+}
+
+/// The metrics as they are now, in the Prometheus text format.
+pub async fn render(state: &AppState) -> Result<String, sqlx::Error> {
+    let mut registry = Registry::with_prefix("nrllm");
+
+    let runs = Family::<StatusLabel, Gauge>::default();
+    let counts: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, COUNT(*) FROM agent_run GROUP BY status")
+            .fetch_all(state.db.pool())
+            .await?;
+    for status in RunStatus::all() {
+        let count = counts
+            .iter()
+            .find(|(s, _)| s == status.as_str())
+            .map_or(0, |(_, n)| *n);
+        runs.get_or_create(&StatusLabel {
+            status: status.as_str().to_owned(),
+        })
+        .set(count);
+    }
+    registry.register("runs", "Runs by status", runs);
+
+    let waiting_age = Histogram::new(exponential_buckets(60.0, 4.0, 8));
+    let waiting_since: Vec<i64> = sqlx::query_scalar(
+        "SELECT updated_at_ms FROM agent_run WHERE status = $1 ORDER BY updated_at_ms LIMIT $2",
+    )
+    .bind(RunStatus::WaitingForApproval.as_str())
+    .bind(MAX_WAITING_SAMPLED)
+    .fetch_all(state.db.pool())
+    .await?;
+    let now = now_ms();
+    for since in waiting_since {
+        waiting_age.observe((now - since).max(0) as f64 / 1000.0);
+    }
+    registry.register(
+        "waiting_age_seconds",
+        "How long the runs waiting for a decision have waited",
+        waiting_age,
+    );
+
+    let counters = &state.counters;
+    registry.register(
+        "decisions",
+        "Decisions taken through this instance",
+        counters.decisions.clone(),
+    );
+    registry.register(
+        "model_calls",
+        "Model calls answered, made by this instance",
+        counters.model_calls.clone(),
+    );
+    registry.register(
+        "model_call_failures",
+        "Model calls that failed for good, made by this instance",
+        counters.model_failures.clone(),
+    );
+    registry.register(
+        "provider_retries",
+        "Model requests retried after a transient failure",
+        counters.provider_retries.clone(),
+    );
+    registry.register(
+        "model_call_seconds",
+        "How long answered model calls took",
+        counters.latency().clone(),
+    );
+    let reaped = Counter::<u64>::default();
+    reaped.inc_by(state.leases.reaped());
+    registry.register(
+        "lease_takeovers",
+        "Runs whose lease ran out that this instance took over",
+        reaped,
+    );
+    let streams = Gauge::<i64>::default();
+    let remote = state.remote.as_ref().map_or(0, |feed| feed.open());
+    streams.set((state.live.stats().subscribers + remote) as i64);
+    registry.register(
+        "live_streams",
+        "Live step streams open on this instance",
+        streams,
+    );
+    let driving = Gauge::<i64>::default();
+    driving.set(state.leases.driving().len() as i64);
+    registry.register("runs_driven", "Runs this instance drives now", driving);
+
+    let mut text = String::new();
+    encode(&mut text, &registry).map_err(|err| sqlx::Error::Protocol(err.to_string()))?;
+    Ok(text)
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    match render(&state).await {
+        Ok(text) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(err) => {
+            tracing::error!(%err, "metrics: reading the database failed");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "The metrics could not be read.",
+            )
+                .into_response()
+        }
+    }
+}
