@@ -63,6 +63,10 @@ npm_ci .
 
 if $want_test; then
   npm_ci end2end
+  if ! command -v psql >/dev/null; then
+    say "installing the Postgres client from Debian (the two-instance tests make a scratch database)"
+    apt_install postgresql-client
+  fi
   if [ ! -x /usr/bin/chromium ]; then
     say "installing Chromium from Debian (for the Playwright tests)"
     apt_install chromium

@@ -37,6 +37,8 @@ pub struct Leases {
     lease: Duration,
     /// How many runs this instance's reaper took over (for the system page and metrics).
     reaped: std::sync::atomic::AtomicU64,
+    /// Told of runs this process stopped holding without seeing them stop (taken over).
+    live: Arc<super::live::LiveHub>,
 }
 
 /// Holds a run in [`Leases::driving`] while its task lives; dropping it (the task ended, or
@@ -64,6 +66,7 @@ impl Leases {
         runs: Arc<RunService>,
         tasks: TaskTracker,
         lease: Duration,
+        live: Arc<super::live::LiveHub>,
     ) -> Leases {
         Leases {
             store,
@@ -72,6 +75,7 @@ impl Leases {
             driving: Mutex::default(),
             lease,
             reaped: Default::default(),
+            live,
         }
     }
 
@@ -133,8 +137,15 @@ impl Leases {
             match self.store.renew_lease(id, now).await {
                 Ok(true) => {}
                 Ok(false) => {
-                    // Suspended or ended meanwhile (nothing to hold), or taken over.
+                    // Suspended or ended meanwhile (nothing to hold), or taken over: then the
+                    // live streams here end, and browsers reconnect to follow the new driver.
                     self.lock().remove(&id);
+                    if let Ok(Some(run)) = self.store.get(id).await {
+                        if run.status == nrllm_core::store::RunStatus::Running {
+                            tracing::warn!(run_id = %id, "another instance took this run over");
+                            self.live.forget(id);
+                        }
+                    }
                 }
                 Err(err) => tracing::warn!(run_id = %id, %err, "renewing a run's lease failed"),
             }

@@ -182,6 +182,12 @@ impl LiveHub {
             .unwrap_or_default()
     }
 
+    /// Forgets a run this process no longer drives although it never saw it stop (another
+    /// instance took it over): its streams end, and reconnecting browsers follow the new driver.
+    pub fn forget(&self, id: Uuid) {
+        self.lock().runs.remove(&id);
+    }
+
     /// What the hub holds now.
     pub fn stats(&self) -> HubStats {
         let hub = self.lock();

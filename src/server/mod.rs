@@ -170,6 +170,7 @@ impl AppState {
             Arc::clone(&runs),
             tasks.clone(),
             lease,
+            live.clone(),
         ));
         tracing::info!(%instance, lease_secs = settings.lease_secs, "this instance");
         recovery::recover_cut_off_runs(&store, &leases, db.backend())
