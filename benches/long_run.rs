@@ -83,6 +83,7 @@ async fn main() {
         );
         let configuration = RunConfiguration {
             continues: None,
+            approval_timeout_ms: None,
             provider: "demo".into(),
             model: "demo-1".into(),
             prompt: kilobyte_of("prompt", rounds),

@@ -589,6 +589,7 @@ mod ssr {
             let defaults = state.configurations.defaults(&chosen.name);
             Ok(RunConfiguration {
                 continues: None,
+                approval_timeout_ms: state.configurations.approval_timeout_ms(&chosen.name),
                 provider: chosen.name.clone(),
                 model: chosen.model.clone(),
                 prompt,

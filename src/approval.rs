@@ -175,6 +175,7 @@ pub fn ApprovalPanel(run: RunView, shortcuts: bool) -> impl IntoView {
             <section class="mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30" data-testid="approval-panel">
                 <h2 class="font-semibold">{format!("Waiting for a decision — {count} call(s) hold this turn")}</h2>
                 <p class="mt-2 text-sm font-medium" data-testid="cannot-decide">{block}</p>
+                {run.summary.deadline.clone().map(|text| view! { <p class="mt-1 text-sm" data-testid="deadline">{text}</p> })}
                 <ol class="mt-3 space-y-3">{calls}</ol>
             </section>
         }
@@ -183,6 +184,7 @@ pub fn ApprovalPanel(run: RunView, shortcuts: bool) -> impl IntoView {
     view! {
         <section class="mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30" data-testid="approval-panel">
             <h2 class="font-semibold">{format!("Needs your decision — {count} call(s) hold this turn")}</h2>
+            {run.summary.deadline.clone().map(|text| view! { <p class="mt-1 text-sm" data-testid="deadline">{text}</p> })}
             <form method="post" action={action::<NrllmToolResume>()} class="mt-3 space-y-3" data-approval-form="">
                 <CsrfField />
                 <input type="hidden" name=field!(NrllmToolResume, run_id) value=run.summary.id.clone() />

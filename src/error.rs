@@ -137,6 +137,7 @@ mod from_runtime {
             match err {
                 ResumeError::NotFound(id) => AppError::NotFound(format!("There is no run {id}.")),
                 ResumeError::NotWaiting(_)
+                | ResumeError::Expired(_)
                 | ResumeError::Stale
                 | ResumeError::TargetChanged(_)
                 | ResumeError::NewerVersion(_)

@@ -45,6 +45,8 @@ pub struct RunSummary {
     pub pending_tools: Vec<String>,
     /// How long the run has been waiting for a decision, while it waits.
     pub waiting_for_ms: Option<i64>,
+    /// While it waits with an approval deadline: by when to decide, and how long is left.
+    pub deadline: Option<String>,
 }
 
 /// One line of a before/after diff.

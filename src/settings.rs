@@ -66,6 +66,9 @@ pub struct Settings {
     /// How long an instance holds a running run's lease without renewing it; after that another
     /// instance's reaper takes the run over.
     pub lease_secs: u32,
+    /// How long a turn may wait for a decision before it expires, in milliseconds (`None`: until
+    /// decided). A configuration's own `approval_timeout` wins.
+    pub approval_timeout_ms: Option<u64>,
 }
 
 /// Which wire format a configuration speaks.
@@ -137,6 +140,10 @@ pub struct ModelConfiguration {
     /// The environment variable with this webhook's secret (default: `webhook_secret_env`).
     #[serde(default)]
     pub webhook_secret_env: Option<String>,
+    /// How long this configuration's turns may wait for a decision (`"24h"`, `"30m"`, `"none"`;
+    /// default: the `approval_timeout` setting).
+    #[serde(default)]
+    pub approval_timeout: Option<String>,
 }
 
 impl ModelConfiguration {
@@ -178,6 +185,7 @@ impl Default for Settings {
             webhook_max_attempts: 8,
             webhook_backoff_ms: 2000,
             lease_secs: 30,
+            approval_timeout_ms: Some(24 * 3_600_000),
         }
     }
 }
@@ -197,6 +205,22 @@ fn default_hosts(addr: SocketAddr) -> Vec<String> {
         }
     }
     hosts
+}
+
+/// An approval timeout: a duration such as `24h`, `90m` or `2s` (at least a second, at most a
+/// year), or `none` (a turn waits until decided). In milliseconds.
+pub fn parse_timeout(value: &str) -> Result<Option<u64>, String> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    humantime::parse_duration(value)
+        .ok()
+        .filter(|d| (1..=365 * 24 * 3600).contains(&d.as_secs()))
+        .map(|d| Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+        .ok_or_else(|| {
+            format!("`{value}` is not a duration such as \"24h\", \"90m\" or \"2s\" (1 s to a year), or \"none\"")
+        })
 }
 
 /// A webhook address: `http://` or `https://` with a host.
@@ -260,6 +284,7 @@ struct SettingsFile {
     webhook_max_attempts: Option<i64>,
     webhook_backoff_ms: Option<i64>,
     lease_secs: Option<i64>,
+    approval_timeout: Option<String>,
 }
 
 impl Settings {
@@ -479,6 +504,16 @@ impl Settings {
             1..=3600,
             "seconds",
         )?;
+        let approval_timeout_ms = match pick("NRLLM_APPROVAL_TIMEOUT", file.approval_timeout) {
+            Some((value, source_name)) => {
+                parse_timeout(&value).map_err(|message| SettingsError::Invalid {
+                    setting: "approval_timeout",
+                    source_name,
+                    message,
+                })?
+            }
+            None => defaults.approval_timeout_ms,
+        };
         let webhook_url = match pick("NRLLM_WEBHOOK_URL", file.webhook_url) {
             Some((value, _)) if value.is_empty() => None,
             Some((value, source_name)) => {
@@ -600,6 +635,10 @@ impl Settings {
                         .map_err(|message| invalid(format!("configuration `{name}`: {message}")))?;
                 }
             }
+            if let Some(timeout) = &configuration.approval_timeout {
+                parse_timeout(timeout)
+                    .map_err(|message| invalid(format!("configuration `{name}`: {message}")))?;
+            }
             if configuration
                 .temperature
                 .is_some_and(|t| !(0.0..=2.0).contains(&t))
@@ -643,6 +682,7 @@ impl Settings {
             webhook_max_attempts,
             webhook_backoff_ms,
             lease_secs,
+            approval_timeout_ms,
         })
     }
 }
@@ -797,6 +837,46 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("base_url"));
+    }
+
+    #[test]
+    fn approval_timeouts_are_durations_or_none() {
+        assert_eq!(
+            load(None, &[]).unwrap().approval_timeout_ms,
+            Some(86_400_000)
+        );
+        let settings = load(
+            Some("approval_timeout = \"90m\"\n[[configurations]]\nname = \"a\"\nkind = \"demo\"\nmodel = \"m\"\napproval_timeout = \"none\"\n"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(settings.approval_timeout_ms, Some(5_400_000));
+        assert_eq!(
+            settings.configurations[0].approval_timeout.as_deref(),
+            Some("none")
+        );
+        assert_eq!(
+            load(None, &[("NRLLM_APPROVAL_TIMEOUT", "none")])
+                .unwrap()
+                .approval_timeout_ms,
+            None
+        );
+        assert_eq!(parse_timeout("2s"), Ok(Some(2000)));
+        let err = load(None, &[("NRLLM_APPROVAL_TIMEOUT", "soon")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`approval_timeout`") && err.contains("24h"),
+            "{err}"
+        );
+        assert!(parse_timeout("0s").is_err());
+        let err = load(
+            Some("[[configurations]]\nname = \"a\"\nkind = \"demo\"\nmodel = \"m\"\napproval_timeout = \"later\"\n"),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("configuration `a`"), "{err}");
     }
 
     #[test]

@@ -63,6 +63,7 @@ async fn purge_deletes_runs_past_the_retention_windows() {
     let now = nrllm_core::clock::now_ms();
     let configuration = RunConfiguration {
         continues: None,
+        approval_timeout_ms: None,
         provider: "demo".into(),
         model: "demo-1".into(),
         prompt: "hi".into(),
@@ -149,6 +150,7 @@ async fn verify_checks_every_run_log_and_names_an_edited_row() {
         id: uuid::Uuid::new_v4(),
         configuration: RunConfiguration {
             continues: None,
+            approval_timeout_ms: None,
             provider: "demo".into(),
             model: "demo-1".into(),
             prompt: "hi".into(),

@@ -10,6 +10,8 @@ test.describe("with JavaScript", () => {
     const call = page.getByTestId("pending-call");
     await expect(call).toHaveCount(1);
     await expect(call).toHaveAttribute("data-tool", "update_page");
+    // The default approval_timeout (24 h): by when to decide, and how long is left.
+    await expect(page.getByTestId("deadline")).toContainText(/^Decide by .* UTC \(23 h 5\d min left\)/);
     const preview = call.getByTestId("preview");
     await expect(preview).toContainText("- title: About us");
     await expect(preview).toContainText("+ title: About Example Co.");
@@ -193,6 +195,7 @@ test.describe("the approvals inbox", () => {
     const item = page.getByTestId("inbox-item").filter({ hasText: "Change the body of the home page" });
     await expect(item).toHaveCount(1);
     await expect(item.getByTestId("inbox-tools")).toHaveText("update_page");
+    await expect(item.getByTestId("deadline")).toContainText("left)");
     await item.getByRole("button", { name: "Approve all" }).click();
     await page.waitForURL(url);
     await waitFor(page, "final-answer", false);

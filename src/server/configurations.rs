@@ -33,6 +33,8 @@ struct Configured {
     prices: (Option<f64>, Option<f64>),
     /// The user who started a run cannot decide it.
     four_eyes: bool,
+    /// How long a turn may wait for a decision, in milliseconds (`None`: until decided).
+    approval_timeout_ms: Option<u64>,
 }
 
 /// Every configuration, in the order the settings give them (the demo model first).
@@ -95,6 +97,7 @@ impl Configurations {
             defaults: ModelOptions::default(),
             prices: (None, None),
             four_eyes: settings.four_eyes,
+            approval_timeout_ms: settings.approval_timeout_ms,
         }];
         for configuration in &settings.configurations {
             let provider = match configuration.key_env() {
@@ -124,6 +127,11 @@ impl Configurations {
                     configuration.price_output_per_million,
                 ),
                 four_eyes: configuration.four_eyes.unwrap_or(settings.four_eyes),
+                approval_timeout_ms: match &configuration.approval_timeout {
+                    // Checked when the settings were read.
+                    Some(text) => crate::settings::parse_timeout(text).unwrap_or(None),
+                    None => settings.approval_timeout_ms,
+                },
             });
         }
         Configurations {
@@ -136,6 +144,11 @@ impl Configurations {
     /// configuration: yes, the safe answer).
     pub fn four_eyes(&self, name: &str) -> bool {
         self.find(name).is_none_or(|c| c.four_eyes)
+    }
+
+    /// How long a turn of configuration `name` may wait for a decision, in milliseconds.
+    pub fn approval_timeout_ms(&self, name: &str) -> Option<u64> {
+        self.find(name).and_then(|c| c.approval_timeout_ms)
     }
 
     fn find(&self, name: &str) -> Option<&Configured> {
@@ -204,6 +217,7 @@ mod tests {
             price_input_per_million: Some(2.0),
             price_output_per_million: Some(8.0),
             four_eyes: None,
+            approval_timeout: None,
             webhook_url: None,
             webhook_secret_env: None,
         }
@@ -240,6 +254,7 @@ mod tests {
 
         let run = |provider: &str| RunConfiguration {
             continues: None,
+            approval_timeout_ms: None,
             provider: provider.into(),
             model: "m-1".into(),
             prompt: "p".into(),

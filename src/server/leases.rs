@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nrllm_core::clock::now_ms;
-use nrllm_core::service::RunService;
+use nrllm_core::service::{ResumeError, RunService};
 use nrllm_core::store::{RunStore, StoreError};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -170,7 +170,35 @@ impl Leases {
         Ok(taken)
     }
 
-    /// Heartbeat and reaper, every third of a lease, until `shutdown`.
+    /// Ends the wait of every run whose approval deadline passed: its turn expires (no call of it
+    /// runs, the model reads that nobody decided) and the run goes on, driven here. Of several
+    /// instances, the claim lets exactly one do it. How many this instance expired.
+    pub async fn expire_overdue(self: &Arc<Self>) -> Result<usize, StoreError> {
+        let mut expired = 0;
+        for id in self.store.expired_approvals(now_ms(), REAP_BATCH).await? {
+            match self.runs.claim_expired(id).await {
+                Ok(claimed) => {
+                    tracing::info!(run_id = %id, "nobody decided before the approval deadline; the turn expired");
+                    let runs = Arc::clone(&self.runs);
+                    self.drive(id, async move {
+                        if let Err(err) = runs.continue_claimed(claimed).await {
+                            tracing::error!(run_id = %id, %err, "continuing an expired run failed");
+                        }
+                    });
+                    expired += 1;
+                }
+                // Decided, or expired by another instance, meanwhile.
+                Err(ResumeError::NotWaiting(_)) => {}
+                Err(ResumeError::Store(err)) => return Err(err),
+                Err(err) => {
+                    tracing::warn!(run_id = %id, %err, "an overdue run cannot be expired now")
+                }
+            }
+        }
+        Ok(expired)
+    }
+
+    /// Heartbeat, reaper and deadlines, every third of a lease, until `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let beat = (self.lease / 3).max(Duration::from_millis(100));
         loop {
@@ -181,6 +209,9 @@ impl Leases {
             self.heartbeat().await;
             if let Err(err) = self.reap().await {
                 tracing::error!(%err, "looking for runs whose lease ran out");
+            }
+            if let Err(err) = self.expire_overdue().await {
+                tracing::error!(%err, "looking for runs whose approval deadline passed");
             }
         }
     }

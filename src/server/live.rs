@@ -25,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use futures::future::ready;
 use futures::{Stream, StreamExt};
 use nrllm_core::service::RunListener;
-use nrllm_core::store::{RunStatus, RunStore, SequencedEvent};
+use nrllm_core::store::{RunStatus, RunStore, SequencedEvent, StoredEvent};
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 use uuid::Uuid;
@@ -240,6 +240,22 @@ fn step_event(event: &SequencedEvent) -> SseEvent {
         .data(serde_json::to_string(&step).unwrap_or_default())
 }
 
+/// The steps of stored events, moving `last` to the last one's sequence.
+fn stored_steps(stored: &[StoredEvent], last: &mut i64) -> Vec<SseEvent> {
+    stored
+        .iter()
+        .filter_map(|stored| {
+            let event = stored.event()?;
+            *last = stored.sequence;
+            Some(step_event(&SequencedEvent {
+                sequence: stored.sequence,
+                event,
+                created_at_ms: stored.created_at_ms,
+            }))
+        })
+        .collect()
+}
+
 fn status_event(status: RunStatus) -> SseEvent {
     SseEvent::default().event("status").data(status.as_str())
 }
@@ -283,17 +299,7 @@ pub async fn event_stream(
     let stored = store.events(id, after).await.map_err(read)?;
     let mut replay = vec![SseEvent::default().retry(RECONNECT_AFTER)];
     let mut last = after;
-    for stored_event in &stored {
-        if let Some(event) = stored_event.event() {
-            let sequenced = SequencedEvent {
-                sequence: stored_event.sequence,
-                event,
-                created_at_ms: stored_event.created_at_ms,
-            };
-            last = sequenced.sequence;
-            replay.push(step_event(&sequenced));
-        }
-    }
+    replay.extend(stored_steps(&stored, &mut last));
     let mut elsewhere = None;
     let tail = match subscription {
         Some(subscription) => {
@@ -325,7 +331,12 @@ pub async fn event_stream(
                         });
                     }
                 }
-                Some(status) => replay.push(status_event(status)),
+                Some(status) => {
+                    // It may have stopped since the steps were read: its last steps first.
+                    let stored = store.events(id, last).await.map_err(read)?;
+                    replay.extend(stored_steps(&stored, &mut last));
+                    replay.push(status_event(status));
+                }
                 None => {}
             }
             None
@@ -474,20 +485,11 @@ impl RemoteTail {
             if woke == Ok(false) {
                 return None;
             }
-            // A read that fails ends the stream; the browser reconnects.
-            let events = self.store.events(self.id, self.last).await.ok()?;
+            // A read that fails ends the stream; the browser reconnects. The status first: the
+            // steps committed with it are then read too.
             let status = self.store.get(self.id).await.ok()??.status;
-            let mut batch = Vec::new();
-            for stored in &events {
-                if let Some(event) = stored.event() {
-                    self.last = stored.sequence;
-                    batch.push(step_event(&SequencedEvent {
-                        sequence: stored.sequence,
-                        event,
-                        created_at_ms: stored.created_at_ms,
-                    }));
-                }
-            }
+            let events = self.store.events(self.id, self.last).await.ok()?;
+            let mut batch = stored_steps(&events, &mut self.last);
             if status != RunStatus::Running {
                 batch.push(status_event(status));
                 self.done = true;
@@ -568,6 +570,7 @@ mod tests {
             id: Uuid::now_v7(),
             configuration: RunConfiguration {
                 continues: None,
+                approval_timeout_ms: None,
                 provider: "demo".into(),
                 model: "demo-1".into(),
                 prompt: "p".into(),

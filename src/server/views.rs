@@ -79,8 +79,33 @@ pub fn summary(run: &RunRecord) -> RunSummary {
         decision,
         waiting_for_ms: (run.status == RunStatus::WaitingForApproval)
             .then(|| now_ms() - run.updated_at_ms),
+        deadline: run
+            .approval_deadline_ms
+            .filter(|_| run.status == RunStatus::WaitingForApproval)
+            .map(|deadline| deadline_text(deadline, now_ms())),
         pending_tools,
     }
+}
+
+/// "Decide by <time> (2 h 5 min left)", or that the time ran out.
+pub fn deadline_text(deadline_ms: i64, now_ms: i64) -> String {
+    let left = (deadline_ms - now_ms) / 1000;
+    if left <= 0 {
+        return format!(
+            "The time to decide ran out at {}: the turn expires now, and none of its calls runs.",
+            format_utc(deadline_ms)
+        );
+    }
+    let left_text = match left {
+        s if s < 60 => format!("{s} s"),
+        s if s < 3600 => format!("{} min", s / 60),
+        s if s < 86_400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        s => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    };
+    format!(
+        "Decide by {} ({left_text} left); after that the turn expires and none of its calls runs.",
+        format_utc(deadline_ms)
+    )
 }
 
 fn calls_text(calls: &[ToolCall]) -> String {
@@ -228,6 +253,14 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
                 .collect();
             format!("decided by {decided_by}: {}", list.join(", "))
         }
+        Event::ApprovalExpired { choices, .. } => {
+            view.ok = false;
+            let tools: Vec<&str> = choices.iter().map(|c| c.tool.as_str()).collect();
+            format!(
+                "expired: nobody decided before the deadline; not run: {}",
+                tools.join(", ")
+            )
+        }
         Event::Recovered { resumes_at } => format!("recovered after a restart: {resumes_at}"),
         Event::OutcomeUnknown { calls, .. } => {
             view.ok = false;
@@ -266,6 +299,7 @@ fn choice_words(choice: &Choice) -> String {
         Choice::Deny { reason: None } => "denied".to_owned(),
         Choice::Respond { .. } => "answered by the operator (not run)".to_owned(),
         Choice::Failed { .. } => "reported failed by the operator (not run)".to_owned(),
+        Choice::Expired { .. } => "expired: nobody decided in time (not run)".to_owned(),
     }
 }
 
@@ -339,6 +373,14 @@ pub fn detail_tabs<'a>(
                     }
                     line
                 })
+                .collect::<Vec<_>>()
+                .join("\n");
+            tabs.push(tab("result", "Decision", text));
+        }
+        Event::ApprovalExpired { choices, .. } => {
+            let text = choices
+                .iter()
+                .map(|c| format!("{} ({}): {}", c.tool, c.call_id, choice_words(&c.choice)))
                 .collect::<Vec<_>>()
                 .join("\n");
             tabs.push(tab("result", "Decision", text));
@@ -560,6 +602,7 @@ mod tests {
             updated_at_ms: 0,
             started_at_ms: None,
             finished_at_ms: None,
+            approval_deadline_ms: None,
         }
     }
 
@@ -632,6 +675,19 @@ mod tests {
         let latest = step_detail(&events, None, Some("nope"), &registry).unwrap();
         assert_eq!(latest.step.sequence, 3);
         assert_eq!(latest.selected, "messages");
+    }
+
+    #[test]
+    fn the_deadline_says_when_and_how_long_is_left() {
+        let at = 1_796_020_889_000; // 2026-11-30 06:41:29 UTC
+        assert_eq!(
+            deadline_text(at, at - 2 * 3_600_000 - 5 * 60_000),
+            "Decide by 2026-11-30 06:41:29 UTC (2 h 5 min left); after that the turn expires and none of its calls runs."
+        );
+        assert!(deadline_text(at, at - 30_000).contains("(30 s left)"));
+        assert!(deadline_text(at, at - 3 * 86_400_000).contains("(3 d 0 h left)"));
+        assert!(deadline_text(at, at + 1)
+            .starts_with("The time to decide ran out at 2026-11-30 06:41:29 UTC"));
     }
 
     #[test]

@@ -228,9 +228,11 @@ pub fn body(run: &RunRecord, pending: &PendingTurn, public_url: &str, waiting_da
             })
         })
         .collect();
-    let deadline_ms = run
-        .updated_at_ms
-        .saturating_add(i64::from(waiting_days) * 24 * 3_600_000);
+    // The approval deadline; without one, when the purge would delete the run undecided.
+    let deadline_ms = run.approval_deadline_ms.unwrap_or_else(|| {
+        run.updated_at_ms
+            .saturating_add(i64::from(waiting_days) * 24 * 3_600_000)
+    });
     json!({
         "event": "run.waiting_for_approval",
         "run_id": run.id.to_string(),
@@ -238,7 +240,6 @@ pub fn body(run: &RunRecord, pending: &PendingTurn, public_url: &str, waiting_da
         "requested_by": run.requested_by,
         "waiting_since": format_utc(run.updated_at_ms),
         "waiting_since_ms": run.updated_at_ms,
-        // Undecided past it, the run is purged (retention_waiting_days).
         "deadline": format_utc(deadline_ms),
         "deadline_ms": deadline_ms,
         "calls": calls,

@@ -365,6 +365,7 @@ impl ToolLoop {
             (_, Choice::Failed { note }) => {
                 (failed_text(note.as_deref()), ToolOutcome::Error, false)
             }
+            (_, Choice::Expired { text }) => (text.clone(), ToolOutcome::Denied, false),
             (None, _) if on_resume => (
                 format!(
                     "Error: tool `{}` is no longer permitted, not executed",
@@ -578,24 +579,38 @@ impl ToolLoopService for ToolLoop {
     }
 }
 
-/// The `approval_decided` step of a decision on `state`'s pending turn.
+/// The `approval_decided` step of a decision on `state`'s pending turn (`approval_expired` when
+/// the deadline passed undecided).
 pub fn decision_event(state: &SuspendedState, choices: &[Choice], decided_by: &str) -> Event {
-    Event::ApprovalDecided {
-        round: Some(state.counters.iterations),
-        decided_by: decided_by.to_owned(),
-        choices: state
-            .pending
-            .iter()
-            .zip(choices)
-            .map(|(call, choice)| CallChoice {
-                call_id: call.id.clone(),
-                tool: call.name.clone(),
-                choice: choice.clone(),
-                original_arguments: matches!(choice, Choice::ApproveEdited { .. })
-                    .then(|| call.arguments.clone()),
-            })
-            .collect(),
+    let round = Some(state.counters.iterations);
+    let choices = call_choices(state, choices);
+    if choices
+        .iter()
+        .all(|c| matches!(c.choice, Choice::Expired { .. }))
+        && !choices.is_empty()
+    {
+        return Event::ApprovalExpired { round, choices };
     }
+    Event::ApprovalDecided {
+        round,
+        decided_by: decided_by.to_owned(),
+        choices,
+    }
+}
+
+fn call_choices(state: &SuspendedState, choices: &[Choice]) -> Vec<CallChoice> {
+    state
+        .pending
+        .iter()
+        .zip(choices)
+        .map(|(call, choice)| CallChoice {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            choice: choice.clone(),
+            original_arguments: matches!(choice, Choice::ApproveEdited { .. })
+                .then(|| call.arguments.clone()),
+        })
+        .collect()
 }
 
 /// Cuts `text` to [`MAX_RESULT_BYTES`] on a character boundary, with a marker saying so.

@@ -43,6 +43,9 @@ pub enum Choice {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
     },
+    /// Nobody decided before the approval deadline: not run; the model reads `text`. Never
+    /// chosen by an operator (no form or JSON choice names it): the deadline sets it.
+    Expired { text: String },
 }
 
 impl Choice {

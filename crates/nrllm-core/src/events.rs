@@ -114,6 +114,13 @@ pub enum Event {
         decided_by: String,
         choices: Vec<CallChoice>,
     },
+    /// Nobody decided before the approval deadline: no call of the turn ran, and the model reads
+    /// that (each choice is `expired`).
+    ApprovalExpired {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        round: Option<u32>,
+        choices: Vec<CallChoice>,
+    },
 }
 
 impl Event {
@@ -128,6 +135,7 @@ impl Event {
             Event::Tool { .. } => "tool",
             Event::ApprovalRequested { .. } => "approval_requested",
             Event::ApprovalDecided { .. } => "approval_decided",
+            Event::ApprovalExpired { .. } => "approval_expired",
             Event::Recovered { .. } => "recovered",
             Event::OutcomeUnknown { .. } => "outcome_unknown",
             Event::Cancelled { .. } => "cancelled",
@@ -145,7 +153,7 @@ impl Event {
             | Event::Tool { round, .. }
             | Event::ApprovalRequested { round, .. }
             | Event::OutcomeUnknown { round, .. } => Some(*round),
-            Event::ApprovalDecided { round, .. } => *round,
+            Event::ApprovalDecided { round, .. } | Event::ApprovalExpired { round, .. } => *round,
             _ => None,
         }
     }

@@ -101,6 +101,10 @@ pub enum ResumeError {
     /// The decision was made on a page that showed another pending turn.
     #[error("this decision was made on an outdated page: the run's pending calls have changed; reload and decide again")]
     Stale,
+    /// The approval deadline passed before this decision came: the turn expires (it is ended
+    /// as expired, and the model reads that nobody decided).
+    #[error("expired at {0}: nobody decided in time, and no call of the turn runs")]
+    Expired(String),
     /// The target of these calls changed after the operator saw its preview; nothing ran.
     #[error("what {} would change has changed since you looked, so nothing was run: check the new preview and decide again", .0.join(", "))]
     TargetChanged(Vec<String>),
@@ -147,6 +151,10 @@ pub struct PendingTurn {
 /// "already decided (approved) at <time>" or why else the run is not waiting.
 pub fn already_decided_text(run: &RunRecord) -> String {
     match (&run.decision, run.decided_at_ms) {
+        (Some(decision), Some(at)) if decision == Verdict::Expired.as_str() => format!(
+            "expired at {}: nobody decided in time, and no call of the turn ran",
+            format_utc(at)
+        ),
         (Some(decision), Some(at)) => format!(
             "already decided ({decision}) at {}{}",
             format_utc(at),
@@ -173,6 +181,14 @@ pub fn verdict_of(decision: &Decision) -> Verdict {
     match decision {
         Decision::ApproveAll => Verdict::Approved,
         Decision::DenyAll { .. } => Verdict::Denied,
+        Decision::PerCall { calls }
+            if !calls.is_empty()
+                && calls
+                    .iter()
+                    .all(|c| matches!(c.choice, Choice::Expired { .. })) =>
+        {
+            Verdict::Expired
+        }
         Decision::PerCall { calls } => {
             let denied = calls
                 .iter()
@@ -201,6 +217,10 @@ fn recorded_decision(state: &SuspendedState, choices: &[Choice]) -> Decision {
             .collect(),
     }
 }
+
+/// What the model reads for each call of a turn nobody decided in time.
+pub const EXPIRED_TEXT: &str =
+    "No operator decided on this call before the approval deadline, so it was not run.";
 
 /// What an operator reads on a run that could not go on after a restart.
 pub const INTERRUPTED_SUMMARY: &str = "The server stopped while this run was running, and it \
@@ -419,6 +439,33 @@ impl RunService {
         })
     }
 
+    /// Claims a waiting run whose approval deadline passed, for the deadline: every pending call
+    /// is answered as expired — not run; the model reads `text` — and the turn's step is
+    /// `approval_expired`. Refused (`NotWaiting`) if the run is not waiting or not yet due.
+    pub async fn claim_expired(&self, id: Uuid) -> Result<ClaimedRun, ResumeError> {
+        self.claim_with(
+            id,
+            |state| {
+                Ok(Decision::PerCall {
+                    calls: state
+                        .pending
+                        .iter()
+                        .map(|call| crate::decision::CallDecision {
+                            call_id: call.id.clone(),
+                            choice: Choice::Expired {
+                                text: EXPIRED_TEXT.to_owned(),
+                            },
+                        })
+                        .collect(),
+                })
+            },
+            "deadline",
+            None,
+            true,
+        )
+        .await
+    }
+
     /// Checks a decision against a waiting run and claims the run for it. `digest`, when given,
     /// must match the turn and previews the operator saw ([`PendingTurn::digest`]). Every refusal
     /// leaves the run as it was (except a state that cannot be read at all, which fails the
@@ -430,7 +477,7 @@ impl RunService {
         decided_by: &str,
         digest: Option<&str>,
     ) -> Result<ClaimedRun, ResumeError> {
-        self.claim_with(id, |_| Ok(decision.clone()), decided_by, digest)
+        self.claim_with(id, |_| Ok(decision.clone()), decided_by, digest, false)
             .await
     }
 
@@ -448,6 +495,7 @@ impl RunService {
             |state| submission.resolve(&state.pending),
             decided_by,
             digest,
+            false,
         )
         .await
     }
@@ -458,10 +506,24 @@ impl RunService {
         decide: impl FnOnce(&SuspendedState) -> Result<Decision, DecisionError>,
         decided_by: &str,
         digest: Option<&str>,
+        expiring: bool,
     ) -> Result<ClaimedRun, ResumeError> {
         let run = self.store.get(id).await?.ok_or(ResumeError::NotFound(id))?;
         if run.status != RunStatus::WaitingForApproval {
             return Err(ResumeError::NotWaiting(Box::new(run)));
+        }
+        match run.approval_deadline_ms {
+            // Too late for an operator: the deadline decides (the sweeper, or this instance's
+            // next pass).
+            Some(deadline) if !expiring && deadline <= self.clock.now_ms() => {
+                return Err(ResumeError::Expired(format_utc(deadline)));
+            }
+            // Not yet due: nothing to expire.
+            Some(deadline) if expiring && deadline > self.clock.now_ms() => {
+                return Err(ResumeError::NotWaiting(Box::new(run)));
+            }
+            None if expiring => return Err(ResumeError::NotWaiting(Box::new(run))),
+            _ => {}
         }
         let (state, configuration) = self.readable(&run).await?;
         let tool_loop = self
@@ -761,7 +823,14 @@ impl RunService {
         });
         let events = sink.take();
         self.store
-            .suspend(id, run.version, &state, &events, self.clock.now_ms())
+            .suspend(
+                id,
+                run.version,
+                &state,
+                &events,
+                self.clock.now_ms(),
+                approval_deadline(&configuration, self.clock.now_ms()),
+            )
             .await?;
         self.notify_status(id, RunStatus::WaitingForApproval);
         Ok(self.store.get(id).await?.ok_or(StoreError::NotFound(id))?)
@@ -879,13 +948,22 @@ impl RunService {
         match outcome {
             Ok(LoopOutcome::Suspended(state)) => {
                 self.store
-                    .suspend(id, version, &state, &events, now)
+                    .suspend(
+                        id,
+                        version,
+                        &state,
+                        &events,
+                        now,
+                        approval_deadline(configuration, now),
+                    )
                     .await?;
                 self.notify_status(id, RunStatus::WaitingForApproval);
             }
             Ok(LoopOutcome::Completed(done)) => {
                 let reason = if done.truncated {
                     TerminationReason::MaxIterations
+                } else if verdict == Some(Verdict::Expired) {
+                    TerminationReason::ApprovalExpired
                 } else if verdict == Some(Verdict::Denied) {
                     TerminationReason::ApprovalDenied
                 } else {
@@ -962,11 +1040,19 @@ impl RunService {
     }
 }
 
+/// When a turn suspended at `now_ms` must be decided by, under `configuration`'s timeout.
+fn approval_deadline(configuration: &RunConfiguration, now_ms: i64) -> Option<i64> {
+    configuration
+        .approval_timeout_ms
+        .map(|timeout| now_ms.saturating_add(i64::try_from(timeout).unwrap_or(i64::MAX)))
+}
+
 /// The verdict recorded on a claimed run.
 fn verdict_of_record(run: &RunRecord) -> Verdict {
     match run.decision.as_deref() {
         Some("denied") => Verdict::Denied,
         Some("mixed") => Verdict::Mixed,
+        Some("expired") => Verdict::Expired,
         _ => Verdict::Approved,
     }
 }

@@ -37,6 +37,10 @@ pub struct RunConfiguration {
     /// The run goes on from another run's journal instead of starting from the prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continues: Option<Continuation>,
+    /// How long each of its turns may wait for a decision; past it the turn expires (`None`: it
+    /// waits until decided).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_timeout_ms: Option<u64>,
 }
 
 /// Where a run that continues another one starts: that run's transcript.
@@ -84,6 +88,8 @@ pub struct RunRecord {
     pub updated_at_ms: i64,
     pub started_at_ms: Option<i64>,
     pub finished_at_ms: Option<i64>,
+    /// While it waits: when the turn expires if nobody decides.
+    pub approval_deadline_ms: Option<i64>,
 }
 
 /// An event with the sequence number it is stored under.
@@ -233,7 +239,8 @@ pub enum StoreError {
 pub trait RunStore: Send + Sync {
     /// Inserts a new run in `running`.
     async fn create(&self, run: &NewRun, now_ms: i64) -> Result<RunRecord, StoreError>;
-    /// `running` → `waiting_for_approval`, storing the state and the segment's events.
+    /// `running` → `waiting_for_approval`, storing the state and the segment's events, and when
+    /// the turn expires if nobody decides (`deadline_ms`).
     async fn suspend(
         &self,
         id: Uuid,
@@ -241,6 +248,7 @@ pub trait RunStore: Send + Sync {
         state: &SuspendedState,
         events: &[SequencedEvent],
         now_ms: i64,
+        deadline_ms: Option<i64>,
     ) -> Result<i64, StoreError>;
     /// `waiting_for_approval` → `running` if the run is still at `version`; exactly one caller
     /// wins. The same commit journals the whole decision (its step, the record on the run) and a
@@ -301,6 +309,8 @@ pub trait RunStore: Send + Sync {
     /// Extends this instance's lease on a running run it drives; `false` if it no longer holds
     /// it (the run stopped running, or another instance took it over).
     async fn renew_lease(&self, id: Uuid, now_ms: i64) -> Result<bool, StoreError>;
+    /// Waiting runs whose approval deadline passed before `now_ms`, the longest overdue first.
+    async fn expired_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError>;
     /// Running runs whose lease ran out before `now_ms`, the longest expired first.
     async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError>;
     /// Takes the lease of a running run for this instance: only if it ran out (a reaper), or

@@ -37,6 +37,7 @@ async fn playground(db: &Database) -> Playground {
 fn ask(prompt: &str) -> RunConfiguration {
     RunConfiguration {
         continues: None,
+        approval_timeout_ms: None,
         provider: "demo".into(),
         model: "demo-1".into(),
         prompt: prompt.into(),

@@ -711,6 +711,7 @@ async fn a_stored_run_never_holds_the_api_key() {
         let service = RunService::new(store.clone(), loops);
         let configuration = RunConfiguration {
             continues: None,
+            approval_timeout_ms: None,
             provider: format.name().into(),
             model: "m".into(),
             prompt: "write the key".into(),

@@ -99,6 +99,7 @@ async fn main() {
     let service = RunService::new(store.clone(), Arc::new(SingleLoop(tool_loop)));
     let configuration = RunConfiguration {
         continues: None,
+        approval_timeout_ms: None,
         provider: "scripted".into(),
         model: "script".into(),
         prompt: "write a note".into(),

@@ -138,6 +138,7 @@ fn describe(run: &RunRecord) -> String {
 async fn start(db_url: &str, notes: PathBuf, prompt: String) -> Result<String, String> {
     let configuration = RunConfiguration {
         continues: None,
+        approval_timeout_ms: None,
         provider: "note-taker".into(),
         model: "rules".into(),
         prompt,

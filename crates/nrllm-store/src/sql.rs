@@ -45,7 +45,8 @@ const RUN_COLUMNS: &str =
     "id, status, configuration, requested_by, iterations, tool_calls, truncated, \
     prompt_tokens, completion_tokens, estimated_cost_micros, termination_reason, error_summary, \
     final_answer, suspended_state, decided_by, decided_at_ms, decision, decision_record, version, \
-    last_sequence, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms";
+    last_sequence, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms, \
+    approval_deadline_ms";
 
 impl SqlRunStore {
     /// A store on an open, migrated database.
@@ -185,6 +186,31 @@ impl SqlRunStore {
         tx.commit().await.map_err(backend)?;
         self.committed();
         Ok(())
+    }
+
+    /// Runs in `status` whose time column passed `now_ms` by `due` (which orders them too: the
+    /// longest overdue first).
+    async fn overdue(
+        &self,
+        status: RunStatus,
+        due: &str,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let column = due.split_whitespace().next().unwrap_or("id");
+        let ids: Vec<String> = sqlx::query_scalar(&format!(
+            "SELECT id FROM agent_run WHERE status = $1 AND {due} ORDER BY {column} LIMIT $3"
+        ))
+        .bind(status.as_str())
+        .bind(now_ms)
+        .bind(i64::from(limit))
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(backend)?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| Uuid::parse_str(id).ok())
+            .collect())
     }
 
     /// Explains a fenced update that matched no row.
@@ -374,6 +400,7 @@ fn read_run(row: &AnyRow) -> Result<RunRecord, StoreError> {
         updated_at_ms: row.try_get("updated_at_ms").map_err(backend)?,
         started_at_ms: row.try_get("started_at_ms").map_err(backend)?,
         finished_at_ms: row.try_get("finished_at_ms").map_err(backend)?,
+        approval_deadline_ms: row.try_get("approval_deadline_ms").map_err(backend)?,
     })
 }
 
@@ -408,6 +435,7 @@ impl RunStore for SqlRunStore {
         state: &SuspendedState,
         events: &[SequencedEvent],
         now_ms: i64,
+        deadline_ms: Option<i64>,
     ) -> Result<i64, StoreError> {
         let mut tx = self.write_tx().await.map_err(backend)?;
         let updated = sqlx::query(
@@ -416,7 +444,7 @@ impl RunStore for SqlRunStore {
              last_sequence = CASE WHEN $8 > last_sequence THEN $8 ELSE last_sequence END, \
              version = version + 1, updated_at_ms = $9, pending_tools = $13, \
              decided_by = NULL, decided_at_ms = NULL, decision = NULL, decision_record = NULL, \
-             lease_owner = NULL, lease_until_ms = 0 \
+             lease_owner = NULL, lease_until_ms = 0, approval_deadline_ms = $15 \
              WHERE id = $10 AND status = $11 AND version = $12 AND lease_owner = $14",
         )
         .bind(RunStatus::WaitingForApproval.as_str())
@@ -433,6 +461,7 @@ impl RunStore for SqlRunStore {
         .bind(version)
         .bind(pending_tools(state))
         .bind(&*self.owner)
+        .bind(deadline_ms)
         .execute(&mut *tx)
         .await.map_err(backend)?;
         self.close_transition(
@@ -842,21 +871,19 @@ impl RunStore for SqlRunStore {
         Ok(renewed.rows_affected() == 1)
     }
 
-    async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {
-        let ids: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM agent_run WHERE status = $1 AND lease_until_ms < $2 \
-             ORDER BY lease_until_ms LIMIT $3",
+    async fn expired_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {
+        self.overdue(
+            RunStatus::WaitingForApproval,
+            "approval_deadline_ms <= $2",
+            now_ms,
+            limit,
         )
-        .bind(RunStatus::Running.as_str())
-        .bind(now_ms)
-        .bind(i64::from(limit))
-        .fetch_all(self.db.pool())
         .await
-        .map_err(backend)?;
-        Ok(ids
-            .iter()
-            .filter_map(|id| Uuid::parse_str(id).ok())
-            .collect())
+    }
+
+    async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {
+        self.overdue(RunStatus::Running, "lease_until_ms < $2", now_ms, limit)
+            .await
     }
 
     async fn take_lease(&self, id: Uuid, now_ms: i64, force: bool) -> Result<bool, StoreError> {

@@ -24,6 +24,7 @@ use serde_json::json;
 fn configuration(prompt: &str) -> RunConfiguration {
     RunConfiguration {
         continues: None,
+        approval_timeout_ms: None,
         provider: "scripted".into(),
         model: "script".into(),
         prompt: prompt.into(),
@@ -952,7 +953,9 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
             },
             created_at_ms: later,
         }];
-        let refused = a.suspend(run.id, run.version, &state, &events, later).await;
+        let refused = a
+            .suspend(run.id, run.version, &state, &events, later, None)
+            .await;
         assert!(
             matches!(refused, Err(StoreError::LeaseLost { .. })),
             "{}: {refused:?}",
@@ -1086,6 +1089,7 @@ async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
                 .unwrap(),
             &[],
             now_ms(),
+            None,
         )
         .await;
     assert!(refused.is_err());
@@ -1100,4 +1104,63 @@ async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
     .await;
     assert!(silent.is_err(), "a rolled-back write was announced");
     db.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_overdue_turn_is_found_and_expires_once_and_the_model_reads_it() {
+    for db in backends().await {
+        let s = setup(&db.db, gated_then_answer());
+        let mut patient = configuration("expire");
+        patient.approval_timeout_ms = Some(1_000);
+        let run = s.service.start(patient, "alice").await.unwrap();
+        let deadline = run.approval_deadline_ms.expect("a deadline");
+        assert!(s
+            .store
+            .expired_approvals(deadline - 1, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            s.store.expired_approvals(deadline, 10).await.unwrap(),
+            [run.id]
+        );
+        // Not due yet: nothing to expire (the test runs well within the second).
+        assert!(matches!(
+            s.service.claim_expired(run.id).await,
+            Err(ResumeError::NotWaiting(_))
+        ));
+        tokio::time::sleep(std::time::Duration::from_millis(1_050)).await;
+        // Too late for an operator; the deadline claims it, once.
+        let late = s
+            .service
+            .resume(run.id, &Decision::ApproveAll, "bob", None)
+            .await;
+        assert!(
+            matches!(late, Err(ResumeError::Expired(_))),
+            "{}: {late:?}",
+            db.name
+        );
+        let claimed = s.service.claim_expired(run.id).await.unwrap();
+        assert!(matches!(
+            s.service.claim_expired(run.id).await,
+            Err(ResumeError::NotWaiting(_))
+        ));
+        let done = s.service.continue_claimed(claimed).await.unwrap();
+        assert_eq!(
+            done.termination_reason.as_deref(),
+            Some("approval_expired"),
+            "{}",
+            db.name
+        );
+        assert_eq!(done.decision.as_deref(), Some("expired"));
+        assert_eq!(s.probe.count("write_note"), 0, "the expired call never ran");
+        let kinds = kinds(&s.store.events(run.id, 0).await.unwrap());
+        assert!(kinds.contains(&"approval_expired".to_owned()), "{kinds:?}");
+        let asked = s.provider.requests();
+        let last = serde_json::to_string(&asked.last().unwrap().messages).unwrap();
+        assert!(last.contains("before the approval deadline"), "{last}");
+        let text = ResumeError::NotWaiting(Box::new(done)).to_string();
+        assert!(text.starts_with("expired at "), "{text}");
+        db.cleanup().await;
+    }
 }

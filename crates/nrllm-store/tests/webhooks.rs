@@ -18,6 +18,7 @@ use serde_json::json;
 fn configuration() -> RunConfiguration {
     RunConfiguration {
         continues: None,
+        approval_timeout_ms: None,
         provider: "scripted".into(),
         model: "script".into(),
         prompt: "write".into(),

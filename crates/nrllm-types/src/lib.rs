@@ -165,6 +165,8 @@ pub enum Verdict {
     Approved,
     Denied,
     Mixed,
+    /// Nobody decided before the approval deadline; no call of the turn ran.
+    Expired,
 }
 
 impl Verdict {
