@@ -137,9 +137,10 @@ impl Leases {
             match self.store.renew_lease(id, now).await {
                 Ok(true) => {}
                 Ok(false) => {
-                    // Suspended or ended meanwhile (nothing to hold), or taken over: then the
-                    // live streams here end, and browsers reconnect to follow the new driver.
-                    self.lock().remove(&id);
+                    // Suspended or ended meanwhile (nothing to hold; its task is about to end
+                    // and take it off the list), or taken over: then the live streams here end,
+                    // and browsers reconnect to follow the new driver. (The list is left to the
+                    // tasks: a claim here may already hold the run again.)
                     if let Ok(Some(run)) = self.store.get(id).await {
                         if run.status == nrllm_core::store::RunStatus::Running {
                             tracing::warn!(run_id = %id, "another instance took this run over");
