@@ -157,7 +157,8 @@ pub async fn nrllm_run_get(
     let pending = state.runs.pending(&run).await;
     let detail = views::step_detail(&events, step, tab.as_deref(), &state.registry);
     let mut view = views::run_view(&run, &events, steps_before, pending.as_ref(), detail);
-    let verdict = nrllm_store::SqlRunStore::new(state.db.clone())
+    let verdict = state
+        .sql_store
         .verify_log(id)
         .await
         .map_err(|err| AppError::internal("verifying a run's log", err))?;

@@ -9,8 +9,6 @@
 //! The counters are kept by a [`RunListener`] beside the live hub; each scrape builds a fresh
 //! registry around them and the values read at that moment.
 
-use std::sync::Arc;
-
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -33,20 +31,25 @@ use super::AppState;
 const MAX_WAITING_SAMPLED: i64 = 50_000;
 
 /// What this instance counts as its runs go.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Counters {
     decisions: Counter,
     model_calls: Counter,
     model_failures: Counter,
     provider_retries: Counter,
-    model_latency: Arc<std::sync::OnceLock<Histogram>>,
+    model_latency: Histogram,
 }
 
-impl Counters {
-    fn latency(&self) -> &Histogram {
-        // 50 ms … ~100 s.
-        self.model_latency
-            .get_or_init(|| Histogram::new(exponential_buckets(0.05, 2.0, 12)))
+impl Default for Counters {
+    fn default() -> Counters {
+        Counters {
+            decisions: Counter::default(),
+            model_calls: Counter::default(),
+            model_failures: Counter::default(),
+            provider_retries: Counter::default(),
+            // 50 ms … ~100 s.
+            model_latency: Histogram::new(exponential_buckets(0.05, 2.0, 12)),
+        }
     }
 }
 
@@ -58,7 +61,7 @@ impl RunListener for Counters {
             }
             Event::Llm { duration_ms, .. } => {
                 self.model_calls.inc();
-                self.latency().observe(*duration_ms as f64 / 1000.0);
+                self.model_latency.observe(*duration_ms as f64 / 1000.0);
             }
             Event::LlmFailed { .. } => {
                 self.model_failures.inc();
@@ -79,7 +82,7 @@ struct StatusLabel {
 }
 
 /// The metrics as they are now, in the Prometheus text format.
-pub async fn render(state: &AppState) -> Result<String, sqlx::Error> {
+pub async fn render(state: &AppState) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
     let mut registry = Registry::with_prefix("nrllm");
 
     let runs = Family::<StatusLabel, Gauge>::default();
@@ -141,7 +144,7 @@ pub async fn render(state: &AppState) -> Result<String, sqlx::Error> {
     registry.register(
         "model_call_seconds",
         "How long answered model calls took",
-        counters.latency().clone(),
+        counters.model_latency.clone(),
     );
     let reaped = Counter::<u64>::default();
     reaped.inc_by(state.leases.reaped());
@@ -163,7 +166,7 @@ pub async fn render(state: &AppState) -> Result<String, sqlx::Error> {
     registry.register("runs_driven", "Runs this instance drives now", driving);
 
     let mut text = String::new();
-    encode(&mut text, &registry).map_err(|err| sqlx::Error::Protocol(err.to_string()))?;
+    encode(&mut text, &registry)?;
     Ok(text)
 }
 

@@ -50,6 +50,8 @@ pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub db: Database,
     pub store: Arc<dyn RunStore>,
+    /// The same store with its SQL-only reads (the log's hash chain).
+    pub sql_store: SqlRunStore,
     pub runs: Arc<RunService>,
     pub registry: Arc<ToolRegistry>,
     pub site: SiteStore,
@@ -114,8 +116,9 @@ impl AppState {
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
         let lease = std::time::Duration::from_secs(u64::from(settings.lease_secs));
-        let store: Arc<dyn RunStore> =
-            Arc::new(SqlRunStore::new(db.clone()).with_lease(&instance, lease.as_millis() as i64));
+        let sql_store =
+            SqlRunStore::new(db.clone()).with_lease(&instance, lease.as_millis() as i64);
+        let store: Arc<dyn RunStore> = Arc::new(sql_store.clone());
         let mut registry = builtin_registry(site.clone(), Arc::clone(&store));
         registry
             .register(ExportPage::new(site.clone(), &settings.export_dir))
@@ -186,6 +189,7 @@ impl AppState {
             leptos_options,
             db,
             store,
+            sql_store,
             runs,
             registry,
             site,

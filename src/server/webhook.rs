@@ -373,7 +373,7 @@ impl Webhooks {
     }
 
     async fn announce(&self, waiting: &Unannounced, now: i64) -> Result<(), StoreError> {
-        let pending = match self.store_run(waiting.run_id).await? {
+        let pending = match self.runs.store().get(waiting.run_id).await? {
             Some(run) if run.version == waiting.run_version => {
                 self.runs.pending(&run).await.map(|p| (run, p))
             }
@@ -395,10 +395,6 @@ impl Webhooks {
             .add(waiting, &waiting.configuration, &body, state, now)
             .await?;
         Ok(())
-    }
-
-    async fn store_run(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError> {
-        self.runs.store().get(id).await
     }
 
     async fn send(&self, claimed: Claimed) -> Result<(), StoreError> {

@@ -311,7 +311,7 @@ pub trait RunStore: Send + Sync {
     async fn renew_lease(&self, id: Uuid, now_ms: i64) -> Result<bool, StoreError>;
     /// Waiting runs whose approval deadline passed before `now_ms`, the longest overdue first.
     async fn expired_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError>;
-    /// Running runs whose lease ran out before `now_ms`, the longest expired first.
+    /// Running runs whose lease ran out by `now_ms`, the longest expired first.
     async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError>;
     /// Takes the lease of a running run for this instance: only if it ran out (a reaper), or
     /// whoever holds it (`force`: the only instance, recovering at start). `false` if the run is

@@ -188,18 +188,16 @@ impl SqlRunStore {
         Ok(())
     }
 
-    /// Runs in `status` whose time column passed `now_ms` by `due` (which orders them too: the
-    /// longest overdue first).
+    /// Runs in `status` whose time `column` is `now_ms` or earlier, the longest overdue first.
     async fn overdue(
         &self,
         status: RunStatus,
-        due: &str,
+        column: &'static str,
         now_ms: i64,
         limit: u32,
     ) -> Result<Vec<Uuid>, StoreError> {
-        let column = due.split_whitespace().next().unwrap_or("id");
         let ids: Vec<String> = sqlx::query_scalar(&format!(
-            "SELECT id FROM agent_run WHERE status = $1 AND {due} ORDER BY {column} LIMIT $3"
+            "SELECT id FROM agent_run WHERE status = $1 AND {column} <= $2 ORDER BY {column} LIMIT $3"
         ))
         .bind(status.as_str())
         .bind(now_ms)
@@ -874,7 +872,7 @@ impl RunStore for SqlRunStore {
     async fn expired_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {
         self.overdue(
             RunStatus::WaitingForApproval,
-            "approval_deadline_ms <= $2",
+            "approval_deadline_ms",
             now_ms,
             limit,
         )
@@ -882,7 +880,7 @@ impl RunStore for SqlRunStore {
     }
 
     async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {
-        self.overdue(RunStatus::Running, "lease_until_ms < $2", now_ms, limit)
+        self.overdue(RunStatus::Running, "lease_until_ms", now_ms, limit)
             .await
     }
 
@@ -890,7 +888,7 @@ impl RunStore for SqlRunStore {
         // One statement: of two reapers, exactly one update matches the expired lease.
         let taken = sqlx::query(
             "UPDATE agent_run SET lease_owner = $1, lease_until_ms = $2 \
-             WHERE id = $3 AND status = $4 AND (lease_until_ms < $5 OR $6 = 1)",
+             WHERE id = $3 AND status = $4 AND (lease_until_ms <= $5 OR $6 = 1)",
         )
         .bind(&*self.owner)
         .bind(now_ms + self.lease_ms)
