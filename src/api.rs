@@ -72,7 +72,8 @@ pub async fn nrllm_tool_run(
         )));
     }
     let run = state.runs.create(configuration, &who.name).await?;
-    let id = ssr::drive_in_background(&state, run);
+    state.queue.wake();
+    let id = run.id.to_string();
     if wants_html() {
         leptos_axum::redirect(&format!("/runs/{id}"));
     }
@@ -111,22 +112,18 @@ pub async fn nrllm_tool_resume(
         calls.unwrap_or_default(),
         acknowledge_discard.is_some_and(|a| !a.is_empty() && a != "false"),
     )?;
-    let claimed = state
+    // The claim queues the decision; this instance's worker (or another's) carries it out.
+    state
         .runs
         .claim_submission(id, &submission, &who.name, digest.as_deref())
         .await?;
-    let runs = state.runs.clone();
-    state.leases.drive(id, async move {
-        if let Err(err) = runs.continue_claimed(claimed).await {
-            tracing::error!(%err, "continuing a run failed");
-        }
-    });
+    state.queue.wake();
     if wants_html() {
         leptos_axum::redirect(&format!("/runs/{id}"));
     }
     Ok(ResumeAccepted {
         run_id: id.to_string(),
-        status: crate::model::RunStatus::Running,
+        status: crate::model::RunStatus::Queued,
     })
 }
 
@@ -163,6 +160,13 @@ pub async fn nrllm_run_get(
         .await
         .map_err(|err| AppError::internal("verifying a run's log", err))?;
     view.decide_block = ssr::decide_block(&state, &run, &who);
+    if run.status == nrllm_core::store::RunStatus::Queued {
+        view.summary.queue_position = state
+            .store
+            .queue_position(id)
+            .await
+            .map_err(|err| AppError::internal("reading a run's place in the queue", err))?;
+    }
     view.webhooks = crate::server::webhook::run_webhooks(&state.webhook_store, id)
         .await
         .map_err(|err| AppError::internal("reading a run's webhook deliveries", err))?;
@@ -332,7 +336,8 @@ pub async fn nrllm_run_retry(run_id: String) -> Result<String, AppError> {
     ssr::accepting(&state)?;
     let id = ssr::parse_run_id(&run_id)?;
     let run = state.runs.retry(id, &who.name).await?;
-    let new_id = ssr::drive_in_background(&state, run);
+    state.queue.wake();
+    let new_id = run.id.to_string();
     if wants_html() {
         leptos_axum::redirect(&format!("/runs/{new_id}"));
     }
@@ -410,18 +415,6 @@ mod ssr {
     pub const MAX_SKILLS_CHARS: usize = 50_000;
     /// More tool names than any registry holds.
     pub const MAX_TOOLS: usize = 200;
-
-    /// Drives a new run as a tracked task (a shutdown waits for it); the run's id.
-    pub fn drive_in_background(state: &AppState, run: nrllm_core::store::RunRecord) -> String {
-        let id = run.id;
-        let runs = state.runs.clone();
-        state.leases.drive(id, async move {
-            if let Err(err) = runs.drive(run).await {
-                tracing::error!(%err, "driving a run failed");
-            }
-        });
-        id.to_string()
-    }
 
     /// Why `who` cannot decide `run`, if they cannot: their role, or four-eyes.
     pub fn decide_block(

@@ -47,6 +47,10 @@ pub struct RunSummary {
     pub waiting_for_ms: Option<i64>,
     /// While it waits with an approval deadline: by when to decide, and how long is left.
     pub deadline: Option<String>,
+    /// While it is queued: its place in the queue (1 = next), where the page asked for it.
+    pub queue_position: Option<u64>,
+    /// While it runs: "Cancel asked by olga (reason) …", until the run stops.
+    pub cancel_requested: Option<String>,
 }
 
 /// One line of a before/after diff.

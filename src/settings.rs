@@ -66,6 +66,9 @@ pub struct Settings {
     /// How long an instance holds a running run's lease without renewing it; after that another
     /// instance's reaper takes the run over.
     pub lease_secs: u32,
+    /// How many runs this instance drives at once; further runs wait `queued` (for this
+    /// instance or another).
+    pub max_running_runs: u32,
     /// How long a turn may wait for a decision before it expires, in milliseconds (`None`: until
     /// decided). A configuration's own `approval_timeout` wins.
     pub approval_timeout_ms: Option<u64>,
@@ -185,6 +188,7 @@ impl Default for Settings {
             webhook_max_attempts: 8,
             webhook_backoff_ms: 2000,
             lease_secs: 30,
+            max_running_runs: 16,
             approval_timeout_ms: Some(24 * 3_600_000),
         }
     }
@@ -284,6 +288,7 @@ struct SettingsFile {
     webhook_max_attempts: Option<i64>,
     webhook_backoff_ms: Option<i64>,
     lease_secs: Option<i64>,
+    max_running_runs: Option<i64>,
     approval_timeout: Option<String>,
 }
 
@@ -504,6 +509,14 @@ impl Settings {
             1..=3600,
             "seconds",
         )?;
+        let max_running_runs = number(
+            "max_running_runs",
+            "NRLLM_MAX_RUNNING_RUNS",
+            file.max_running_runs,
+            defaults.max_running_runs,
+            1..=10_000,
+            "runs",
+        )?;
         let approval_timeout_ms = match pick("NRLLM_APPROVAL_TIMEOUT", file.approval_timeout) {
             Some((value, source_name)) => {
                 parse_timeout(&value).map_err(|message| SettingsError::Invalid {
@@ -682,6 +695,7 @@ impl Settings {
             webhook_max_attempts,
             webhook_backoff_ms,
             lease_secs,
+            max_running_runs,
             approval_timeout_ms,
         })
     }

@@ -79,7 +79,7 @@ async fn purge_deletes_runs_past_the_retention_windows() {
             requested_by: "test".into(),
         };
         let at = now - age_days * day;
-        let record = store.create(&run, at).await.unwrap();
+        let record = store.create(&run, at, true).await.unwrap();
         let finish = Finish {
             status: RunStatus::Completed,
             reason: TerminationReason::Completed,
@@ -161,7 +161,7 @@ async fn verify_checks_every_run_log_and_names_an_edited_row() {
         requested_by: "test".into(),
     };
     let now = nrllm_core::clock::now_ms();
-    let record = store.create(&run, now).await.unwrap();
+    let record = store.create(&run, now, true).await.unwrap();
     let events: Vec<SequencedEvent> = (1..=3)
         .map(|sequence| SequencedEvent {
             sequence,

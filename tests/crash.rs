@@ -8,10 +8,12 @@
 //! - no demo-site change or outbox message is applied twice (rows per effect key), and an approved
 //!   change to our own database is applied exactly once;
 //! - no run is left `running`, and none ends `failed` where a step can safely go on;
-//! - every run that was cut off says so in its steps (`recovered` or `outcome_unknown`), and its
-//!   log verifies against its hash chain;
-//! - an export (an effect outside our database) cut off after its dispatch waits for an operator
-//!   with the call marked "outcome unknown", and is never run again silently.
+//! - every run that was cut off while running says so in its steps (`recovered` or
+//!   `outcome_unknown`); a run cut off right after its claim was still `queued` (nothing of the
+//!   decision had started), so a worker carries the decision out after the restart, once, with no
+//!   recovery; every log verifies against its hash chain;
+//! - an export (an effect outside our database) cut off after a worker took its decision waits for
+//!   an operator with the call marked "outcome unknown", and is never run again silently.
 //!
 //! `NRLLM_CRASH_KILLS` is the number of kills (default: 20 at each point); `make crash-test N=…`
 //! runs a soak and prints the figures RELIABILITY.md reports.
@@ -210,8 +212,10 @@ struct Cycle {
     decisions_sent: usize,
     decisions_acknowledged: usize,
     killed: bool,
-    /// The run was cut off after an operator's decision was claimed.
+    /// The run was cut off after an operator's decision was claimed and a worker took it.
     killed_after_claim: bool,
+    /// The run was cut off while its claimed decision waited `queued` (nothing had started).
+    killed_queued: bool,
     came_back_unknown: bool,
     restart_ms: u128,
 }
@@ -404,7 +408,12 @@ async fn check_database(site: &Site, record: &Cycle, scenario: Scenario, cycle: 
         record.decisions_acknowledged,
         record.decisions_sent
     );
-    if record.killed {
+    if record.killed_queued {
+        assert!(
+            !kinds.contains(&"recovered") && !kinds.contains(&"outcome_unknown"),
+            "cycle {cycle}: a decision cut off while queued is simply carried out: {kinds:?}"
+        );
+    } else if record.killed {
         assert!(
             kinds.contains(&"recovered") || kinds.contains(&"outcome_unknown"),
             "cycle {cycle}: the steps say the run was cut off: {kinds:?}"
@@ -456,6 +465,11 @@ async fn every_failpoint_survives_kill_9() {
         );
         let server = site.start(Some(&armed(point, cycle))).await;
         let mut record = drive_armed(&site, server, scenario, cycle).await;
+        if point == "after_claim_commit" {
+            // The claim queues the decision: cut off there, nothing of it had started.
+            record.killed_queued = record.killed;
+            record.killed_after_claim = false;
+        }
         let entry = per_point.entry(point).or_default();
         entry.0 += 1;
         if record.killed {

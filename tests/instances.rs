@@ -1,9 +1,15 @@
 //! Two real server processes on one Postgres database: a browser on B follows a run A drives, live;
 //! a run started on A is approved through B;
 //! a tool switched off through A is off on B;
-//! A stalls (SIGSTOP) mid-run, B's reaper takes the run over once its lease runs out and goes on
-//! from the journal, and A, woken, writes nothing; A is killed (SIGKILL) mid-run, and B takes
-//! that run over within the lease and a margin, with the right recovery rule.
+//! the instance driving a run stalls (SIGSTOP) mid-run, the other's reaper takes the run over once
+//! its lease runs out and goes on from the journal, and the stalled one, woken, writes nothing;
+//! the instance driving a run is killed (SIGKILL) mid-run, and the other takes that run over
+//! within the lease and a margin, with the right recovery rule; 200 queued runs with
+//! `max_running_runs = 4` each run exactly once, never more than 4 at once per instance; a run
+//! cancelled through one instance stops on the other at its next step.
+//!
+//! Runs are queued and either instance's worker may take one: the tests read which instance
+//! holds a run's lease instead of assuming it.
 
 #![cfg(feature = "ssr")]
 
@@ -27,6 +33,28 @@ async fn instance(url: &str) -> Server {
         ],
     )
     .await
+}
+
+/// The lease owner of run `id` once a worker took it from the queue.
+async fn held(db: &nrllm_store::db::Database, id: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let (status, _, _, Some(owner)) = row(db, id).await {
+            assert_eq!(status, "running");
+            return owner;
+        }
+        assert!(Instant::now() < deadline, "no instance took run {id}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// (the instance that holds a lease as `owner`, the other one).
+fn holder<'a>(owner: &str, a: &'a Server, b: &'a Server) -> (&'a Server, &'a Server) {
+    match (a.owns(owner), b.owns(owner)) {
+        (true, false) => (a, b),
+        (false, true) => (b, a),
+        _ => panic!("lease owner {owner} is neither instance"),
+    }
 }
 
 /// The run's status, step kinds, version and lease owner, read from the database.
@@ -93,7 +121,7 @@ async fn a_stalled_or_killed_instance_loses_its_runs_to_the_other_and_writes_not
     );
     assert!(text.contains("\"kind\":\"approval_requested\""), "{text}");
 
-    // Started on A; A stalls during its first model call.
+    // Started on A; the instance that took it stalls during its first model call.
     let (status, run) = call(
         &a,
         &admin,
@@ -103,33 +131,33 @@ async fn a_stalled_or_killed_instance_loses_its_runs_to_the_other_and_writes_not
     .await;
     assert_eq!(status, reqwest::StatusCode::OK, "{run}");
     let id = run.as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let owner_a = row(&pg.db, &id).await.3.expect("A holds the lease");
-    a.signal("STOP");
+    let owner = held(&pg.db, &id).await;
+    let (stalled, other) = holder(&owner, &a, &b);
+    stalled.signal("STOP");
 
-    // B's reaper takes it over after the lease and asks the model again from the prompt.
-    let view = wait_for(&b, &admin, &id, "waiting_for_approval").await;
+    // The other's reaper takes it over after the lease and asks the model again from the prompt.
+    let view = wait_for(other, &admin, &id, "waiting_for_approval").await;
     let (_, kinds, version, _) = row(&pg.db, &id).await;
     assert!(kinds.iter().any(|k| k == "recovered"), "{kinds:?}");
-    assert!(b.log_text().contains("took it over"), "{}", b.log_text());
+    assert!(
+        other.log_text().contains("took it over"),
+        "{}",
+        other.log_text()
+    );
 
-    // A wakes up, finishes its model call and tries to write its segment: refused (B holds the
-    // lease, or has moved the run on already), and nothing is written.
-    a.signal("CONT");
+    // The stalled one wakes up, finishes its model call and tries to write its segment: refused
+    // (the other holds the lease, or has moved the run on already), and nothing is written.
+    stalled.signal("CONT");
     let deadline = Instant::now() + Duration::from_secs(15);
-    while !a.log_text().contains("driving a run failed") {
+    let noticed = |log: &str| log.contains("lost its lease") || log.contains("changed meanwhile");
+    while !noticed(&stalled.log_text()) {
         assert!(
             Instant::now() < deadline,
-            "A never noticed: {}",
-            a.log_text()
+            "the stalled instance never noticed: {}",
+            stalled.log_text()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let log = a.log_text();
-    assert!(
-        log.contains("lost its lease") || log.contains("changed meanwhile"),
-        "{log}"
-    );
     let after = row(&pg.db, &id).await;
     assert_eq!(
         (after.0.as_str(), after.1.len(), after.2),
@@ -177,8 +205,39 @@ async fn a_stalled_or_killed_instance_loses_its_runs_to_the_other_and_writes_not
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // A second run on A; A is killed during its first model call. B takes it over within the
-    // lease and a margin (its reaper looks every third of a lease), and asks the model again.
+    // A run cancelled through the instance that does not drive it: the one driving it stops it
+    // at its next step (the model call in flight is abandoned), with who and why.
+    let (_, run) = call(
+        &a,
+        &admin,
+        "nrllm_tool_run",
+        json!({ "prompt": "Rename the home page to \"Cancelled\"" }),
+    )
+    .await;
+    let cancelled = run.as_str().unwrap().to_owned();
+    let driver = held(&pg.db, &cancelled).await;
+    let (_, elsewhere) = holder(&driver, &a, &b);
+    let (status, body) = call(
+        elsewhere,
+        &admin,
+        "nrllm_run_cancel",
+        json!({ "run_id": cancelled, "reason": "wrong page" }),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    assert_eq!(body, "running", "a running run stops at its next step");
+    let view = wait_for(elsewhere, &admin, &cancelled, "cancelled").await;
+    assert_eq!(view["summary"]["termination_reason"], "cancelled");
+    let last = view["steps"].as_array().unwrap().last().unwrap().clone();
+    let title = last["title"].as_str().unwrap();
+    assert!(
+        title.contains("cancelled by admin: wrong page") && title.contains("abandoned"),
+        "{title}"
+    );
+
+    // A second run; the instance that took it is killed during its first model call. The other
+    // takes it over within the lease and a margin (its reaper looks every third of a lease),
+    // and asks the model again.
     let (_, run) = call(
         &a,
         &admin,
@@ -187,26 +246,23 @@ async fn a_stalled_or_killed_instance_loses_its_runs_to_the_other_and_writes_not
     )
     .await;
     let second = run.as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        row(&pg.db, &second).await.3.as_deref(),
-        Some(owner_a.as_str())
-    );
-    a.signal("KILL");
+    let killed_owner = held(&pg.db, &second).await;
+    let (victim, survivor) = holder(&killed_owner, &a, &b);
+    victim.signal("KILL");
     let killed = Instant::now();
     loop {
         let owner = row(&pg.db, &second).await.3;
-        if owner.is_some() && owner.as_deref() != Some(owner_a.as_str()) {
+        if owner.is_some() && owner.as_deref() != Some(killed_owner.as_str()) {
             break;
         }
         assert!(
             killed.elapsed() < Duration::from_secs(LEASE_SECS) + Duration::from_millis(1_500),
-            "B did not take the run over in time"
+            "the other instance did not take the run over in time"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     eprintln!("taken over {:?} after the kill", killed.elapsed());
-    wait_for(&b, &admin, &second, "waiting_for_approval").await;
+    wait_for(survivor, &admin, &second, "waiting_for_approval").await;
     let recovered: String = sqlx::query_scalar(
         "SELECT payload FROM agent_run_event WHERE run_id = $1 AND kind = 'recovered'",
     )
@@ -218,6 +274,143 @@ async fn a_stalled_or_killed_instance_loses_its_runs_to_the_other_and_writes_not
         recovered.contains("starts again from its prompt"),
         "{recovered}"
     );
+    drop(a);
+    drop(b);
+    pg.cleanup().await;
+}
+
+/// One number from a Prometheus scrape of `server` (`name` with its labels, as printed).
+async fn metric(server: &Server, token: &str, name: &str) -> u64 {
+    let text = common::client()
+        .get(format!("{}/metrics", server.base))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn queued_runs_across_two_instances_each_run_once_within_each_instances_limit() {
+    let Some(pg) = nrllm_store::testing::postgres_from_env().await else {
+        return;
+    };
+    const RUNS: usize = 200;
+    const LIMIT: usize = 4;
+    let env = |url: &str| {
+        vec![
+            ("NRLLM_DATABASE_URL".to_owned(), url.to_owned()),
+            ("NRLLM_MAX_RUNNING_RUNS".to_owned(), LIMIT.to_string()),
+            ("NRLLM_DEMO_THINK_MS".to_owned(), "40".to_owned()),
+            ("NRLLM_RUN_STARTS_PER_MINUTE".to_owned(), "10000".to_owned()),
+        ]
+    };
+    let start_one = |url: String| async move {
+        let env = env(&url);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        start("log_level = \"warn\"\n", &env).await
+    };
+    let a = start_one(pg.url.clone()).await;
+    let b = start_one(pg.url.clone()).await;
+    let admin = log_in(&a, "admin", ADMIN_PASSWORD).await;
+    let (_, token) = call(
+        &a,
+        &admin,
+        "nrllm_token_create",
+        json!({ "name": "prometheus", "role": "viewer" }),
+    )
+    .await;
+    let token = token.as_str().unwrap().to_owned();
+
+    // Watch the database while the runs go: how many each instance holds at once.
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let (db, watching) = (pg.db.clone(), watching.clone());
+        tokio::spawn(async move {
+            let mut most = 0_i64;
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                let counts: Vec<i64> = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM agent_run WHERE status = 'running' GROUP BY lease_owner",
+                )
+                .fetch_all(db.pool())
+                .await
+                .unwrap();
+                most = most.max(counts.into_iter().max().unwrap_or(0));
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            most
+        })
+    };
+
+    // 200 runs, half started through each instance, all at once.
+    let started = futures::future::join_all((0..RUNS).map(|n| {
+        let (server, admin) = (if n % 2 == 0 { &a } else { &b }, &admin);
+        async move {
+            let (status, run) = call(
+                server,
+                admin,
+                "nrllm_tool_run",
+                json!({ "prompt": format!("What time is it? (run {n})") }),
+            )
+            .await;
+            assert_eq!(status, reqwest::StatusCode::OK, "{run}");
+            run.as_str().unwrap().to_owned()
+        }
+    }))
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM agent_run WHERE status = 'completed'")
+                .fetch_one(pg.db.pool())
+                .await
+                .unwrap();
+        if done as usize == RUNS {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{done} of {RUNS} runs completed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let most_in_database = watcher.await.unwrap();
+
+    // Each ran exactly once: one model request per round, the same steps for every run, no
+    // recovery, and every run was taken from the queue exactly once (by one instance or the
+    // other).
+    let mut shapes = std::collections::BTreeSet::new();
+    for id in &started {
+        let (status, kinds, _, owner) = row(&pg.db, id).await;
+        assert_eq!((status.as_str(), owner), ("completed", None));
+        assert!(!kinds.iter().any(|k| k == "recovered"), "{kinds:?}");
+        shapes.insert(kinds);
+    }
+    assert_eq!(shapes.len(), 1, "every run took the same steps: {shapes:?}");
+    let taken_a = metric(&a, &token, "nrllm_queue_taken_total").await;
+    let taken_b = metric(&b, &token, "nrllm_queue_taken_total").await;
+    assert_eq!(taken_a + taken_b, RUNS as u64, "each run taken once");
+    assert!(
+        taken_a > 0 && taken_b > 0,
+        "both worked: {taken_a} + {taken_b}"
+    );
+    // Never more than the limit at once in either instance, by its own count and by the
+    // database's.
+    for server in [&a, &b] {
+        let peak = metric(server, &token, "nrllm_runs_driven_peak").await;
+        assert!((1..=LIMIT as u64).contains(&peak), "peak {peak}");
+    }
+    assert!(
+        (1..=LIMIT as i64).contains(&most_in_database),
+        "{most_in_database} at once"
+    );
+    eprintln!("taken: A {taken_a}, B {taken_b}; most at once in the database {most_in_database}");
     drop(a);
     drop(b);
     pg.cleanup().await;

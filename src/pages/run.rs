@@ -59,7 +59,10 @@ fn RunDetail(run: RunView) -> impl IntoView {
     // Live updates continue the list only when it ends with the latest step.
     let live = running && run.latest;
     let waiting = summary.status == RunStatus::WaitingForApproval;
-    let cancellable = RunStatus::CANCELLABLE.contains(&summary.status);
+    // Queued and waiting runs are cancelled at once; a running one at its next step (once).
+    let cancellable = RunStatus::CANCELLABLE.contains(&summary.status)
+        || (summary.status == RunStatus::Running && summary.cancel_requested.is_none());
+    let queued = summary.status == RunStatus::Queued;
     // A provider failure is retried from the journal: the model is asked again, no tool re-runs.
     let retryable = summary.termination_reason.as_deref() == Some("provider_failed");
     let id = summary.id.clone();
@@ -77,12 +80,25 @@ fn RunDetail(run: RunView) -> impl IntoView {
         <Title text=page_title(&format!("Run: {}", summary.prompt)) />
         <ErrorBanner error=url_error() />
         <SummaryStrip summary=summary.clone() />
-        {running.then(|| view! {
+        {queued.then(|| view! {
+            <p class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="queued-note">
+                {match summary.queue_position {
+                    Some(1) => "Queued: next in line. It starts as soon as an instance has room; ".to_owned(),
+                    Some(n) => format!("Queued: {n} in line. It starts when an instance has room; "),
+                    None => "Queued. It starts when an instance has room; ".to_owned(),
+                }}
+                "this page follows it."
+            </p>
+        })}
+        {(running && !queued).then(|| view! {
             <p class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="running-note">
                 "The run is working. Steps appear as they happen; "
                 <a href=format!("/runs/{id}") class="underline">"refresh"</a>
                 " if they don't."
             </p>
+        })}
+        {summary.cancel_requested.clone().map(|text| view! {
+            <p class="mt-2 text-sm text-amber-800 dark:text-amber-300" data-testid="cancel-requested">{text}</p>
         })}
         {(!run.webhooks.is_empty()).then(|| view! {
             <ul class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="webhooks">
@@ -154,7 +170,12 @@ fn RunDetail(run: RunView) -> impl IntoView {
                     "Why (optional, kept in the steps)"
                     <input type="text" name=field!(NrllmRunCancel, reason) maxlength=crate::model::MAX_REASON_CHARS class=INPUT data-testid="cancel-reason" />
                 </label>
-                <button type="submit" class=BUTTON_SECONDARY>"Cancel this run"</button>
+                <button type="submit" class=BUTTON_SECONDARY data-testid="cancel">"Cancel this run"</button>
+                {(summary.status == RunStatus::Running).then(|| view! {
+                    <span class="text-sm text-slate-600 dark:text-slate-400">
+                        "It stops at its next step: a model call in flight is abandoned; an approved call in flight is marked outcome unknown."
+                    </span>
+                })}
             </form>
         })}
     }

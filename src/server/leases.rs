@@ -8,6 +8,10 @@
 //!   task ended without settling the run) is taken over by exactly one reaper — one conditional
 //!   update — and goes on from its last journaled step ([`RunService::recover`]).
 //!
+//! Each instance drives at most `max_running_runs` at once ([`Leases::free`]): its worker
+//! (`super::queue`) takes queued runs only while there is room, and its reaper takes over only as
+//! many runs as there is room for — another instance with room takes the rest.
+//!
 //! On the embedded SQLite database this process is the only instance: at start it takes over
 //! every run the last stop left `running` at once, without waiting for their leases to run out.
 
@@ -18,7 +22,8 @@ use std::time::Duration;
 
 use nrllm_core::clock::now_ms;
 use nrllm_core::service::{ResumeError, RunService};
-use nrllm_core::store::{RunStore, StoreError};
+use nrllm_core::store::{Renewal, RunStore, StoreError};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
@@ -39,6 +44,12 @@ pub struct Leases {
     reaped: std::sync::atomic::AtomicU64,
     /// Told of runs this process stopped holding without seeing them stop (taken over).
     live: Arc<super::live::LiveHub>,
+    /// How many runs this instance drives at most.
+    capacity: usize,
+    /// The most runs this instance drove at once since start.
+    peak: std::sync::atomic::AtomicUsize,
+    /// Rung when a run's task ends (room for queued work) or something is queued here.
+    bell: Notify,
 }
 
 /// Holds a run in [`Leases::driving`] while its task lives; dropping it (the task ended, or
@@ -57,6 +68,8 @@ impl Drop for Driving {
                 driving.remove(&self.id);
             }
         }
+        drop(driving);
+        self.leases.bell.notify_one();
     }
 }
 
@@ -67,6 +80,7 @@ impl Leases {
         tasks: TaskTracker,
         lease: Duration,
         live: Arc<super::live::LiveHub>,
+        capacity: usize,
     ) -> Leases {
         Leases {
             store,
@@ -76,7 +90,36 @@ impl Leases {
             lease,
             reaped: Default::default(),
             live,
+            capacity: capacity.max(1),
+            peak: Default::default(),
+            bell: Notify::new(),
         }
+    }
+
+    /// How many more runs this instance may drive now.
+    pub fn free(&self) -> usize {
+        let busy: usize = self.lock().values().sum();
+        self.capacity.saturating_sub(busy)
+    }
+
+    /// The most runs this instance drove at once since start.
+    pub fn peak(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether a task of this process drives run `id` now.
+    pub fn drives(&self, id: Uuid) -> bool {
+        self.lock().contains_key(&id)
+    }
+
+    /// Tells the worker to look at the queue.
+    pub fn ring(&self) {
+        self.bell.notify_one();
+    }
+
+    /// Waits until a run's task ends or something is queued here.
+    pub async fn bell(&self) {
+        self.bell.notified().await;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, usize>> {
@@ -91,7 +134,13 @@ impl Leases {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        *self.lock().entry(id).or_default() += 1;
+        {
+            let mut driving = self.lock();
+            *driving.entry(id).or_default() += 1;
+            let busy: usize = driving.values().sum();
+            self.peak
+                .fetch_max(busy, std::sync::atomic::Ordering::Relaxed);
+        }
         let held = Driving {
             leases: Arc::clone(self),
             id,
@@ -135,8 +184,12 @@ impl Leases {
         let now = now_ms();
         for id in self.driving() {
             match self.store.renew_lease(id, now).await {
-                Ok(true) => {}
-                Ok(false) => {
+                Ok(Renewal::Held(None)) => {}
+                Ok(Renewal::Held(Some(request))) => {
+                    // An operator asked (through another instance) to cancel it.
+                    self.runs.interrupt(id, request);
+                }
+                Ok(Renewal::Gone) => {
                     // Suspended or ended meanwhile (nothing to hold; its task is about to end
                     // and take it off the list), or taken over: then the live streams here end,
                     // and browsers reconnect to follow the new driver. (The list is left to the
@@ -153,10 +206,14 @@ impl Leases {
         }
     }
 
-    /// Takes over the running runs whose lease ran out; how many this instance took.
+    /// Takes over the running runs whose lease ran out, as many as there is room for here; how
+    /// many this instance took.
     pub async fn reap(self: &Arc<Self>) -> Result<usize, StoreError> {
         let mut taken = 0;
         for id in self.store.expired_leases(now_ms(), REAP_BATCH).await? {
+            if self.free() == 0 {
+                break;
+            }
             if self.lock().contains_key(&id) {
                 // Still driven here: the heartbeat fell behind; it renews on its next beat.
                 continue;
@@ -172,20 +229,15 @@ impl Leases {
     }
 
     /// Ends the wait of every run whose approval deadline passed: its turn expires (no call of it
-    /// runs, the model reads that nobody decided) and the run goes on, driven here. Of several
+    /// runs, the model reads that nobody decided) and the run is queued to go on. Of several
     /// instances, the claim lets exactly one do it. How many this instance expired.
     pub async fn expire_overdue(self: &Arc<Self>) -> Result<usize, StoreError> {
         let mut expired = 0;
         for id in self.store.expired_approvals(now_ms(), REAP_BATCH).await? {
             match self.runs.claim_expired(id).await {
-                Ok(claimed) => {
+                Ok(_) => {
                     tracing::info!(run_id = %id, "nobody decided before the approval deadline; the turn expired");
-                    let runs = Arc::clone(&self.runs);
-                    self.drive(id, async move {
-                        if let Err(err) = runs.continue_claimed(claimed).await {
-                            tracing::error!(run_id = %id, %err, "continuing an expired run failed");
-                        }
-                    });
+                    self.ring();
                     expired += 1;
                 }
                 // Decided, or expired by another instance, meanwhile.

@@ -23,7 +23,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::future::ready;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use nrllm_core::service::RunListener;
 use nrllm_core::store::{RunStatus, RunStore, SequencedEvent, StoredEvent};
 use tokio::sync::broadcast;
@@ -271,13 +271,28 @@ pub enum StreamError {
 /// The events of run `id` after sequence `after`, then — if it runs in this process — its live
 /// events until it stops running. Nothing is allocated for an unknown id; the stream holds no
 /// task, so dropping it (the client went away) frees everything at once.
-pub async fn event_stream(
-    store: &dyn RunStore,
-    hub: &Arc<LiveHub>,
-    remote: Option<(&Arc<RemoteFeed>, Arc<dyn RunStore>)>,
+/// (A boxed future: the stream of a queued run goes on as a new stream once it runs.)
+pub fn event_stream(
+    store: Arc<dyn RunStore>,
+    hub: Arc<LiveHub>,
+    remote: Option<Arc<RemoteFeed>>,
     id: Uuid,
     after: i64,
-) -> Result<impl Stream<Item = SseEvent> + Send + 'static, StreamError> {
+) -> futures::future::BoxFuture<
+    'static,
+    Result<futures::stream::BoxStream<'static, SseEvent>, StreamError>,
+> {
+    Box::pin(open_stream(store, hub, remote, id, after))
+}
+
+async fn open_stream(
+    store: Arc<dyn RunStore>,
+    hub: Arc<LiveHub>,
+    remote: Option<Arc<RemoteFeed>>,
+    id: Uuid,
+    after: i64,
+) -> Result<futures::stream::BoxStream<'static, SseEvent>, StreamError> {
+    let hub = &hub;
     let read = |err| {
         tracing::error!(%err, run_id = %id, "reading a run for its event stream");
         StreamError::Store
@@ -287,6 +302,34 @@ pub async fn event_stream(
         .await
         .map_err(read)?
         .ok_or(StreamError::NotFound)?;
+    if run.status == RunStatus::Queued {
+        // Its steps so far (a claimed decision's); once a worker takes it, the stream goes on as
+        // a stream of the run as it is then, from the last step sent.
+        let stored = store.events(id, after).await.map_err(read)?;
+        let mut last = after;
+        let mut replay = vec![SseEvent::default().retry(RECONNECT_AFTER)];
+        replay.extend(stored_steps(&stored, &mut last));
+        let hub = Arc::clone(hub);
+        let taken = async move {
+            loop {
+                tokio::time::sleep(QUEUE_RECHECK).await;
+                match store.get(id).await {
+                    Ok(Some(run)) if run.status == RunStatus::Queued => continue,
+                    Ok(Some(_)) => break,
+                    // Gone or unreadable: the stream ends and the browser reconnects.
+                    _ => return futures::stream::empty().boxed(),
+                }
+            }
+            match event_stream(store, hub, remote, id, last).await {
+                // Without the reconnection hint it sent already.
+                Ok(stream) => stream.skip(1).boxed(),
+                Err(_) => futures::stream::empty().boxed(),
+            }
+        };
+        return Ok(futures::stream::iter(replay)
+            .chain(futures::stream::once(taken).flatten())
+            .boxed());
+    }
     // Subscribe before reading the events: nothing emitted in between is missed.
     let subscription = match run.status {
         RunStatus::Running => match hub.subscribe(id) {
@@ -319,7 +362,8 @@ pub async fn event_stream(
             let now = store.get(id).await.map_err(read)?.map(|r| r.status);
             match now {
                 Some(RunStatus::Running) => {
-                    if let Some((feed, store)) = remote {
+                    if let Some(feed) = remote {
+                        let store = Arc::clone(&store);
                         let (receiver, slot) = feed.subscribe().ok_or(StreamError::Full)?;
                         elsewhere = Some(RemoteTail {
                             store,
@@ -373,12 +417,15 @@ pub async fn event_stream(
             None => futures::stream::empty().right_stream().right_stream(),
         },
     };
-    Ok(futures::stream::iter(replay).chain(live))
+    Ok(futures::stream::iter(replay).chain(live).boxed())
 }
 
 /// How long a stream of a run driven elsewhere waits for a commit before it reads the run again
 /// anyway (a notification lost to a reconnect is caught up).
 const REMOTE_RECHECK: Duration = Duration::from_secs(3);
+
+/// How often a stream of a queued run looks whether a worker took it.
+const QUEUE_RECHECK: Duration = Duration::from_millis(300);
 
 /// Commits of runs announced by any instance (Postgres `LISTEN/NOTIFY`), for the live streams of
 /// runs that another instance drives. Capped like the hub's streams.
@@ -444,6 +491,11 @@ impl RemoteFeed {
         let open = self.open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let slot = RemoteSlot(Arc::clone(self));
         (open < self.limit).then(|| (self.sender.subscribe(), slot))
+    }
+
+    /// Every run id announced from now on (for the worker; not counted as a stream).
+    pub fn commits(&self) -> broadcast::Receiver<Uuid> {
+        self.sender.subscribe()
     }
 
     /// Streams open now.
@@ -518,11 +570,16 @@ pub async fn run_events(
         .and_then(|v| v.parse::<i64>().ok())
         .or(query.after)
         .unwrap_or(0);
-    let remote = state
-        .remote
-        .as_ref()
-        .map(|feed| (feed, Arc::clone(&state.store)));
-    match event_stream(state.store.as_ref(), &state.live, remote, id, after).await {
+    let remote = state.remote.clone();
+    match event_stream(
+        Arc::clone(&state.store),
+        Arc::clone(&state.live),
+        remote,
+        id,
+        after,
+    )
+    .await
+    {
         Ok(stream) => {
             // A stopping server ends its streams, so its graceful shutdown is not held open by
             // them; the pages reconnect to the next instance (or refresh).
@@ -557,12 +614,12 @@ mod tests {
     use nrllm_store::db::Database;
     use nrllm_store::SqlRunStore;
 
-    async fn store() -> (tempfile::TempDir, SqlRunStore) {
+    async fn store() -> (tempfile::TempDir, Arc<SqlRunStore>) {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::connect(&format!("sqlite:{}/live.db", dir.path().display()))
             .await
             .unwrap();
-        (dir, SqlRunStore::new(db))
+        (dir, Arc::new(SqlRunStore::new(db)))
     }
 
     async fn running_run(store: &SqlRunStore) -> Uuid {
@@ -580,14 +637,14 @@ mod tests {
             },
             requested_by: "operator".into(),
         };
-        store.create(&run, 1).await.unwrap().id
+        store.create(&run, 1, true).await.unwrap().id
     }
 
     #[tokio::test]
     async fn an_unknown_run_is_refused_before_anything_is_allocated() {
         let (_dir, store) = store().await;
         let hub = Arc::new(LiveHub::default());
-        let refused = event_stream(&store, &hub, None, Uuid::now_v7(), 0)
+        let refused = event_stream(store.clone(), hub.clone(), None, Uuid::now_v7(), 0)
             .await
             .err();
         assert_eq!(refused, Some(StreamError::NotFound));
@@ -600,7 +657,7 @@ mod tests {
         let hub = Arc::new(LiveHub::default());
         // Stored as running, but nothing in this process drives it: the stream replays and ends.
         let id = running_run(&store).await;
-        let events: Vec<SseEvent> = event_stream(&store, &hub, None, id, 0)
+        let events: Vec<SseEvent> = event_stream(store.clone(), hub.clone(), None, id, 0)
             .await
             .unwrap()
             .collect()
@@ -615,7 +672,11 @@ mod tests {
         let hub = Arc::new(LiveHub::default());
         let id = running_run(&store).await;
         hub.status(id, RunStatus::Running);
-        let mut stream = Box::pin(event_stream(&store, &hub, None, id, 0).await.unwrap());
+        let mut stream = Box::pin(
+            event_stream(store.clone(), hub.clone(), None, id, 0)
+                .await
+                .unwrap(),
+        );
         assert!(
             stream.next().await.is_some(),
             "the reconnect hint comes first"
@@ -648,7 +709,9 @@ mod tests {
         let hub = Arc::new(LiveHub::default());
         let id = running_run(&store).await;
         hub.status(id, RunStatus::Running);
-        let stream = event_stream(&store, &hub, None, id, 0).await.unwrap();
+        let stream = event_stream(store.clone(), hub.clone(), None, id, 0)
+            .await
+            .unwrap();
         let event = SequencedEvent {
             sequence: 1,
             event: nrllm_core::events::Event::LlmFailed {
@@ -684,7 +747,9 @@ mod tests {
         drop(a);
         let _d = hub.subscribe(second).expect("a freed slot is free again");
         assert_eq!(
-            event_stream(&store, &hub, None, first, 0).await.err(),
+            event_stream(store.clone(), hub.clone(), None, first, 0)
+                .await
+                .err(),
             Some(StreamError::Full)
         );
     }

@@ -164,6 +164,20 @@ pub async fn render(state: &AppState) -> Result<String, Box<dyn std::error::Erro
     let driving = Gauge::<i64>::default();
     driving.set(state.leases.driving().len() as i64);
     registry.register("runs_driven", "Runs this instance drives now", driving);
+    let peak = Gauge::<i64>::default();
+    peak.set(state.leases.peak() as i64);
+    registry.register(
+        "runs_driven_peak",
+        "The most runs this instance drove at once since it started",
+        peak,
+    );
+    let taken = Counter::<u64>::default();
+    taken.inc_by(state.queue.taken());
+    registry.register(
+        "queue_taken",
+        "Queued runs (new runs and claimed decisions) this instance took",
+        taken,
+    );
 
     let mut text = String::new();
     encode(&mut text, &registry)?;

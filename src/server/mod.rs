@@ -11,6 +11,7 @@ pub mod json_body;
 pub mod leases;
 pub mod live;
 pub mod metrics;
+pub mod queue;
 pub mod recovery;
 pub mod request;
 pub mod retention;
@@ -85,6 +86,8 @@ pub struct AppState {
     pub instance: String,
     /// The runs this instance drives, their heartbeat, and the reaper.
     pub leases: Arc<leases::Leases>,
+    /// This instance's worker, taking queued runs while it has room.
+    pub queue: Arc<queue::Queue>,
     /// On Postgres: other instances' commits, for live streams of the runs they drive.
     pub remote: Option<Arc<live::RemoteFeed>>,
     /// What `/metrics` counts.
@@ -174,8 +177,14 @@ impl AppState {
             tasks.clone(),
             lease,
             live.clone(),
+            settings.max_running_runs as usize,
         ));
-        tracing::info!(%instance, lease_secs = settings.lease_secs, "this instance");
+        let queue = Arc::new(queue::Queue::new(
+            Arc::clone(&runs),
+            Arc::clone(&store),
+            Arc::clone(&leases),
+        ));
+        tracing::info!(%instance, lease_secs = settings.lease_secs, max_running_runs = settings.max_running_runs, "this instance");
         recovery::recover_cut_off_runs(&store, &leases, db.backend())
             .await
             .map_err(|err| format!("cannot recover the runs the last stop cut off: {err}"))?;
@@ -213,6 +222,7 @@ impl AppState {
             webhooks,
             instance,
             leases,
+            queue,
             remote,
             counters,
         })
@@ -223,6 +233,10 @@ impl AppState {
     /// every two seconds.
     pub fn start_background(&self) {
         tokio::spawn(Arc::clone(&self.leases).run(self.shutdown.clone()));
+        tokio::spawn(Arc::clone(&self.queue).run(
+            self.remote.as_ref().map(|remote| remote.commits()),
+            self.shutdown.clone(),
+        ));
         if let Some(remote) = &self.remote {
             tokio::spawn(Arc::clone(remote).run(self.shutdown.clone()));
         }

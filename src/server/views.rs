@@ -84,6 +84,22 @@ pub fn summary(run: &RunRecord) -> RunSummary {
             .filter(|_| run.status == RunStatus::WaitingForApproval)
             .map(|deadline| deadline_text(deadline, now_ms())),
         pending_tools,
+        queue_position: None,
+        cancel_requested: run
+            .cancel_requested
+            .as_ref()
+            .filter(|_| run.status == RunStatus::Running)
+            .map(|request| {
+                let why = request
+                    .reason
+                    .as_deref()
+                    .map(|reason| format!(" (\"{reason}\")"))
+                    .unwrap_or_default();
+                format!(
+                    "{} asked to cancel this run{why}; it stops at its next step.",
+                    request.by
+                )
+            }),
     }
 }
 
@@ -273,10 +289,32 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
                     .join(", ")
             )
         }
-        Event::Cancelled { by, reason } => match reason {
-            Some(reason) => format!("cancelled by {by}: {reason}"),
-            None => format!("cancelled by {by}"),
-        },
+        Event::Cancelled {
+            by,
+            reason,
+            abandoned,
+            unknown,
+        } => {
+            let mut text = match reason {
+                Some(reason) => format!("cancelled by {by}: {reason}"),
+                None => format!("cancelled by {by}"),
+            };
+            if let Some(abandoned) = abandoned {
+                text.push_str(&format!(" — while running; {abandoned}"));
+            }
+            if !unknown.is_empty() {
+                view.ok = false;
+                text.push_str(&format!(
+                    "; outcome unknown (dispatched, no result journaled): {}",
+                    unknown
+                        .iter()
+                        .map(|c| format!("{} (effect key {})", c.tool, c.effect_key))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            text
+        }
         Event::Ended {
             reason,
             explanation,
@@ -603,6 +641,9 @@ mod tests {
             started_at_ms: None,
             finished_at_ms: None,
             approval_deadline_ms: None,
+            queued_at_ms: None,
+            approved_bases: None,
+            cancel_requested: None,
         }
     }
 

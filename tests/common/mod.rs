@@ -42,6 +42,11 @@ impl Server {
         assert!(status.success(), "kill -{signal}");
     }
 
+    /// Whether `owner` (a lease owner) is this server process.
+    pub fn owns(&self, owner: &str) -> bool {
+        owner.starts_with(&format!("{}-", self.child.id()))
+    }
+
     /// Everything the server logged so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

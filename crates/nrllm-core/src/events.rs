@@ -103,6 +103,13 @@ pub enum Event {
         by: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// Cancelled while it ran: what was abandoned (a model call, a read-only tool) is
+        /// described here, and each approved call that had been dispatched without a journaled
+        /// result is listed in `unknown` — it may or may not have taken effect.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        abandoned: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        unknown: Vec<UnknownStep>,
     },
     /// The run could not go on (interrupted, or its saved state could not be read).
     Ended { reason: String, explanation: String },

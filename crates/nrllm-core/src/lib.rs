@@ -13,6 +13,7 @@ pub mod decision;
 pub mod events;
 pub mod failpoint;
 pub mod hash;
+mod interrupt;
 pub mod machine;
 pub mod preview;
 pub mod provider;

@@ -4,7 +4,8 @@
 //!
 //! What is durable when (the journal):
 //! - the claim commits the whole decision — its step, the choices on the run, and a `dispatched`
-//!   record (with its effect key) for every approved call — before any call runs;
+//!   record (with its effect key) for every approved call — before any call runs, and queues the
+//!   run: a worker of any instance takes it ([`RunService::take_next`]) and carries it out;
 //! - the rest of a segment's steps, and the results of its calls, commit with the segment's
 //!   closing transition (suspend or finish), so a run's rows and its events never disagree;
 //! - a run cut off anywhere is recovered from its last durable step ([`RunService::recover`]): a
@@ -27,13 +28,14 @@ use crate::clock::{format_utc, Clock, SystemClock};
 use crate::decision::{Choice, Decision, DecisionError, Submission};
 use crate::events::{Event, EventSink, UnknownStep};
 use crate::failpoint;
+use crate::interrupt::Interrupts;
 use crate::machine::Answer;
 use crate::preview::{check_digest, pending_digest, CallPreview, DigestCheck};
 use crate::provider::Usage;
 use crate::state::{Counters, StateError, SuspendedState, UnknownCall};
 use crate::store::{
-    Claim, ClaimRecord, Continuation, Dispatch, Finish, NewRun, RunConfiguration, RunRecord,
-    RunStatus, RunStore, SequencedEvent, StoreError, TerminationReason, Verdict,
+    CancelRequest, Claim, ClaimRecord, Continuation, Dispatch, Finish, NewRun, RunConfiguration,
+    RunRecord, RunStatus, RunStore, SequencedEvent, StoreError, TerminationReason, Verdict,
 };
 use crate::transcript::Message;
 
@@ -138,6 +140,8 @@ pub struct ClaimedRun {
     recovering: bool,
     /// Each approved call's preview basis, by call id, as taken at the claim.
     approved_bases: BTreeMap<String, String>,
+    /// A cancel asked for before the decision was carried out.
+    cancel: Option<CancelRequest>,
 }
 
 /// A waiting run's pending turn with its previews and digest ([`RunService::pending`]).
@@ -226,6 +230,18 @@ pub const EXPIRED_TEXT: &str =
 pub const INTERRUPTED_SUMMARY: &str = "The server stopped while this run was running, and it \
 could not go on from its last journaled step; see the steps for where it stopped.";
 
+/// A segment being driven: the run at the version this instance holds, and where its events go.
+#[derive(Clone, Copy)]
+struct Segment<'a> {
+    id: Uuid,
+    version: i64,
+    configuration: &'a RunConfiguration,
+    /// The run's counters as the segment began (what a cancelled segment keeps).
+    counters: Counters,
+    sink: &'a SegmentSink,
+    verdict: Option<Verdict>,
+}
+
 /// Numbers a segment's events and keeps them until the segment's transition commits.
 struct SegmentSink {
     run_id: Uuid,
@@ -276,6 +292,24 @@ pub struct RunService {
     loops: Arc<dyn LoopFactory>,
     listener: Option<Arc<dyn RunListener>>,
     clock: Arc<dyn Clock>,
+    /// Cancels for the segments this service drives now.
+    interrupts: Interrupts,
+}
+
+/// Queued work a worker took: a new run to drive, or a claimed decision to carry out.
+pub enum Work {
+    Start(Box<RunRecord>),
+    Decided(Box<ClaimedRun>),
+}
+
+impl Work {
+    /// The run the work is for.
+    pub fn id(&self) -> Uuid {
+        match self {
+            Work::Start(run) => run.id,
+            Work::Decided(claimed) => claimed.id,
+        }
+    }
 }
 
 impl RunService {
@@ -286,6 +320,7 @@ impl RunService {
             loops,
             listener: None,
             clock: Arc::new(SystemClock),
+            interrupts: Interrupts::default(),
         }
     }
 
@@ -306,11 +341,20 @@ impl RunService {
         &self.store
     }
 
-    /// Records a new run (status `running`) without driving it yet.
+    /// Records a new run, `queued` for a worker of any instance ([`RunService::take_next`]).
     pub async fn create(
         &self,
         configuration: RunConfiguration,
         requested_by: &str,
+    ) -> Result<RunRecord, ServiceError> {
+        self.insert(configuration, requested_by, false).await
+    }
+
+    async fn insert(
+        &self,
+        configuration: RunConfiguration,
+        requested_by: &str,
+        drive_here: bool,
     ) -> Result<RunRecord, ServiceError> {
         // Refuse a configuration that cannot be driven before anything is stored.
         self.loops
@@ -321,17 +365,95 @@ impl RunService {
             configuration,
             requested_by: requested_by.to_owned(),
         };
-        Ok(self.store.create(&run, self.clock.now_ms()).await?)
+        Ok(self
+            .store
+            .create(&run, self.clock.now_ms(), drive_here)
+            .await?)
     }
 
-    /// Creates a run and drives it until it completes or suspends.
+    /// Creates a run and drives it here, at once, until it completes or suspends (headless
+    /// programs and tests; the app queues its runs).
     pub async fn start(
         &self,
         configuration: RunConfiguration,
         requested_by: &str,
     ) -> Result<RunRecord, ServiceError> {
-        let run = self.create(configuration, requested_by).await?;
+        let run = self.insert(configuration, requested_by, true).await?;
         self.drive(run).await
+    }
+
+    /// Takes up to `limit` queued runs for this instance, oldest first: new runs to drive and
+    /// claimed decisions to carry out ([`RunService::work`]).
+    pub async fn take_next(&self, limit: u32) -> Result<Vec<Work>, StoreError> {
+        let taken = self.store.take_queued(self.clock.now_ms(), limit).await?;
+        let mut work = Vec::with_capacity(taken.len());
+        for run in taken {
+            self.notify_status(run.id, RunStatus::Running);
+            if let Some(item) = self.work_of(run).await? {
+                work.push(item);
+            }
+        }
+        Ok(work)
+    }
+
+    /// What a run just taken from the queue asks for; `None` if it could not be read (it was
+    /// failed, kept for inspection).
+    async fn work_of(&self, run: RunRecord) -> Result<Option<Work>, StoreError> {
+        let decision = run
+            .decision_record
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<Decision>(text).ok());
+        let Some(decision) = decision else {
+            return Ok(Some(Work::Start(Box::new(run))));
+        };
+        let readable = match run.configuration.clone() {
+            Some(configuration) => self
+                .loops
+                .tool_loop(&configuration)
+                .ok()
+                .zip(
+                    SuspendedState::from_json(run.suspended_state.as_deref().unwrap_or_default())
+                        .ok(),
+                )
+                .map(|(tool_loop, state)| (configuration, tool_loop, state)),
+            None => None,
+        };
+        let Some((configuration, tool_loop, state)) = readable else {
+            tracing::error!(run_id = %run.id, "a claimed run's state or configuration cannot be read");
+            self.fail_corrupted(
+                &run,
+                "The run's saved state could not be read; it is kept for inspection.",
+            )
+            .await?;
+            return Ok(None);
+        };
+        let approved_bases = run
+            .approved_bases
+            .as_deref()
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_default();
+        Ok(Some(Work::Decided(Box::new(ClaimedRun {
+            id: run.id,
+            version: run.version,
+            last_sequence: run.last_sequence,
+            state,
+            configuration,
+            tool_loop,
+            decision,
+            decided_by: run.decided_by.clone().unwrap_or_default(),
+            verdict: verdict_of_record(&run),
+            recovering: false,
+            approved_bases,
+            cancel: run.cancel_requested.clone(),
+        }))))
+    }
+
+    /// Does work taken from the queue, until the run completes, fails or suspends.
+    pub async fn work(&self, work: Work) -> Result<RunRecord, ServiceError> {
+        match work {
+            Work::Start(run) => self.drive(*run).await,
+            Work::Decided(claimed) => Ok(self.carry_out_here(*claimed).await?),
+        }
     }
 
     /// Drives a run from its first round (or, for a continuation, from the transcript it
@@ -366,40 +488,50 @@ impl RunService {
             actor: run.requested_by.clone(),
             ..RunContext::default()
         };
-        let outcome = match self.loops.tool_loop(&configuration) {
-            Ok(tool_loop) => {
-                let input = match &configuration.continues {
-                    Some(continuation) => {
-                        sink.emit(Event::Recovered {
-                            resumes_at: format!(
-                                "continues run {} from its journal: {}",
-                                continuation.parent, continuation.note
-                            ),
-                        });
-                        RunInput {
-                            transcript: Some(continuation.transcript.clone()),
-                            settings: configuration.settings.clone(),
-                            ..RunInput::default()
+        let work = async {
+            match self.loops.tool_loop(&configuration) {
+                Ok(tool_loop) => {
+                    let input = match &configuration.continues {
+                        Some(continuation) => {
+                            sink.emit(Event::Recovered {
+                                resumes_at: format!(
+                                    "continues run {} from its journal: {}",
+                                    continuation.parent, continuation.note
+                                ),
+                            });
+                            RunInput {
+                                transcript: Some(continuation.transcript.clone()),
+                                settings: configuration.settings.clone(),
+                                ..RunInput::default()
+                            }
                         }
-                    }
-                    None => RunInput {
-                        system_prompt: configuration.system_prompt.clone(),
-                        skills: configuration.skills.clone(),
-                        messages: vec![Message::user(configuration.prompt.clone())],
-                        settings: configuration.settings.clone(),
-                        transcript: None,
-                    },
-                };
-                tool_loop.run(input, &ctx, &sink).await
+                        None => RunInput {
+                            system_prompt: configuration.system_prompt.clone(),
+                            skills: configuration.skills.clone(),
+                            messages: vec![Message::user(configuration.prompt.clone())],
+                            settings: configuration.settings.clone(),
+                            transcript: None,
+                        },
+                    };
+                    tool_loop.run(input, &ctx, &sink).await
+                }
+                Err(message) => Err(LoopError::Provider {
+                    error: crate::provider::ProviderError::permanent(message),
+                    counters: Counters::default(),
+                    transcript: Vec::new(),
+                    approved_ran: Vec::new(),
+                }),
             }
-            Err(message) => Err(LoopError::Provider {
-                error: crate::provider::ProviderError::permanent(message),
-                counters: Counters::default(),
-                transcript: Vec::new(),
-                approved_ran: Vec::new(),
-            }),
         };
-        self.persist(run.id, run.version, &configuration, outcome, &sink, None)
+        let segment = Segment {
+            id: run.id,
+            version: run.version,
+            configuration: &configuration,
+            counters: run.counters,
+            sink: &sink,
+            verdict: None,
+        };
+        self.drive_segment(segment, run.cancel_requested.clone(), work)
             .await?;
         Ok(self
             .store
@@ -557,7 +689,12 @@ impl RunService {
         let round = state.counters.iterations;
         let now = self.clock.now_ms();
         let answered: Vec<&str> = state.answered.iter().map(|a| a.call_id.as_str()).collect();
+        let approved_bases: BTreeMap<String, String> = previews
+            .iter()
+            .filter_map(|p| Some((p.call_id.clone(), p.basis()?.to_owned())))
+            .collect();
         let claim = ClaimRecord {
+            approved_bases: serde_json::to_string(&approved_bases).unwrap_or_default(),
             decided_by: decided_by.to_owned(),
             verdict,
             decision: serde_json::to_string(&decision).unwrap_or_default(),
@@ -596,14 +733,10 @@ impl RunService {
             Claim::Lost(winner) => return Err(ResumeError::NotWaiting(winner)),
         };
         if let Some(listener) = &self.listener {
-            listener.status(id, RunStatus::Running);
             listener.event(id, &claim.events[0]);
+            listener.status(id, RunStatus::Queued);
         }
         failpoint::reach("after_claim_commit");
-        let approved_bases = previews
-            .iter()
-            .filter_map(|p| Some((p.call_id.clone(), p.basis()?.to_owned())))
-            .collect();
         Ok(ClaimedRun {
             id,
             version,
@@ -616,6 +749,7 @@ impl RunService {
             verdict,
             recovering: false,
             approved_bases,
+            cancel: None,
         })
     }
 
@@ -668,8 +802,25 @@ impl RunService {
         Ok(())
     }
 
-    /// Runs a claimed run on from its decision until it completes, fails or suspends again.
+    /// Takes a claimed run from the queue here, at once, and runs it on from its decision until
+    /// it completes, fails or suspends again (headless programs and tests; the app leaves the
+    /// queue to its workers). If a worker took it first, the run as it is now.
     pub async fn continue_claimed(&self, claimed: ClaimedRun) -> Result<RunRecord, StoreError> {
+        let id = claimed.id;
+        let Some(taken) = self.store.take_run(id, self.clock.now_ms()).await? else {
+            return self.store.get(id).await?.ok_or(StoreError::NotFound(id));
+        };
+        self.notify_status(id, RunStatus::Running);
+        let claimed = ClaimedRun {
+            version: taken.version,
+            cancel: taken.cancel_requested,
+            ..claimed
+        };
+        self.carry_out_here(claimed).await
+    }
+
+    /// Carries out a claimed decision that this instance holds.
+    async fn carry_out_here(&self, claimed: ClaimedRun) -> Result<RunRecord, StoreError> {
         let sink = SegmentSink::new(self, claimed.id, claimed.last_sequence);
         self.carry_out(claimed, &sink).await
     }
@@ -688,19 +839,19 @@ impl RunService {
             decision_recorded: true,
             recovering: claimed.recovering,
         };
-        let outcome = claimed
+        let work = claimed
             .tool_loop
-            .resume(&claimed.state, &claimed.decision, &ctx, sink)
-            .await;
-        self.persist(
+            .resume(&claimed.state, &claimed.decision, &ctx, sink);
+        let segment = Segment {
             id,
-            claimed.version,
-            &claimed.configuration,
-            outcome,
+            version: claimed.version,
+            configuration: &claimed.configuration,
+            counters: claimed.state.counters,
             sink,
-            Some(claimed.verdict),
-        )
-        .await?;
+            verdict: Some(claimed.verdict),
+        };
+        self.drive_segment(segment, claimed.cancel.clone(), work)
+            .await?;
         self.store.get(id).await?.ok_or(StoreError::NotFound(id))
     }
 
@@ -797,6 +948,7 @@ impl RunService {
                 verdict: verdict_of_record(&run),
                 recovering: true,
                 approved_bases: BTreeMap::new(),
+                cancel: run.cancel_requested.clone(),
             };
             return Ok(self.carry_out(claimed, &sink).await?);
         }
@@ -921,8 +1073,114 @@ impl RunService {
             .store
             .cancel(id, by, reason, self.clock.now_ms())
             .await?;
-        self.notify_status(id, RunStatus::Cancelled);
+        match (run.status, run.cancel_requested.clone()) {
+            (RunStatus::Running, Some(request)) => {
+                // Stops at once if it runs here; else the instance driving it hears of it at
+                // its next heartbeat.
+                self.interrupt(id, request);
+            }
+            _ => self.notify_status(id, RunStatus::Cancelled),
+        }
         Ok(run)
+    }
+
+    /// Stops the segment of run `id` that runs here, if one does, at its next step; `false` if
+    /// none does.
+    pub fn interrupt(&self, id: Uuid, request: CancelRequest) -> bool {
+        self.interrupts.interrupt(id, request)
+    }
+
+    /// Drives a segment with `work`, unless a cancel comes first (`already`: asked before it
+    /// began), and persists how it ends.
+    async fn drive_segment(
+        &self,
+        segment: Segment<'_>,
+        already: Option<CancelRequest>,
+        work: impl std::future::Future<Output = Result<LoopOutcome, LoopError>>,
+    ) -> Result<(), StoreError> {
+        let mut watched = self.interrupts.watch(segment.id, already);
+        let outcome = watched.run(work).await;
+        let late = watched.requested();
+        drop(watched);
+        match (outcome, late) {
+            // Asked to stop as it was about to wait for a person: it stops instead.
+            (Ok(Ok(LoopOutcome::Suspended(_))), Some(request)) | (Err(request), _) => {
+                let events = segment.sink.take();
+                self.end_cancelled(&segment, events, request).await
+            }
+            (Ok(outcome), _) => self.persist(&segment, outcome).await,
+        }
+    }
+
+    /// Ends a running segment as cancelled, with its steps so far: what was in flight is
+    /// abandoned, and an approved call dispatched without a journaled result is named as
+    /// outcome unknown.
+    async fn end_cancelled(
+        &self,
+        segment: &Segment<'_>,
+        mut events: Vec<SequencedEvent>,
+        request: CancelRequest,
+    ) -> Result<(), StoreError> {
+        let answered: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Tool {
+                    call_id,
+                    executed: true,
+                    on_resume: true,
+                    ..
+                } => Some(call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let unknown: Vec<UnknownStep> = self
+            .store
+            .effects(segment.id)
+            .await?
+            .into_iter()
+            .filter(|e| e.result.is_none() && !answered.contains(&e.call_id.as_str()))
+            .map(|e| UnknownStep {
+                call_id: e.call_id,
+                tool: e.tool,
+                effect_key: e.effect_key,
+                dispatched_at_ms: e.dispatched_at_ms,
+            })
+            .collect();
+        let abandoned = match events.last().map(|e| &e.event) {
+            Some(Event::Request { .. }) => "a model call in flight was abandoned",
+            _ if !unknown.is_empty() => "the approved calls in flight were abandoned",
+            _ => "it stopped between steps",
+        };
+        segment.sink.emit(Event::Cancelled {
+            by: request.by.clone(),
+            reason: request.reason.clone(),
+            abandoned: Some(abandoned.to_owned()),
+            unknown,
+        });
+        events.extend(segment.sink.take());
+        let finish = Finish {
+            status: RunStatus::Cancelled,
+            reason: TerminationReason::Cancelled,
+            counters: segment.counters,
+            truncated: false,
+            final_answer: None,
+            error_summary: None,
+            estimated_cost_micros: self
+                .loops
+                .estimate_cost_micros(segment.configuration, segment.counters.usage),
+        };
+        tracing::info!(run_id = %segment.id, by = %request.by, abandoned, "a running run was cancelled");
+        self.store
+            .finish(
+                segment.id,
+                segment.version,
+                &finish,
+                &events,
+                self.clock.now_ms(),
+            )
+            .await?;
+        self.notify_status(segment.id, RunStatus::Cancelled);
+        Ok(())
     }
 
     async fn lost(&self, id: Uuid) -> ResumeError {
@@ -936,18 +1194,23 @@ impl RunService {
     /// Writes the end of a segment: suspended again, completed, or failed — with its events.
     async fn persist(
         &self,
-        id: Uuid,
-        version: i64,
-        configuration: &RunConfiguration,
+        segment: &Segment<'_>,
         outcome: Result<LoopOutcome, LoopError>,
-        sink: &SegmentSink,
-        verdict: Option<Verdict>,
     ) -> Result<(), StoreError> {
+        let Segment {
+            id,
+            version,
+            configuration,
+            sink,
+            verdict,
+            ..
+        } = *segment;
         let events = sink.take();
         let now = self.clock.now_ms();
         match outcome {
             Ok(LoopOutcome::Suspended(state)) => {
-                self.store
+                match self
+                    .store
                     .suspend(
                         id,
                         version,
@@ -956,7 +1219,14 @@ impl RunService {
                         now,
                         approval_deadline(configuration, now),
                     )
-                    .await?;
+                    .await
+                {
+                    // A cancel asked for on another instance came first: it stops instead.
+                    Err(StoreError::CancelRequested { request, .. }) => {
+                        return self.end_cancelled(segment, events, request).await;
+                    }
+                    other => other?,
+                };
                 self.notify_status(id, RunStatus::WaitingForApproval);
             }
             Ok(LoopOutcome::Completed(done)) => {

@@ -90,6 +90,29 @@ pub struct RunRecord {
     pub finished_at_ms: Option<i64>,
     /// While it waits: when the turn expires if nobody decides.
     pub approval_deadline_ms: Option<i64>,
+    /// While it is queued: since when (its place in the queue).
+    pub queued_at_ms: Option<i64>,
+    /// A claimed decision's preview bases by call id (JSON), as taken at the claim.
+    pub approved_bases: Option<String>,
+    /// While it runs: a cancel asked for, which the instance driving it carries out at its next
+    /// step.
+    pub cancel_requested: Option<CancelRequest>,
+}
+
+/// Who asked to cancel a run, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelRequest {
+    pub by: String,
+    pub reason: Option<String>,
+}
+
+/// What renewing a lease found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Renewal {
+    /// Still held by this instance, with the cancel asked for meanwhile, if any.
+    Held(Option<CancelRequest>),
+    /// No longer held: the run stopped running, or another instance took it over.
+    Gone,
 }
 
 /// An event with the sequence number it is stored under.
@@ -145,6 +168,9 @@ pub struct ClaimRecord {
     pub events: Vec<SequencedEvent>,
     /// The approved calls, dispatched.
     pub dispatched: Vec<Dispatch>,
+    /// Each approved call's preview basis by call id (JSON), for whichever instance carries the
+    /// decision out.
+    pub approved_bases: String,
 }
 
 /// An approved call about to run.
@@ -228,6 +254,9 @@ pub enum StoreError {
     /// renewing, and another instance's reaper took the run over).
     #[error("run {id} is driven by another instance now; this one lost its lease")]
     LeaseLost { id: Uuid },
+    /// The run was to suspend, but an operator asked to cancel it meanwhile.
+    #[error("run {id} was asked to stop by {}", request.by)]
+    CancelRequested { id: Uuid, request: CancelRequest },
     #[error("database error: {0}")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("stored data is not valid: {0}")]
@@ -237,8 +266,22 @@ pub enum StoreError {
 /// Runs and their events, durable.
 #[async_trait]
 pub trait RunStore: Send + Sync {
-    /// Inserts a new run in `running`.
-    async fn create(&self, run: &NewRun, now_ms: i64) -> Result<RunRecord, StoreError>;
+    /// Inserts a new run: `queued` for any instance's worker, or (`drive_here`) `running` under
+    /// this instance's lease, for a caller that drives it at once.
+    async fn create(
+        &self,
+        run: &NewRun,
+        now_ms: i64,
+        drive_here: bool,
+    ) -> Result<RunRecord, StoreError>;
+    /// Takes up to `limit` queued runs, oldest first, for this instance: each becomes `running`
+    /// under its lease, at a new version. Runs another instance is taking at the same moment are
+    /// skipped, never taken twice.
+    async fn take_queued(&self, now_ms: i64, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
+    /// Takes queued run `id` for this instance (`None`: not queued, or taken by someone else).
+    async fn take_run(&self, id: Uuid, now_ms: i64) -> Result<Option<RunRecord>, StoreError>;
+    /// A queued run's place in the queue (1 = next); `None` if it is not queued.
+    async fn queue_position(&self, id: Uuid) -> Result<Option<u64>, StoreError>;
     /// `running` → `waiting_for_approval`, storing the state and the segment's events, and when
     /// the turn expires if nobody decides (`deadline_ms`).
     async fn suspend(
@@ -250,8 +293,8 @@ pub trait RunStore: Send + Sync {
         now_ms: i64,
         deadline_ms: Option<i64>,
     ) -> Result<i64, StoreError>;
-    /// `waiting_for_approval` → `running` if the run is still at `version`; exactly one caller
-    /// wins. The same commit journals the whole decision (its step, the record on the run) and a
+    /// `waiting_for_approval` → `queued` if the run is still at `version`; exactly one caller
+    /// wins, and a worker of any instance carries the decision out. The same commit journals the whole decision (its step, the record on the run) and a
     /// `dispatched` record for every approved call, before any of them runs.
     async fn claim_for_resume(
         &self,
@@ -279,7 +322,9 @@ pub trait RunStore: Send + Sync {
         event: &Event,
         now_ms: i64,
     ) -> Result<(), StoreError>;
-    /// `queued | waiting_for_*` → `cancelled`, with a step that says who and why.
+    /// `queued | waiting_for_*` → `cancelled`, with a step that says who and why. A running run
+    /// stays running with the request recorded ([`RunRecord::cancel_requested`]): the instance
+    /// driving it stops it at its next step.
     async fn cancel(
         &self,
         id: Uuid,
@@ -306,9 +351,10 @@ pub trait RunStore: Send + Sync {
         waiting_before_ms: i64,
         chunk: u32,
     ) -> Result<PurgeReport, StoreError>;
-    /// Extends this instance's lease on a running run it drives; `false` if it no longer holds
-    /// it (the run stopped running, or another instance took it over).
-    async fn renew_lease(&self, id: Uuid, now_ms: i64) -> Result<bool, StoreError>;
+    /// Extends this instance's lease on a running run it drives, and says whether someone asked
+    /// to cancel it; `Gone` if it no longer holds it (the run stopped running, or another
+    /// instance took it over).
+    async fn renew_lease(&self, id: Uuid, now_ms: i64) -> Result<Renewal, StoreError>;
     /// Waiting runs whose approval deadline passed before `now_ms`, the longest overdue first.
     async fn expired_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError>;
     /// Running runs whose lease ran out by `now_ms`, the longest expired first.

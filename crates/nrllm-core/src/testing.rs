@@ -161,6 +161,10 @@ impl Tool for WriteNote {
 
     async fn call(&self, args: NoteArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
         self.0.record(Self::NAME, json!({"text": args.text}));
+        if args.text == "hang" {
+            // An effect that never finishes (until the run is cancelled).
+            std::future::pending::<()>().await;
+        }
         Ok(format!("wrote: {}", args.text))
     }
 

@@ -10,8 +10,9 @@ use nrllm_core::events::Event;
 use nrllm_core::failpoint;
 use nrllm_core::state::{Counters, SuspendedState};
 use nrllm_core::store::{
-    Claim, ClaimRecord, EffectRecord, Finish, NewRun, PurgeReport, RunFilter, RunRecord, RunStatus,
-    RunStore, SequencedEvent, StoreError, StoredEvent, TerminationReason, WaitingFilter,
+    CancelRequest, Claim, ClaimRecord, EffectRecord, Finish, NewRun, PurgeReport, Renewal,
+    RunFilter, RunRecord, RunStatus, RunStore, SequencedEvent, StoreError, StoredEvent,
+    TerminationReason, WaitingFilter,
 };
 use nrllm_core::transcript::ToolOutcome;
 use sqlx::any::AnyRow;
@@ -46,7 +47,7 @@ const RUN_COLUMNS: &str =
     prompt_tokens, completion_tokens, estimated_cost_micros, termination_reason, error_summary, \
     final_answer, suspended_state, decided_by, decided_at_ms, decision, decision_record, version, \
     last_sequence, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms, \
-    approval_deadline_ms";
+    approval_deadline_ms, queued_at_ms, approved_bases, cancel_by, cancel_reason";
 
 impl SqlRunStore {
     /// A store on an open, migrated database.
@@ -211,19 +212,44 @@ impl SqlRunStore {
             .collect())
     }
 
+    /// The take-from-the-queue update `sql` with its first five parameters bound: running, this
+    /// instance's lease from `now_ms`, from queued.
+    fn bind_take<'q>(
+        &'q self,
+        sql: &'q str,
+        now_ms: i64,
+    ) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
+        sqlx::query(sql)
+            .bind(RunStatus::Running.as_str())
+            .bind(&*self.owner)
+            .bind(now_ms + self.lease_ms)
+            .bind(now_ms)
+            .bind(RunStatus::Queued.as_str())
+    }
+
     /// Explains a fenced update that matched no row.
     async fn refusal(&self, id: Uuid, expected: i64) -> StoreError {
-        let owner: Option<String> =
-            sqlx::query_scalar("SELECT lease_owner FROM agent_run WHERE id = $1 AND status = $2")
-                .bind(id.to_string())
-                .bind(RunStatus::Running.as_str())
-                .fetch_optional(self.db.pool())
-                .await
-                .ok()
-                .flatten()
-                .flatten();
-        if owner.is_some_and(|owner| *owner != *self.owner) {
-            return StoreError::LeaseLost { id };
+        let running = sqlx::query(
+            "SELECT lease_owner, cancel_by, cancel_reason FROM agent_run WHERE id = $1 AND status = $2",
+        )
+        .bind(id.to_string())
+        .bind(RunStatus::Running.as_str())
+        .fetch_optional(self.db.pool())
+        .await
+        .ok()
+        .flatten();
+        if let Some(row) = running {
+            let owner: Option<String> = row.try_get("lease_owner").ok().flatten();
+            if owner.is_some_and(|owner| *owner != *self.owner) {
+                return StoreError::LeaseLost { id };
+            }
+            if let Ok(Some(by)) = row.try_get::<Option<String>, _>("cancel_by") {
+                let reason = row.try_get("cancel_reason").ok().flatten();
+                return StoreError::CancelRequested {
+                    id,
+                    request: CancelRequest { by, reason },
+                };
+            }
         }
         match self.status_of(id).await {
             Ok(run) if run.status.is_terminal() => StoreError::AlreadySettled {
@@ -243,6 +269,7 @@ async fn insert_events(
     id: Uuid,
     events: &[SequencedEvent],
 ) -> Result<(), StoreError> {
+    let run = id;
     let id = id.to_string();
     // The log is a hash chain per run: each row follows the last one written.
     let mut prev: String = sqlx::query_scalar(
@@ -311,8 +338,14 @@ async fn insert_events(
         .await.map_err(backend)?;
         prev = hash;
     }
-    // On Postgres every instance hears of the commit (delivered only if it commits), so their
-    // live streams read the new steps (`crate::notify`).
+    // Every instance hears of the commit, so their live streams read the new steps.
+    announce(tx, run).await
+}
+
+/// On Postgres, tells every instance that run `id` changed when — and only if — `tx` commits
+/// (`crate::notify`): live streams read its new steps, workers look at the queue, the instance
+/// driving it reads a cancel. Nothing on SQLite (one instance).
+async fn announce(tx: &mut Transaction<'static, Any>, id: Uuid) -> Result<(), StoreError> {
     if tx.backend_name() == "PostgreSQL" {
         // The payload is a run id we formatted: nothing in it needs quoting.
         sqlx::query(&format!("NOTIFY {}, '{id}'", crate::notify::CHANNEL))
@@ -399,31 +432,166 @@ fn read_run(row: &AnyRow) -> Result<RunRecord, StoreError> {
         started_at_ms: row.try_get("started_at_ms").map_err(backend)?,
         finished_at_ms: row.try_get("finished_at_ms").map_err(backend)?,
         approval_deadline_ms: row.try_get("approval_deadline_ms").map_err(backend)?,
+        queued_at_ms: row.try_get("queued_at_ms").map_err(backend)?,
+        approved_bases: row.try_get("approved_bases").map_err(backend)?,
+        cancel_requested: row
+            .try_get::<Option<String>, _>("cancel_by")
+            .map_err(backend)?
+            .map(|by| {
+                Ok::<_, StoreError>(CancelRequest {
+                    by,
+                    reason: row.try_get("cancel_reason").map_err(backend)?,
+                })
+            })
+            .transpose()?,
     })
 }
 
 #[async_trait]
 impl RunStore for SqlRunStore {
-    async fn create(&self, run: &NewRun, now_ms: i64) -> Result<RunRecord, StoreError> {
+    async fn create(
+        &self,
+        run: &NewRun,
+        now_ms: i64,
+        drive_here: bool,
+    ) -> Result<RunRecord, StoreError> {
         let configuration = serde_json::to_string(&run.configuration)
             .map_err(|err| StoreError::Corrupt(err.to_string()))?;
+        let (status, owner, until, queued) = if drive_here {
+            (
+                RunStatus::Running,
+                Some(&*self.owner),
+                now_ms + self.lease_ms,
+                None,
+            )
+        } else {
+            (RunStatus::Queued, None, 0, Some(now_ms))
+        };
+        let mut tx = self.db.pool().begin().await.map_err(backend)?;
         sqlx::query(
             "INSERT INTO agent_run (id, status, configuration, requested_by, truncated, version, last_sequence, \
-             created_at_ms, updated_at_ms, started_at_ms, provider, lease_owner, lease_until_ms) \
-             VALUES ($1, $2, $3, $4, 0, 0, 0, $5, $5, $5, $6, $7, $8)",
+             created_at_ms, updated_at_ms, started_at_ms, provider, lease_owner, lease_until_ms, queued_at_ms) \
+             VALUES ($1, $2, $3, $4, 0, 0, 0, $5, $5, $9, $6, $7, $8, $10)",
         )
         .bind(run.id.to_string())
-        .bind(RunStatus::Running.as_str())
+        .bind(status.as_str())
         .bind(configuration)
         .bind(&run.requested_by)
         .bind(now_ms)
         .bind(&run.configuration.provider)
-        .bind(&*self.owner)
-        .bind(now_ms + self.lease_ms)
-        .execute(self.db.pool())
+        .bind(owner)
+        .bind(until)
+        .bind(drive_here.then_some(now_ms))
+        .bind(queued)
+        .execute(&mut *tx)
         .await.map_err(backend)?;
+        if queued.is_some() {
+            announce(&mut tx, run.id).await?;
+        }
+        tx.commit().await.map_err(backend)?;
         self.committed();
         self.status_of(run.id).await
+    }
+
+    async fn take_queued(&self, now_ms: i64, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let take = format!(
+            "UPDATE agent_run SET status = $1, lease_owner = $2, lease_until_ms = $3, \
+             version = version + 1, updated_at_ms = $4, \
+             started_at_ms = COALESCE(started_at_ms, $4), queued_at_ms = NULL \
+             WHERE status = $5 AND {{}} RETURNING {RUN_COLUMNS}"
+        );
+        let mut tx = self.write_tx().await.map_err(backend)?;
+        let rows = match self.db.backend() {
+            // One statement; rows another instance is taking right now are skipped, not waited
+            // for.
+            Backend::Postgres => {
+                // The pick is a CTE so that it runs once: as a plain `IN (…)` subquery the
+                // planner may run it again for every row, and each run skips the rows just
+                // taken — taking them all.
+                let sql = format!(
+                    "WITH next AS (SELECT id FROM agent_run WHERE status = $5 \
+                     ORDER BY queued_at_ms, id LIMIT $6 FOR UPDATE SKIP LOCKED) {}",
+                    take.replace("{}", "id IN (SELECT id FROM next)")
+                );
+                self.bind_take(&sql, now_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(backend)?
+            }
+            // The immediate transaction lets one taker in at a time: pick, then take each (SQLite
+            // would evaluate a LIMIT subquery again as the update goes).
+            Backend::Sqlite => {
+                let ids: Vec<String> = sqlx::query_scalar(
+                    "SELECT id FROM agent_run WHERE status = $1 ORDER BY queued_at_ms, id LIMIT $2",
+                )
+                .bind(RunStatus::Queued.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(backend)?;
+                let sql = take.replace("{}", "id = $6");
+                let mut rows = Vec::with_capacity(ids.len());
+                for id in ids {
+                    if let Some(row) = self
+                        .bind_take(&sql, now_ms)
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(backend)?
+                    {
+                        rows.push(row);
+                    }
+                }
+                rows
+            }
+        };
+        let mut runs = rows.iter().map(read_run).collect::<Result<Vec<_>, _>>()?;
+        tx.commit().await.map_err(backend)?;
+        if !runs.is_empty() {
+            self.committed();
+        }
+        runs.sort_by_key(|run| (run.updated_at_ms, run.id));
+        Ok(runs)
+    }
+
+    async fn take_run(&self, id: Uuid, now_ms: i64) -> Result<Option<RunRecord>, StoreError> {
+        let row = sqlx::query(&format!(
+            "UPDATE agent_run SET status = $1, lease_owner = $2, lease_until_ms = $3, \
+             version = version + 1, updated_at_ms = $4, \
+             started_at_ms = COALESCE(started_at_ms, $4), queued_at_ms = NULL \
+             WHERE id = $5 AND status = $6 RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(RunStatus::Running.as_str())
+        .bind(&*self.owner)
+        .bind(now_ms + self.lease_ms)
+        .bind(now_ms)
+        .bind(id.to_string())
+        .bind(RunStatus::Queued.as_str())
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(backend)?;
+        if row.is_some() {
+            self.committed();
+        }
+        row.as_ref().map(read_run).transpose()
+    }
+
+    async fn queue_position(&self, id: Uuid) -> Result<Option<u64>, StoreError> {
+        let ahead: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM agent_run q JOIN agent_run r ON r.id = $1 \
+             WHERE r.status = $2 AND q.status = $2 AND (q.queued_at_ms < r.queued_at_ms \
+             OR (q.queued_at_ms = r.queued_at_ms AND q.id <= r.id))",
+        )
+        .bind(id.to_string())
+        .bind(RunStatus::Queued.as_str())
+        .fetch_one(self.db.pool())
+        .await
+        .map_err(backend)?;
+        Ok(u64::try_from(ahead).ok().filter(|n| *n > 0))
     }
 
     async fn suspend(
@@ -443,7 +611,8 @@ impl RunStore for SqlRunStore {
              version = version + 1, updated_at_ms = $9, pending_tools = $13, \
              decided_by = NULL, decided_at_ms = NULL, decision = NULL, decision_record = NULL, \
              lease_owner = NULL, lease_until_ms = 0, approval_deadline_ms = $15 \
-             WHERE id = $10 AND status = $11 AND version = $12 AND lease_owner = $14",
+             WHERE id = $10 AND status = $11 AND version = $12 AND lease_owner = $14 \
+             AND cancel_by IS NULL",
         )
         .bind(RunStatus::WaitingForApproval.as_str())
         .bind(state.to_json())
@@ -486,11 +655,12 @@ impl RunStore for SqlRunStore {
             "UPDATE agent_run SET status = $1, decided_by = $2, decided_at_ms = $3, decision = $4, \
              decision_record = $5, version = version + 1, updated_at_ms = $3, \
              last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END, \
-             lease_owner = $10, lease_until_ms = $11 \
+             lease_owner = NULL, lease_until_ms = 0, queued_at_ms = $3, approved_bases = $10, \
+             approval_deadline_ms = NULL \
              WHERE id = $7 AND status = $8 AND version = $9 \
              RETURNING version",
         )
-        .bind(RunStatus::Running.as_str())
+        .bind(RunStatus::Queued.as_str())
         .bind(&claim.decided_by)
         .bind(now_ms)
         .bind(claim.verdict.as_str())
@@ -499,8 +669,7 @@ impl RunStore for SqlRunStore {
         .bind(id.to_string())
         .bind(RunStatus::WaitingForApproval.as_str())
         .bind(version)
-        .bind(&*self.owner)
-        .bind(now_ms + self.lease_ms)
+        .bind(&claim.approved_bases)
         .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?;
@@ -657,6 +826,26 @@ impl RunStore for SqlRunStore {
         .await
         .map_err(backend)?;
         let Some(row) = row else {
+            // Running: the request is recorded (the first one stands), and the instance driving
+            // the run stops it at its next step.
+            let requested = sqlx::query(
+                "UPDATE agent_run SET cancel_by = COALESCE(cancel_by, $1), \
+                 cancel_reason = CASE WHEN cancel_by IS NULL THEN $2 ELSE cancel_reason END \
+                 WHERE id = $3 AND status = $4",
+            )
+            .bind(by)
+            .bind(reason)
+            .bind(id.to_string())
+            .bind(RunStatus::Running.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+            if requested.rows_affected() == 1 {
+                announce(&mut tx, id).await?;
+                tx.commit().await.map_err(backend)?;
+                self.committed();
+                return self.status_of(id).await;
+            }
             drop(tx);
             let run = self.status_of(id).await?;
             return Err(StoreError::InvalidTransition {
@@ -670,6 +859,8 @@ impl RunStore for SqlRunStore {
             event: Event::Cancelled {
                 by: by.to_owned(),
                 reason: reason.map(str::to_owned),
+                abandoned: None,
+                unknown: Vec::new(),
             },
             created_at_ms: now_ms,
         };
@@ -854,19 +1045,29 @@ impl RunStore for SqlRunStore {
         }
     }
 
-    async fn renew_lease(&self, id: Uuid, now_ms: i64) -> Result<bool, StoreError> {
+    async fn renew_lease(&self, id: Uuid, now_ms: i64) -> Result<Renewal, StoreError> {
         let renewed = sqlx::query(
             "UPDATE agent_run SET lease_until_ms = $1 \
-             WHERE id = $2 AND status = $3 AND lease_owner = $4",
+             WHERE id = $2 AND status = $3 AND lease_owner = $4 RETURNING cancel_by, cancel_reason",
         )
         .bind(now_ms + self.lease_ms)
         .bind(id.to_string())
         .bind(RunStatus::Running.as_str())
         .bind(&*self.owner)
-        .execute(self.db.pool())
+        .fetch_optional(self.db.pool())
         .await
         .map_err(backend)?;
-        Ok(renewed.rows_affected() == 1)
+        let Some(row) = renewed else {
+            return Ok(Renewal::Gone);
+        };
+        let by: Option<String> = row.try_get("cancel_by").map_err(backend)?;
+        Ok(Renewal::Held(match by {
+            Some(by) => Some(CancelRequest {
+                by,
+                reason: row.try_get("cancel_reason").map_err(backend)?,
+            }),
+            None => None,
+        }))
     }
 
     async fn expired_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {

@@ -765,6 +765,12 @@ async fn recovery_goes_on_from_the_journal_and_never_reruns_an_unknown_effect() 
             .claim(claimed.id, &Decision::ApproveAll, "bob", None)
             .await
             .unwrap();
+        // A worker took the claimed decision, then the server stopped.
+        s.store
+            .take_run(claimed.id, now_ms())
+            .await
+            .unwrap()
+            .unwrap();
         let waiting = s
             .service
             .start(configuration("write b"), "alice")
@@ -775,12 +781,13 @@ async fn recovery_goes_on_from_the_journal_and_never_reruns_an_unknown_effect() 
             .start(configuration("say"), "alice")
             .await
             .unwrap();
-        // Created but cut off before its first model call.
+        // Created, taken by a worker, but cut off before its first model call.
         let fresh = s
             .service
             .create(configuration("never driven"), "alice")
             .await
             .unwrap();
+        let fresh = s.store.take_run(fresh.id, now_ms()).await.unwrap().unwrap();
         assert_eq!(done.status, RunStatus::Completed);
 
         // A run cut off before any effect asks the model again.
@@ -905,12 +912,17 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
                     requested_by: "alice".into(),
                 },
                 now,
+                true,
             )
             .await
             .unwrap();
         // Held and renewed by A: nobody reaps it, B cannot take it.
-        assert!(a.renew_lease(run.id, now).await.unwrap(), "{}", db.name);
-        assert!(!b.renew_lease(run.id, now).await.unwrap());
+        assert!(
+            held(a.renew_lease(run.id, now).await.unwrap()),
+            "{}",
+            db.name
+        );
+        assert!(!held(b.renew_lease(run.id, now).await.unwrap()));
         assert!(b.expired_leases(now + 10, 10).await.unwrap().is_empty());
         assert!(!b.take_lease(run.id, now + 10, false).await.unwrap());
 
@@ -927,12 +939,15 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
             "{}: one reaper wins",
             db.name
         );
-        let (winner, loser) = if b.renew_lease(run.id, later).await.unwrap() {
+        let (winner, loser) = if held(b.renew_lease(run.id, later).await.unwrap()) {
             (b.clone(), c.clone())
         } else {
             (c.clone(), b.clone())
         };
-        assert!(!loser.renew_lease(run.id, later).await.unwrap());
+        assert_eq!(
+            loser.renew_lease(run.id, later).await.unwrap(),
+            nrllm_core::store::Renewal::Gone
+        );
 
         // A wakes up and writes its segment: refused, and nothing is written.
         let state = nrllm_core::state::SuspendedState {
@@ -985,7 +1000,7 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
             .finish(run.id, run.version, &finish, &events, later)
             .await
             .unwrap();
-        assert!(!winner.renew_lease(run.id, later).await.unwrap());
+        assert!(!held(winner.renew_lease(run.id, later).await.unwrap()));
         assert!(winner
             .expired_leases(later + 10 * lease_ms, 10)
             .await
@@ -1038,7 +1053,7 @@ async fn purge_racing_a_claim_never_deletes_the_claimed_run() {
                 Ok(_) => {
                     claimed += 1;
                     let stored = stored.expect("a claimed run is never purged");
-                    assert_eq!(stored.status, RunStatus::Running, "{}", db.name);
+                    assert_eq!(stored.status, RunStatus::Queued, "{}", db.name);
                     assert_eq!(purge.runs, 0);
                 }
                 Err(err) => {
@@ -1161,6 +1176,250 @@ async fn an_overdue_turn_is_found_and_expires_once_and_the_model_reads_it() {
         assert!(last.contains("before the approval deadline"), "{last}");
         let text = ResumeError::NotWaiting(Box::new(done)).to_string();
         assert!(text.starts_with("expired at "), "{text}");
+        db.cleanup().await;
+    }
+}
+
+fn held(renewal: nrllm_core::store::Renewal) -> bool {
+    matches!(renewal, nrllm_core::store::Renewal::Held(_))
+}
+
+fn new_run(prompt: &str) -> nrllm_core::store::NewRun {
+    nrllm_core::store::NewRun {
+        id: uuid::Uuid::now_v7(),
+        configuration: configuration(prompt),
+        requested_by: "alice".into(),
+    }
+}
+
+#[tokio::test]
+async fn queued_runs_are_taken_oldest_first_each_by_exactly_one_of_two_takers() {
+    for db in backends().await {
+        let one = SqlRunStore::new(db.db.clone()).with_lease("one", 30_000);
+        let two = SqlRunStore::new(db.db.clone()).with_lease("two", 30_000);
+        let mut ids = Vec::new();
+        for n in 0..30 {
+            let run = one.create(&new_run("q"), 1_000 + n, false).await.unwrap();
+            assert_eq!(
+                (run.status, run.queued_at_ms, run.started_at_ms),
+                (RunStatus::Queued, Some(1_000 + n), None)
+            );
+            ids.push(run.id);
+        }
+        assert_eq!(one.queue_position(ids[0]).await.unwrap(), Some(1));
+        assert_eq!(two.queue_position(ids[29]).await.unwrap(), Some(30));
+
+        // The oldest first.
+        let first = one.take_queued(now_ms(), 1).await.unwrap();
+        assert_eq!(
+            first.iter().map(|r| r.id).collect::<Vec<_>>(),
+            vec![ids[0]],
+            "{}",
+            db.name
+        );
+        assert_eq!(first[0].status, RunStatus::Running);
+        assert_eq!(one.queue_position(ids[0]).await.unwrap(), None);
+        assert_eq!(one.queue_position(ids[1]).await.unwrap(), Some(1));
+
+        // Two takers at once, three at a time: every run taken, none twice.
+        let take = |store: SqlRunStore, owner: &'static str| async move {
+            let mut got = Vec::new();
+            loop {
+                let batch = store.take_queued(now_ms(), 3).await.unwrap();
+                if batch.is_empty() {
+                    return got;
+                }
+                for run in &batch {
+                    assert_eq!(run.status, RunStatus::Running);
+                    let held: Option<String> =
+                        sqlx::query_scalar("SELECT lease_owner FROM agent_run WHERE id = $1")
+                            .bind(run.id.to_string())
+                            .fetch_one(store.database().pool())
+                            .await
+                            .unwrap();
+                    assert_eq!(held.as_deref(), Some(owner));
+                }
+                got.extend(batch.into_iter().map(|run| run.id));
+                tokio::task::yield_now().await;
+            }
+        };
+        let (a, b) = tokio::join!(take(one.clone(), "one"), take(two.clone(), "two"));
+        let mut all: Vec<_> = a.iter().chain(&b).copied().collect();
+        all.sort();
+        let mut expected = ids[1..].to_vec();
+        expected.sort();
+        assert_eq!(all, expected, "{}: {} + {}", db.name, a.len(), b.len());
+        // A run taken is not taken again, by either.
+        assert!(two.take_run(ids[5], now_ms()).await.unwrap().is_none());
+        assert!(one.take_queued(now_ms(), 10).await.unwrap().is_empty());
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_claimed_decision_waits_queued_and_any_instance_carries_it_out_once() {
+    for db in backends().await {
+        let s = setup(&db.db, gated_then_answer());
+        let run = s
+            .service
+            .start(configuration("write hi"), "alice")
+            .await
+            .unwrap();
+        s.service
+            .claim(run.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap();
+        let queued = s.store.get(run.id).await.unwrap().unwrap();
+        assert_eq!(queued.status, RunStatus::Queued);
+        assert_eq!(s.probe.count("write_note"), 0, "nothing ran at the claim");
+        // Another instance's worker takes it and carries the decision out.
+        let other = Arc::new(SqlRunStore::new(db.db.clone()).with_lease("other", 30_000));
+        let registry: Arc<ToolRegistry> = Arc::new(probe_registry(&s.probe));
+        let tool_loop = Arc::new(ToolLoop::new(Arc::new(s.provider.clone()), registry));
+        let worker = RunService::new(other, Arc::new(SingleLoop(tool_loop)));
+        let work = worker.take_next(4).await.unwrap();
+        assert_eq!(work.len(), 1);
+        assert!(
+            s.service.take_next(4).await.unwrap().is_empty(),
+            "taken once"
+        );
+        let done = worker.work(work.into_iter().next().unwrap()).await.unwrap();
+        assert_eq!(done.status, RunStatus::Completed, "{}", db.name);
+        assert_eq!(done.final_answer.as_deref(), Some("Wrote it."));
+        assert_eq!(s.probe.count("write_note"), 1);
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn cancel_stops_a_running_run_and_names_the_approved_call_in_flight_as_outcome_unknown() {
+    for db in backends().await {
+        let s = setup(
+            &db.db,
+            vec![call_turn(
+                "c1",
+                "write_note",
+                json!({"text": "hang"}),
+                usage(10, 2),
+            )],
+        );
+        let service = Arc::new(s.service);
+        let run = service
+            .start(configuration("write"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(run.status, RunStatus::WaitingForApproval);
+        let claimed = service
+            .claim(run.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap();
+        let driving = tokio::spawn({
+            let service = Arc::clone(&service);
+            async move { service.continue_claimed(claimed).await }
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while s.probe.count("write_note") == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the call never started"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // Asked while the call is in flight: recorded, and the run stops at once here.
+        let asked = service
+            .cancel(run.id, "olga", Some("wrong note"))
+            .await
+            .unwrap();
+        assert_eq!(asked.status, RunStatus::Running);
+        assert_eq!(
+            asked.cancel_requested.as_ref().map(|r| r.by.as_str()),
+            Some("olga")
+        );
+        let done = tokio::time::timeout(std::time::Duration::from_secs(5), driving)
+            .await
+            .expect("the run stopped")
+            .unwrap()
+            .unwrap();
+        assert_eq!(done.status, RunStatus::Cancelled, "{}", db.name);
+        assert_eq!(done.termination_reason.as_deref(), Some("cancelled"));
+        let events = s.store.events(run.id, 0).await.unwrap();
+        match events.last().and_then(|e| e.event()) {
+            Some(Event::Cancelled {
+                by,
+                reason,
+                abandoned,
+                unknown,
+            }) => {
+                assert_eq!(
+                    (by.as_str(), reason.as_deref()),
+                    ("olga", Some("wrong note"))
+                );
+                assert!(abandoned.is_some());
+                assert_eq!(unknown.len(), 1, "{unknown:?}");
+                assert_eq!(unknown[0].call_id, "c1");
+                assert!(!unknown[0].effect_key.is_empty());
+            }
+            other => panic!("{}: last step {other:?}", db.name),
+        }
+        // Cancelled is final.
+        assert!(matches!(
+            service.cancel(run.id, "olga", None).await,
+            Err(StoreError::InvalidTransition { .. })
+        ));
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_asked_on_another_instance_reaches_the_driver_and_stops_a_suspend() {
+    for db in backends().await {
+        let driver = SqlRunStore::new(db.db.clone()).with_lease("driver", 30_000);
+        let other = SqlRunStore::new(db.db.clone()).with_lease("other", 30_000);
+        let run = driver.create(&new_run("x"), now_ms(), true).await.unwrap();
+        assert_eq!(
+            driver.renew_lease(run.id, now_ms()).await.unwrap(),
+            nrllm_core::store::Renewal::Held(None)
+        );
+        let asked = other
+            .cancel(run.id, "olga", Some("stop"), now_ms())
+            .await
+            .unwrap();
+        assert_eq!(asked.status, RunStatus::Running);
+        // The driver's heartbeat hears of it; the second request does not replace the first.
+        other.cancel(run.id, "vic", None, now_ms()).await.unwrap();
+        let request = nrllm_core::store::CancelRequest {
+            by: "olga".into(),
+            reason: Some("stop".into()),
+        };
+        assert_eq!(
+            driver.renew_lease(run.id, now_ms()).await.unwrap(),
+            nrllm_core::store::Renewal::Held(Some(request.clone()))
+        );
+        // A segment that would now suspend is refused with the request.
+        let state = nrllm_core::state::SuspendedState {
+            schema_version: nrllm_core::state::STATE_SCHEMA_VERSION,
+            messages: Vec::new(),
+            pending: Vec::new(),
+            gated: Vec::new(),
+            counters: Counters::default(),
+            settings: RunSettings::default(),
+            recorded_messages: 0,
+            answered: Vec::new(),
+            unknown: Vec::new(),
+        };
+        let refused = driver
+            .suspend(run.id, run.version, &state, &[], now_ms(), None)
+            .await;
+        assert!(
+            matches!(&refused, Err(StoreError::CancelRequested { request: r, .. }) if *r == request),
+            "{}: {refused:?}",
+            db.name
+        );
+        assert_eq!(
+            other.renew_lease(run.id, now_ms()).await.unwrap(),
+            nrllm_core::store::Renewal::Gone,
+            "not held by the other"
+        );
         db.cleanup().await;
     }
 }

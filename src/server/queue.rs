@@ -1,0 +1,133 @@
+//! This instance's worker: it takes queued runs — new runs, and runs whose decision was claimed —
+//! while it drives fewer than `max_running_runs`, oldest first. Every instance runs one, so a run
+//! queued through instance A may be driven by B; the store makes sure no run is taken twice
+//! (Postgres `FOR UPDATE SKIP LOCKED`, SQLite one writer at a time).
+//!
+//! It looks at the queue when something is queued here, when a run it drives ends, when another
+//! instance announces a commit (Postgres), and every [`POLL`] in any case.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nrllm_core::service::RunService;
+use nrllm_core::store::{RunStatus, RunStore, StoreError};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::leases::Leases;
+
+/// How often the queue is looked at without being told to.
+const POLL: Duration = Duration::from_millis(500);
+
+pub struct Queue {
+    runs: Arc<RunService>,
+    store: Arc<dyn RunStore>,
+    leases: Arc<Leases>,
+    /// Runs this instance took from the queue since start.
+    taken: AtomicU64,
+}
+
+impl Queue {
+    pub fn new(runs: Arc<RunService>, store: Arc<dyn RunStore>, leases: Arc<Leases>) -> Queue {
+        Queue {
+            runs,
+            store,
+            leases,
+            taken: AtomicU64::new(0),
+        }
+    }
+
+    /// Something was queued here: look at the queue now.
+    pub fn wake(&self) {
+        self.leases.ring();
+    }
+
+    /// Runs this instance took from the queue since start.
+    pub fn taken(&self) -> u64 {
+        self.taken.load(Ordering::Relaxed)
+    }
+
+    /// Takes queued work while this instance has room; how many runs it took.
+    pub async fn fill(&self) -> Result<usize, StoreError> {
+        let mut total = 0;
+        loop {
+            let free = self.leases.free();
+            if free == 0 {
+                return Ok(total);
+            }
+            let work = self
+                .runs
+                .take_next(u32::try_from(free).unwrap_or(u32::MAX))
+                .await?;
+            if work.is_empty() {
+                return Ok(total);
+            }
+            total += work.len();
+            self.taken.fetch_add(work.len() as u64, Ordering::Relaxed);
+            for item in work {
+                let runs = Arc::clone(&self.runs);
+                let id = item.id();
+                self.leases.drive(id, async move {
+                    if let Err(err) = runs.work(item).await {
+                        tracing::error!(run_id = %id, %err, "driving a run taken from the queue failed");
+                    }
+                });
+            }
+        }
+    }
+
+    /// Reads the cancel asked for run `id`, if this instance drives it, and stops it.
+    async fn cancel_if_asked(&self, id: Uuid) {
+        if !self.leases.drives(id) {
+            return;
+        }
+        match self.store.get(id).await {
+            Ok(Some(run)) if run.status == RunStatus::Running => {
+                if let Some(request) = run.cancel_requested {
+                    self.runs.interrupt(id, request);
+                }
+            }
+            Ok(_) => {}
+            Err(err) => tracing::warn!(run_id = %id, %err, "reading a run for a cancel"),
+        }
+    }
+
+    /// Looks at the queue whenever there may be work, until `shutdown`. `commits`: other
+    /// instances' commits (Postgres), which may queue runs or ask to cancel one driven here.
+    pub async fn run(
+        self: Arc<Self>,
+        mut commits: Option<broadcast::Receiver<Uuid>>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            if let Err(err) = self.fill().await {
+                tracing::error!(%err, "taking queued runs");
+            }
+            let commit = async {
+                match commits.as_mut() {
+                    Some(receiver) => match receiver.recv().await {
+                        Ok(id) => Some(id),
+                        Err(broadcast::error::RecvError::Lagged(_)) => None,
+                        Err(broadcast::error::RecvError::Closed) => {
+                            std::future::pending::<()>().await;
+                            None
+                        }
+                    },
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.leases.bell() => {}
+                id = commit => {
+                    if let Some(id) = id {
+                        self.cancel_if_asked(id).await;
+                    }
+                }
+                _ = tokio::time::sleep(POLL) => {}
+            }
+        }
+    }
+}
