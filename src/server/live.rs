@@ -26,6 +26,7 @@ use futures::future::ready;
 use futures::StreamExt;
 use nrllm_core::service::RunListener;
 use nrllm_core::store::{RunStatus, RunStore, SequencedEvent, StoredEvent};
+use nrllm_store::notify::Notice;
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::BroadcastStream;
 use uuid::Uuid;
@@ -434,6 +435,8 @@ pub struct RemoteFeed {
     sender: broadcast::Sender<Uuid>,
     open: std::sync::atomic::AtomicUsize,
     limit: usize,
+    /// Rung when the tool settings may have changed.
+    tool_settings: tokio::sync::Notify,
 }
 
 /// A stream's place in [`RemoteFeed`]'s count, given back when the stream is dropped.
@@ -455,6 +458,7 @@ impl RemoteFeed {
             sender: broadcast::channel(CHANNEL_CAPACITY).0,
             open: Default::default(),
             limit,
+            tool_settings: tokio::sync::Notify::new(),
         }
     }
 
@@ -466,21 +470,26 @@ impl RemoteFeed {
                 connected = nrllm_store::notify::RunNotifications::connect(&self.url) => connected,
             };
             match connected {
-                Ok(mut notifications) => loop {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        next = notifications.next() => match next {
-                            Ok(Some(id)) => {
-                                let _ = self.sender.send(id);
-                            }
-                            Ok(None) => {}
-                            Err(err) => {
-                                tracing::warn!(%err, "listening for other instances' commits");
-                                break;
-                            }
-                        },
+                Ok(mut notifications) => {
+                    // (Re)connected: changes made while nobody listened are read now.
+                    self.tool_settings.notify_one();
+                    loop {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return,
+                            next = notifications.next() => match next {
+                                Ok(Notice::Run(id)) => {
+                                    let _ = self.sender.send(id);
+                                }
+                                Ok(Notice::ToolSettings) => self.tool_settings.notify_one(),
+                                Ok(Notice::Other) => {}
+                                Err(err) => {
+                                    tracing::warn!(%err, "listening for other instances' commits");
+                                    break;
+                                }
+                            },
+                        }
                     }
-                },
+                }
                 Err(err) => tracing::warn!(%err, "cannot listen for other instances' commits"),
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -491,6 +500,12 @@ impl RemoteFeed {
         let open = self.open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let slot = RemoteSlot(Arc::clone(self));
         (open < self.limit).then(|| (self.sender.subscribe(), slot))
+    }
+
+    /// Waits until the tool settings may have changed (another instance changed them, or the
+    /// listening connection was made again).
+    pub async fn tool_settings_changed(&self) {
+        self.tool_settings.notified().await;
     }
 
     /// Every run id announced from now on (for the worker; not counted as a stream).

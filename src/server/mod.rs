@@ -42,8 +42,9 @@ use configurations::Configurations;
 use live::{LiveHub, StreamLimits};
 pub use request::{caller, require, state, wants_html};
 
-/// How often an instance on Postgres reads the tool settings again (other instances change them).
-const TOOL_SETTINGS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+/// How often an instance on Postgres reads the tool settings again even when no other instance
+/// announced a change (a notification lost to a dropped connection).
+const TOOL_SETTINGS_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Everything a request handler needs; cheap to clone.
 #[derive(Clone)]
@@ -229,8 +230,8 @@ impl AppState {
     }
 
     /// Starts the work the server does besides answering requests (until shutdown): the leases'
-    /// heartbeat and reaper, the webhook sender, and on Postgres the tool settings read again
-    /// every two seconds.
+    /// heartbeat and reaper, the queue's worker, the webhook sender, and on Postgres the listener
+    /// for other instances' commits and tool settings.
     pub fn start_background(&self) {
         tokio::spawn(Arc::clone(&self.leases).run(self.shutdown.clone()));
         tokio::spawn(Arc::clone(&self.queue).run(
@@ -240,17 +241,20 @@ impl AppState {
         if let Some(remote) = &self.remote {
             tokio::spawn(Arc::clone(remote).run(self.shutdown.clone()));
         }
-        if self.db.backend() == nrllm_store::db::Backend::Postgres {
-            // Another instance may switch a tool on or off: read the choices again now and then.
-            let (settings, registry, shutdown) = (
+        if let Some(remote) = &self.remote {
+            // Another instance may switch a tool on or off: read the choices again when it says
+            // so (NOTIFY), and now and then in case a notification was lost.
+            let (settings, registry, remote, shutdown) = (
                 self.tool_settings.clone(),
                 Arc::clone(&self.registry),
+                Arc::clone(remote),
                 self.shutdown.clone(),
             );
             tokio::spawn(async move {
                 loop {
                     tokio::select! {
                         _ = shutdown.cancelled() => return,
+                        _ = remote.tool_settings_changed() => {}
                         _ = tokio::time::sleep(TOOL_SETTINGS_EVERY) => {}
                     }
                     if let Err(err) = settings.load_into(&registry).await {

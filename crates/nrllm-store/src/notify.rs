@@ -1,13 +1,28 @@
 //! Commits heard across instances (Postgres `LISTEN/NOTIFY`): every transaction that writes a
-//! run's steps also sends the run's id on [`CHANNEL`], delivered to every listening connection
-//! when — and only if — it commits. An instance's live streams for runs that another instance
-//! drives wake on it and read the new rows; the notification carries nothing else.
+//! run's steps (or queues it, or asks to cancel it) also sends the run's id on [`CHANNEL`], and a
+//! change of the tool settings sends [`TOOL_SETTINGS`], delivered to every listening connection
+//! when — and only if — it commits. Instances wake on them and read the rows; a notification
+//! carries nothing else.
 
 use sqlx::postgres::PgListener;
 use uuid::Uuid;
 
 /// The channel commits are announced on.
 pub const CHANNEL: &str = "nrllm_run_events";
+
+/// The payload that says the tool settings changed.
+pub const TOOL_SETTINGS: &str = "tool_settings";
+
+/// What a notification announced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    /// A commit of this run.
+    Run(Uuid),
+    /// The tool settings changed.
+    ToolSettings,
+    /// A payload this build does not know.
+    Other,
+}
 
 /// A connection listening to [`CHANNEL`]. It reconnects by itself after a lost connection
 /// (notifications sent meanwhile are lost: listeners read the database again anyway).
@@ -23,9 +38,12 @@ impl RunNotifications {
         Ok(RunNotifications { listener })
     }
 
-    /// The next run whose steps were committed (`None` for a payload that is not a run id).
-    pub async fn next(&mut self) -> Result<Option<Uuid>, sqlx::Error> {
+    /// The next notice.
+    pub async fn next(&mut self) -> Result<Notice, sqlx::Error> {
         let notification = self.listener.recv().await?;
-        Ok(Uuid::parse_str(notification.payload()).ok())
+        Ok(match notification.payload() {
+            TOOL_SETTINGS => Notice::ToolSettings,
+            payload => Uuid::parse_str(payload).map_or(Notice::Other, Notice::Run),
+        })
     }
 }

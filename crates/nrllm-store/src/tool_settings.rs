@@ -3,7 +3,7 @@
 
 use sqlx::Row;
 
-use crate::db::Database;
+use crate::db::{Backend, Database};
 use nrllm_core::clock::now_ms;
 use nrllm_core::registry::ToolRegistry;
 
@@ -40,6 +40,7 @@ impl ToolSettingsStore {
     }
 
     async fn save(&self, key: String, enabled: bool) -> Result<(), sqlx::Error> {
+        let mut tx = self.db.pool().begin().await?;
         sqlx::query(
             "INSERT INTO tool_setting (key, enabled, updated_at_ms) VALUES ($1, $2, $3) \
              ON CONFLICT (key) DO UPDATE SET enabled = excluded.enabled, updated_at_ms = excluded.updated_at_ms",
@@ -47,9 +48,19 @@ impl ToolSettingsStore {
         .bind(key)
         .bind(i64::from(enabled))
         .bind(now_ms())
-        .execute(self.db.pool())
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        if self.db.backend() == Backend::Postgres {
+            // Every other instance reads the settings again when this commits.
+            sqlx::query(&format!(
+                "NOTIFY {}, '{}'",
+                crate::notify::CHANNEL,
+                crate::notify::TOOL_SETTINGS
+            ))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await
     }
 
     /// Enables or disables one tool, durably and in `registry`.

@@ -1087,7 +1087,7 @@ async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
         .unwrap();
     let announced = tokio::time::timeout(std::time::Duration::from_secs(5), async {
         loop {
-            if heard.next().await.unwrap() == Some(run.id) {
+            if heard.next().await.unwrap() == nrllm_store::notify::Notice::Run(run.id) {
                 return;
             }
         }
@@ -1111,13 +1111,28 @@ async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
     // (Other tests share the database and its channel: only this run counts.)
     let silent = tokio::time::timeout(std::time::Duration::from_millis(500), async {
         loop {
-            if heard.next().await.unwrap() == Some(run.id) {
+            if heard.next().await.unwrap() == nrllm_store::notify::Notice::Run(run.id) {
                 return;
             }
         }
     })
     .await;
     assert!(silent.is_err(), "a rolled-back write was announced");
+    // A tool switched off is announced too, so every instance reads the settings again.
+    let settings = nrllm_store::tool_settings::ToolSettingsStore::new(db.db.clone());
+    settings
+        .set_tool(&ToolRegistry::new(), "write_note", false)
+        .await
+        .unwrap();
+    let told = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            if heard.next().await.unwrap() == nrllm_store::notify::Notice::ToolSettings {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(told.is_ok(), "a tool setting's change was announced");
     db.cleanup().await;
 }
 
