@@ -549,7 +549,7 @@ mod ssr {
             let temperature = match present(&self.temperature) {
                 None => None,
                 Some(text) => Some(
-                    text.parse::<f32>()
+                    text.parse::<f64>()
                         .ok()
                         .filter(|t| (0.0..=2.0).contains(t))
                         .ok_or_else(|| AppError::invalid("temperature", "a number from 0 to 2"))?,
@@ -596,6 +596,20 @@ mod ssr {
                     model: ModelOptions {
                         temperature: temperature.or(defaults.temperature),
                         max_tokens: max_tokens.or(defaults.max_tokens),
+                        from_configuration: [
+                            (
+                                "temperature",
+                                temperature.is_none() && defaults.temperature.is_some(),
+                            ),
+                            (
+                                "max_tokens",
+                                max_tokens.is_none() && defaults.max_tokens.is_some(),
+                            ),
+                        ]
+                        .into_iter()
+                        .filter(|(_, from)| *from)
+                        .map(|(name, _)| name.to_owned())
+                        .collect(),
                     },
                     max_rounds,
                 },

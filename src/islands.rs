@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 
-use crate::model::StepView;
+use crate::model::{ConfigurationView, StepView};
 
 /// One row of the step list: a link to the step's detail (works without JavaScript).
 #[component]
@@ -311,5 +311,70 @@ mod guard {
                 document.add_event_listener_with_callback("keydown", key.as_ref().unchecked_ref());
             key.forget();
         }
+    }
+}
+
+/// The playground form's model configuration and options. The temperature and token fields are
+/// empty — empty means "the configuration's default" — and show the chosen configuration's
+/// defaults as their placeholders, following the choice as it changes (with JavaScript; without
+/// it they show the first usable configuration's). A value typed in wins.
+#[island]
+pub fn ModelFields(configurations: Vec<ConfigurationView>) -> impl IntoView {
+    use crate::components::INPUT;
+
+    let first = configurations
+        .iter()
+        .find(|c| c.available)
+        .or(configurations.first())
+        .map(|c| c.name.clone())
+        .unwrap_or_default();
+    let chosen = RwSignal::new(first.clone());
+    let list = StoredValue::new(configurations.clone());
+    let current =
+        move || list.with_value(|list| list.iter().find(|c| c.name == chosen.get()).cloned());
+    let temperature_hint = move || match current().and_then(|c| c.temperature) {
+        Some(t) => format!("{t} (its default)"),
+        None => "the provider's default".to_owned(),
+    };
+    let tokens_hint = move || match current().and_then(|c| c.max_tokens) {
+        Some(n) => format!("{n} (its default)"),
+        None => "the provider's default".to_owned(),
+    };
+    let options = configurations
+        .into_iter()
+        .map(|c| {
+            let label = match &c.reason {
+                Some(reason) if !c.available => {
+                    format!("{} ({}) — unavailable: {reason}", c.name, c.model)
+                }
+                _ => format!("{} ({})", c.name, c.model),
+            };
+            let selected = c.name == first;
+            view! { <option value={c.name.clone()} disabled={!c.available} selected=selected>{label}</option> }
+        })
+        .collect_view();
+    view! {
+        <div>
+            <label for="configuration" class="text-sm font-medium">"Model configuration"</label>
+            <select id="configuration" name=crate::field!(crate::api::NrllmToolRun, configuration) class=INPUT
+                on:change=move |ev| chosen.set(event_target_value(&ev))>{options}</select>
+        </div>
+        <div class="grid grid-cols-3 gap-2">
+            <div>
+                <label for="max_rounds" class="text-sm font-medium">"Max rounds"</label>
+                <input id="max_rounds" name=crate::field!(crate::api::NrllmToolRun, max_rounds) inputmode="numeric" value="5" class=INPUT />
+            </div>
+            <div>
+                <label for="temperature" class="text-sm font-medium">"Temperature"</label>
+                <input id="temperature" name=crate::field!(crate::api::NrllmToolRun, temperature) inputmode="decimal" value=""
+                    placeholder=temperature_hint class=INPUT data-testid="temperature" />
+            </div>
+            <div>
+                <label for="max_tokens" class="text-sm font-medium">"Max tokens"</label>
+                <input id="max_tokens" name=crate::field!(crate::api::NrllmToolRun, max_tokens) inputmode="numeric" value=""
+                    placeholder=tokens_hint class=INPUT data-testid="max-tokens" />
+            </div>
+        </div>
+        <p class="text-xs text-slate-500">"Empty: the configuration's default. A value you type wins."</p>
     }
 }

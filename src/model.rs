@@ -51,6 +51,9 @@ pub struct RunSummary {
     pub queue_position: Option<u64>,
     /// While it runs: "Cancel asked by olga (reason) …", until the run stops.
     pub cancel_requested: Option<String>,
+    /// "temperature 0.7 (configuration) · max tokens 512 (form) · max rounds 5": the model
+    /// options the run uses and where each came from.
+    pub model_options: String,
 }
 
 /// One line of a before/after diff.
@@ -194,6 +197,9 @@ pub struct ConfigurationView {
     pub available: bool,
     /// Why it is unavailable (e.g. a missing API key).
     pub reason: Option<String>,
+    /// Its default temperature and token limit (`None`: the provider's own).
+    pub temperature: Option<f64>,
+    pub max_tokens: Option<u32>,
 }
 
 /// A tool offered in the playground form.

@@ -69,6 +69,8 @@ pub struct Settings {
     /// How many runs this instance drives at once; further runs wait `queued` (for this
     /// instance or another).
     pub max_running_runs: u32,
+    /// The longest wait before retrying a model call, whatever the provider asks for.
+    pub retry_max_wait_secs: u32,
     /// How long a turn may wait for a decision before it expires, in milliseconds (`None`: until
     /// decided). A configuration's own `approval_timeout` wins.
     pub approval_timeout_ms: Option<u64>,
@@ -125,7 +127,7 @@ pub struct ModelConfiguration {
     #[serde(default)]
     pub api_key_env: Option<String>,
     #[serde(default)]
-    pub temperature: Option<f32>,
+    pub temperature: Option<f64>,
     #[serde(default)]
     pub max_tokens: Option<u32>,
     /// US dollars per million prompt tokens, for the cost estimate.
@@ -189,6 +191,7 @@ impl Default for Settings {
             webhook_backoff_ms: 2000,
             lease_secs: 30,
             max_running_runs: 16,
+            retry_max_wait_secs: 60,
             approval_timeout_ms: Some(24 * 3_600_000),
         }
     }
@@ -289,6 +292,7 @@ struct SettingsFile {
     webhook_backoff_ms: Option<i64>,
     lease_secs: Option<i64>,
     max_running_runs: Option<i64>,
+    retry_max_wait_secs: Option<i64>,
     approval_timeout: Option<String>,
 }
 
@@ -517,6 +521,14 @@ impl Settings {
             1..=10_000,
             "runs",
         )?;
+        let retry_max_wait_secs = number(
+            "retry_max_wait_secs",
+            "NRLLM_RETRY_MAX_WAIT_SECS",
+            file.retry_max_wait_secs,
+            defaults.retry_max_wait_secs,
+            1..=3600,
+            "seconds",
+        )?;
         let approval_timeout_ms = match pick("NRLLM_APPROVAL_TIMEOUT", file.approval_timeout) {
             Some((value, source_name)) => {
                 parse_timeout(&value).map_err(|message| SettingsError::Invalid {
@@ -696,6 +708,7 @@ impl Settings {
             webhook_backoff_ms,
             lease_secs,
             max_running_runs,
+            retry_max_wait_secs,
             approval_timeout_ms,
         })
     }

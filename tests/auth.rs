@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    call, client, log_in, start as start_server, wait_for, Server, Session, ADMIN_PASSWORD,
+    call, client, form, log_in, start as start_server, wait_for, Server, Session, ADMIN_PASSWORD,
 };
 use reqwest::header::{HeaderValue, COOKIE, LOCATION, SET_COOKIE};
 use reqwest::StatusCode;
@@ -23,25 +23,6 @@ async fn start(env: &[(&str, &str)]) -> Server {
         env,
     )
     .await
-}
-
-/// A plain form post as a browser sends it, with these extra headers and fields.
-async fn form(
-    server: &Server,
-    cookies: &str,
-    endpoint: &str,
-    fields: &[(&str, &str)],
-    headers: &[(&str, &str)],
-) -> reqwest::Response {
-    let mut request = client()
-        .post(format!("{}/api/{endpoint}", server.base))
-        .header(COOKIE, cookies)
-        .header("accept", "text/html")
-        .form(fields);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    request.send().await.unwrap()
 }
 
 async fn runs_count(server: &Server) -> i64 {

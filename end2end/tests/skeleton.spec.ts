@@ -17,6 +17,24 @@ test.describe("with JavaScript", () => {
     await expect(page.getByTestId("system-tools")).toContainText(/Tools: \d+ of 16 enabled/);
   });
 
+  test("every page loads without a console error, a favicon included", async ({ page, request, browser }) => {
+    const icon = await request.get("/favicon.ico");
+    expect(icon.status()).toBe(200);
+    // (The fixture fails the test on any console error; each page also hydrates its islands.)
+    const run = (await (await request.post("/api/nrllm_tool_run", {
+      data: { prompt: "What time is it?" },
+    })).json()) as string;
+    for (const path of ["/", "/runs", `/runs/${run}`, "/approvals", "/system", "/account", "/admin"]) {
+      const response = await page.goto(path);
+      expect(response?.status(), path).toBe(200);
+      await page.waitForLoadState("networkidle");
+    }
+    const anonymous = await (await browser.newContext({ storageState: { cookies: [], origins: [] } })).newPage();
+    expect((await anonymous.goto("/login"))?.status()).toBe(200);
+    await anonymous.waitForLoadState("networkidle");
+    await anonymous.context().close();
+  });
+
   test("the compiled Tailwind classes are served", async ({ page }) => {
     await page.goto("/");
     const css = await (await page.request.get("/pkg/nrllm-playground.css")).text();

@@ -7,6 +7,7 @@ use crate::api::{nrllm_playground_options, NrllmToolRun};
 use crate::components::{url_error, ErrorBanner, FieldError, TextArea, BUTTON_PRIMARY, INPUT};
 use crate::field;
 use crate::forms::{action, CsrfField};
+use crate::islands::ModelFields;
 use crate::model::PlaygroundOptions;
 
 /// The playground form.
@@ -71,19 +72,6 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
             }
         })
         .collect_view();
-    let configurations = options
-        .configurations
-        .iter()
-        .map(|c| {
-            let label = match &c.reason {
-                Some(reason) if !c.available => {
-                    format!("{} ({}) — unavailable: {reason}", c.name, c.model)
-                }
-                _ => format!("{} ({})", c.name, c.model),
-            };
-            view! { <option value={c.name.clone()} disabled={!c.available}>{label}</option> }
-        })
-        .collect_view();
     let examples = options
         .example_prompts
         .iter()
@@ -120,25 +108,8 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
                 </div>
             </div>
             <div class="space-y-4">
-                <div>
-                    <label for="configuration" class="text-sm font-medium">"Model configuration"</label>
-                    <select id="configuration" name=field!(NrllmToolRun, configuration) class=INPUT>{configurations}</select>
-                    <FieldError error=error.clone() field="configuration" />
-                </div>
-                <div class="grid grid-cols-3 gap-2">
-                    <div>
-                        <label for="max_rounds" class="text-sm font-medium">"Max rounds"</label>
-                        <input id="max_rounds" name=field!(NrllmToolRun, max_rounds) inputmode="numeric" value="5" class=INPUT />
-                    </div>
-                    <div>
-                        <label for="temperature" class="text-sm font-medium">"Temperature"</label>
-                        <input id="temperature" name=field!(NrllmToolRun, temperature) inputmode="decimal" value="0.2" class=INPUT />
-                    </div>
-                    <div>
-                        <label for="max_tokens" class="text-sm font-medium">"Max tokens"</label>
-                        <input id="max_tokens" name=field!(NrllmToolRun, max_tokens) inputmode="numeric" value="1024" class=INPUT />
-                    </div>
-                </div>
+                <ModelFields configurations=options.configurations.clone() />
+                <FieldError error=error.clone() field="configuration" />
                 <FieldError error=error.clone() field="max_rounds" />
                 <FieldError error=error.clone() field="temperature" />
                 <FieldError error=error.clone() field="max_tokens" />

@@ -80,6 +80,7 @@ fn RunDetail(run: RunView) -> impl IntoView {
         <Title text=page_title(&format!("Run: {}", summary.prompt)) />
         <ErrorBanner error=url_error() />
         <SummaryStrip summary=summary.clone() />
+        <p class="mt-1 text-xs text-slate-500 dark:text-slate-400" data-testid="model-options">{summary.model_options.clone()}</p>
         {queued.then(|| view! {
             <p class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="queued-note">
                 {match summary.queue_position {

@@ -14,7 +14,7 @@ use nrllm_core::{ToolLoop, ToolLoopService};
 use nrllm_demo::demo::DemoProvider;
 use nrllm_providers::anthropic::Anthropic;
 use nrllm_providers::gemini::Gemini;
-use nrllm_providers::http::{ApiKey, HttpSettings};
+use nrllm_providers::http::{ApiKey, HttpSettings, RetryPolicy};
 use nrllm_providers::openai::OpenAi;
 use nrllm_providers::{HttpProvider, ProviderConfig, WireFormat};
 
@@ -47,6 +47,7 @@ pub struct Configurations {
 fn http_provider(
     configuration: &ModelConfiguration,
     api_key: Option<ApiKey>,
+    retry_max_wait: std::time::Duration,
 ) -> Result<Arc<dyn Provider>, String> {
     let base_url = configuration
         .base_url
@@ -69,7 +70,13 @@ fn http_provider(
         base_url,
         model: configuration.model.clone(),
         api_key,
-        http: HttpSettings::default(),
+        http: HttpSettings {
+            retry: RetryPolicy {
+                max_delay: retry_max_wait,
+                ..RetryPolicy::default()
+            },
+            ..HttpSettings::default()
+        },
     };
     match configuration.kind {
         ProviderKind::Openai => build(config, format_openai),
@@ -92,6 +99,8 @@ impl Configurations {
                 model: "demo-1".to_owned(),
                 available: true,
                 reason: None,
+                temperature: None,
+                max_tokens: None,
             },
             provider: Ok(Arc::clone(&demo)),
             defaults: ModelOptions::default(),
@@ -99,14 +108,18 @@ impl Configurations {
             four_eyes: settings.four_eyes,
             approval_timeout_ms: settings.approval_timeout_ms,
         }];
+        let retry_max_wait =
+            std::time::Duration::from_secs(u64::from(settings.retry_max_wait_secs));
         for configuration in &settings.configurations {
             let provider = match configuration.key_env() {
                 None if configuration.kind == ProviderKind::Demo => Ok(Arc::clone(&demo)),
-                None => http_provider(configuration, None),
+                None => http_provider(configuration, None, retry_max_wait),
                 Some(var) => match std::env::var(var) {
-                    Ok(key) if !key.trim().is_empty() => {
-                        http_provider(configuration, Some(ApiKey::from(key.trim())))
-                    }
+                    Ok(key) if !key.trim().is_empty() => http_provider(
+                        configuration,
+                        Some(ApiKey::from(key.trim())),
+                        retry_max_wait,
+                    ),
                     _ => Err(format!("set the environment variable {var} to its API key")),
                 },
             };
@@ -116,11 +129,14 @@ impl Configurations {
                     model: configuration.model.clone(),
                     available: provider.is_ok(),
                     reason: provider.as_ref().err().cloned(),
+                    temperature: configuration.temperature,
+                    max_tokens: configuration.max_tokens,
                 },
                 provider,
                 defaults: ModelOptions {
                     temperature: configuration.temperature,
                     max_tokens: configuration.max_tokens,
+                    ..ModelOptions::default()
                 },
                 prices: (
                     configuration.price_input_per_million,

@@ -85,6 +85,9 @@ pub fn summary(run: &RunRecord) -> RunSummary {
             .map(|deadline| deadline_text(deadline, now_ms())),
         pending_tools,
         queue_position: None,
+        model_options: configuration
+            .map(|c| model_options_text(&c.settings))
+            .unwrap_or_default(),
         cancel_requested: run
             .cancel_requested
             .as_ref()
@@ -101,6 +104,30 @@ pub fn summary(run: &RunRecord) -> RunSummary {
                 )
             }),
     }
+}
+
+/// The model options a run uses and where each came from.
+pub fn model_options_text(settings: &nrllm_core::RunSettings) -> String {
+    let options = &settings.model;
+    let source = |name: &str| {
+        if options.from_configuration.iter().any(|n| n == name) {
+            "configuration"
+        } else {
+            "form"
+        }
+    };
+    let temperature = match options.temperature {
+        Some(t) => format!("temperature {t} ({})", source("temperature")),
+        None => "temperature: the provider's default".to_owned(),
+    };
+    let max_tokens = match options.max_tokens {
+        Some(n) => format!("max tokens {n} ({})", source("max_tokens")),
+        None => "max tokens: the provider's default".to_owned(),
+    };
+    format!(
+        "{temperature} · {max_tokens} · max rounds {}",
+        settings.max_rounds
+    )
 }
 
 /// "Decide by <time> (2 h 5 min left)", or that the time ran out.

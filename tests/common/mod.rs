@@ -208,3 +208,22 @@ pub async fn wait_for(server: &Server, session: &Session, run_id: &str, status: 
     )
     .await
 }
+
+/// A plain form post as a browser sends it, with these extra headers and fields.
+pub async fn form(
+    server: &Server,
+    cookies: &str,
+    endpoint: &str,
+    fields: &[(&str, &str)],
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut request = client()
+        .post(format!("{}/api/{endpoint}", server.base))
+        .header(COOKIE, cookies)
+        .header("accept", "text/html")
+        .form(fields);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.unwrap()
+}

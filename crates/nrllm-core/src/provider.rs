@@ -13,10 +13,14 @@ use crate::transcript::{Message, ToolCall};
 pub struct ModelOptions {
     /// 0–2; `None` leaves the provider's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f32>,
+    pub temperature: Option<f64>,
     /// Completion token limit; `None` leaves the provider's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// The options above that came from the run's configuration's defaults (`temperature`,
+    /// `max_tokens`), not from whoever started the run — for the run page; never sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from_configuration: Vec<String>,
 }
 
 /// Whether the model may call the tools it is shown.

@@ -218,6 +218,7 @@ async fn allow_list_and_options_are_restored_on_resume() {
         model: ModelOptions {
             temperature: Some(0.25),
             max_tokens: Some(321),
+            ..ModelOptions::default()
         },
         max_rounds: 7,
         admin: false,

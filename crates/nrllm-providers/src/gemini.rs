@@ -123,7 +123,7 @@ struct FunctionCallingConfig {
 #[serde(rename_all = "camelCase")]
 struct GenerationConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f32>,
+    temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_output_tokens: Option<u32>,
 }

@@ -62,8 +62,9 @@ async fn a_plain_answer_sends_the_exact_request() {
                 tools: Vec::new(),
                 tool_choice: Default::default(),
                 options: ModelOptions {
-                    temperature: Some(0.5),
+                    temperature: Some(0.2),
                     max_tokens: Some(200),
+                    ..ModelOptions::default()
                 },
             },
             &ignore_retries,
@@ -82,7 +83,7 @@ async fn a_plain_answer_sends_the_exact_request() {
         json!({
             "systemInstruction": {"parts": [{"text": "Be brief.\n\nBe kind."}]},
             "contents": [{"role": "user", "parts": [{"text": "Hi"}]}],
-            "generationConfig": {"temperature": 0.5, "maxOutputTokens": 200}
+            "generationConfig": {"temperature": 0.2, "maxOutputTokens": 200}
         })
     );
 }

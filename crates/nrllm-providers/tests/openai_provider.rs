@@ -62,8 +62,9 @@ fn request(messages: Vec<Message>) -> ChatRequest {
         tools: Vec::new(),
         tool_choice: Default::default(),
         options: ModelOptions {
-            temperature: Some(0.5),
+            temperature: Some(0.2),
             max_tokens: Some(256),
+            ..ModelOptions::default()
         },
     }
 }
@@ -96,7 +97,7 @@ async fn a_plain_answer_sends_the_exact_request_and_reads_usage() {
     assert_eq!(
         sent.body,
         json!({"model": "gpt-test", "messages": [{"role": "system", "content": "Be brief."},
-            {"role": "user", "content": "Hi"}], "temperature": 0.5, "max_completion_tokens": 256})
+            {"role": "user", "content": "Hi"}], "temperature": 0.2, "max_completion_tokens": 256})
     );
 }
 
