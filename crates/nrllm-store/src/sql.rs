@@ -497,6 +497,16 @@ impl RunStore for SqlRunStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        // An idle queue is the common case: a read answers it without a write transaction.
+        let any: Option<String> =
+            sqlx::query_scalar("SELECT id FROM agent_run WHERE status = $1 LIMIT 1")
+                .bind(RunStatus::Queued.as_str())
+                .fetch_optional(self.db.pool())
+                .await
+                .map_err(backend)?;
+        if any.is_none() {
+            return Ok(Vec::new());
+        }
         let take = format!(
             "UPDATE agent_run SET status = $1, lease_owner = $2, lease_until_ms = $3, \
              version = version + 1, updated_at_ms = $4, \
