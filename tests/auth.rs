@@ -10,7 +10,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    call, client, form, log_in, start as start_server, wait_for, Server, Session, ADMIN_PASSWORD,
+    call, client, form, html, log_in, metrics_text, start as start_server, wait_for, Server,
+    Session, ADMIN_PASSWORD,
 };
 use reqwest::header::{HeaderValue, COOKIE, LOCATION, SET_COOKIE};
 use reqwest::StatusCode;
@@ -314,16 +315,12 @@ async fn logins_and_run_starts_are_rate_limited_and_banners_must_be_the_servers(
                 .unwrap();
         base64::engine::general_purpose::URL_SAFE.encode(text)
     };
-    let page = client()
-        .get(format!("{}/approvals?__err={forged}", server.base))
-        .header(COOKIE, &olga.cookies)
-        .header("accept", "text/html")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = html(
+        &server,
+        &olga.cookies,
+        &format!("/approvals?__err={forged}"),
+    )
+    .await;
     assert!(!page.contains("suspended"), "a forged banner is not shown");
     let refused = form(
         &server,
@@ -341,20 +338,12 @@ async fn logins_and_run_starts_are_rate_limited_and_banners_must_be_the_servers(
         location.contains("__err=") && location.contains("&__sig="),
         "{location}"
     );
-    let page = client()
-        .get(format!(
-            "{}{}",
-            server.base,
-            location.trim_start_matches(&server.base)
-        ))
-        .header(COOKIE, &olga.cookies)
-        .header("accept", "text/html")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = html(
+        &server,
+        &olga.cookies,
+        location.trim_start_matches(&server.base),
+    )
+    .await;
     assert!(
         page.contains("There is no run 00000000-0000-7000-8000-000000000000"),
         "the server's own banner is shown"
@@ -483,16 +472,7 @@ async fn metrics_need_a_token_and_count_what_happened_and_request_logs_keep_no_q
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{token}");
-    let scrape = || async {
-        let response = client()
-            .get(format!("{}/metrics", server.base))
-            .bearer_auth(token.as_str().unwrap())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        response.text().await.unwrap()
-    };
+    let scrape = || metrics_text(&server, token.as_str().unwrap());
     let before = scrape().await;
     assert!(
         before.contains("nrllm_runs{status=\"waiting_for_approval\"} 0"),

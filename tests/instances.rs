@@ -17,7 +17,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{call, log_in, start, wait_for, Server, ADMIN_PASSWORD};
+use common::{call, log_in, metrics_text, start, start_run, wait_for, Server, ADMIN_PASSWORD};
 use serde_json::json;
 use sqlx::Row;
 
@@ -94,14 +94,12 @@ async fn a_stalled_or_killed_instance_loses_its_runs_to_the_other_and_writes_not
 
     // A browser on B follows a run that A drives: its steps as A commits them, then its status,
     // and the end of the stream.
-    let (_, run) = call(
+    let followed = start_run(
         &a,
         &admin,
-        "nrllm_tool_run",
         json!({ "prompt": "Rename the home page to \"Followed\"" }),
     )
     .await;
-    let followed = run.as_str().unwrap().to_owned();
     let stream = common::client()
         .get(format!("{}/api/runs/{followed}/events", b.base))
         .header(reqwest::header::COOKIE, &admin.cookies)
@@ -122,15 +120,12 @@ async fn a_stalled_or_killed_instance_loses_its_runs_to_the_other_and_writes_not
     assert!(text.contains("\"kind\":\"approval_requested\""), "{text}");
 
     // Started on A; the instance that took it stalls during its first model call.
-    let (status, run) = call(
+    let id = start_run(
         &a,
         &admin,
-        "nrllm_tool_run",
         json!({ "prompt": "Rename the home page to \"Zombie\"" }),
     )
     .await;
-    assert_eq!(status, reqwest::StatusCode::OK, "{run}");
-    let id = run.as_str().unwrap().to_owned();
     let owner = held(&pg.db, &id).await;
     let (stalled, other) = holder(&owner, &a, &b);
     stalled.signal("STOP");
@@ -208,14 +203,12 @@ async fn a_stalled_or_killed_instance_loses_its_runs_to_the_other_and_writes_not
 
     // A run cancelled through the instance that does not drive it: the one driving it stops it
     // at its next step (the model call in flight is abandoned), with who and why.
-    let (_, run) = call(
+    let cancelled = start_run(
         &a,
         &admin,
-        "nrllm_tool_run",
         json!({ "prompt": "Rename the home page to \"Cancelled\"" }),
     )
     .await;
-    let cancelled = run.as_str().unwrap().to_owned();
     let driver = held(&pg.db, &cancelled).await;
     let (_, elsewhere) = holder(&driver, &a, &b);
     let (status, body) = call(
@@ -239,14 +232,12 @@ async fn a_stalled_or_killed_instance_loses_its_runs_to_the_other_and_writes_not
     // A second run; the instance that took it is killed during its first model call. The other
     // takes it over within the lease and a margin (its reaper looks every third of a lease),
     // and asks the model again.
-    let (_, run) = call(
+    let second = start_run(
         &a,
         &admin,
-        "nrllm_tool_run",
         json!({ "prompt": "Rename the home page to \"Killed\"" }),
     )
     .await;
-    let second = run.as_str().unwrap().to_owned();
     let killed_owner = held(&pg.db, &second).await;
     let (victim, survivor) = holder(&killed_owner, &a, &b);
     victim.signal("KILL");
@@ -282,15 +273,7 @@ async fn a_stalled_or_killed_instance_loses_its_runs_to_the_other_and_writes_not
 
 /// One number from a Prometheus scrape of `server` (`name` with its labels, as printed).
 async fn metric(server: &Server, token: &str, name: &str) -> u64 {
-    let text = common::client()
-        .get(format!("{}/metrics", server.base))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(server, token).await;
     text.lines()
         .find_map(|line| line.strip_prefix(&format!("{name} ")))
         .unwrap_or_else(|| panic!("no {name} in {text}"))
@@ -354,17 +337,11 @@ async fn queued_runs_across_two_instances_each_run_once_within_each_instances_li
     // 200 runs, half started through each instance, all at once.
     let started = futures::future::join_all((0..RUNS).map(|n| {
         let (server, admin) = (if n % 2 == 0 { &a } else { &b }, &admin);
-        async move {
-            let (status, run) = call(
-                server,
-                admin,
-                "nrllm_tool_run",
-                json!({ "prompt": format!("What time is it? (run {n})") }),
-            )
-            .await;
-            assert_eq!(status, reqwest::StatusCode::OK, "{run}");
-            run.as_str().unwrap().to_owned()
-        }
+        start_run(
+            server,
+            admin,
+            json!({ "prompt": format!("What time is it? (run {n})") }),
+        )
     }))
     .await;
     let deadline = Instant::now() + Duration::from_secs(120);

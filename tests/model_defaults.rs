@@ -12,7 +12,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{call, form, log_in, start, wait_for, ADMIN_PASSWORD};
+use common::{form, log_in, start, start_run, wait_for, ADMIN_PASSWORD};
 use reqwest::header::LOCATION;
 use serde_json::{json, Value};
 use wiremock::matchers::method;
@@ -130,14 +130,12 @@ async fn the_configurations_defaults_reach_each_wire_format_and_a_typed_value_wi
             "{name}"
         );
         // Through the JSON API: one field typed, the other left out.
-        let (_, typed) = call(
+        let typed = start_run(
             &server,
             &admin,
-            "nrllm_tool_run",
             json!({ "prompt": "Say done", "configuration": name, "temperature": "0.2" }),
         )
         .await;
-        let typed = typed.as_str().unwrap().to_owned();
         let view = wait_for(&server, &admin, &typed, "completed").await;
         assert_eq!(
             view["summary"]["model_options"],
@@ -155,14 +153,12 @@ async fn the_configurations_defaults_reach_each_wire_format_and_a_typed_value_wi
     }
 
     // A provider that asks for 30 s: the wait is capped at 1 s, and the step says so.
-    let (_, run) = call(
+    let run = start_run(
         &server,
         &admin,
-        "nrllm_tool_run",
         json!({ "prompt": "Say done", "configuration": "slow" }),
     )
     .await;
-    let run = run.as_str().unwrap().to_owned();
     let began = Instant::now();
     let view = wait_for(&server, &admin, &run, "completed").await;
     assert!(

@@ -10,8 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{call, client, log_in, start, wait_for, wait_until, ADMIN_PASSWORD};
-use reqwest::header::COOKIE;
+use common::{call, html, log_in, start, start_run, wait_for, wait_until, ADMIN_PASSWORD};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -26,19 +25,11 @@ async fn queued_runs_show_their_place_and_cancel_works_in_every_state() {
     )
     .await;
     let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
-    let start_run = |prompt: &'static str| {
-        let (server, admin) = (&server, &admin);
-        async move {
-            let (status, run) =
-                call(server, admin, "nrllm_tool_run", json!({ "prompt": prompt })).await;
-            assert_eq!(status, StatusCode::OK, "{run}");
-            run.as_str().unwrap().to_owned()
-        }
-    };
-    let first = start_run("Rename the home page to \"One\"").await;
+    let rename = |title: &str| json!({ "prompt": format!("Rename the home page to \"{title}\"") });
+    let first = start_run(&server, &admin, rename("One")).await;
     wait_for(&server, &admin, &first, "running").await;
-    let second = start_run("Rename the home page to \"Two\"").await;
-    let third = start_run("Rename the home page to \"Three\"").await;
+    let second = start_run(&server, &admin, rename("Two")).await;
+    let third = start_run(&server, &admin, rename("Three")).await;
 
     // One runs; the others wait in line, in order.
     let position = |run: &str| {
@@ -51,16 +42,7 @@ async fn queued_runs_show_their_place_and_cancel_works_in_every_state() {
     };
     assert_eq!(position(&second).await, Some(1));
     assert_eq!(position(&third).await, Some(2));
-    let page = client()
-        .get(format!("{}/runs/{third}", server.base))
-        .header(COOKIE, &admin.cookies)
-        .header("accept", "text/html")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = html(&server, &admin.cookies, &format!("/runs/{third}")).await;
     assert!(page.contains("data-testid=\"queued-note\""), "{page}");
     assert!(page.contains("Queued: 2 in line"), "{page}");
 

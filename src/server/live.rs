@@ -272,7 +272,7 @@ pub enum StreamError {
 /// The events of run `id` after sequence `after`, then — if it runs in this process — its live
 /// events until it stops running. Nothing is allocated for an unknown id; the stream holds no
 /// task, so dropping it (the client went away) frees everything at once.
-/// (A boxed future: the stream of a queued run goes on as a new stream once it runs.)
+/// (A boxed future, so that the stream of a queued run can go on as a new stream once it runs.)
 pub fn event_stream(
     store: Arc<dyn RunStore>,
     hub: Arc<LiveHub>,
@@ -283,142 +283,132 @@ pub fn event_stream(
     'static,
     Result<futures::stream::BoxStream<'static, SseEvent>, StreamError>,
 > {
-    Box::pin(open_stream(store, hub, remote, id, after))
-}
-
-async fn open_stream(
-    store: Arc<dyn RunStore>,
-    hub: Arc<LiveHub>,
-    remote: Option<Arc<RemoteFeed>>,
-    id: Uuid,
-    after: i64,
-) -> Result<futures::stream::BoxStream<'static, SseEvent>, StreamError> {
-    let hub = &hub;
-    let read = |err| {
-        tracing::error!(%err, run_id = %id, "reading a run for its event stream");
-        StreamError::Store
-    };
-    let run = store
-        .get(id)
-        .await
-        .map_err(read)?
-        .ok_or(StreamError::NotFound)?;
-    if run.status == RunStatus::Queued {
-        // Its steps so far (a claimed decision's); once a worker takes it, the stream goes on as
-        // a stream of the run as it is then, from the last step sent.
-        let stored = store.events(id, after).await.map_err(read)?;
-        let mut last = after;
-        let mut replay = vec![SseEvent::default().retry(RECONNECT_AFTER)];
-        replay.extend(stored_steps(&stored, &mut last));
-        let hub = Arc::clone(hub);
-        let taken = async move {
-            loop {
-                tokio::time::sleep(QUEUE_RECHECK).await;
-                match store.get(id).await {
-                    Ok(Some(run)) if run.status == RunStatus::Queued => continue,
-                    Ok(Some(_)) => break,
-                    // Gone or unreadable: the stream ends and the browser reconnects.
-                    _ => return futures::stream::empty().boxed(),
-                }
-            }
-            match event_stream(store, hub, remote, id, last).await {
-                // Without the reconnection hint it sent already.
-                Ok(stream) => stream.skip(1).boxed(),
-                Err(_) => futures::stream::empty().boxed(),
-            }
+    Box::pin(async move {
+        let read = |err| {
+            tracing::error!(%err, run_id = %id, "reading a run for its event stream");
+            StreamError::Store
         };
-        return Ok(futures::stream::iter(replay)
-            .chain(futures::stream::once(taken).flatten())
-            .boxed());
-    }
-    // Subscribe before reading the events: nothing emitted in between is missed.
-    let subscription = match run.status {
-        RunStatus::Running => match hub.subscribe(id) {
-            Ok(subscription) => Some(subscription),
-            Err(Refused::Full) => return Err(StreamError::Full),
-            Err(Refused::NotRunningHere) => None,
-        },
-        _ => None,
-    };
-    let stored = store.events(id, after).await.map_err(read)?;
-    let mut replay = vec![SseEvent::default().retry(RECONNECT_AFTER)];
-    let mut last = after;
-    replay.extend(stored_steps(&stored, &mut last));
-    let mut elsewhere = None;
-    let tail = match subscription {
-        Some(subscription) => {
-            for event in &subscription.unpersisted {
-                if event.sequence > last {
-                    last = event.sequence;
-                    replay.push(step_event(event));
-                }
-            }
-            Some((subscription, last))
-        }
-        None => {
-            // Not running here: say how it ended, if it did (read again: it may have stopped
-            // since). A run still running in another instance is followed through the commits
-            // that instance announces (Postgres); without them the stream ends and the browser
-            // reconnects.
-            let now = store.get(id).await.map_err(read)?.map(|r| r.status);
-            match now {
-                Some(RunStatus::Running) => {
-                    if let Some(feed) = remote {
-                        let store = Arc::clone(&store);
-                        let (receiver, slot) = feed.subscribe().ok_or(StreamError::Full)?;
-                        elsewhere = Some(RemoteTail {
-                            store,
-                            id,
-                            last,
-                            receiver,
-                            _slot: slot,
-                            done: false,
-                        });
+        let run = store
+            .get(id)
+            .await
+            .map_err(read)?
+            .ok_or(StreamError::NotFound)?;
+        if run.status == RunStatus::Queued {
+            // Its steps so far (a claimed decision's); once a worker takes it, the stream goes
+            // on as a stream of the run as it is then, from the last step sent.
+            let stored = store.events(id, after).await.map_err(read)?;
+            let mut last = after;
+            let mut replay = vec![SseEvent::default().retry(RECONNECT_AFTER)];
+            replay.extend(stored_steps(&stored, &mut last));
+            let taken = async move {
+                loop {
+                    tokio::time::sleep(QUEUE_RECHECK).await;
+                    match store.get(id).await {
+                        Ok(Some(run)) if run.status == RunStatus::Queued => continue,
+                        Ok(Some(_)) => break,
+                        // Gone or unreadable: the stream ends and the browser reconnects.
+                        _ => return futures::stream::empty().boxed(),
                     }
                 }
-                Some(status) => {
-                    // It may have stopped since the steps were read: its last steps first.
-                    let stored = store.events(id, last).await.map_err(read)?;
-                    replay.extend(stored_steps(&stored, &mut last));
-                    replay.push(status_event(status));
+                match event_stream(store, hub, remote, id, last).await {
+                    // Without the reconnection hint it sent already.
+                    Ok(stream) => stream.skip(1).boxed(),
+                    Err(_) => futures::stream::empty().boxed(),
                 }
-                None => {}
+            };
+            return Ok(futures::stream::iter(replay)
+                .chain(futures::stream::once(taken).flatten())
+                .boxed());
+        }
+        // Subscribe before reading the events: nothing emitted in between is missed.
+        let subscription = match run.status {
+            RunStatus::Running => match hub.subscribe(id) {
+                Ok(subscription) => Some(subscription),
+                Err(Refused::Full) => return Err(StreamError::Full),
+                Err(Refused::NotRunningHere) => None,
+            },
+            _ => None,
+        };
+        let stored = store.events(id, after).await.map_err(read)?;
+        let mut replay = vec![SseEvent::default().retry(RECONNECT_AFTER)];
+        let mut last = after;
+        replay.extend(stored_steps(&stored, &mut last));
+        let mut elsewhere = None;
+        let tail = match subscription {
+            Some(subscription) => {
+                for event in &subscription.unpersisted {
+                    if event.sequence > last {
+                        last = event.sequence;
+                        replay.push(step_event(event));
+                    }
+                }
+                Some((subscription, last))
             }
-            None
-        }
-    };
-    let live = match tail {
-        Some((subscription, last)) => {
-            let Subscription { receiver, slot, .. } = subscription;
-            BroadcastStream::new(receiver)
-                // Fell behind: the stream ends and the browser reconnects from its last id.
-                .take_while(|message| ready(message.is_ok()))
-                // The slot lives as long as the stream: dropping the stream gives it back.
-                .scan((last, slot), |(last, _slot), message| {
-                    let event = match message {
-                        Ok(LiveMessage::Event(event)) if event.sequence > *last => {
-                            *last = event.sequence;
-                            Some(step_event(&event))
+            None => {
+                // Not running here: say how it ended, if it did (read again: it may have stopped
+                // since). A run still running in another instance is followed through the commits
+                // that instance announces (Postgres); without them the stream ends and the browser
+                // reconnects.
+                let now = store.get(id).await.map_err(read)?.map(|r| r.status);
+                match now {
+                    Some(RunStatus::Running) => {
+                        if let Some(feed) = remote {
+                            let store = Arc::clone(&store);
+                            let (receiver, slot) = feed.subscribe().ok_or(StreamError::Full)?;
+                            elsewhere = Some(RemoteTail {
+                                store,
+                                id,
+                                last,
+                                receiver,
+                                _slot: slot,
+                                done: false,
+                            });
                         }
-                        Ok(LiveMessage::Status(status)) if status != RunStatus::Running => {
-                            Some(status_event(status))
-                        }
-                        _ => None,
-                    };
-                    ready(Some(event))
-                })
-                .filter_map(ready)
-                .left_stream()
-        }
-        None => match elsewhere {
-            Some(tail) => futures::stream::unfold(tail, RemoteTail::next_batch)
-                .flat_map(futures::stream::iter)
-                .left_stream()
-                .right_stream(),
-            None => futures::stream::empty().right_stream().right_stream(),
-        },
-    };
-    Ok(futures::stream::iter(replay).chain(live).boxed())
+                    }
+                    Some(status) => {
+                        // It may have stopped since the steps were read: its last steps first.
+                        let stored = store.events(id, last).await.map_err(read)?;
+                        replay.extend(stored_steps(&stored, &mut last));
+                        replay.push(status_event(status));
+                    }
+                    None => {}
+                }
+                None
+            }
+        };
+        let live = match tail {
+            Some((subscription, last)) => {
+                let Subscription { receiver, slot, .. } = subscription;
+                BroadcastStream::new(receiver)
+                    // Fell behind: the stream ends and the browser reconnects from its last id.
+                    .take_while(|message| ready(message.is_ok()))
+                    // The slot lives as long as the stream: dropping the stream gives it back.
+                    .scan((last, slot), |(last, _slot), message| {
+                        let event = match message {
+                            Ok(LiveMessage::Event(event)) if event.sequence > *last => {
+                                *last = event.sequence;
+                                Some(step_event(&event))
+                            }
+                            Ok(LiveMessage::Status(status)) if status != RunStatus::Running => {
+                                Some(status_event(status))
+                            }
+                            _ => None,
+                        };
+                        ready(Some(event))
+                    })
+                    .filter_map(ready)
+                    .left_stream()
+            }
+            None => match elsewhere {
+                Some(tail) => futures::stream::unfold(tail, RemoteTail::next_batch)
+                    .flat_map(futures::stream::iter)
+                    .left_stream()
+                    .right_stream(),
+                None => futures::stream::empty().right_stream().right_stream(),
+            },
+        };
+        Ok(futures::stream::iter(replay).chain(live).boxed())
+    })
 }
 
 /// How long a stream of a run driven elsewhere waits for a commit before it reads the run again
@@ -437,6 +427,10 @@ pub struct RemoteFeed {
     limit: usize,
     /// Rung when the tool settings may have changed.
     tool_settings: tokio::sync::Notify,
+    /// Rung when another instance may have queued a run.
+    queued: tokio::sync::Notify,
+    /// Runs someone asked to cancel.
+    cancels: broadcast::Sender<Uuid>,
 }
 
 /// A stream's place in [`RemoteFeed`]'s count, given back when the stream is dropped.
@@ -459,6 +453,8 @@ impl RemoteFeed {
             open: Default::default(),
             limit,
             tool_settings: tokio::sync::Notify::new(),
+            queued: tokio::sync::Notify::new(),
+            cancels: broadcast::channel(CHANNEL_CAPACITY).0,
         }
     }
 
@@ -473,12 +469,17 @@ impl RemoteFeed {
                 Ok(mut notifications) => {
                     // (Re)connected: changes made while nobody listened are read now.
                     self.tool_settings.notify_one();
+                    self.queued.notify_one();
                     loop {
                         tokio::select! {
                             _ = shutdown.cancelled() => return,
                             next = notifications.next() => match next {
                                 Ok(Notice::Run(id)) => {
                                     let _ = self.sender.send(id);
+                                }
+                                Ok(Notice::Queued) => self.queued.notify_one(),
+                                Ok(Notice::Cancel(id)) => {
+                                    let _ = self.cancels.send(id);
                                 }
                                 Ok(Notice::ToolSettings) => self.tool_settings.notify_one(),
                                 Ok(Notice::Other) => {}
@@ -508,9 +509,14 @@ impl RemoteFeed {
         self.tool_settings.notified().await;
     }
 
-    /// Every run id announced from now on (for the worker; not counted as a stream).
-    pub fn commits(&self) -> broadcast::Receiver<Uuid> {
-        self.sender.subscribe()
+    /// Waits until another instance may have queued a run.
+    pub async fn queued_elsewhere(&self) {
+        self.queued.notified().await;
+    }
+
+    /// The runs someone asks to cancel from now on (for the worker; not counted as a stream).
+    pub fn cancels(&self) -> broadcast::Receiver<Uuid> {
+        self.cancels.subscribe()
     }
 
     /// Streams open now.

@@ -234,10 +234,7 @@ impl AppState {
     /// for other instances' commits and tool settings.
     pub fn start_background(&self) {
         tokio::spawn(Arc::clone(&self.leases).run(self.shutdown.clone()));
-        tokio::spawn(Arc::clone(&self.queue).run(
-            self.remote.as_ref().map(|remote| remote.commits()),
-            self.shutdown.clone(),
-        ));
+        tokio::spawn(Arc::clone(&self.queue).run(self.remote.clone(), self.shutdown.clone()));
         if let Some(remote) = &self.remote {
             tokio::spawn(Arc::clone(remote).run(self.shutdown.clone()));
         }

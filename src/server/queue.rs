@@ -4,7 +4,9 @@
 //! (Postgres `FOR UPDATE SKIP LOCKED`, SQLite one writer at a time).
 //!
 //! It looks at the queue when something is queued here, when a run it drives ends, when another
-//! instance announces a commit (Postgres), and every [`POLL`] in any case.
+//! instance announces a queued run (Postgres), and every [`POLL`] in any case (a cheap read when
+//! the queue is empty). It also hears of cancels asked through other instances, for the runs it
+//! drives.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,11 +14,11 @@ use std::time::Duration;
 
 use nrllm_core::service::RunService;
 use nrllm_core::store::{RunStatus, RunStore, StoreError};
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::leases::Leases;
+use super::live::RemoteFeed;
 
 /// How often the queue is looked at without being told to.
 const POLL: Duration = Duration::from_millis(500);
@@ -78,7 +80,8 @@ impl Queue {
         }
     }
 
-    /// Reads the cancel asked for run `id`, if this instance drives it, and stops it.
+    /// Reads the cancel asked for run `id`, if this instance drives it, and stops it (its
+    /// heartbeat would read it too, later).
     async fn cancel_if_asked(&self, id: Uuid) {
         if !self.leases.drives(id) {
             return;
@@ -94,34 +97,35 @@ impl Queue {
         }
     }
 
-    /// Looks at the queue whenever there may be work, until `shutdown`. `commits`: other
-    /// instances' commits (Postgres), which may queue runs or ask to cancel one driven here.
+    /// Looks at the queue whenever there may be work, until `shutdown`. `remote`: what other
+    /// instances announce (Postgres) — runs queued, and cancels of runs driven here.
     pub async fn run(
         self: Arc<Self>,
-        mut commits: Option<broadcast::Receiver<Uuid>>,
+        remote: Option<Arc<RemoteFeed>>,
         shutdown: CancellationToken,
     ) {
+        let mut cancels = remote.as_ref().map(|feed| feed.cancels());
         loop {
             if let Err(err) = self.fill().await {
                 tracing::error!(%err, "taking queued runs");
             }
-            let commit = async {
-                match commits.as_mut() {
-                    Some(receiver) => match receiver.recv().await {
-                        Ok(id) => Some(id),
-                        Err(broadcast::error::RecvError::Lagged(_)) => None,
-                        Err(broadcast::error::RecvError::Closed) => {
-                            std::future::pending::<()>().await;
-                            None
-                        }
-                    },
+            let queued_elsewhere = async {
+                match &remote {
+                    Some(feed) => feed.queued_elsewhere().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let cancel = async {
+                match cancels.as_mut().map(|receiver| receiver.recv()) {
+                    Some(received) => received.await.ok(),
                     None => std::future::pending().await,
                 }
             };
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = self.leases.bell() => {}
-                id = commit => {
+                _ = queued_elsewhere => {}
+                id = cancel => {
                     if let Some(id) = id {
                         self.cancel_if_asked(id).await;
                     }

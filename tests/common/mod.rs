@@ -227,3 +227,37 @@ pub async fn form(
     }
     request.send().await.unwrap()
 }
+
+/// Starts a run through the JSON API (`body`: the start's fields) and returns its id; the start
+/// must be accepted.
+pub async fn start_run(server: &Server, session: &Session, body: Value) -> String {
+    let (status, run) = call(server, session, "nrllm_tool_run", body).await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    run.as_str().expect("a run id").to_owned()
+}
+
+/// The HTML of page `path` as a browser with `cookies` gets it.
+pub async fn html(server: &Server, cookies: &str, path: &str) -> String {
+    client()
+        .get(format!("{}{path}", server.base))
+        .header(COOKIE, cookies)
+        .header("accept", "text/html")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// A Prometheus scrape of `server` with API token `token`; the scrape must be answered.
+pub async fn metrics_text(server: &Server, token: &str) -> String {
+    let response = client()
+        .get(format!("{}/metrics", server.base))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    response.text().await.unwrap()
+}

@@ -144,6 +144,63 @@ pub struct ClaimedRun {
     cancel: Option<CancelRequest>,
 }
 
+impl ClaimedRun {
+    /// A claimed run rebuilt from its record and what was read from it (state, configuration,
+    /// loop, decision): for a worker that took it from the queue, or a recovery (`recovering`).
+    fn from_record(
+        run: &RunRecord,
+        (state, configuration, tool_loop, decision): (
+            SuspendedState,
+            RunConfiguration,
+            Arc<dyn ToolLoopService>,
+            Decision,
+        ),
+        recovering: bool,
+    ) -> ClaimedRun {
+        // A recovery does not check the targets again: its calls may have taken effect already
+        // and changed them (their effect keys keep them from applying twice).
+        let approved_bases = match recovering {
+            true => BTreeMap::new(),
+            false => run
+                .approved_bases
+                .as_deref()
+                .and_then(|text| serde_json::from_str(text).ok())
+                .unwrap_or_default(),
+        };
+        ClaimedRun {
+            id: run.id,
+            version: run.version,
+            last_sequence: run.last_sequence,
+            state,
+            configuration,
+            tool_loop,
+            decision,
+            decided_by: run.decided_by.clone().unwrap_or_default(),
+            verdict: verdict_of_record(run),
+            recovering,
+            approved_bases,
+            cancel: run.cancel_requested.clone(),
+        }
+    }
+}
+
+/// The failure of a run whose configuration cannot be driven now (`message` says why).
+fn unavailable(message: String, counters: Counters) -> LoopError {
+    LoopError::Provider {
+        error: crate::provider::ProviderError::permanent(message),
+        counters,
+        transcript: Vec::new(),
+        approved_ran: Vec::new(),
+    }
+}
+
+/// The decision a claimed run carries out, as recorded on it by the claim.
+fn decision_on_record(run: &RunRecord) -> Option<Decision> {
+    run.decision_record
+        .as_deref()
+        .and_then(|text| serde_json::from_str(text).ok())
+}
+
 /// A waiting run's pending turn with its previews and digest ([`RunService::pending`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingTurn {
@@ -399,26 +456,11 @@ impl RunService {
     /// What a run just taken from the queue asks for; `None` if it could not be read (it was
     /// failed, kept for inspection).
     async fn work_of(&self, run: RunRecord) -> Result<Option<Work>, StoreError> {
-        let decision = run
-            .decision_record
-            .as_deref()
-            .and_then(|text| serde_json::from_str::<Decision>(text).ok());
-        let Some(decision) = decision else {
+        let Some(decision) = decision_on_record(&run) else {
             return Ok(Some(Work::Start(Box::new(run))));
         };
-        let readable = match run.configuration.clone() {
-            Some(configuration) => self
-                .loops
-                .tool_loop(&configuration)
-                .ok()
-                .zip(
-                    SuspendedState::from_json(run.suspended_state.as_deref().unwrap_or_default())
-                        .ok(),
-                )
-                .map(|(tool_loop, state)| (configuration, tool_loop, state)),
-            None => None,
-        };
-        let Some((configuration, tool_loop, state)) = readable else {
+        let state = SuspendedState::from_json(run.suspended_state.as_deref().unwrap_or_default());
+        let (Some(configuration), Ok(state)) = (run.configuration.clone(), state) else {
             tracing::error!(run_id = %run.id, "a claimed run's state or configuration cannot be read");
             self.fail_corrupted(
                 &run,
@@ -427,25 +469,30 @@ impl RunService {
             .await?;
             return Ok(None);
         };
-        let approved_bases = run
-            .approved_bases
-            .as_deref()
-            .and_then(|text| serde_json::from_str(text).ok())
-            .unwrap_or_default();
-        Ok(Some(Work::Decided(Box::new(ClaimedRun {
-            id: run.id,
-            version: run.version,
-            last_sequence: run.last_sequence,
-            state,
-            configuration,
-            tool_loop,
-            decision,
-            decided_by: run.decided_by.clone().unwrap_or_default(),
-            verdict: verdict_of_record(&run),
-            recovering: false,
-            approved_bases,
-            cancel: run.cancel_requested.clone(),
-        }))))
+        let tool_loop = match self.loops.tool_loop(&configuration) {
+            Ok(tool_loop) => tool_loop,
+            // Its model cannot be reached now (say, its key was removed): it fails with the
+            // reason, as a new run would.
+            Err(message) => {
+                let sink = SegmentSink::new(self, run.id, run.last_sequence);
+                let segment = Segment {
+                    id: run.id,
+                    version: run.version,
+                    configuration: &configuration,
+                    counters: state.counters,
+                    sink: &sink,
+                    verdict: None,
+                };
+                self.persist(&segment, Err(unavailable(message, state.counters)))
+                    .await?;
+                return Ok(None);
+            }
+        };
+        Ok(Some(Work::Decided(Box::new(ClaimedRun::from_record(
+            &run,
+            (state, configuration, tool_loop, decision),
+            false,
+        )))))
     }
 
     /// Does work taken from the queue, until the run completes, fails or suspends.
@@ -515,12 +562,7 @@ impl RunService {
                     };
                     tool_loop.run(input, &ctx, &sink).await
                 }
-                Err(message) => Err(LoopError::Provider {
-                    error: crate::provider::ProviderError::permanent(message),
-                    counters: Counters::default(),
-                    transcript: Vec::new(),
-                    approved_ran: Vec::new(),
-                }),
+                Err(message) => Err(unavailable(message, Counters::default())),
             }
         };
         let segment = Segment {
@@ -864,11 +906,9 @@ impl RunService {
         if run.status != RunStatus::Running {
             return Ok(run);
         }
-        let decided = run
-            .decision_record
-            .as_deref()
-            .and_then(|text| serde_json::from_str::<Decision>(text).ok());
-        let (Some(raw_state), Some(decision)) = (run.suspended_state.clone(), decided) else {
+        let (Some(raw_state), Some(decision)) =
+            (run.suspended_state.clone(), decision_on_record(&run))
+        else {
             // It never got past its first model calls and read-only tools: ask again.
             let note = Event::Recovered {
                 resumes_at: "the server stopped before the run's first suspension; it starts \
@@ -936,20 +976,8 @@ impl RunService {
                      of tools that are idempotent by key run again with the same effect key"
                 ),
             });
-            let claimed = ClaimedRun {
-                id,
-                version: run.version,
-                last_sequence: run.last_sequence,
-                state,
-                configuration,
-                tool_loop,
-                decision,
-                decided_by: run.decided_by.clone().unwrap_or_default(),
-                verdict: verdict_of_record(&run),
-                recovering: true,
-                approved_bases: BTreeMap::new(),
-                cancel: run.cancel_requested.clone(),
-            };
+            let claimed =
+                ClaimedRun::from_record(&run, (state, configuration, tool_loop, decision), true);
             return Ok(self.carry_out(claimed, &sink).await?);
         }
         // Some call may or may not have taken effect: the operator decides, with the call marked.
@@ -1075,8 +1103,8 @@ impl RunService {
             .await?;
         match (run.status, run.cancel_requested.clone()) {
             (RunStatus::Running, Some(request)) => {
-                // Stops at once if it runs here; else the instance driving it hears of it at
-                // its next heartbeat.
+                // Stops at once if it runs here; else the instance driving it hears of it (the
+                // store announces the request, and its heartbeat reads it in any case).
                 self.interrupt(id, request);
             }
             _ => self.notify_status(id, RunStatus::Cancelled),
@@ -1133,12 +1161,17 @@ impl RunService {
                 _ => None,
             })
             .collect();
+        // This segment's turn only, as in a recovery: a call of an earlier turn answered by an
+        // operator keeps no result of its own.
+        let round = segment.counters.iterations;
         let unknown: Vec<UnknownStep> = self
             .store
             .effects(segment.id)
             .await?
             .into_iter()
-            .filter(|e| e.result.is_none() && !answered.contains(&e.call_id.as_str()))
+            .filter(|e| {
+                e.round == round && e.result.is_none() && !answered.contains(&e.call_id.as_str())
+            })
             .map(|e| UnknownStep {
                 call_id: e.call_id,
                 tool: e.tool,

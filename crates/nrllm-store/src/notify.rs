@@ -1,8 +1,8 @@
-//! Commits heard across instances (Postgres `LISTEN/NOTIFY`): every transaction that writes a
-//! run's steps (or queues it, or asks to cancel it) also sends the run's id on [`CHANNEL`], and a
-//! change of the tool settings sends [`TOOL_SETTINGS`], delivered to every listening connection
-//! when — and only if — it commits. Instances wake on them and read the rows; a notification
-//! carries nothing else.
+//! Commits heard across instances (Postgres `LISTEN/NOTIFY`), each announced on [`CHANNEL`] with
+//! what changed ([`Notice`]) and delivered to every listening connection when — and only if — it
+//! commits: a run's new steps (live streams read them), a run queued (workers look at the queue),
+//! a cancel asked for (the instance driving the run stops it), the tool settings (every instance
+//! reads them again). A notification carries nothing else: listeners read the rows.
 
 use sqlx::postgres::PgListener;
 use uuid::Uuid;
@@ -10,18 +10,61 @@ use uuid::Uuid;
 /// The channel commits are announced on.
 pub const CHANNEL: &str = "nrllm_run_events";
 
-/// The payload that says the tool settings changed.
-pub const TOOL_SETTINGS: &str = "tool_settings";
+const TOOL_SETTINGS: &str = "tool_settings";
+const QUEUED: &str = "queued";
+const CANCEL: &str = "cancel:";
 
 /// What a notification announced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Notice {
-    /// A commit of this run.
+    /// New steps of this run were committed.
     Run(Uuid),
+    /// A run was queued (a new run, or a claimed decision).
+    Queued,
+    /// Someone asked to cancel this running run.
+    Cancel(Uuid),
     /// The tool settings changed.
     ToolSettings,
     /// A payload this build does not know.
     Other,
+}
+
+impl Notice {
+    /// The payload that announces it.
+    pub fn payload(self) -> String {
+        match self {
+            Notice::Run(id) => id.to_string(),
+            Notice::Queued => QUEUED.to_owned(),
+            Notice::Cancel(id) => format!("{CANCEL}{id}"),
+            Notice::ToolSettings => TOOL_SETTINGS.to_owned(),
+            Notice::Other => String::new(),
+        }
+    }
+
+    fn parse(payload: &str) -> Notice {
+        match payload {
+            TOOL_SETTINGS => Notice::ToolSettings,
+            QUEUED => Notice::Queued,
+            payload => match payload.strip_prefix(CANCEL) {
+                Some(id) => Uuid::parse_str(id).map_or(Notice::Other, Notice::Cancel),
+                None => Uuid::parse_str(payload).map_or(Notice::Other, Notice::Run),
+            },
+        }
+    }
+
+    /// Announces it when `tx` commits, on Postgres (nothing on SQLite: one instance).
+    pub async fn announce(
+        self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    ) -> Result<(), sqlx::Error> {
+        if tx.backend_name() == "PostgreSQL" {
+            // The payload is one we formatted: nothing in it needs quoting.
+            sqlx::query(&format!("NOTIFY {CHANNEL}, '{}'", self.payload()))
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
 }
 
 /// A connection listening to [`CHANNEL`]. It reconnects by itself after a lost connection
@@ -41,9 +84,26 @@ impl RunNotifications {
     /// The next notice.
     pub async fn next(&mut self) -> Result<Notice, sqlx::Error> {
         let notification = self.listener.recv().await?;
-        Ok(match notification.payload() {
-            TOOL_SETTINGS => Notice::ToolSettings,
-            payload => Uuid::parse_str(payload).map_or(Notice::Other, Notice::Run),
-        })
+        Ok(Notice::parse(notification.payload()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_notice_reads_back_from_its_payload() {
+        let id = Uuid::now_v7();
+        for notice in [
+            Notice::Run(id),
+            Notice::Queued,
+            Notice::Cancel(id),
+            Notice::ToolSettings,
+        ] {
+            assert_eq!(Notice::parse(&notice.payload()), notice);
+        }
+        assert_eq!(Notice::parse("cancel:not-an-id"), Notice::Other);
+        assert_eq!(Notice::parse("something new"), Notice::Other);
     }
 }

@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use crate::chain::{self, ChainRow, ChainVerdict};
 use crate::db::{Backend, Database};
+use crate::notify::Notice;
 
 /// A database error as the store reports it (its cause is kept for the log).
 pub(crate) fn backend(err: sqlx::Error) -> StoreError {
@@ -212,8 +213,8 @@ impl SqlRunStore {
             .collect())
     }
 
-    /// The take-from-the-queue update `sql` with its first five parameters bound: running, this
-    /// instance's lease from `now_ms`, from queued.
+    /// The take-from-the-queue update ([`take_sql`]) with its first five parameters bound:
+    /// running, this instance's lease from `now_ms`, from queued.
     fn bind_take<'q>(
         &'q self,
         sql: &'q str,
@@ -243,12 +244,8 @@ impl SqlRunStore {
             if owner.is_some_and(|owner| *owner != *self.owner) {
                 return StoreError::LeaseLost { id };
             }
-            if let Ok(Some(by)) = row.try_get::<Option<String>, _>("cancel_by") {
-                let reason = row.try_get("cancel_reason").ok().flatten();
-                return StoreError::CancelRequested {
-                    id,
-                    request: CancelRequest { by, reason },
-                };
+            if let Ok(Some(request)) = cancel_request(&row) {
+                return StoreError::CancelRequested { id, request };
             }
         }
         match self.status_of(id).await {
@@ -259,6 +256,29 @@ impl SqlRunStore {
             Ok(_) => StoreError::Conflict { id, expected },
             Err(err) => err,
         }
+    }
+}
+
+/// The update that takes the queued runs matching `which` for this instance ($1–$5: see
+/// [`SqlRunStore::bind_take`]), returning them.
+fn take_sql(which: &str) -> String {
+    format!(
+        "UPDATE agent_run SET status = $1, lease_owner = $2, lease_until_ms = $3, \
+         version = version + 1, updated_at_ms = $4, \
+         started_at_ms = COALESCE(started_at_ms, $4), queued_at_ms = NULL \
+         WHERE status = $5 AND {which} RETURNING {RUN_COLUMNS}"
+    )
+}
+
+/// The cancel asked for a run, from a row with its `cancel_by` and `cancel_reason`.
+fn cancel_request(row: &AnyRow) -> Result<Option<CancelRequest>, StoreError> {
+    let by: Option<String> = row.try_get("cancel_by").map_err(backend)?;
+    match by {
+        Some(by) => Ok(Some(CancelRequest {
+            by,
+            reason: row.try_get("cancel_reason").map_err(backend)?,
+        })),
+        None => Ok(None),
     }
 }
 
@@ -339,21 +359,7 @@ async fn insert_events(
         prev = hash;
     }
     // Every instance hears of the commit, so their live streams read the new steps.
-    announce(tx, run).await
-}
-
-/// On Postgres, tells every instance that run `id` changed when — and only if — `tx` commits
-/// (`crate::notify`): live streams read its new steps, workers look at the queue, the instance
-/// driving it reads a cancel. Nothing on SQLite (one instance).
-async fn announce(tx: &mut Transaction<'static, Any>, id: Uuid) -> Result<(), StoreError> {
-    if tx.backend_name() == "PostgreSQL" {
-        // The payload is a run id we formatted: nothing in it needs quoting.
-        sqlx::query(&format!("NOTIFY {}, '{id}'", crate::notify::CHANNEL))
-            .execute(&mut **tx)
-            .await
-            .map_err(backend)?;
-    }
-    Ok(())
+    Notice::Run(run).announce(tx).await.map_err(backend)
 }
 
 fn outcome_name(outcome: ToolOutcome) -> &'static str {
@@ -434,16 +440,7 @@ fn read_run(row: &AnyRow) -> Result<RunRecord, StoreError> {
         approval_deadline_ms: row.try_get("approval_deadline_ms").map_err(backend)?,
         queued_at_ms: row.try_get("queued_at_ms").map_err(backend)?,
         approved_bases: row.try_get("approved_bases").map_err(backend)?,
-        cancel_requested: row
-            .try_get::<Option<String>, _>("cancel_by")
-            .map_err(backend)?
-            .map(|by| {
-                Ok::<_, StoreError>(CancelRequest {
-                    by,
-                    reason: row.try_get("cancel_reason").map_err(backend)?,
-                })
-            })
-            .transpose()?,
+        cancel_requested: cancel_request(row)?,
     })
 }
 
@@ -486,7 +483,7 @@ impl RunStore for SqlRunStore {
         .execute(&mut *tx)
         .await.map_err(backend)?;
         if queued.is_some() {
-            announce(&mut tx, run.id).await?;
+            Notice::Queued.announce(&mut tx).await.map_err(backend)?;
         }
         tx.commit().await.map_err(backend)?;
         self.committed();
@@ -507,12 +504,6 @@ impl RunStore for SqlRunStore {
         if any.is_none() {
             return Ok(Vec::new());
         }
-        let take = format!(
-            "UPDATE agent_run SET status = $1, lease_owner = $2, lease_until_ms = $3, \
-             version = version + 1, updated_at_ms = $4, \
-             started_at_ms = COALESCE(started_at_ms, $4), queued_at_ms = NULL \
-             WHERE status = $5 AND {{}} RETURNING {RUN_COLUMNS}"
-        );
         let mut tx = self.write_tx().await.map_err(backend)?;
         let rows = match self.db.backend() {
             // One statement; rows another instance is taking right now are skipped, not waited
@@ -524,7 +515,7 @@ impl RunStore for SqlRunStore {
                 let sql = format!(
                     "WITH next AS (SELECT id FROM agent_run WHERE status = $5 \
                      ORDER BY queued_at_ms, id LIMIT $6 FOR UPDATE SKIP LOCKED) {}",
-                    take.replace("{}", "id IN (SELECT id FROM next)")
+                    take_sql("id IN (SELECT id FROM next)")
                 );
                 self.bind_take(&sql, now_ms)
                     .bind(i64::from(limit))
@@ -543,7 +534,7 @@ impl RunStore for SqlRunStore {
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(backend)?;
-                let sql = take.replace("{}", "id = $6");
+                let sql = take_sql("id = $6");
                 let mut rows = Vec::with_capacity(ids.len());
                 for id in ids {
                     if let Some(row) = self
@@ -559,31 +550,21 @@ impl RunStore for SqlRunStore {
                 rows
             }
         };
-        let mut runs = rows.iter().map(read_run).collect::<Result<Vec<_>, _>>()?;
+        let runs = rows.iter().map(read_run).collect::<Result<Vec<_>, _>>()?;
         tx.commit().await.map_err(backend)?;
         if !runs.is_empty() {
             self.committed();
         }
-        runs.sort_by_key(|run| (run.updated_at_ms, run.id));
         Ok(runs)
     }
 
     async fn take_run(&self, id: Uuid, now_ms: i64) -> Result<Option<RunRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "UPDATE agent_run SET status = $1, lease_owner = $2, lease_until_ms = $3, \
-             version = version + 1, updated_at_ms = $4, \
-             started_at_ms = COALESCE(started_at_ms, $4), queued_at_ms = NULL \
-             WHERE id = $5 AND status = $6 RETURNING {RUN_COLUMNS}"
-        ))
-        .bind(RunStatus::Running.as_str())
-        .bind(&*self.owner)
-        .bind(now_ms + self.lease_ms)
-        .bind(now_ms)
-        .bind(id.to_string())
-        .bind(RunStatus::Queued.as_str())
-        .fetch_optional(self.db.pool())
-        .await
-        .map_err(backend)?;
+        let row = self
+            .bind_take(&take_sql("id = $6"), now_ms)
+            .bind(id.to_string())
+            .fetch_optional(self.db.pool())
+            .await
+            .map_err(backend)?;
         if row.is_some() {
             self.committed();
         }
@@ -689,6 +670,8 @@ impl RunStore for SqlRunStore {
         };
         let new_version: i64 = row.try_get("version").map_err(backend)?;
         insert_events(&mut tx, id, &claim.events).await?;
+        // The decision waits in the queue: every instance's worker looks.
+        Notice::Queued.announce(&mut tx).await.map_err(backend)?;
         for dispatch in &claim.dispatched {
             sqlx::query(
                 "INSERT INTO agent_run_effect (run_id, round, call_id, tool, arguments, effect_key, \
@@ -851,7 +834,10 @@ impl RunStore for SqlRunStore {
             .await
             .map_err(backend)?;
             if requested.rows_affected() == 1 {
-                announce(&mut tx, id).await?;
+                Notice::Cancel(id)
+                    .announce(&mut tx)
+                    .await
+                    .map_err(backend)?;
                 tx.commit().await.map_err(backend)?;
                 self.committed();
                 return self.status_of(id).await;
@@ -1070,14 +1056,7 @@ impl RunStore for SqlRunStore {
         let Some(row) = renewed else {
             return Ok(Renewal::Gone);
         };
-        let by: Option<String> = row.try_get("cancel_by").map_err(backend)?;
-        Ok(Renewal::Held(match by {
-            Some(by) => Some(CancelRequest {
-                by,
-                reason: row.try_get("cancel_reason").map_err(backend)?,
-            }),
-            None => None,
-        }))
+        Ok(Renewal::Held(cancel_request(&row)?))
     }
 
     async fn expired_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {

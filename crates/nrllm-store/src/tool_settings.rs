@@ -3,7 +3,7 @@
 
 use sqlx::Row;
 
-use crate::db::{Backend, Database};
+use crate::db::Database;
 use nrllm_core::clock::now_ms;
 use nrllm_core::registry::ToolRegistry;
 
@@ -50,16 +50,10 @@ impl ToolSettingsStore {
         .bind(now_ms())
         .execute(&mut *tx)
         .await?;
-        if self.db.backend() == Backend::Postgres {
-            // Every other instance reads the settings again when this commits.
-            sqlx::query(&format!(
-                "NOTIFY {}, '{}'",
-                crate::notify::CHANNEL,
-                crate::notify::TOOL_SETTINGS
-            ))
-            .execute(&mut *tx)
+        // Every other instance reads the settings again when this commits.
+        crate::notify::Notice::ToolSettings
+            .announce(&mut tx)
             .await?;
-        }
         tx.commit().await
     }
 

@@ -950,17 +950,7 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
         );
 
         // A wakes up and writes its segment: refused, and nothing is written.
-        let state = nrllm_core::state::SuspendedState {
-            schema_version: nrllm_core::state::STATE_SCHEMA_VERSION,
-            messages: Vec::new(),
-            pending: Vec::new(),
-            gated: Vec::new(),
-            counters: Counters::default(),
-            settings: RunSettings::default(),
-            recorded_messages: 0,
-            answered: Vec::new(),
-            unknown: Vec::new(),
-        };
+        let state = empty_state();
         let events = vec![SequencedEvent {
             sequence: 1,
             event: Event::Recovered {
@@ -1195,6 +1185,21 @@ async fn an_overdue_turn_is_found_and_expires_once_and_the_model_reads_it() {
     }
 }
 
+/// A suspended state with nothing in it (for writes that are refused before it matters).
+fn empty_state() -> nrllm_core::state::SuspendedState {
+    nrllm_core::state::SuspendedState {
+        schema_version: nrllm_core::state::STATE_SCHEMA_VERSION,
+        messages: Vec::new(),
+        pending: Vec::new(),
+        gated: Vec::new(),
+        counters: Counters::default(),
+        settings: RunSettings::default(),
+        recorded_messages: 0,
+        answered: Vec::new(),
+        unknown: Vec::new(),
+    }
+}
+
 fn held(renewal: nrllm_core::store::Renewal) -> bool {
     matches!(renewal, nrllm_core::store::Renewal::Held(_))
 }
@@ -1411,17 +1416,7 @@ async fn a_cancel_asked_on_another_instance_reaches_the_driver_and_stops_a_suspe
             nrllm_core::store::Renewal::Held(Some(request.clone()))
         );
         // A segment that would now suspend is refused with the request.
-        let state = nrllm_core::state::SuspendedState {
-            schema_version: nrllm_core::state::STATE_SCHEMA_VERSION,
-            messages: Vec::new(),
-            pending: Vec::new(),
-            gated: Vec::new(),
-            counters: Counters::default(),
-            settings: RunSettings::default(),
-            recorded_messages: 0,
-            answered: Vec::new(),
-            unknown: Vec::new(),
-        };
+        let state = empty_state();
         let refused = driver
             .suspend(run.id, run.version, &state, &[], now_ms(), None)
             .await;
@@ -1435,6 +1430,55 @@ async fn a_cancel_asked_on_another_instance_reaches_the_driver_and_stops_a_suspe
             nrllm_core::store::Renewal::Gone,
             "not held by the other"
         );
+        db.cleanup().await;
+    }
+}
+
+/// A factory whose model cannot be reached (its key was removed, say).
+struct Unreachable;
+
+impl LoopFactory for Unreachable {
+    fn tool_loop(
+        &self,
+        _configuration: &RunConfiguration,
+    ) -> Result<Arc<dyn nrllm_core::ToolLoopService>, String> {
+        Err("set the environment variable TEST_KEY to its API key".to_owned())
+    }
+}
+
+#[tokio::test]
+async fn a_queued_decision_whose_model_cannot_be_reached_fails_with_the_reason() {
+    for db in backends().await {
+        let s = setup(&db.db, gated_then_answer());
+        let run = s
+            .service
+            .start(configuration("write hi"), "alice")
+            .await
+            .unwrap();
+        s.service
+            .claim(run.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap();
+        // The worker that takes it cannot build the run's loop.
+        let worker = RunService::new(
+            Arc::new(SqlRunStore::new(db.db.clone()).with_lease("other", 30_000)),
+            Arc::new(Unreachable),
+        );
+        assert!(
+            worker.take_next(4).await.unwrap().is_empty(),
+            "no work to do"
+        );
+        let failed = s.store.get(run.id).await.unwrap().unwrap();
+        assert_eq!(failed.status, RunStatus::Failed, "{}", db.name);
+        assert_eq!(
+            failed.termination_reason.as_deref(),
+            Some("provider_failed")
+        );
+        assert_eq!(
+            failed.error_summary.as_deref(),
+            Some("set the environment variable TEST_KEY to its API key")
+        );
+        assert_eq!(s.probe.count("write_note"), 0, "nothing ran");
         db.cleanup().await;
     }
 }
