@@ -15,7 +15,7 @@ use crate::model::{
 };
 
 /// One call's part of an approval form.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CallForm {
     pub call_id: String,
     /// `approve`, `deny` or `edit`: read when the decision is `per_call`.
@@ -32,6 +32,20 @@ pub struct CallForm {
     /// With `respond`: the result the model reads instead of running the tool.
     #[serde(default)]
     pub result: Option<String>,
+    /// With an approving choice: `run` — always approve this tool for this run from now on;
+    /// `configuration` — for every run of the run's configuration (administrators only). With a
+    /// denying choice: `never_run`, `never_configuration` — never allow it there.
+    #[serde(default)]
+    pub remember: Option<String>,
+    /// Only when this argument … (empty: whatever the arguments).
+    #[serde(default)]
+    pub rule_argument: Option<String>,
+    /// … compares so (`equals`, `starts_with`, `ends_with`, `contains`) …
+    #[serde(default)]
+    pub rule_op: Option<String>,
+    /// … with this value.
+    #[serde(default)]
+    pub rule_value: Option<String>,
 }
 
 /// Starts a run and returns its id; a browser is sent on to `/runs/<id>`. The run executes in
@@ -106,12 +120,17 @@ pub async fn nrllm_tool_resume(
         ));
     }
     ssr::four_eyes(&state, id, &who.name).await?;
-    let submission = ssr::submission(
+    let calls = calls.unwrap_or_default();
+    let scopes = ssr::rule_scopes(&state, id, &who, &calls).await?;
+    let mut submission = ssr::submission(
         &decision,
         reason,
-        calls.unwrap_or_default(),
+        calls,
         acknowledge_discard.is_some_and(|a| !a.is_empty() && a != "false"),
     )?;
+    for (call, remember) in submission.calls.iter_mut().zip(scopes) {
+        call.remember = remember;
+    }
     // The claim queues the decision; this instance's worker (or another's) carries it out.
     state
         .runs
@@ -160,6 +179,25 @@ pub async fn nrllm_run_get(
         .await
         .map_err(|err| AppError::internal("verifying a run's log", err))?;
     view.decide_block = ssr::decide_block(&state, &run, &who);
+    view.rules_for_configuration = who.role.allows(nrllm_types::Role::Admin);
+    view.children = state
+        .store
+        .children(id, 100)
+        .await
+        .map_err(|err| AppError::internal("reading the runs that go on from a run", err))?
+        .iter()
+        .map(views::child_view)
+        .collect();
+    if let Some(configuration) = &run.configuration {
+        view.rules = state
+            .store
+            .rules_for(id, &configuration.provider)
+            .await
+            .map_err(|err| AppError::internal("reading a run's approval rules", err))?
+            .iter()
+            .map(|rule| views::rule_view(rule, crate::rules_api::ssr::may_change(&who, rule)))
+            .collect();
+    }
     if run.status == nrllm_core::store::RunStatus::Queued {
         view.summary.queue_position = state
             .store
@@ -295,12 +333,7 @@ pub async fn nrllm_approvals_list(
     Ok(ApprovalsPage {
         runs,
         next_after,
-        configurations: state
-            .configurations
-            .views()
-            .into_iter()
-            .map(|c| c.name)
-            .collect(),
+        configurations: state.configurations.names(),
         tools,
     })
 }
@@ -337,6 +370,50 @@ pub async fn nrllm_run_retry(run_id: String) -> Result<String, AppError> {
     let id = ssr::parse_run_id(&run_id)?;
     let run = state.runs.retry(id, &who.name).await?;
     state.queue.wake();
+    let new_id = run.id.to_string();
+    if wants_html() {
+        leptos_axum::redirect(&format!("/runs/{new_id}"));
+    }
+    Ok(new_id)
+}
+
+/// Forks a run at its step `step` (a sequence number): a new run whose steps up to there are
+/// copies of this run's and whose transcript is its journal up to there; it goes on with the
+/// turn that step left undecided (decided again), or asks the model — with `prompt` as a new user
+/// message if given. Nothing the parent ran runs again. Returns the new run's id; a browser is
+/// sent on to it.
+#[server(endpoint = "nrllm_run_fork")]
+pub async fn nrllm_run_fork(
+    run_id: String,
+    step: String,
+    prompt: Option<String>,
+) -> Result<String, AppError> {
+    use crate::server::{require, state, wants_html};
+    use nrllm_core::service::ForkError;
+    let who = require(nrllm_types::Role::Operator)?;
+    let state = state()?;
+    ssr::accepting(&state)?;
+    let id = ssr::parse_run_id(&run_id)?;
+    let at: i64 = step
+        .trim()
+        .parse()
+        .map_err(|_| AppError::invalid("step", "a step's number"))?;
+    let prompt = prompt.filter(|p| !p.trim().is_empty());
+    ssr::at_most("prompt", prompt.as_deref(), ssr::MAX_PROMPT_CHARS)?;
+    let run = state
+        .runs
+        .fork(id, at, prompt.as_deref(), &who.name, false)
+        .await
+        .map_err(|err| match err {
+            ForkError::NotFound(_) => AppError::NotFound(format!("There is no run {id}.")),
+            ForkError::NoStep(_) | ForkError::BeforeFirstRequest => {
+                AppError::invalid("step", err.to_string())
+            }
+            ForkError::PromptOnPendingTurn => AppError::invalid("prompt", err.to_string()),
+            ForkError::Service(err) => AppError::from(err),
+        })?;
+    state.queue.wake();
+    tracing::info!(by = %who.name, parent = %id, at, run_id = %run.id, "run forked");
     let new_id = run.id.to_string();
     if wants_html() {
         leptos_axum::redirect(&format!("/runs/{new_id}"));
@@ -394,13 +471,14 @@ pub async fn nrllm_system_status() -> Result<SystemView, AppError> {
 }
 
 #[cfg(feature = "ssr")]
-mod ssr {
+pub(crate) mod ssr {
     //! Validation and error mapping for the server functions above.
 
     use nrllm_core::assembly::Skill;
-    use nrllm_core::decision::{Action, Submission, SubmittedCall};
+    use nrllm_core::decision::{Action, Remember, Submission, SubmittedCall};
     use nrllm_core::provider::ModelOptions;
     use nrllm_core::registry::AllowList;
+    use nrllm_core::rules::{RuleEffect, RuleScope};
     use nrllm_core::store::RunConfiguration;
     use nrllm_core::RunSettings;
     use uuid::Uuid;
@@ -714,10 +792,69 @@ mod ssr {
                     arguments: call.arguments,
                     reason: call.reason,
                     result: call.result,
+                    remember: None,
                 })
                 .collect(),
             acknowledge_discard,
         })
+    }
+
+    /// The approval rule each call of a form asks for ("always approve …"), in form order: its
+    /// scope — this run, or (administrators only) the run's configuration — and condition.
+    pub async fn rule_scopes(
+        state: &AppState,
+        id: uuid::Uuid,
+        who: &nrllm_store::accounts::Principal,
+        calls: &[CallForm],
+    ) -> Result<Vec<Option<Remember>>, AppError> {
+        let mut scopes = Vec::with_capacity(calls.len());
+        for (i, call) in calls.iter().enumerate() {
+            let remember = call.remember.as_deref().map(str::trim).unwrap_or_default();
+            let (effect, scope) = match remember.strip_prefix("never_") {
+                Some(scope) => (RuleEffect::Deny, scope),
+                None => (RuleEffect::Allow, remember),
+            };
+            let scope = match scope {
+                "" => None,
+                "run" => Some(RuleScope::Run(id)),
+                "configuration" if who.role.allows(nrllm_types::Role::Admin) => {
+                    let run = state.store.get(id).await?;
+                    let name = run
+                        .and_then(|r| r.configuration)
+                        .map(|c| c.provider)
+                        .ok_or_else(|| AppError::NotFound(format!("There is no run {id}.")))?;
+                    Some(RuleScope::Configuration(name))
+                }
+                "configuration" => {
+                    return Err(AppError::Forbidden(
+                        "Only an administrator can add a rule for a whole configuration; \
+                         choose “for this run”."
+                            .to_owned(),
+                    ))
+                }
+                _ => {
+                    return Err(AppError::invalid(
+                        &format!("calls[{i}].remember"),
+                        "run, configuration, never_run or never_configuration",
+                    ))
+                }
+            };
+            let remember = match scope {
+                Some(scope) => Some(Remember {
+                    scope,
+                    effect,
+                    conditions: crate::rules_api::ssr::conditions(
+                        call.rule_argument.clone(),
+                        call.rule_op.clone(),
+                        call.rule_value.clone(),
+                        &format!("calls[{i}].rule_"),
+                    )?,
+                }),
+                None => None,
+            };
+            scopes.push(remember);
+        }
+        Ok(scopes)
     }
 
     #[cfg(test)]
@@ -744,6 +881,7 @@ mod ssr {
                 arguments: Some(arguments),
                 reason: Some(reason),
                 result: None,
+                ..CallForm::default()
             };
             let err = submission(
                 "approve_all",
@@ -784,7 +922,7 @@ mod ssr {
                 choice: Some("deny".into()),
                 arguments: None,
                 reason: Some("no".into()),
-                result: None,
+                ..CallForm::default()
             };
             let ok = submission("per_call", Some("all".into()), vec![call], true).unwrap();
             assert_eq!(ok.action, Action::PerCall);

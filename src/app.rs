@@ -10,6 +10,7 @@ use crate::forms::{action, CsrfField};
 use crate::pages::account::{AccountPage, AdminPage, LoginOncePage, LoginPage};
 use crate::pages::approvals::ApprovalsPage;
 use crate::pages::playground::PlaygroundPage;
+use crate::pages::rules::RulesPage;
 use crate::pages::run::RunPage;
 use crate::pages::runs::RunsPage;
 use crate::pages::system::SystemPage;
@@ -54,6 +55,7 @@ pub fn App() -> impl IntoView {
                     <a href="/" class=link>"Playground"</a>
                     <a href="/runs" class=link>"Runs"</a>
                     <a href="/approvals" class=link>"Approvals"</a>
+                    <a href="/rules" class=link>"Rules"</a>
                     <a href="/system" class=link>"System"</a>
                     <Who link />
                 </nav>
@@ -64,6 +66,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/runs") view=RunsPage ssr=SsrMode::Async />
                     <Route path=path!("/runs/:id") view=RunPage ssr=SsrMode::Async />
                     <Route path=path!("/approvals") view=ApprovalsPage ssr=SsrMode::Async />
+                    <Route path=path!("/rules") view=RulesPage ssr=SsrMode::Async />
                     <Route path=path!("/system") view=SystemPage ssr=SsrMode::Async />
                     <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async />
                     <Route path=path!("/login/once") view=LoginOncePage ssr=SsrMode::Async />

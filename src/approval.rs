@@ -11,6 +11,7 @@ use crate::components::{TextArea, BUTTON_APPROVE, BUTTON_DENY, BUTTON_PRIMARY, I
 use crate::field;
 use crate::forms::{action, list_field, CsrfField};
 use crate::model::{CallState, PendingCallView, PreviewView, RunView};
+use crate::pages::rules::op_options;
 
 /// The effect of one call: a diff, a text, or why there is none.
 #[component]
@@ -70,16 +71,65 @@ fn Preview(preview: PreviewView) -> impl IntoView {
     }
 }
 
+/// "Always approve <tool> for this run (or configuration), [only when <argument> <op> <value>]":
+/// the rule to add with this decision, for an approved call.
 #[component]
-fn PendingCall(prefix: String, index: usize, call: PendingCallView) -> impl IntoView {
+fn Remember(
+    prefix: String,
+    index: usize,
+    tool: String,
+    arguments: Vec<String>,
+    configuration: Option<String>,
+) -> impl IntoView {
     let name = |field: &str| list_field(field!(NrllmToolResume, calls), index, field);
     let id = |field: &str| format!("{prefix}-call-{index}-{field}");
+    let arguments = arguments
+        .into_iter()
+        .map(|a| view! { <option value=a.clone()>{a.clone()}</option> })
+        .collect_view();
+    view! {
+        <div class="mt-2 flex flex-wrap items-center gap-2 text-xs" data-testid="remember">
+            <label for=id("remember") class="font-medium">"Decide without asking from now on"</label>
+            <select id=id("remember") name=name(field!(CallForm, remember)) class=INPUT>
+                <option value="" selected=true>"no, ask each time"</option>
+                <option value="run">{format!("always approve {tool} for this run")}</option>
+                {configuration.clone().map(|c| view! { <option value="configuration">{format!("always approve {tool} in configuration {c}")}</option> })}
+                <option value="never_run">{format!("never allow {tool} in this run (deny it now)")}</option>
+                {configuration.map(|c| view! { <option value="never_configuration">{format!("never allow {tool} in configuration {c} (deny it now)")}</option> })}
+            </select>
+            <label for=id("rule-argument")>"only when"</label>
+            <select id=id("rule-argument") name=name(field!(CallForm, rule_argument)) class=INPUT>
+                <option value="" selected=true>"(any arguments)"</option>
+                {arguments}
+            </select>
+            <select name=name(field!(CallForm, rule_op)) class=INPUT aria-label="compares">{op_options()}</select>
+            <input name=name(field!(CallForm, rule_value)) class=INPUT placeholder="value" aria-label="value" maxlength=nrllm_types::RULE_VALUE_CHARS />
+        </div>
+    }
+}
+
+#[component]
+fn PendingCall(
+    prefix: String,
+    index: usize,
+    call: PendingCallView,
+    /// The run's configuration, when the viewer may add rules for all of it.
+    configuration: Option<String>,
+) -> impl IntoView {
+    let name = |field: &str| list_field(field!(NrllmToolResume, calls), index, field);
+    let id = |field: &str| format!("{prefix}-call-{index}-{field}");
+    let refused = match &call.ruled {
+        Some((false, note)) => Some(note.clone()),
+        _ => None,
+    };
     view! {
         <li class="rounded-md border border-slate-200 p-3 dark:border-slate-700" data-testid="pending-call" data-tool=call.tool.clone()>
             <input type="hidden" name=name(field!(CallForm, call_id)) value=call.call_id.clone() />
             <div class="flex flex-wrap items-center gap-2">
                 <span class="font-mono font-semibold">{call.tool.clone()}</span>
-                {if call.gated {
+                {if let Some((allow, note)) = call.ruled.clone() {
+                    view! { <span class="rounded bg-slate-100 px-1 text-xs dark:bg-slate-800" data-testid="ruled" data-allow=allow.to_string()>{note}</span> }.into_any()
+                } else if call.gated {
                     view! { <span class="rounded bg-amber-100 px-1 text-xs text-amber-900 dark:bg-amber-900/40 dark:text-amber-200">"needs approval"</span> }.into_any()
                 } else {
                     view! { <span class="rounded bg-slate-100 px-1 text-xs dark:bg-slate-800">"held with this turn"</span> }.into_any()
@@ -88,6 +138,12 @@ fn PendingCall(prefix: String, index: usize, call: PendingCallView) -> impl Into
             <pre class="mt-2 overflow-auto whitespace-pre-wrap rounded bg-slate-50 p-2 text-xs dark:bg-slate-950" data-testid="call-arguments">{call.arguments.clone()}</pre>
             {call.preview.clone().map(|preview| view! { <Preview preview /> })}
             {match call.state.clone() {
+                CallState::Pending if refused.is_some() => view! {
+                    <input type="hidden" name=name(field!(CallForm, choice)) value="deny" />
+                    <p class="mt-2 text-sm text-rose-800 dark:text-rose-300" data-testid="call-refused-by-rule">
+                        {format!("Refused whatever is chosen here: {}", refused.clone().unwrap_or_default())}
+                    </p>
+                }.into_any(),
                 CallState::Pending => view! {
                     <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
                         <legend class="sr-only">{format!("Decision for {}", call.tool)}</legend>
@@ -96,6 +152,9 @@ fn PendingCall(prefix: String, index: usize, call: PendingCallView) -> impl Into
                         </label>
                         <label class="flex items-center gap-1">
                             <input type="radio" name=name(field!(CallForm, choice)) value="deny" id=id("deny") />" Deny"
+                        </label>
+                        <label class="flex items-center gap-1">
+                            <input type="radio" name=name(field!(CallForm, choice)) value="respond" id=id("respond") />" Answer it myself (not run)"
                         </label>
                     </fieldset>
                     <div class="mt-2 grid gap-2 sm:grid-cols-2">
@@ -107,8 +166,11 @@ fn PendingCall(prefix: String, index: usize, call: PendingCallView) -> impl Into
                         <div>
                             <label for=id("reason") class="text-xs font-medium">"Reason if denied (the model reads it)"</label>
                             <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
+                            <label for=id("result") class="mt-2 block text-xs font-medium">"Your answer, with “Answer it myself” (the model reads it as the result; nothing runs)"</label>
+                            <TextArea id=id("result") name=name(field!(CallForm, result)) rows=2 class=INPUT maxlength=crate::model::MAX_EDIT_CHARS />
                         </div>
                     </div>
+                    {call.gated.then(|| view! { <Remember prefix=prefix.clone() index tool=call.tool.clone() arguments=call.argument_names.clone() configuration=configuration.clone() /> })}
                 }.into_any(),
                 CallState::Answered { result } => view! {
                     <input type="hidden" name=name(field!(CallForm, choice)) value="approve" />
@@ -154,12 +216,15 @@ pub fn ApprovalPanel(run: RunView, shortcuts: bool) -> impl IntoView {
     let count = run.pending.len();
     // Element ids are unique on a page that shows several panels (the inbox).
     let prefix = format!("run-{}", run.summary.id);
+    let configuration = run
+        .rules_for_configuration
+        .then(|| run.summary.configuration.clone());
     let calls = run
         .pending
         .iter()
         .cloned()
         .enumerate()
-        .map(|(index, call)| view! { <PendingCall prefix=prefix.clone() index call /> })
+        .map(|(index, call)| view! { <PendingCall prefix=prefix.clone() index call configuration=configuration.clone() /> })
         .collect_view();
     let reason_id = format!("{prefix}-reason");
     let key = |label: &str, key: &str| {

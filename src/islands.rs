@@ -178,7 +178,7 @@ mod guard {
         for call in elements(form, "[data-testid=pending-call]") {
             let tool = call.get_attribute("data-tool").unwrap_or_default();
             let edited = call
-                .query_selector("textarea")
+                .query_selector("textarea[name$='[arguments]']")
                 .ok()
                 .flatten()
                 .and_then(|el| el.dyn_into::<HtmlTextAreaElement>().ok())
@@ -188,6 +188,12 @@ mod guard {
             let reason_typed = !input_value(&call, "input[name$='[reason]']")
                 .trim()
                 .is_empty();
+            let result_typed = call
+                .query_selector("textarea[name$='[result]']")
+                .ok()
+                .flatten()
+                .and_then(|el| el.dyn_into::<HtmlTextAreaElement>().ok())
+                .is_some_and(|area| !area.value().trim().is_empty());
             let choice = input_value(&call, "input[type=radio]:checked");
             if action == "per_call" && (choice == "respond" || choice == "failed") {
                 // The call is answered without running; its text fields are what it uses.
@@ -204,6 +210,9 @@ mod guard {
             }
             if !denied && reason_typed {
                 dropped.push(format!("the reason you typed for {tool}"));
+            }
+            if result_typed {
+                dropped.push(format!("the answer you wrote for {tool}"));
             }
             if !denied && edited {
                 edited_and_run.push(tool);

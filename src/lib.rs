@@ -14,6 +14,7 @@ pub mod forms;
 pub mod islands;
 pub mod model;
 pub mod pages;
+pub mod rules_api;
 #[cfg(feature = "ssr")]
 pub mod server;
 #[cfg(feature = "ssr")]

@@ -54,6 +54,9 @@ pub struct RunSummary {
     /// "temperature 0.7 (configuration) · max tokens 512 (form) · max rounds 5": the model
     /// options the run uses and where each came from.
     pub model_options: String,
+    /// The run this one goes on from (a fork or a retry), with how.
+    #[serde(default)]
+    pub parent: Option<(String, String)>,
 }
 
 /// One line of a before/after diff.
@@ -96,6 +99,14 @@ pub struct PendingCallView {
     pub preview: Option<PreviewView>,
     /// Where the call stands: waiting for its decision, or found after a restart.
     pub state: CallState,
+    /// An approval rule or the tool's own check decided this call: the rule's words; `allow`
+    /// false means it is refused whatever is chosen here.
+    #[serde(default)]
+    pub ruled: Option<(bool, String)>,
+    /// The call's top-level arguments with plain values: what an "always approve … when"
+    /// condition can compare.
+    #[serde(default)]
+    pub argument_names: Vec<String>,
 }
 
 /// Where a pending call stands.
@@ -169,6 +180,55 @@ pub struct RunView {
     pub decide_block: Option<String>,
     /// The webhook deliveries that announced this run's waiting turns, the latest first.
     pub webhooks: Vec<WebhookView>,
+    /// The viewer may add rules for the run's whole configuration (an administrator).
+    #[serde(default)]
+    pub rules_for_configuration: bool,
+    /// The approval rules that hold for this run (its own and its configuration's).
+    #[serde(default)]
+    pub rules: Vec<RuleView>,
+    /// The runs that go on from this one (its forks and retries).
+    #[serde(default)]
+    pub children: Vec<ChildView>,
+}
+
+/// A run that goes on from another one's journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildView {
+    pub id: String,
+    pub status: RunStatus,
+    /// "forked at step 4 with a new prompt; …".
+    pub note: String,
+    pub requested_by: String,
+    pub created_at: String,
+}
+
+/// One approval rule, as the rules page and the run page list it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleView {
+    pub id: i64,
+    /// "always approve send_message when to ends with “@example.com” for this run".
+    pub description: String,
+    /// The run it holds for, if it is a run's rule.
+    pub run_id: Option<String>,
+    /// The configuration it holds for, if it is a configuration's rule.
+    pub configuration: Option<String>,
+    pub tool: String,
+    /// `allow` or `deny`.
+    pub effect: String,
+    pub created_by: String,
+    pub created: String,
+    /// The viewer may remove it.
+    pub removable: bool,
+}
+
+/// The rules page: every rule, and what a new one can name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RulesView {
+    pub rules: Vec<RuleView>,
+    pub tools: Vec<String>,
+    pub configurations: Vec<String>,
+    /// The viewer may add configuration rules (an administrator).
+    pub can_add: bool,
 }
 
 /// One webhook delivery as the run page shows it.
@@ -209,6 +269,9 @@ pub struct ToolView {
     pub description: String,
     pub group: String,
     pub requires_approval: bool,
+    /// Whether a call needs approval depends on its arguments (the tool decides per call).
+    #[serde(default)]
+    pub approval_per_call: bool,
     pub enabled: bool,
 }
 

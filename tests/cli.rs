@@ -77,6 +77,7 @@ async fn purge_deletes_runs_past_the_retention_windows() {
             id: uuid::Uuid::new_v4(),
             configuration: configuration.clone(),
             requested_by: "test".into(),
+            copied: Vec::new(),
         };
         let at = now - age_days * day;
         let record = store.create(&run, at, true).await.unwrap();
@@ -159,6 +160,7 @@ async fn verify_checks_every_run_log_and_names_an_edited_row() {
             settings: RunSettings::default(),
         },
         requested_by: "test".into(),
+        copied: Vec::new(),
     };
     let now = nrllm_core::clock::now_ms();
     let record = store.create(&run, now, true).await.unwrap();

@@ -1,6 +1,8 @@
 //! The kill -9 harness. It starts the real server binary on a fresh SQLite file, drives runs
 //! through the API, and has the process stop at one of the failpoints (`NRLLM_FAILPOINT`) —
-//! after the claim commits, after the dispatch before the tool runs, inside the tool after its
+//! after the claim commits, during and after the commit of a turn decided without an operator (a
+//! message to the internal domain, which `send_message` lets through by its own check), after
+//! the dispatch before the tool runs, inside the tool after its
 //! effect, after the results before the next model call, during a model call, during a
 //! suspension's or a finish's commit — then kills it with SIGKILL and starts it again. After each
 //! restart it reads the API and the database and asserts:
@@ -190,6 +192,9 @@ enum Scenario {
     Send,
     /// A file in the export folder: outside our database, so "outcome unknown" after a crash.
     Export,
+    /// An outbox message to the internal domain: decided by the tool's own check, with no
+    /// operator, and journaled like an approved one (exactly once by effect key).
+    SendInternal,
 }
 
 impl Scenario {
@@ -198,11 +203,19 @@ impl Scenario {
             Scenario::Rename => format!("Rename the home page to \"Hello {cycle}\""),
             Scenario::Send => format!("Send a message to team@example.com saying cycle {cycle}"),
             Scenario::Export => "Export the pricing page".to_owned(),
+            Scenario::SendInternal => {
+                format!("Send a message to ops@internal.example saying cycle {cycle}")
+            }
         }
     }
 }
 
-const SCENARIOS: [Scenario; 3] = [Scenario::Rename, Scenario::Send, Scenario::Export];
+const SCENARIOS: [Scenario; 4] = [
+    Scenario::Rename,
+    Scenario::Send,
+    Scenario::Export,
+    Scenario::SendInternal,
+];
 
 /// One cycle's record, for the assertions and the figures.
 #[derive(Debug, Default)]
@@ -383,7 +396,7 @@ async fn check_database(site: &Site, record: &Cycle, scenario: Scenario, cycle: 
             1,
             "cycle {cycle}: the approved rename happened exactly once"
         ),
-        Scenario::Send => assert_eq!(
+        Scenario::Send | Scenario::SendInternal => assert_eq!(
             count(
                 "SELECT COUNT(*) FROM site_outbox WHERE effect_key LIKE $1",
                 prefix.clone()
@@ -394,14 +407,25 @@ async fn check_database(site: &Site, record: &Cycle, scenario: Scenario, cycle: 
         ),
         Scenario::Export => {}
     }
-    let kinds: Vec<(String,)> =
-        sqlx::query_as("SELECT kind FROM agent_run_event WHERE run_id = $1 ORDER BY sequence")
-            .bind(&record.run_id)
-            .fetch_all(pool)
-            .await
-            .unwrap();
-    let kinds: Vec<&str> = kinds.iter().map(|k| k.0.as_str()).collect();
-    let decided = kinds.iter().filter(|k| **k == "approval_decided").count();
+    let steps: Vec<(String, String)> = sqlx::query_as(
+        "SELECT kind, payload FROM agent_run_event WHERE run_id = $1 ORDER BY sequence",
+    )
+    .bind(&record.run_id)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let kinds: Vec<&str> = steps.iter().map(|k| k.0.as_str()).collect();
+    // An operator's decisions (a turn decided by the tools' own checks is journaled the same
+    // way, by `automatic`).
+    let decided = steps
+        .iter()
+        .filter(|(kind, payload)| {
+            kind == "approval_decided"
+                && serde_json::from_str::<Value>(payload).unwrap()["decided_by"]
+                    .as_str()
+                    .is_some_and(|by| !by.starts_with("automatic"))
+        })
+        .count();
     assert!(
         decided >= record.decisions_acknowledged && decided <= record.decisions_sent,
         "cycle {cycle}: {decided} decisions on record, {} acknowledged, {} sent: {kinds:?}",
@@ -456,11 +480,10 @@ async fn every_failpoint_survives_kill_9() {
     let mut total = 0;
     while total < kills {
         let point = POINTS[cycle % POINTS.len()];
-        let scenario =
-            [Scenario::Rename, Scenario::Send, Scenario::Export][(cycle / POINTS.len()) % 3];
+        let scenario = SCENARIOS[(cycle / POINTS.len()) % SCENARIOS.len()];
         cycle += 1;
         assert!(
-            cycle < kills * 3 + 30,
+            cycle < kills * 4 + 40,
             "the failpoints are reached: {per_point:?}"
         );
         let server = site.start(Some(&armed(point, cycle))).await;

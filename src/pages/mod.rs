@@ -1,9 +1,11 @@
 //! The pages: `/` playground, `/runs` history, `/runs/:id` one run, `/approvals` inbox,
-//! `/system` health. Each renders completely on the server; islands add live updates.
+//! `/rules` approval rules, `/system` health. Each renders completely on the server; islands add
+//! live updates.
 
 pub mod account;
 pub mod approvals;
 pub mod playground;
+pub mod rules;
 pub mod run;
 pub mod runs;
 pub mod system;

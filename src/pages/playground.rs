@@ -56,7 +56,9 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
                             <span>
                                 <span class="font-mono">{tool.name.clone()}</span>
                                 {tool.requires_approval.then(|| view! {
-                                    <span class="ml-1 rounded bg-amber-100 px-1 text-xs text-amber-900 dark:bg-amber-900/40 dark:text-amber-200">"needs approval"</span>
+                                    <span class="ml-1 rounded bg-amber-100 px-1 text-xs text-amber-900 dark:bg-amber-900/40 dark:text-amber-200">
+                                        {if tool.approval_per_call { "needs approval for some arguments" } else { "needs approval" }}
+                                    </span>
                                 })}
                                 {(!tool.enabled).then(|| view! { <span class="ml-1 text-xs text-slate-500">"(disabled)"</span> })}
                             </span>

@@ -8,10 +8,10 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
-use crate::api::{nrllm_run_get, NrllmRunCancel, NrllmRunRetry};
+use crate::api::{nrllm_run_get, NrllmRunCancel, NrllmRunFork, NrllmRunRetry};
 use crate::approval::ApprovalPanel;
 use crate::components::{
-    duration_text, page_title, url_error, ErrorBanner, StatusBadge, BUTTON_PRIMARY,
+    duration_text, page_title, url_error, ErrorBanner, StatusBadge, TextArea, BUTTON_PRIMARY,
     BUTTON_SECONDARY, INPUT,
 };
 use crate::error::AppError;
@@ -19,6 +19,7 @@ use crate::field;
 use crate::forms::{action, CsrfField};
 use crate::islands::{ApprovalGuard, LiveSteps, StepRow};
 use crate::model::{RunStatus, RunSummary, RunView, StepDetail};
+use crate::pages::rules::RuleList;
 use crate::pages::NotFound;
 
 /// The run page.
@@ -111,6 +112,32 @@ fn RunDetail(run: RunView) -> impl IntoView {
                 }).collect_view()}
             </ul>
         })}
+        {summary.parent.clone().map(|(parent, note)| view! {
+            <p class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="parent">
+                "Goes on from " <a href=format!("/runs/{parent}") class="underline">{format!("run {}", &parent[..8.min(parent.len())])}</a>
+                {format!(": {note}.")}
+            </p>
+        })}
+        {(!run.children.is_empty()).then(|| view! {
+            <section class="mt-2 text-sm" data-testid="children">
+                <h2 class="font-semibold">"Runs that go on from this one"</h2>
+                <ul class="mt-1 space-y-1">
+                    {run.children.iter().map(|child| view! {
+                        <li data-testid="child">
+                            <a href=format!("/runs/{}", child.id) class="underline">{format!("run {}", &child.id[..8.min(child.id.len())])}</a>
+                            " " <StatusBadge status=child.status />
+                            {format!(" — {}; by {} at {}", child.note, child.requested_by, child.created_at)}
+                        </li>
+                    }).collect_view()}
+                </ul>
+            </section>
+        })}
+        {(!run.rules.is_empty()).then(|| view! {
+            <section class="mt-3" data-testid="run-rules">
+                <h2 class="text-sm font-semibold">"Approval rules for this run"</h2>
+                <RuleList rules=run.rules.clone() />
+            </section>
+        })}
         {waiting.then(|| view! {
             <ApprovalPanel run=run.clone() shortcuts=true />
             <ApprovalGuard keys=true />
@@ -161,7 +188,7 @@ fn RunDetail(run: RunView) -> impl IntoView {
                     <a href=format!("/runs/{id}") class="mt-2 inline-block text-sm underline" data-testid="latest-steps">"Latest steps"</a>
                 })}
             </section>
-            <StepDetailPane run_id=summary.id.clone() detail=run.detail.clone() />
+            <StepDetailPane run_id=summary.id.clone() detail=run.detail.clone() fork=true />
         </div>
         {cancellable.then(|| view! {
             <form method="post" action={action::<NrllmRunCancel>()} class="mt-4 flex flex-wrap items-end gap-3">
@@ -184,7 +211,12 @@ fn RunDetail(run: RunView) -> impl IntoView {
 
 /// The selected step's detail: its tabs as links, the selected tab's text.
 #[component]
-fn StepDetailPane(run_id: String, detail: Option<StepDetail>) -> impl IntoView {
+fn StepDetailPane(
+    run_id: String,
+    detail: Option<StepDetail>,
+    /// Offer "Fork from here".
+    fork: bool,
+) -> impl IntoView {
     let Some(detail) = detail else {
         return view! {
             <section id="detail" class="rounded-lg border border-slate-200 bg-white p-4 text-sm text-slate-600 dark:border-slate-800 dark:bg-slate-900" data-testid="step-detail">
@@ -224,6 +256,22 @@ fn StepDetailPane(run_id: String, detail: Option<StepDetail>) -> impl IntoView {
             </h2>
             <nav class="mt-2 flex flex-wrap gap-1" aria-label="Step detail">{tabs}</nav>
             <pre class="mt-2 max-h-[32rem] overflow-auto whitespace-pre-wrap break-words rounded bg-slate-50 p-2 text-xs dark:bg-slate-950" data-testid="detail-text">{text}</pre>
+            {fork.then(|| view! {
+                <details class="mt-3 text-sm" data-testid="fork">
+                    <summary class="cursor-pointer font-medium">"Fork from here"</summary>
+                    <form method="post" action={action::<NrllmRunFork>()} class="mt-2 space-y-2">
+                        <CsrfField />
+                        <input type="hidden" name=field!(NrllmRunFork, run_id) value=run_id.clone() />
+                        <input type="hidden" name=field!(NrllmRunFork, step) value=sequence.to_string() />
+                        <p class="text-xs text-slate-600 dark:text-slate-400">
+                            {format!("A new run starts with steps 1–{sequence} copied from this one (nothing of them runs again). If this step left calls undecided, the new run asks for a decision on them again; otherwise it asks the model, with your prompt if you write one.")}
+                        </p>
+                        <label for="fork-prompt" class="block text-xs font-medium">"New prompt (optional)"</label>
+                        <TextArea id="fork-prompt" name=field!(NrllmRunFork, prompt) rows=2 class=INPUT maxlength=20_000 />
+                        <button type="submit" class=BUTTON_SECONDARY data-testid="fork-submit">"Fork from this step"</button>
+                    </form>
+                </details>
+            })}
         </section>
     }
     .into_any()

@@ -176,6 +176,14 @@ impl Configurations {
         self.configured.iter().map(|c| c.view.clone()).collect()
     }
 
+    /// Every configuration's name, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.configured
+            .iter()
+            .map(|c| c.view.name.clone())
+            .collect()
+    }
+
     /// A configuration's default temperature and token limit.
     pub fn defaults(&self, name: &str) -> ModelOptions {
         self.find(name)

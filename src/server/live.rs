@@ -657,6 +657,7 @@ mod tests {
                 settings: Default::default(),
             },
             requested_by: "operator".into(),
+            copied: Vec::new(),
         };
         store.create(&run, 1, true).await.unwrap().id
     }

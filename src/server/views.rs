@@ -5,6 +5,7 @@ use nrllm_core::clock::now_ms;
 use nrllm_core::events::{transcript_at, Event};
 use nrllm_core::preview::PreviewOutcome;
 use nrllm_core::registry::ToolRegistry;
+use nrllm_core::rules::{ApprovalRule, RuleScope};
 use nrllm_core::service::PendingTurn;
 use nrllm_core::store::{RunRecord, RunStatus, SequencedEvent, StoredEvent};
 use nrllm_core::tool::Effect;
@@ -13,8 +14,8 @@ use nrllm_core::{Choice, SuspendedState};
 
 use super::diff;
 use crate::model::{
-    CallState, PendingCallView, PreviewView, RunSummary, RunView, StepDetail, StepTab, StepView,
-    STEP_WINDOW,
+    CallState, ChildView, PendingCallView, PreviewView, RuleView, RunSummary, RunView, StepDetail,
+    StepTab, StepView, STEP_WINDOW,
 };
 
 fn pretty(value: &impl serde::Serialize) -> String {
@@ -88,6 +89,9 @@ pub fn summary(run: &RunRecord) -> RunSummary {
         model_options: configuration
             .map(|c| model_options_text(&c.settings))
             .unwrap_or_default(),
+        parent: configuration
+            .and_then(|c| c.continues.as_ref())
+            .map(|c| (c.parent.to_string(), c.note.clone())),
         cancel_requested: run
             .cancel_requested
             .as_ref()
@@ -553,6 +557,26 @@ pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView
                 },
                 (None, None) => CallState::Pending,
             },
+            ruled: pending
+                .state
+                .ruled
+                .iter()
+                .find(|r| r.call_id == call.id)
+                .map(|r| (r.allow, r.note.clone())),
+            argument_names: call
+                .parsed_arguments()
+                .ok()
+                .and_then(|args| match args {
+                    serde_json::Value::Object(map) => Some(
+                        map.into_iter()
+                            .filter(|(_, v)| !v.is_object() && !v.is_array() && !v.is_null())
+                            .map(|(k, _)| k)
+                            .take(20)
+                            .collect(),
+                    ),
+                    _ => None,
+                })
+                .unwrap_or_default(),
             preview: match &preview.outcome {
                 PreviewOutcome::None => None,
                 PreviewOutcome::Unavailable(reason) => Some(PreviewView::Unavailable {
@@ -588,6 +612,7 @@ pub fn tool_views(registry: &nrllm_core::registry::ToolRegistry) -> Vec<crate::m
             description: spec.description.clone(),
             group: spec.group.clone(),
             requires_approval: spec.requires_approval,
+            approval_per_call: spec.approval_per_call,
             enabled: registry.is_enabled(&spec.name),
         })
         .collect()
@@ -624,6 +649,44 @@ pub fn run_view(
         log: None,
         decide_block: None,
         webhooks: Vec::new(),
+        rules_for_configuration: false,
+        rules: Vec::new(),
+        children: Vec::new(),
+    }
+}
+
+/// A run that goes on from another, as that one lists it.
+pub fn child_view(run: &RunRecord) -> ChildView {
+    ChildView {
+        id: run.id.to_string(),
+        status: run.status,
+        note: run
+            .configuration
+            .as_ref()
+            .and_then(|c| c.continues.as_ref())
+            .map(|c| c.note.clone())
+            .unwrap_or_default(),
+        requested_by: run.requested_by.clone(),
+        created_at: format_utc(run.created_at_ms),
+    }
+}
+
+/// One approval rule as listed; `removable` if the viewer may remove it.
+pub fn rule_view(rule: &ApprovalRule, removable: bool) -> RuleView {
+    let (run_id, configuration) = match &rule.scope {
+        RuleScope::Run(id) => (Some(id.to_string()), None),
+        RuleScope::Configuration(name) => (None, Some(name.clone())),
+    };
+    RuleView {
+        id: rule.id,
+        description: rule.describe(),
+        run_id,
+        configuration,
+        tool: rule.tool.clone(),
+        effect: rule.effect.as_str().to_owned(),
+        created_by: rule.created_by.clone(),
+        created: format_utc(rule.created_at_ms),
+        removable,
     }
 }
 

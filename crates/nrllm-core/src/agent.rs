@@ -21,6 +21,7 @@ use crate::machine::{Answer, Ask, CallPlan, Machine, Next};
 use crate::preview::{preview_pending, CallPreview};
 use crate::provider::{ChatResponse, Provider, ProviderError, RetryNotice, ToolChoice};
 use crate::registry::{Gate, ToolRegistry};
+use crate::rules::ApprovalRule;
 use crate::state::{Counters, RunSettings, StateError, SuspendedState};
 use crate::tool::{ToolContext, ToolError};
 use crate::transcript::{Message, ToolCall, ToolOutcome};
@@ -55,6 +56,10 @@ pub struct RunContext {
     pub decision_recorded: bool,
     /// The segment is being recovered after a restart: calls run again say so in their step.
     pub recovering: bool,
+    /// The approval rules that hold for this run now ([`crate::rules`]).
+    pub rules: Vec<ApprovalRule>,
+    /// On `resume`: what the step of each call decided without an operator says, by call id.
+    pub call_notes: BTreeMap<String, String>,
 }
 
 /// One tool call answered during this segment of the loop.
@@ -90,6 +95,82 @@ pub enum LoopOutcome {
     Completed(Completed),
     /// Waiting for an operator; persist the state and call `resume` later.
     Suspended(SuspendedState),
+    /// The turn was decided without an operator (approval rules, the tools' own checks) and has
+    /// effects: journal [`automatic_decision`] with the state, then `resume` with it.
+    Decided(SuspendedState),
+}
+
+/// Splits a transcript that ends in an assistant turn with calls not all answered: the turn's
+/// calls and the answers given so far (taken off the transcript, which then ends with the turn).
+/// `None` (and the transcript untouched) when there is no such turn.
+pub fn split_pending_turn(transcript: &mut Vec<Message>) -> Option<(Vec<ToolCall>, Vec<Answer>)> {
+    let turn = transcript
+        .iter()
+        .rposition(|m| !matches!(m, Message::Tool { .. }))?;
+    let calls = transcript[turn].tool_calls().to_vec();
+    let answered: Vec<Answer> = transcript[turn + 1..]
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                tool_call_id,
+                content,
+                outcome,
+            } => Some(Answer {
+                call_id: tool_call_id.clone(),
+                result: content.clone(),
+                outcome: *outcome,
+            }),
+            _ => None,
+        })
+        .collect();
+    if calls.is_empty()
+        || calls
+            .iter()
+            .all(|c| answered.iter().any(|a| a.call_id == c.id))
+    {
+        return None;
+    }
+    transcript.truncate(turn + 1);
+    Some((calls, answered))
+}
+
+/// Who an automatic decision is recorded as made by.
+pub const AUTOMATIC: &str = "automatic (approval rules and the tools' own checks)";
+
+/// The decision for a turn that rules and the tools' own checks decided ([`LoopOutcome::Decided`]):
+/// each call approved, except those a rule refuses.
+pub fn automatic_decision(state: &SuspendedState) -> Decision {
+    Decision::PerCall {
+        calls: state
+            .pending
+            .iter()
+            .map(|call| crate::decision::CallDecision {
+                call_id: call.id.clone(),
+                choice: Choice::Approve,
+            })
+            .collect(),
+    }
+}
+
+/// `choices` with every call a rule refuses denied, with the rule's words: an operator's choice
+/// cannot run it.
+fn enforce_rules(state: &SuspendedState, mut choices: Vec<Choice>) -> Vec<Choice> {
+    for (call, choice) in state.pending.iter().zip(choices.iter_mut()) {
+        // A turn that expired stays expired: nothing of it runs either way.
+        if matches!(choice, Choice::Expired { .. }) {
+            continue;
+        }
+        if let Some(ruled) = state
+            .ruled
+            .iter()
+            .find(|r| r.call_id == call.id && !r.allow)
+        {
+            *choice = Choice::Deny {
+                reason: Some(ruled.note.clone()),
+            };
+        }
+    }
+    choices
 }
 
 /// A segment of the loop that could not go on.
@@ -219,7 +300,7 @@ impl ToolLoop {
                             })
                         }
                     };
-                    machine.answered(&ask, response, |call| gate.requires_approval(&call.name))
+                    machine.answered(&ask, response, |call| gate.pass(call, &ctx.rules))
                 }
             };
             match step {
@@ -249,6 +330,7 @@ impl ToolLoop {
                         failpoint::reach("after_results_before_model");
                     }
                 }
+                Next::Decided(state) => return Ok(LoopOutcome::Decided(state)),
                 Next::Suspend(state) => {
                     sink.emit(Event::ApprovalRequested {
                         round: state.counters.iterations,
@@ -341,7 +423,7 @@ impl ToolLoop {
                     (
                         round,
                         on_resume,
-                        "its result was journaled before a restart",
+                        "its result was journaled already; it does not run again",
                     ),
                     started,
                     sink,
@@ -422,8 +504,13 @@ impl ToolLoop {
             }
             _ => result,
         };
-        let note = (ctx.recovering && executed && on_resume)
+        let again = (ctx.recovering && executed && on_resume)
             .then_some("run again with the same effect key after a restart");
+        let note = match (ctx.call_notes.get(&call.id), again) {
+            (Some(ruled), Some(again)) => Some(format!("{ruled}; {again}")),
+            (Some(ruled), None) => Some(ruled.clone()),
+            (None, again) => again.map(str::to_owned),
+        };
         let invocation = ToolInvocation {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -433,7 +520,7 @@ impl ToolLoop {
             executed,
             duration_ms: elapsed_ms(started),
         };
-        emit_tool(sink, &invocation, round, on_resume, note);
+        emit_tool(sink, &invocation, round, on_resume, note.as_deref());
         invocation
     }
 
@@ -505,9 +592,15 @@ impl ToolLoopService for ToolLoop {
         ctx: &RunContext,
         sink: &dyn EventSink,
     ) -> Result<LoopOutcome, LoopError> {
-        if let Some(transcript) = input.transcript {
-            let machine = Machine::start(transcript, input.settings);
-            return self.drive(machine, None, ctx, sink).await;
+        if let Some(mut transcript) = input.transcript {
+            // A journal whose last turn still has calls to answer goes on with that turn.
+            let pending = split_pending_turn(&mut transcript);
+            let mut machine = Machine::start(transcript, input.settings);
+            let next = pending.map(|(calls, answered)| {
+                let gate = self.gate(machine.settings());
+                machine.pending_turn(calls, answered, |call| gate.pass(call, &ctx.rules))
+            });
+            return self.drive(machine, next, ctx, sink).await;
         }
         let assembly = assemble(
             input.system_prompt.as_deref(),
@@ -534,10 +627,26 @@ impl ToolLoopService for ToolLoop {
         state.check()?;
         // The gate is applied again: the allow-list is the run's, the enabled set is today's.
         let gate = self.gate(&state.settings);
-        let choices = decision.resolve(&state.pending, &gate)?;
+        let choices = enforce_rules(state, decision.resolve(&state.pending, &gate)?);
         if !ctx.decision_recorded {
             sink.emit(decision_event(state, &choices, &ctx.actor));
         }
+        // Each call that a rule refuses, or that runs as a rule or its tool's check let it,
+        // says so in its step.
+        let mut ctx = ctx.clone();
+        ctx.call_notes = state
+            .ruled
+            .iter()
+            .filter(|r| {
+                !r.allow
+                    || state
+                        .pending
+                        .iter()
+                        .zip(&choices)
+                        .any(|(call, choice)| call.id == r.call_id && choice.runs())
+            })
+            .map(|r| (r.call_id.clone(), r.note.clone()))
+            .collect();
         let plans = state
             .pending
             .iter()
@@ -550,7 +659,7 @@ impl ToolLoopService for ToolLoop {
             )
             .collect();
         let (machine, step) = Machine::resume(state, plans);
-        self.drive(machine, Some(step), ctx, sink).await
+        self.drive(machine, Some(step), &ctx, sink).await
     }
 
     fn resolve_decision(
@@ -559,7 +668,8 @@ impl ToolLoopService for ToolLoop {
         decision: &Decision,
     ) -> Result<Vec<Choice>, LoopError> {
         state.check()?;
-        Ok(decision.resolve(&state.pending, &self.gate(&state.settings))?)
+        let choices = decision.resolve(&state.pending, &self.gate(&state.settings))?;
+        Ok(enforce_rules(state, choices))
     }
 
     async fn preview(&self, state: &SuspendedState, run_id: &str) -> Vec<CallPreview> {

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::registry::Gate;
+use crate::rules::{Condition, RuleDraft, RuleEffect, RuleError, RuleScope};
 use crate::tool::ToolError;
 use crate::transcript::ToolCall;
 
@@ -110,6 +111,27 @@ pub enum DecisionError {
     /// again with `acknowledge_discard` (the page asks first) decides anyway.
     #[error("nothing was decided: {0}")]
     WouldDiscard(String),
+    /// "Always approve" was asked for beside a call the decision does not approve (or "never
+    /// allow" beside one it does not deny).
+    #[error("{}", rule_against_choice(.tool, *.effect))]
+    RuleAgainstChoice {
+        call_id: String,
+        tool: String,
+        effect: RuleEffect,
+    },
+    #[error("the rule asked for with {tool} is not valid: {error}")]
+    InvalidRule { tool: String, error: RuleError },
+}
+
+fn rule_against_choice(tool: &str, effect: RuleEffect) -> String {
+    match effect {
+        RuleEffect::Allow => format!(
+            "“always approve {tool}” goes with approving that call; approve it, or leave the rule out"
+        ),
+        RuleEffect::Deny => format!(
+            "“never allow {tool}” goes with denying that call; deny it, or leave the rule out"
+        ),
+    }
 }
 
 /// The refusal result the model reads for a denied call.
@@ -147,6 +169,20 @@ pub struct SubmittedCall {
     /// With `respond`: the result the model reads instead of running the tool.
     #[serde(default)]
     pub result: Option<String>,
+    /// "Always approve this tool …": an approval rule asked for with an approving choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remember: Option<Remember>,
+}
+
+/// An approval rule asked for from the approval panel, for the tool of the call it was asked
+/// beside.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Remember {
+    pub scope: RuleScope,
+    /// `allow` goes with a call the decision runs; `deny` with one it denies.
+    pub effect: RuleEffect,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
 }
 
 /// An approval form as submitted.
@@ -237,6 +273,11 @@ impl Submission {
             if kind != "approve" && edit.is_some() {
                 dropped.push(format!("the edited arguments of {}", call.name));
             }
+            if !matches!(kind, "respond" | "failed")
+                && submitted.and_then(|s| typed(&s.result)).is_some()
+            {
+                dropped.push(format!("the result typed for {}", call.name));
+            }
             let choice = match kind {
                 "deny" => {
                     any_denied = true;
@@ -288,6 +329,64 @@ impl Submission {
             )));
         }
         Ok(Decision::PerCall { calls })
+    }
+}
+
+impl Submission {
+    /// The approval rules the form asks for beside its calls, each for its call's tool, or why
+    /// not: an allowing rule goes only with a call that `decision` (this form's, resolved) runs,
+    /// a denying one only with a call it denies.
+    pub fn rules(
+        &self,
+        pending: &[ToolCall],
+        decision: &Decision,
+    ) -> Result<Vec<RuleDraft>, DecisionError> {
+        let mut drafts = Vec::new();
+        for submitted in &self.calls {
+            let Some(remember) = &submitted.remember else {
+                continue;
+            };
+            let call = pending
+                .iter()
+                .find(|c| c.id == submitted.call_id)
+                .ok_or_else(|| DecisionError::UnknownCall {
+                    call_id: submitted.call_id.clone(),
+                })?;
+            let (runs, denied) = match decision {
+                Decision::ApproveAll => (true, false),
+                Decision::DenyAll { .. } => (false, true),
+                Decision::PerCall { calls } => {
+                    let choice = calls.iter().find(|c| c.call_id == call.id);
+                    (
+                        choice.is_some_and(|c| c.choice.runs()),
+                        choice.is_some_and(|c| matches!(c.choice, Choice::Deny { .. })),
+                    )
+                }
+            };
+            let fits = match remember.effect {
+                RuleEffect::Allow => runs,
+                RuleEffect::Deny => denied,
+            };
+            if !fits {
+                return Err(DecisionError::RuleAgainstChoice {
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    effect: remember.effect,
+                });
+            }
+            let draft = RuleDraft {
+                scope: remember.scope.clone(),
+                tool: call.name.clone(),
+                effect: remember.effect,
+                conditions: remember.conditions.clone(),
+            };
+            draft.check().map_err(|error| DecisionError::InvalidRule {
+                tool: call.name.clone(),
+                error,
+            })?;
+            drafts.push(draft);
+        }
+        Ok(drafts)
     }
 }
 
@@ -421,6 +520,7 @@ mod tests {
             arguments: arguments.map(str::to_owned),
             reason: Some(reason.into()),
             result: None,
+            remember: None,
         }
     }
 
@@ -578,6 +678,49 @@ mod tests {
             ),
             [Choice::Approve, Choice::Approve]
         );
+    }
+
+    #[test]
+    fn a_rule_asked_for_goes_with_a_choice_that_fits_it() {
+        let pending = turn();
+        let remember = |effect| {
+            Some(Remember {
+                scope: RuleScope::Configuration("demo".into()),
+                effect,
+                conditions: Vec::new(),
+            })
+        };
+        let form = |action, choice: &str, effect| {
+            let mut call = submitted("b", choice, None, "");
+            call.reason = None;
+            call.remember = remember(effect);
+            let mut other = submitted("a", "approve", None, "");
+            other.reason = None;
+            submission(action, vec![other, call])
+        };
+        let rules = |form: Submission| {
+            let decision = form.resolve(&pending)?;
+            form.rules(&pending, &decision)
+        };
+        let allow = rules(form(Action::ApproveAll, "approve", RuleEffect::Allow)).unwrap();
+        assert_eq!(allow.len(), 1);
+        assert_eq!(
+            (allow[0].tool.as_str(), allow[0].effect),
+            ("send_message", RuleEffect::Allow)
+        );
+        let deny = rules(form(Action::PerCall, "deny", RuleEffect::Deny)).unwrap();
+        assert_eq!(deny[0].effect, RuleEffect::Deny);
+        for (action, choice, effect) in [
+            (Action::DenyAll, "approve", RuleEffect::Allow),
+            (Action::PerCall, "deny", RuleEffect::Allow),
+            (Action::ApproveAll, "approve", RuleEffect::Deny),
+        ] {
+            let err = rules(form(action, choice, effect)).unwrap_err();
+            assert!(
+                matches!(&err, DecisionError::RuleAgainstChoice { tool, .. } if tool == "send_message"),
+                "{action:?} {choice} {effect:?}: {err}"
+            );
+        }
     }
 
     #[test]

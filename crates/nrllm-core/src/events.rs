@@ -253,6 +253,44 @@ impl EventSink for NullSink {
     fn emit(&self, _event: Event) {}
 }
 
+/// The transcript as the journal `events` (in order) leaves it: what the last request sent, then
+/// the model's answer to it and the calls answered since. A run forked after these steps goes on
+/// from here ([`crate::service::RunService::fork`]).
+pub fn journal_at<'a>(events: impl IntoIterator<Item = &'a Event>) -> Vec<Message> {
+    let mut transcript: Vec<Message> = Vec::new();
+    for event in events {
+        match event {
+            Event::Request {
+                first, messages, ..
+            } => {
+                transcript.truncate(first.unwrap_or(0));
+                transcript.extend(messages.iter().cloned());
+            }
+            Event::Llm {
+                content,
+                tool_calls,
+                ..
+            } => transcript.push(if tool_calls.is_empty() {
+                Message::assistant_text(content.clone().unwrap_or_default())
+            } else {
+                Message::Assistant {
+                    content: content.clone(),
+                    tool_calls: tool_calls.clone(),
+                }
+            }),
+            Event::Tool {
+                call_id, result, ..
+            } => transcript.push(Message::tool_answer(
+                call_id.clone(),
+                result.clone(),
+                event.tool_outcome().unwrap_or_default(),
+            )),
+            _ => {}
+        }
+    }
+    transcript
+}
+
 /// The whole transcript sent by the last `request` among `events` (in order), rebuilt from each
 /// request's new messages.
 pub fn transcript_at<'a>(events: impl IntoIterator<Item = &'a Event>) -> Vec<Message> {

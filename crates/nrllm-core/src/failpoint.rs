@@ -25,6 +25,8 @@ pub fn reach(name: &'static str) {
 /// Every point, for documentation and for the crash harness.
 pub const POINTS: &[&str] = &[
     "after_claim_commit",
+    "during_automatic_decision_commit",
+    "after_automatic_decision",
     "before_approved_tool",
     "in_tool_after_effect",
     "after_results_before_model",

@@ -18,6 +18,7 @@ pub mod machine;
 pub mod preview;
 pub mod provider;
 pub mod registry;
+pub mod rules;
 pub mod service;
 pub mod state;
 pub mod store;

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decision::Choice;
 use crate::provider::{ChatRequest, ChatResponse, ToolChoice};
-use crate::state::{Counters, RunSettings, SuspendedState, STATE_SCHEMA_VERSION};
+use crate::state::{Counters, RuledCall, RunSettings, SuspendedState, STATE_SCHEMA_VERSION};
 use crate::tool::ToolSpec;
 use crate::transcript::{Message, ToolCall, ToolOutcome};
 
@@ -55,6 +55,19 @@ pub enum CallPlan {
     Known(Answer),
 }
 
+/// How one call of a model's turn may go ahead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pass {
+    /// It runs at once: a tool without effects (or one not offered, answered as such).
+    Free,
+    /// It waits for an operator, and holds its whole turn.
+    Ask,
+    /// Decided without an operator — by an approval rule, or (`allow`) by its tool's own check
+    /// of the arguments. `note` says which, for its step. An allowed call has an effect, so it is
+    /// journaled like an approved one before it runs.
+    Auto { allow: bool, note: String },
+}
+
 /// The next thing to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {
@@ -66,6 +79,9 @@ pub enum Next {
     },
     /// Wait for an operator; persist this state.
     Suspend(SuspendedState),
+    /// Nobody needs to decide (rules and the tools' own checks did), but the turn has effects:
+    /// journal the decision with this state, exactly like an operator's, then carry it out.
+    Decided(SuspendedState),
     /// The run is done: the model's answer.
     Finish(Finished),
 }
@@ -148,13 +164,13 @@ impl Machine {
         }
     }
 
-    /// The model answered `ask`: finish, suspend, or run the turn's calls. `needs_approval` says
-    /// whether a call must wait for an operator.
+    /// The model answered `ask`: finish, suspend, or run the turn's calls. `pass` says how each
+    /// call may go ahead.
     pub fn answered(
         &mut self,
         ask: &Ask,
         response: ChatResponse,
-        needs_approval: impl Fn(&ToolCall) -> bool,
+        pass: impl Fn(&ToolCall) -> Pass,
     ) -> Next {
         self.counters.usage += response.usage;
         if ask.capped || response.tool_calls.is_empty() {
@@ -173,14 +189,56 @@ impl Machine {
             content: response.content,
             tool_calls: calls.clone(),
         });
-        // The whole turn is checked before any of its calls runs.
-        let gated: Vec<String> = calls
-            .iter()
-            .filter(|call| needs_approval(call))
-            .map(|call| call.id.clone())
-            .collect();
-        if !gated.is_empty() {
-            return Next::Suspend(SuspendedState {
+        self.turn(ask.round, calls, Vec::new(), pass)
+    }
+
+    /// A run that goes on from a journal whose last assistant turn still has calls to answer
+    /// (a fork): the step that answers them, as [`Machine::answered`] would have — the whole-turn
+    /// rule holds. `answered` are the turn's calls answered already (they never run again).
+    pub fn pending_turn(
+        &mut self,
+        calls: Vec<ToolCall>,
+        answered: Vec<Answer>,
+        pass: impl Fn(&ToolCall) -> Pass,
+    ) -> Next {
+        let round = self.counters.iterations;
+        self.turn(round, calls, answered, pass)
+    }
+
+    fn turn(
+        &mut self,
+        round: u32,
+        calls: Vec<ToolCall>,
+        answered: Vec<Answer>,
+        pass: impl Fn(&ToolCall) -> Pass,
+    ) -> Next {
+        let known = |call: &ToolCall| answered.iter().any(|a| a.call_id == call.id);
+        // The whole turn is checked before any of its calls runs. A call with an effect is
+        // journaled before it runs whoever lets it through (`gated`).
+        let mut gated = Vec::new();
+        let mut ruled = Vec::new();
+        let mut ask_anyone = false;
+        for call in calls.iter().filter(|call| !known(call)) {
+            match pass(call) {
+                Pass::Free => {}
+                Pass::Ask => {
+                    ask_anyone = true;
+                    gated.push(call.id.clone());
+                }
+                Pass::Auto { allow, note } => {
+                    if allow {
+                        gated.push(call.id.clone());
+                    }
+                    ruled.push(RuledCall {
+                        call_id: call.id.clone(),
+                        allow,
+                        note,
+                    });
+                }
+            }
+        }
+        if ask_anyone || !ruled.is_empty() {
+            let state = SuspendedState {
                 schema_version: STATE_SCHEMA_VERSION,
                 messages: self.messages.clone(),
                 pending: calls,
@@ -188,16 +246,25 @@ impl Machine {
                 counters: self.counters,
                 settings: self.settings.clone(),
                 recorded_messages: self.recorded,
-                answered: Vec::new(),
+                answered,
                 unknown: Vec::new(),
-            });
+                ruled,
+            };
+            return match ask_anyone {
+                true => Next::Suspend(state),
+                false => Next::Decided(state),
+            };
         }
+        let calls = calls
+            .into_iter()
+            .filter(|call| !known(call))
+            .map(|call| (call, CallPlan::Decide(Choice::Approve)))
+            .collect();
+        // Calls answered already keep their answers, ahead of the rest.
+        self.ran(answered);
         Next::Run {
-            round: ask.round,
-            calls: calls
-                .into_iter()
-                .map(|call| (call, CallPlan::Decide(Choice::Approve)))
-                .collect(),
+            round,
+            calls,
             on_resume: false,
         }
     }
@@ -248,7 +315,7 @@ mod tests {
         let next = machine.answered(
             &ask,
             ChatResponse::calls(vec![call("a", "read"), call("b", "read")], usage()),
-            |_| false,
+            |_| Pass::Free,
         );
         let Next::Run {
             calls, on_resume, ..
@@ -263,7 +330,7 @@ mod tests {
         assert_eq!((ask.round, ask.first), (2, 1));
         assert_eq!(ask.request.messages.len(), 4);
         let Next::Finish(done) =
-            machine.answered(&ask, ChatResponse::text("done", usage()), |_| false)
+            machine.answered(&ask, ChatResponse::text("done", usage()), |_| Pass::Free)
         else {
             panic!("finishes")
         };
@@ -273,6 +340,69 @@ mod tests {
         assert_eq!(done.counters.usage.prompt_tokens, 20);
     }
 
+    fn ask_writes(call: &ToolCall) -> Pass {
+        match call.name.as_str() {
+            "write" => Pass::Ask,
+            "send" => Pass::Auto {
+                allow: true,
+                note: "by rule 1".into(),
+            },
+            "drop" => Pass::Auto {
+                allow: false,
+                note: "by rule 2".into(),
+            },
+            _ => Pass::Free,
+        }
+    }
+
+    #[test]
+    fn a_turn_decided_without_an_operator_is_journaled_not_run_in_passing() {
+        let mut machine = Machine::start(vec![Message::user("hi")], RunSettings::default());
+        let ask = machine.ask(Vec::new());
+        let next = machine.answered(
+            &ask,
+            ChatResponse::calls(
+                vec![call("a", "read"), call("b", "send"), call("c", "drop")],
+                usage(),
+            ),
+            ask_writes,
+        );
+        let Next::Decided(state) = next else {
+            panic!("decided by rules: {next:?}")
+        };
+        // The allowed call has an effect, so it is dispatched on the journal; the refused one
+        // never runs.
+        assert_eq!(state.gated, ["b"]);
+        assert_eq!(
+            state.ruled,
+            [
+                RuledCall {
+                    call_id: "b".into(),
+                    allow: true,
+                    note: "by rule 1".into()
+                },
+                RuledCall {
+                    call_id: "c".into(),
+                    allow: false,
+                    note: "by rule 2".into()
+                }
+            ]
+        );
+        // One call that asks holds the whole turn, rules or not.
+        let mut machine = Machine::start(vec![Message::user("hi")], RunSettings::default());
+        let ask = machine.ask(Vec::new());
+        let next = machine.answered(
+            &ask,
+            ChatResponse::calls(vec![call("b", "send"), call("w", "write")], usage()),
+            ask_writes,
+        );
+        let Next::Suspend(state) = next else {
+            panic!("waits: {next:?}")
+        };
+        assert_eq!(state.gated, ["b", "w"]);
+        assert_eq!(state.ruled.len(), 1);
+    }
+
     #[test]
     fn one_gated_call_suspends_the_whole_turn_before_anything_runs() {
         let mut machine = Machine::start(vec![Message::user("hi")], RunSettings::default());
@@ -280,7 +410,7 @@ mod tests {
         let next = machine.answered(
             &ask,
             ChatResponse::calls(vec![call("a", "read"), call("b", "write")], usage()),
-            |c| c.name == "write",
+            ask_writes,
         );
         let Next::Suspend(state) = next else {
             panic!("suspends: {next:?}")
@@ -318,7 +448,7 @@ mod tests {
         let _ = machine.answered(
             &ask,
             ChatResponse::calls(vec![call("a", "read")], usage()),
-            |_| false,
+            |_| Pass::Free,
         );
         machine.ran(vec![answer("a")]);
         let ask = machine.ask(Vec::new());
@@ -327,7 +457,7 @@ mod tests {
         let Next::Finish(done) = machine.answered(
             &ask,
             ChatResponse::calls(vec![call("b", "read")], usage()),
-            |_| false,
+            |_| Pass::Free,
         ) else {
             panic!("the capped round finishes whatever the model asks")
         };

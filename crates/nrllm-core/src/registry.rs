@@ -7,7 +7,10 @@ use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
+use crate::machine::Pass;
+use crate::rules::{rule_for, ApprovalRule, RuleEffect};
 use crate::tool::{DynTool, Tool, ToolSpec, TypedTool};
+use crate::transcript::ToolCall;
 
 /// The tools a run was started with permission to use.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,10 +165,51 @@ impl Gate {
         self.offered.keys().cloned().collect()
     }
 
-    /// Whether a call to `name` must wait for approval (only offered tools can).
+    /// Whether calls to `name` may have to wait for approval (only offered tools can).
     pub fn requires_approval(&self, name: &str) -> bool {
         self.tool(name)
             .is_some_and(|tool| tool.spec().requires_approval)
+    }
+
+    /// How `call` may go ahead under `rules`: a denying rule refuses it (whatever the tool); an
+    /// allowing rule lets a tool with effects run; otherwise the tool's own check of the
+    /// arguments says whether it waits for an operator. A call of a tool not offered is `Free`
+    /// (it is answered as not available, and nothing runs).
+    pub fn pass(&self, call: &ToolCall, rules: &[ApprovalRule]) -> Pass {
+        let Some(tool) = self.tool(&call.name) else {
+            return Pass::Free;
+        };
+        let effects = tool.spec().requires_approval;
+        match rule_for(rules, call) {
+            Some(rule) if rule.effect == RuleEffect::Deny => {
+                return Pass::Auto {
+                    allow: false,
+                    note: rule.note(),
+                }
+            }
+            Some(rule) if effects => {
+                return Pass::Auto {
+                    allow: true,
+                    note: rule.note(),
+                }
+            }
+            _ => {}
+        }
+        if !effects {
+            return Pass::Free;
+        }
+        let args = call.parsed_arguments().unwrap_or(serde_json::Value::Null);
+        if tool.needs_approval(&args) {
+            Pass::Ask
+        } else {
+            Pass::Auto {
+                allow: true,
+                note: format!(
+                    "no approval needed: {} lets these arguments through by its own check",
+                    call.name
+                ),
+            }
+        }
     }
 }
 

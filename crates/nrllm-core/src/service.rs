@@ -22,7 +22,8 @@ use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
 use crate::agent::{
-    decision_event, effect_key, LoopError, LoopOutcome, RunContext, RunInput, ToolLoopService,
+    automatic_decision, decision_event, effect_key, LoopError, LoopOutcome, RunContext, RunInput,
+    ToolLoopService, AUTOMATIC,
 };
 use crate::clock::{format_utc, Clock, SystemClock};
 use crate::decision::{Choice, Decision, DecisionError, Submission};
@@ -32,6 +33,7 @@ use crate::interrupt::Interrupts;
 use crate::machine::Answer;
 use crate::preview::{check_digest, pending_digest, CallPreview, DigestCheck};
 use crate::provider::Usage;
+use crate::rules::RuleDraft;
 use crate::state::{Counters, StateError, SuspendedState, UnknownCall};
 use crate::store::{
     CancelRequest, Claim, ClaimRecord, Continuation, Dispatch, Finish, NewRun, RunConfiguration,
@@ -279,6 +281,37 @@ fn recorded_decision(state: &SuspendedState, choices: &[Choice]) -> Decision {
     }
 }
 
+/// A dispatch record for each call of the turn that the decision runs and that has an effect
+/// (and no journaled result yet), keyed so that it applies at most once.
+fn dispatches(id: Uuid, state: &SuspendedState, choices: &[Choice]) -> Vec<Dispatch> {
+    let round = state.counters.iterations;
+    state
+        .pending
+        .iter()
+        .zip(choices)
+        .filter(|(call, choice)| {
+            choice.runs()
+                && state.gated.contains(&call.id)
+                && !state.answered.iter().any(|a| a.call_id == call.id)
+        })
+        .map(|(call, choice)| Dispatch {
+            round,
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            arguments: match choice {
+                Choice::ApproveEdited { arguments } => arguments.to_string(),
+                _ => call.arguments.clone(),
+            },
+            effect_key: effect_key(&id.to_string(), round, &call.id),
+        })
+        .collect()
+}
+
+/// The sequence of the last of `events` (0 for none).
+fn last_sequence_of(events: &[SequencedEvent]) -> i64 {
+    events.last().map_or(0, |e| e.sequence)
+}
+
 /// What the model reads for each call of a turn nobody decided in time.
 pub const EXPIRED_TEXT: &str =
     "No operator decided on this call before the approval deadline, so it was not run.";
@@ -297,6 +330,8 @@ struct Segment<'a> {
     counters: Counters,
     sink: &'a SegmentSink,
     verdict: Option<Verdict>,
+    /// The loop driving it (none when the configuration cannot be driven).
+    tool_loop: Option<&'a Arc<dyn ToolLoopService>>,
 }
 
 /// Numbers a segment's events and keeps them until the segment's transition commits.
@@ -413,6 +448,17 @@ impl RunService {
         requested_by: &str,
         drive_here: bool,
     ) -> Result<RunRecord, ServiceError> {
+        self.insert_copying(configuration, requested_by, drive_here, Vec::new())
+            .await
+    }
+
+    async fn insert_copying(
+        &self,
+        configuration: RunConfiguration,
+        requested_by: &str,
+        drive_here: bool,
+        copied: Vec<SequencedEvent>,
+    ) -> Result<RunRecord, ServiceError> {
         // Refuse a configuration that cannot be driven before anything is stored.
         self.loops
             .tool_loop(&configuration)
@@ -421,6 +467,7 @@ impl RunService {
             id: Uuid::now_v7(),
             configuration,
             requested_by: requested_by.to_owned(),
+            copied,
         };
         Ok(self
             .store
@@ -482,6 +529,7 @@ impl RunService {
                     counters: state.counters,
                     sink: &sink,
                     verdict: None,
+                    tool_loop: None,
                 };
                 self.persist(&segment, Err(unavailable(message, state.counters)))
                     .await?;
@@ -533,10 +581,15 @@ impl RunService {
         let ctx = RunContext {
             run_id: run.id.to_string(),
             actor: run.requested_by.clone(),
+            rules: self
+                .store
+                .rules_for(run.id, &configuration.provider)
+                .await?,
             ..RunContext::default()
         };
+        let tool_loop = self.loops.tool_loop(&configuration);
         let work = async {
-            match self.loops.tool_loop(&configuration) {
+            match &tool_loop {
                 Ok(tool_loop) => {
                     let input = match &configuration.continues {
                         Some(continuation) => {
@@ -562,7 +615,7 @@ impl RunService {
                     };
                     tool_loop.run(input, &ctx, &sink).await
                 }
-                Err(message) => Err(unavailable(message, Counters::default())),
+                Err(message) => Err(unavailable(message.clone(), Counters::default())),
             }
         };
         let segment = Segment {
@@ -572,6 +625,7 @@ impl RunService {
             counters: run.counters,
             sink: &sink,
             verdict: None,
+            tool_loop: tool_loop.as_ref().ok(),
         };
         self.drive_segment(segment, run.cancel_requested.clone(), work)
             .await?;
@@ -620,18 +674,17 @@ impl RunService {
         self.claim_with(
             id,
             |state| {
-                Ok(Decision::PerCall {
-                    calls: state
-                        .pending
-                        .iter()
-                        .map(|call| crate::decision::CallDecision {
-                            call_id: call.id.clone(),
-                            choice: Choice::Expired {
-                                text: EXPIRED_TEXT.to_owned(),
-                            },
-                        })
-                        .collect(),
-                })
+                let calls = state
+                    .pending
+                    .iter()
+                    .map(|call| crate::decision::CallDecision {
+                        call_id: call.id.clone(),
+                        choice: Choice::Expired {
+                            text: EXPIRED_TEXT.to_owned(),
+                        },
+                    })
+                    .collect();
+                Ok((Decision::PerCall { calls }, Vec::new()))
             },
             "deadline",
             None,
@@ -651,8 +704,14 @@ impl RunService {
         decided_by: &str,
         digest: Option<&str>,
     ) -> Result<ClaimedRun, ResumeError> {
-        self.claim_with(id, |_| Ok(decision.clone()), decided_by, digest, false)
-            .await
+        self.claim_with(
+            id,
+            |_| Ok((decision.clone(), Vec::new())),
+            decided_by,
+            digest,
+            false,
+        )
+        .await
     }
 
     /// [`RunService::claim`] for a submitted approval form: the decision is what the form showed
@@ -666,7 +725,11 @@ impl RunService {
     ) -> Result<ClaimedRun, ResumeError> {
         self.claim_with(
             id,
-            |state| submission.resolve(&state.pending),
+            |state| {
+                let decision = submission.resolve(&state.pending)?;
+                let rules = submission.rules(&state.pending, &decision)?;
+                Ok((decision, rules))
+            },
             decided_by,
             digest,
             false,
@@ -677,7 +740,7 @@ impl RunService {
     async fn claim_with(
         &self,
         id: Uuid,
-        decide: impl FnOnce(&SuspendedState) -> Result<Decision, DecisionError>,
+        decide: impl FnOnce(&SuspendedState) -> Result<(Decision, Vec<RuleDraft>), DecisionError>,
         decided_by: &str,
         digest: Option<&str>,
         expiring: bool,
@@ -718,7 +781,7 @@ impl RunService {
                 DigestCheck::TargetChanged(tools) => return Err(ResumeError::TargetChanged(tools)),
             }
         }
-        let decision = decide(&state)?;
+        let (decision, rules) = decide(&state)?;
         // A bad decision is refused before the claim: the run stays waiting.
         let choices = match tool_loop.resolve_decision(&state, &decision) {
             Err(LoopError::Decision(err)) => return Err(err.into()),
@@ -728,9 +791,7 @@ impl RunService {
         let decision = recorded_decision(&state, &choices);
         let verdict = verdict_of(&decision);
         let sequence = run.last_sequence + 1;
-        let round = state.counters.iterations;
         let now = self.clock.now_ms();
-        let answered: Vec<&str> = state.answered.iter().map(|a| a.call_id.as_str()).collect();
         let approved_bases: BTreeMap<String, String> = previews
             .iter()
             .filter_map(|p| Some((p.call_id.clone(), p.basis()?.to_owned())))
@@ -745,26 +806,8 @@ impl RunService {
                 event: decision_event(&state, &choices, decided_by),
                 created_at_ms: now,
             }],
-            dispatched: state
-                .pending
-                .iter()
-                .zip(&choices)
-                .filter(|(call, choice)| {
-                    choice.runs()
-                        && state.gated.contains(&call.id)
-                        && !answered.contains(&call.id.as_str())
-                })
-                .map(|(call, choice)| Dispatch {
-                    round,
-                    call_id: call.id.clone(),
-                    tool: call.name.clone(),
-                    arguments: match choice {
-                        Choice::ApproveEdited { arguments } => arguments.to_string(),
-                        _ => call.arguments.clone(),
-                    },
-                    effect_key: effect_key(&id.to_string(), round, &call.id),
-                })
-                .collect(),
+            dispatched: dispatches(id, &state, &choices),
+            rules,
         };
         let version = match self
             .store
@@ -880,6 +923,11 @@ impl RunService {
             approved_bases: claimed.approved_bases.clone(),
             decision_recorded: true,
             recovering: claimed.recovering,
+            rules: self
+                .store
+                .rules_for(id, &claimed.configuration.provider)
+                .await?,
+            call_notes: BTreeMap::new(),
         };
         let work = claimed
             .tool_loop
@@ -891,6 +939,7 @@ impl RunService {
             counters: claimed.state.counters,
             sink,
             verdict: Some(claimed.verdict),
+            tool_loop: Some(&claimed.tool_loop),
         };
         self.drive_segment(segment, claimed.cancel.clone(), work)
             .await?;
@@ -1090,6 +1139,73 @@ impl RunService {
         Ok(retried)
     }
 
+    /// Forks run `id` at its step `at` (a sequence number): a new run, queued, whose steps
+    /// 1..=`at` are copies of the parent's and whose transcript is the journal up to there. Its
+    /// first own step says where it came from; then it goes on — a turn whose calls were not all
+    /// answered by `at` is decided again (the gate and the rules apply as to any turn; calls
+    /// answered before `at` keep their answers), else the model is asked, with `prompt` added as
+    /// a new user message if given. Nothing the parent ran runs again: its steps are copied, not
+    /// replayed. `drive_here`: the caller drives it at once (headless programs, tests).
+    pub async fn fork(
+        &self,
+        id: Uuid,
+        at: i64,
+        prompt: Option<&str>,
+        requested_by: &str,
+        drive_here: bool,
+    ) -> Result<RunRecord, ForkError> {
+        let parent = self
+            .store
+            .get(id)
+            .await
+            .map_err(ServiceError::from)?
+            .ok_or(ForkError::NotFound(id))?;
+        let events = self.store.events(id, 0).await.map_err(ServiceError::from)?;
+        if !events.iter().any(|e| e.sequence == at) {
+            return Err(ForkError::NoStep(at));
+        }
+        let copied: Vec<SequencedEvent> = events
+            .iter()
+            .filter(|e| e.sequence <= at)
+            .filter_map(|e| {
+                Some(SequencedEvent {
+                    sequence: e.sequence,
+                    event: e.event()?,
+                    created_at_ms: e.created_at_ms,
+                })
+            })
+            .collect();
+        let mut transcript = crate::events::journal_at(copied.iter().map(|e| &e.event));
+        if transcript.is_empty() {
+            return Err(ForkError::BeforeFirstRequest);
+        }
+        let waiting = crate::agent::split_pending_turn(&mut transcript.clone()).is_some();
+        let note = match (prompt, waiting) {
+            (Some(_), true) => return Err(ForkError::PromptOnPendingTurn),
+            (Some(prompt), false) => {
+                transcript.push(Message::user(prompt));
+                format!("forked at step {at} with a new prompt; steps 1–{at} are copied from it")
+            }
+            (None, true) => format!(
+                "forked at step {at}, whose turn is decided again; steps 1–{at} are copied from it"
+            ),
+            (None, false) => format!("forked at step {at}; steps 1–{at} are copied from it"),
+        };
+        let Some(mut configuration) = parent.configuration.clone() else {
+            return Err(ForkError::Service(ServiceError::Configuration(
+                "the run's configuration cannot be read".into(),
+            )));
+        };
+        configuration.continues = Some(Continuation {
+            parent: id,
+            transcript,
+            note,
+        });
+        Ok(self
+            .insert_copying(configuration, requested_by, drive_here, copied)
+            .await?)
+    }
+
     /// Cancels a queued or waiting run, with who and why in its steps.
     pub async fn cancel(
         &self,
@@ -1131,13 +1247,84 @@ impl RunService {
         let late = watched.requested();
         drop(watched);
         match (outcome, late) {
-            // Asked to stop as it was about to wait for a person: it stops instead.
-            (Ok(Ok(LoopOutcome::Suspended(_))), Some(request)) | (Err(request), _) => {
+            // Asked to stop as it was about to wait for a person (or to carry out a decision):
+            // it stops instead.
+            (Ok(Ok(LoopOutcome::Suspended(_) | LoopOutcome::Decided(_))), Some(request))
+            | (Err(request), _) => {
                 let events = segment.sink.take();
                 self.end_cancelled(&segment, events, request).await
             }
+            (Ok(Ok(LoopOutcome::Decided(state))), None) => self.decided_here(&segment, state).await,
             (Ok(outcome), _) => self.persist(&segment, outcome).await,
         }
+    }
+
+    /// A turn that rules and the tools' own checks decided: the decision is journaled like an
+    /// operator's claim (its step, each running call dispatched with its effect key) while this
+    /// instance keeps the run, then carried out in the same segment. A restart after the
+    /// journal carries it out again exactly as it does an operator's decision.
+    ///
+    /// Boxed with its `Send` bound spelled out: carrying the decision out drives a segment that
+    /// may decide again.
+    fn decided_here<'a>(
+        &'a self,
+        segment: &'a Segment<'a>,
+        state: SuspendedState,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 'a>>
+    {
+        Box::pin(async move {
+            let Some(tool_loop) = segment.tool_loop else {
+                let err = unavailable("the run's model is not available".into(), state.counters);
+                return self.persist(segment, Err(err)).await;
+            };
+            let choices = match tool_loop.resolve_decision(&state, &automatic_decision(&state)) {
+                Ok(choices) => choices,
+                Err(err) => return self.persist(segment, Err(err)).await,
+            };
+            let decision = recorded_decision(&state, &choices);
+            let verdict = verdict_of(&decision);
+            segment
+                .sink
+                .emit(decision_event(&state, &choices, AUTOMATIC));
+            let claim = ClaimRecord {
+                approved_bases: "{}".to_owned(),
+                decided_by: AUTOMATIC.to_owned(),
+                verdict,
+                decision: serde_json::to_string(&decision).unwrap_or_default(),
+                events: segment.sink.take(),
+                dispatched: dispatches(segment.id, &state, &choices),
+                rules: Vec::new(),
+            };
+            let now = self.clock.now_ms();
+            let version = match self
+                .store
+                .decide_running(segment.id, segment.version, &state, &claim, now)
+                .await
+            {
+                // A cancel asked for on another instance came first: nothing of the turn runs.
+                Err(StoreError::CancelRequested { request, .. }) => {
+                    return self.end_cancelled(segment, claim.events, request).await;
+                }
+                other => other?,
+            };
+            failpoint::reach("after_automatic_decision");
+            let claimed = ClaimedRun {
+                id: segment.id,
+                version,
+                last_sequence: last_sequence_of(&claim.events),
+                state,
+                configuration: segment.configuration.clone(),
+                tool_loop: Arc::clone(tool_loop),
+                decision,
+                decided_by: AUTOMATIC.to_owned(),
+                verdict,
+                recovering: false,
+                approved_bases: BTreeMap::new(),
+                cancel: None,
+            };
+            // The decision's segment goes on in the same sink.
+            self.carry_out(claimed, segment.sink).await.map(|_| ())
+        })
     }
 
     /// Ends a running segment as cancelled, with its steps so far: what was in flight is
@@ -1241,7 +1428,9 @@ impl RunService {
         let events = sink.take();
         let now = self.clock.now_ms();
         match outcome {
-            Ok(LoopOutcome::Suspended(state)) => {
+            // A decided turn is carried out by `drive_segment`; should one reach here, it waits
+            // for an operator rather than run unjournaled.
+            Ok(LoopOutcome::Suspended(state) | LoopOutcome::Decided(state)) => {
                 match self
                     .store
                     .suspend(
@@ -1358,6 +1547,21 @@ fn verdict_of_record(run: &RunRecord) -> Verdict {
         Some("expired") => Verdict::Expired,
         _ => Verdict::Approved,
     }
+}
+
+/// Why a fork was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ForkError {
+    #[error("run {0} not found")]
+    NotFound(Uuid),
+    #[error("the run has no step {0}")]
+    NoStep(i64),
+    #[error("there is nothing to go on from before the run's first request to the model; fork from a later step")]
+    BeforeFirstRequest,
+    #[error("at this step the model's calls still wait for their answers, so a new prompt cannot follow them; fork without a prompt (and decide the calls again), or from a later step")]
+    PromptOnPendingTurn,
+    #[error(transparent)]
+    Service(#[from] ServiceError),
 }
 
 /// Why a retry was refused.

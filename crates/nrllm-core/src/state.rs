@@ -75,6 +75,19 @@ pub struct SuspendedState {
     /// or that they failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unknown: Vec<UnknownCall>,
+    /// Calls of the turn that an approval rule or their tool's own check decided: an allowed
+    /// one runs (journaled, as `gated`), a refused one is answered with the rule's refusal,
+    /// whatever an operator chooses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ruled: Vec<RuledCall>,
+}
+
+/// A call decided without an operator, and what its step says about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuledCall {
+    pub call_id: String,
+    pub allow: bool,
+    pub note: String,
 }
 
 /// A call dispatched before a restart, with no result recorded.
@@ -187,6 +200,7 @@ mod tests {
             recorded_messages: 1,
             answered: Vec::new(),
             unknown: Vec::new(),
+            ruled: Vec::new(),
         }
     }
 

@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use crate::assembly::Skill;
 use crate::events::Event;
+use crate::rules::{ApprovalRule, RuleDraft};
 use crate::state::{Counters, RunSettings, SuspendedState};
 use crate::transcript::ToolOutcome;
 
@@ -58,6 +59,9 @@ pub struct NewRun {
     pub id: Uuid,
     pub configuration: RunConfiguration,
     pub requested_by: String,
+    /// Steps copied from the run it goes on from (a fork: the parent's steps up to the fork
+    /// point, with their sequence numbers), stored with it; the run's own steps follow them.
+    pub copied: Vec<SequencedEvent>,
 }
 
 /// One stored run.
@@ -171,6 +175,9 @@ pub struct ClaimRecord {
     /// Each approved call's preview basis by call id (JSON), for whichever instance carries the
     /// decision out.
     pub approved_bases: String,
+    /// Approval rules the decider asked for with the decision (stored in the same commit, as
+    /// theirs).
+    pub rules: Vec<RuleDraft>,
 }
 
 /// An approved call about to run.
@@ -303,6 +310,47 @@ pub trait RunStore: Send + Sync {
         claim: &ClaimRecord,
         now_ms: i64,
     ) -> Result<Claim, StoreError>;
+
+    /// Journals a turn decided without an operator (approval rules, the tools' own checks) like
+    /// a claim — its step, the decision, the state, and a dispatch record for each call that
+    /// runs — while the run stays `running` with this instance. Fenced like `suspend` (version,
+    /// lease, no cancel asked); returns the new version.
+    async fn decide_running(
+        &self,
+        id: Uuid,
+        version: i64,
+        state: &SuspendedState,
+        claim: &ClaimRecord,
+        now_ms: i64,
+    ) -> Result<i64, StoreError>;
+
+    /// The rules that hold for run `run` of configuration `configuration`.
+    async fn rules_for(
+        &self,
+        run: Uuid,
+        configuration: &str,
+    ) -> Result<Vec<ApprovalRule>, StoreError>;
+
+    /// Every rule (newest first, at most `limit`).
+    async fn list_rules(&self, limit: u32) -> Result<Vec<ApprovalRule>, StoreError>;
+
+    /// Stores a rule (checked by the caller with [`RuleDraft::check`]).
+    async fn add_rule(
+        &self,
+        draft: &RuleDraft,
+        by: &str,
+        now_ms: i64,
+    ) -> Result<ApprovalRule, StoreError>;
+
+    /// The runs that go on from run `id`'s journal (its forks and retries), oldest first, at
+    /// most `limit`.
+    async fn children(&self, id: Uuid, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
+
+    /// One rule, if there is one with this id.
+    async fn rule(&self, id: i64) -> Result<Option<ApprovalRule>, StoreError>;
+
+    /// Removes a rule; the rule as it was, or `None` if there was none.
+    async fn remove_rule(&self, id: i64) -> Result<Option<ApprovalRule>, StoreError>;
     /// Ends a non-terminal run at `version`, clearing its state, with the segment's events.
     async fn finish(
         &self,

@@ -44,8 +44,12 @@ pub struct ToolSpec {
     pub enabled_by_default: bool,
     /// Offered only to runs started by an administrator.
     pub admin_only: bool,
-    /// Calls to this tool suspend the run until an operator decides.
+    /// Calls to this tool may suspend the run until an operator decides: every call, or (with
+    /// `approval_per_call`) the calls whose arguments the tool says need it.
     pub requires_approval: bool,
+    /// Whether a call needs approval depends on its arguments ([`Tool::needs_approval`]).
+    #[serde(default)]
+    pub approval_per_call: bool,
     /// Running a call again with the same effect key applies its effect at most once.
     #[serde(default)]
     pub idempotent_by_key: bool,
@@ -161,10 +165,21 @@ pub trait Tool: Send + Sync + 'static {
     const ADMIN_ONLY: bool = false;
     /// The opt-in: `true` makes every call to this tool wait for an operator's approval.
     const REQUIRES_APPROVAL: bool = false;
+    /// `true` if the tool decides per call, from the arguments, whether the call needs approval
+    /// ([`Tool::needs_approval`]); its calls have effects, so those that pass are journaled like
+    /// approved ones.
+    const APPROVAL_PER_CALL: bool = false;
     /// `true` if the tool applies a call's effect at most once per [`ToolContext::effect_key`],
     /// returning the first result when called again. A call of such a tool that a restart cut
     /// off is simply run again; any other one waits for an operator ("outcome unknown").
     const IDEMPOTENT_BY_KEY: bool = false;
+
+    /// Whether a call with these arguments must wait for an operator. Pure: it reads only the
+    /// arguments (a tool with [`Tool::APPROVAL_PER_CALL`] overrides it). ADR-084's whole-turn rule
+    /// still holds: one call of a turn that needs approval holds the whole turn.
+    fn needs_approval(&self, _args: &Self::Args) -> bool {
+        Self::REQUIRES_APPROVAL
+    }
 
     /// Runs the tool. `Ok` is the result text; `Err` becomes an `Error:` result.
     async fn call(&self, args: Self::Args, ctx: &ToolContext) -> Result<String, ToolError>;
@@ -188,6 +203,9 @@ pub trait DynTool: Send + Sync {
     fn spec(&self) -> &ToolSpec;
     /// Checks arguments against the schema and decodes them.
     fn check_arguments(&self, args: &Value) -> Result<(), ToolError>;
+    /// Whether a call with these arguments must wait for an operator. Arguments that do not fit
+    /// the schema need approval if the tool may ever need it (the operator sees them).
+    fn needs_approval(&self, args: &Value) -> bool;
     /// Validates and runs.
     async fn execute(&self, args: &Value, ctx: &ToolContext) -> Result<String, ToolError>;
     /// Validates and previews.
@@ -214,7 +232,8 @@ impl<T: Tool> TypedTool<T> {
                 group: T::GROUP.to_owned(),
                 enabled_by_default: T::ENABLED_BY_DEFAULT,
                 admin_only: T::ADMIN_ONLY,
-                requires_approval: T::REQUIRES_APPROVAL,
+                requires_approval: T::REQUIRES_APPROVAL || T::APPROVAL_PER_CALL,
+                approval_per_call: T::APPROVAL_PER_CALL,
                 idempotent_by_key: T::IDEMPOTENT_BY_KEY,
             },
             validator,
@@ -238,6 +257,16 @@ impl<T: Tool> DynTool for TypedTool<T> {
 
     fn check_arguments(&self, args: &Value) -> Result<(), ToolError> {
         self.decode(args).map(|_| ())
+    }
+
+    fn needs_approval(&self, args: &Value) -> bool {
+        if !self.spec.requires_approval {
+            return false;
+        }
+        match self.decode(args) {
+            Ok(args) => self.tool.needs_approval(&args),
+            Err(_) => true,
+        }
     }
 
     async fn execute(&self, args: &Value, ctx: &ToolContext) -> Result<String, ToolError> {

@@ -57,13 +57,16 @@ fn suspended(outcome: LoopOutcome) -> SuspendedState {
     match outcome {
         LoopOutcome::Suspended(state) => state,
         LoopOutcome::Completed(done) => panic!("expected a suspension, got {done:?}"),
+        LoopOutcome::Decided(state) => panic!("expected a suspension, got {state:?}"),
     }
 }
 
 fn completed(outcome: LoopOutcome) -> nrllm_core::Completed {
     match outcome {
         LoopOutcome::Completed(done) => done,
-        LoopOutcome::Suspended(state) => panic!("expected completion, got {state:?}"),
+        LoopOutcome::Suspended(state) | LoopOutcome::Decided(state) => {
+            panic!("expected completion, got {state:?}")
+        }
     }
 }
 

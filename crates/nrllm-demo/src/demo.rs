@@ -1,5 +1,5 @@
 //! The `demo` provider: an offline, deterministic stand-in for a model, selected by default, so the
-//! whole approve/deny flow runs with no network and no key. It reads the task from the first user
+//! whole approve/deny flow runs with no network and no key. It reads the task from the last user
 //! message and the tool results so far, and acts like a careful agent: it looks before it writes,
 //! puts two calls in one turn when a task has two independent effects, explains a denial it
 //! received, and answers a prompt it does not understand with the list of things it can do.
@@ -282,9 +282,10 @@ fn split_first<'a>(original: &'a str, lower: &str, markers: &[&str]) -> Option<(
         .map(|(i, len)| (&original[..i], &original[i + len..]))
 }
 
-/// The user's task text: the first user message, without a skills block in front of it.
+/// The user's task text: the last user message (a fork may add one), without a skills block in
+/// front of it.
 fn task_text(messages: &[Message]) -> String {
-    let first = messages.iter().find_map(|m| match m {
+    let first = messages.iter().rev().find_map(|m| match m {
         Message::User { content } => Some(content.as_str()),
         _ => None,
     });
@@ -534,7 +535,13 @@ impl Provider for DemoProvider {
             .collect();
         let prompt_tokens = estimate_tokens(&prompt_text);
         let task = parse_task(&task_text(&request.messages));
-        let done = steps(&request.messages);
+        // What was done for that task: the calls answered since it was asked.
+        let asked = request
+            .messages
+            .iter()
+            .rposition(|m| matches!(m, Message::User { .. }))
+            .unwrap_or(0);
+        let done = steps(&request.messages[asked..]);
         let offered: Vec<String> = match request.tool_choice {
             ToolChoice::Auto => request.tools.iter().map(|t| t.name.clone()).collect(),
             ToolChoice::Disabled => Vec::new(),

@@ -521,9 +521,15 @@ impl Tool for CreatePage {
     const NAME: &'static str = "create_page";
     const DESCRIPTION: &'static str = "Create a new draft page.";
     const GROUP: &'static str = GROUP_SITE;
-    const REQUIRES_APPROVAL: bool = true;
+    // A scratch page (slug `scratch-…`) is the agent's own notepad and is created at once; any
+    // other page waits for approval.
+    const APPROVAL_PER_CALL: bool = true;
     // The site applies each keyed change at most once (in the change's own transaction).
     const IDEMPOTENT_BY_KEY: bool = true;
+
+    fn needs_approval(&self, args: &CreatePageArgs) -> bool {
+        !args.slug.starts_with(SCRATCH_PREFIX)
+    }
 
     async fn call(&self, args: CreatePageArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         self.0
@@ -648,6 +654,25 @@ impl Tool for DeletePage {
     }
 }
 
+/// The team's own mail domain: `send_message` to an address there needs no approval.
+pub const INTERNAL_DOMAIN: &str = "internal.example";
+
+/// Slugs of scratch pages begin with this: `create_page` of one needs no approval.
+pub const SCRATCH_PREFIX: &str = "scratch-";
+
+/// Whether `to` is one address at [`INTERNAL_DOMAIN`] (case ignored; nothing else around it).
+pub fn is_internal_address(to: &str) -> bool {
+    let to = to.trim();
+    match to.rsplit_once('@') {
+        Some((local, domain)) => {
+            !local.is_empty()
+                && domain.eq_ignore_ascii_case(INTERNAL_DOMAIN)
+                && !to.contains([',', ';', ' ', '<', '>'])
+        }
+        None => false,
+    }
+}
+
 /// Arguments of `send_message`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -688,9 +713,14 @@ impl Tool for SendMessage {
     const NAME: &'static str = "send_message";
     const DESCRIPTION: &'static str = "Send a message (it is put in the outbox).";
     const GROUP: &'static str = GROUP_SITE;
-    const REQUIRES_APPROVAL: bool = true;
+    // A message to the team's own domain goes out at once; anyone else's waits for approval.
+    const APPROVAL_PER_CALL: bool = true;
     // The site applies each keyed change at most once (in the change's own transaction).
     const IDEMPOTENT_BY_KEY: bool = true;
+
+    fn needs_approval(&self, args: &SendMessageArgs) -> bool {
+        !is_internal_address(&args.to)
+    }
 
     async fn call(&self, args: SendMessageArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let approved = ctx.approved_basis.as_deref();

@@ -85,6 +85,55 @@ async fn there_are_ten_read_only_tools_and_five_that_need_approval() {
 }
 
 #[tokio::test]
+async fn two_tools_decide_per_call_from_their_arguments() {
+    use nrllm_core::machine::Pass;
+    use nrllm_core::registry::AllowList;
+    use nrllm_core::transcript::ToolCall;
+    let s = site().await;
+    let gate = s.registry.gate(&AllowList::All, false);
+    let pass = |tool: &str, args: Value| gate.pass(&ToolCall::new("c", tool, &args), &[]);
+    let message = |to: &str| json!({"to": to, "subject": "s", "body": "b"});
+    let per_call: Vec<String> = s
+        .registry
+        .specs()
+        .filter(|spec| spec.approval_per_call)
+        .map(|spec| spec.name.clone())
+        .collect();
+    assert_eq!(per_call, ["create_page", "send_message"]);
+    // Internal addresses go through (journaled as decided by the tool's check); others wait.
+    for to in ["ops@internal.example", "Ops@INTERNAL.example"] {
+        assert!(
+            matches!(pass("send_message", message(to)), Pass::Auto { allow: true, ref note } if note.contains("send_message")),
+            "{to}"
+        );
+    }
+    for to in [
+        "team@example.com",
+        "ops@internal.example.evil",
+        "a@internal.example, b@example.com",
+        "@internal.example",
+        "internal.example",
+    ] {
+        assert_eq!(pass("send_message", message(to)), Pass::Ask, "{to}");
+    }
+    let page = |slug: &str| json!({"slug": slug, "title": "T"});
+    assert!(matches!(
+        pass("create_page", page("scratch-notes")),
+        Pass::Auto { allow: true, .. }
+    ));
+    assert_eq!(pass("create_page", page("faq")), Pass::Ask);
+    // Arguments that do not fit the schema wait, whatever they say.
+    assert_eq!(
+        pass("send_message", json!({"to": "ops@internal.example"})),
+        Pass::Ask
+    );
+    // Tools that always ask, and read-only ones, are not affected.
+    assert_eq!(pass("update_page", page("scratch-notes")), Pass::Ask);
+    assert_eq!(pass("list_pages", json!({})), Pass::Free);
+    s.db.cleanup().await;
+}
+
+#[tokio::test]
 async fn read_only_tools_answer_and_name_bad_fields() {
     let s = site().await;
     let pages: Value =

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use nrllm_core::events::Event;
 use nrllm_core::failpoint;
+use nrllm_core::rules::{ApprovalRule, RuleDraft, RuleEffect, RuleScope};
 use nrllm_core::state::{Counters, SuspendedState};
 use nrllm_core::store::{
     CancelRequest, Claim, ClaimRecord, EffectRecord, Finish, NewRun, PurgeReport, Renewal,
@@ -284,6 +285,93 @@ fn cancel_request(row: &AnyRow) -> Result<Option<CancelRequest>, StoreError> {
 
 /// Writes a segment's events, and journals each approved call's result (a `tool` step answering
 /// a dispatched call) on its effect record.
+/// The rows a decision journals besides its step: a dispatch record for each call that runs,
+/// and the rules the decider asked for.
+async fn insert_claim_rows(
+    tx: &mut Transaction<'static, Any>,
+    id: Uuid,
+    claim: &ClaimRecord,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    for dispatch in &claim.dispatched {
+        sqlx::query(
+            "INSERT INTO agent_run_effect (run_id, round, call_id, tool, arguments, effect_key, \
+             dispatched_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (run_id, round, call_id) DO NOTHING",
+        )
+        .bind(id.to_string())
+        .bind(i64::from(dispatch.round))
+        .bind(&dispatch.call_id)
+        .bind(&dispatch.tool)
+        .bind(&dispatch.arguments)
+        .bind(&dispatch.effect_key)
+        .bind(now_ms)
+        .execute(&mut **tx)
+        .await
+        .map_err(backend)?;
+    }
+    for rule in &claim.rules {
+        insert_rule(tx, rule, &claim.decided_by, now_ms).await?;
+    }
+    Ok(())
+}
+
+const RULE_COLUMNS: &str =
+    "id, run_id, configuration, tool, effect, conditions, created_by, created_at_ms";
+
+async fn insert_rule(
+    tx: &mut Transaction<'static, Any>,
+    draft: &RuleDraft,
+    by: &str,
+    now_ms: i64,
+) -> Result<i64, StoreError> {
+    let (run, configuration) = match &draft.scope {
+        RuleScope::Run(run) => (Some(run.to_string()), None),
+        RuleScope::Configuration(name) => (None, Some(name.clone())),
+    };
+    let conditions = serde_json::to_string(&draft.conditions).unwrap_or_else(|_| "[]".into());
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO approval_rule (run_id, configuration, tool, effect, conditions, created_by, \
+         created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+    )
+    .bind(run)
+    .bind(configuration)
+    .bind(&draft.tool)
+    .bind(draft.effect.as_str())
+    .bind(conditions)
+    .bind(by)
+    .bind(now_ms)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(backend)?;
+    Ok(id)
+}
+
+fn rule_from_row(row: &AnyRow) -> Result<ApprovalRule, StoreError> {
+    let text = |column: &str| -> Result<Option<String>, StoreError> {
+        row.try_get::<Option<String>, _>(column).map_err(backend)
+    };
+    let scope = match (text("run_id")?, text("configuration")?) {
+        (Some(run), _) => RuleScope::Run(
+            Uuid::parse_str(&run).map_err(|e| StoreError::Corrupt(format!("rule run id: {e}")))?,
+        ),
+        (None, Some(name)) => RuleScope::Configuration(name),
+        (None, None) => return Err(StoreError::Corrupt("a rule without a scope".into())),
+    };
+    let effect = text("effect")?.unwrap_or_default();
+    Ok(ApprovalRule {
+        id: row.try_get("id").map_err(backend)?,
+        scope,
+        tool: text("tool")?.unwrap_or_default(),
+        effect: RuleEffect::parse(&effect)
+            .ok_or_else(|| StoreError::Corrupt(format!("rule effect `{effect}`")))?,
+        conditions: serde_json::from_str(&text("conditions")?.unwrap_or_default())
+            .map_err(|e| StoreError::Corrupt(format!("rule conditions: {e}")))?,
+        created_by: text("created_by")?.unwrap_or_default(),
+        created_at_ms: row.try_get("created_at_ms").map_err(backend)?,
+    })
+}
+
 async fn insert_events(
     tx: &mut Transaction<'static, Any>,
     id: Uuid,
@@ -467,8 +555,9 @@ impl RunStore for SqlRunStore {
         let mut tx = self.db.pool().begin().await.map_err(backend)?;
         sqlx::query(
             "INSERT INTO agent_run (id, status, configuration, requested_by, truncated, version, last_sequence, \
-             created_at_ms, updated_at_ms, started_at_ms, provider, lease_owner, lease_until_ms, queued_at_ms) \
-             VALUES ($1, $2, $3, $4, 0, 0, 0, $5, $5, $9, $6, $7, $8, $10)",
+             created_at_ms, updated_at_ms, started_at_ms, provider, lease_owner, lease_until_ms, queued_at_ms, \
+             parent_id) \
+             VALUES ($1, $2, $3, $4, 0, 0, $12, $5, $5, $9, $6, $7, $8, $10, $11)",
         )
         .bind(run.id.to_string())
         .bind(status.as_str())
@@ -480,8 +569,16 @@ impl RunStore for SqlRunStore {
         .bind(until)
         .bind(drive_here.then_some(now_ms))
         .bind(queued)
+        .bind(
+            run.configuration
+                .continues
+                .as_ref()
+                .map(|c| c.parent.to_string()),
+        )
+        .bind(last_sequence(&run.copied).unwrap_or(0))
         .execute(&mut *tx)
         .await.map_err(backend)?;
+        insert_events(&mut tx, run.id, &run.copied).await?;
         if queued.is_some() {
             Notice::Queued.announce(&mut tx).await.map_err(backend)?;
         }
@@ -672,28 +769,148 @@ impl RunStore for SqlRunStore {
         insert_events(&mut tx, id, &claim.events).await?;
         // The decision waits in the queue: every instance's worker looks.
         Notice::Queued.announce(&mut tx).await.map_err(backend)?;
-        for dispatch in &claim.dispatched {
-            sqlx::query(
-                "INSERT INTO agent_run_effect (run_id, round, call_id, tool, arguments, effect_key, \
-                 dispatched_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
-                 ON CONFLICT (run_id, round, call_id) DO NOTHING",
-            )
-            .bind(id.to_string())
-            .bind(i64::from(dispatch.round))
-            .bind(&dispatch.call_id)
-            .bind(&dispatch.tool)
-            .bind(&dispatch.arguments)
-            .bind(&dispatch.effect_key)
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        }
+        insert_claim_rows(&mut tx, id, claim, now_ms).await?;
         tx.commit().await.map_err(backend)?;
         self.committed();
         Ok(Claim::Won {
             version: new_version,
         })
+    }
+
+    async fn decide_running(
+        &self,
+        id: Uuid,
+        version: i64,
+        state: &SuspendedState,
+        claim: &ClaimRecord,
+        now_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let mut tx = self.write_tx().await.map_err(backend)?;
+        let updated = sqlx::query(
+            "UPDATE agent_run SET suspended_state = $1, iterations = $2, tool_calls = $3, \
+             prompt_tokens = $4, completion_tokens = $5, total_tokens = $6, \
+             last_sequence = CASE WHEN $7 > last_sequence THEN $7 ELSE last_sequence END, \
+             version = version + 1, updated_at_ms = $8, pending_tools = $9, \
+             decided_by = $10, decided_at_ms = $8, decision = $11, decision_record = $12, \
+             approved_bases = $13 \
+             WHERE id = $14 AND status = $15 AND version = $16 AND lease_owner = $17 \
+             AND cancel_by IS NULL",
+        )
+        .bind(state.to_json())
+        .bind(i64::from(state.counters.iterations))
+        .bind(i64::from(state.counters.tool_calls))
+        .bind(to_i64(state.counters.usage.prompt_tokens))
+        .bind(to_i64(state.counters.usage.completion_tokens))
+        .bind(to_i64(state.counters.usage.total()))
+        .bind(last_sequence(&claim.events).unwrap_or(0))
+        .bind(now_ms)
+        .bind(pending_tools(state))
+        .bind(&claim.decided_by)
+        .bind(claim.verdict.as_str())
+        .bind(&claim.decision)
+        .bind(&claim.approved_bases)
+        .bind(id.to_string())
+        .bind(RunStatus::Running.as_str())
+        .bind(version)
+        .bind(&*self.owner)
+        .execute(&mut *tx)
+        .await
+        .map_err(backend)?;
+        if updated.rows_affected() != 1 {
+            drop(tx);
+            return Err(self.refusal(id, version).await);
+        }
+        insert_events(&mut tx, id, &claim.events).await?;
+        insert_claim_rows(&mut tx, id, claim, now_ms).await?;
+        failpoint::reach("during_automatic_decision_commit");
+        tx.commit().await.map_err(backend)?;
+        self.committed();
+        Ok(version + 1)
+    }
+
+    async fn rules_for(
+        &self,
+        run: Uuid,
+        configuration: &str,
+    ) -> Result<Vec<ApprovalRule>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RULE_COLUMNS} FROM approval_rule WHERE run_id = $1 OR configuration = $2 \
+             ORDER BY id"
+        ))
+        .bind(run.to_string())
+        .bind(configuration)
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(backend)?;
+        rows.iter().map(rule_from_row).collect()
+    }
+
+    async fn list_rules(&self, limit: u32) -> Result<Vec<ApprovalRule>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RULE_COLUMNS} FROM approval_rule ORDER BY id DESC LIMIT $1"
+        ))
+        .bind(i64::from(limit))
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(backend)?;
+        rows.iter().map(rule_from_row).collect()
+    }
+
+    async fn add_rule(
+        &self,
+        draft: &RuleDraft,
+        by: &str,
+        now_ms: i64,
+    ) -> Result<ApprovalRule, StoreError> {
+        let mut tx = self.write_tx().await.map_err(backend)?;
+        let id = insert_rule(&mut tx, draft, by, now_ms).await?;
+        tx.commit().await.map_err(backend)?;
+        Ok(ApprovalRule {
+            id,
+            scope: draft.scope.clone(),
+            tool: draft.tool.clone(),
+            effect: draft.effect,
+            conditions: draft.conditions.clone(),
+            created_by: by.to_owned(),
+            created_at_ms: now_ms,
+        })
+    }
+
+    async fn children(&self, id: Uuid, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM agent_run WHERE parent_id = $1 \
+             ORDER BY created_at_ms, id LIMIT $2"
+        ))
+        .bind(id.to_string())
+        .bind(i64::from(limit))
+        .fetch_all(self.db.pool())
+        .await
+        .map_err(backend)?;
+        rows.iter().map(read_run).collect()
+    }
+
+    async fn rule(&self, id: i64) -> Result<Option<ApprovalRule>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {RULE_COLUMNS} FROM approval_rule WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(backend)?;
+        row.as_ref().map(rule_from_row).transpose()
+    }
+
+    async fn remove_rule(&self, id: i64) -> Result<Option<ApprovalRule>, StoreError> {
+        let mut tx = self.write_tx().await.map_err(backend)?;
+        let row = sqlx::query(&format!(
+            "DELETE FROM approval_rule WHERE id = $1 RETURNING {RULE_COLUMNS}"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        tx.commit().await.map_err(backend)?;
+        row.as_ref().map(rule_from_row).transpose()
     }
 
     async fn finish(

@@ -910,6 +910,7 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
                     id: uuid::Uuid::now_v7(),
                     configuration: configuration("lease"),
                     requested_by: "alice".into(),
+                    copied: Vec::new(),
                 },
                 now,
                 true,
@@ -1197,6 +1198,7 @@ fn empty_state() -> nrllm_core::state::SuspendedState {
         recorded_messages: 0,
         answered: Vec::new(),
         unknown: Vec::new(),
+        ruled: Vec::new(),
     }
 }
 
@@ -1209,6 +1211,7 @@ fn new_run(prompt: &str) -> nrllm_core::store::NewRun {
         id: uuid::Uuid::now_v7(),
         configuration: configuration(prompt),
         requested_by: "alice".into(),
+        copied: Vec::new(),
     }
 }
 
@@ -1479,6 +1482,294 @@ async fn a_queued_decision_whose_model_cannot_be_reached_fails_with_the_reason()
             Some("set the environment variable TEST_KEY to its API key")
         );
         assert_eq!(s.probe.count("write_note"), 0, "nothing ran");
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn approval_rules_decide_later_calls_and_their_steps_name_the_rule() {
+    use nrllm_core::decision::{Action, Remember, Submission, SubmittedCall};
+    use nrllm_core::rules::{Condition, MatchOp, RuleDraft, RuleEffect, RuleScope};
+    for db in backends().await {
+        let responses = vec![
+            call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
+            call_turn("c2", "write_note", json!({"text": "b"}), usage(1, 1)),
+            ChatResponse::text("Wrote both.", usage(1, 1)),
+            call_turn(
+                "d1",
+                "write_note",
+                json!({"text": "Forbidden"}),
+                usage(1, 1),
+            ),
+            ChatResponse::text("It was refused.", usage(1, 1)),
+        ];
+        let s = setup(&db.db, responses);
+        let run = s
+            .service
+            .start(configuration("write a then b"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(run.status, RunStatus::WaitingForApproval);
+        // Approving the first call, the operator asks to always approve write_note here.
+        let submission = Submission {
+            action: Action::ApproveAll,
+            reason: None,
+            calls: vec![SubmittedCall {
+                call_id: "c1".into(),
+                remember: Some(Remember {
+                    scope: RuleScope::Run(run.id),
+                    effect: RuleEffect::Allow,
+                    conditions: Vec::new(),
+                }),
+                ..SubmittedCall::default()
+            }],
+            acknowledge_discard: false,
+        };
+        let claimed = s
+            .service
+            .claim_submission(run.id, &submission, "bob", None)
+            .await
+            .unwrap();
+        // The rule is stored with the claim, as bob's.
+        let rules = s.store.rules_for(run.id, "scripted").await.unwrap();
+        assert_eq!(rules.len(), 1, "{}", db.name);
+        assert_eq!(rules[0].created_by, "bob");
+        let done = s.service.continue_claimed(claimed).await.unwrap();
+        assert_eq!(done.status, RunStatus::Completed, "{}", db.name);
+        assert_eq!(done.final_answer.as_deref(), Some("Wrote both."));
+        assert_eq!(s.probe.count("write_note"), 2);
+        let events = s.store.events(run.id, 0).await.unwrap();
+        // The second call never waited: one approval request, two decisions.
+        let count = |kind: &str| events.iter().filter(|e| e.kind == kind).count();
+        assert_eq!(count("approval_requested"), 1, "{:?}", kinds(&events));
+        assert_eq!(count("approval_decided"), 2, "{:?}", kinds(&events));
+        let c2 = events
+            .iter()
+            .filter_map(|e| e.event())
+            .find_map(|e| match e {
+                Event::Tool {
+                    call_id,
+                    note,
+                    executed,
+                    ..
+                } if call_id == "c2" => Some((note, executed)),
+                _ => None,
+            })
+            .unwrap();
+        let note = c2.0.unwrap_or_default();
+        assert!(c2.1);
+        assert!(
+            note.starts_with(&format!("auto-approved by rule {}", rules[0].id))
+                && note.contains("added by bob"),
+            "{note}"
+        );
+        // It was journaled like an approved call: dispatched with its key, result recorded.
+        let effects = s.store.effects(run.id).await.unwrap();
+        let c2 = effects.iter().find(|e| e.call_id == "c2").unwrap();
+        assert_eq!(c2.result.as_ref().unwrap().0, "wrote: b", "{}", db.name);
+
+        // An administrator's rule refuses matching calls in the whole configuration.
+        let deny = s
+            .store
+            .add_rule(
+                &RuleDraft {
+                    scope: RuleScope::Configuration("scripted".into()),
+                    tool: "write_note".into(),
+                    effect: RuleEffect::Deny,
+                    conditions: vec![Condition {
+                        argument: "text".into(),
+                        op: MatchOp::Equals,
+                        value: "forbidden".into(),
+                    }],
+                },
+                "admin",
+                now_ms(),
+            )
+            .await
+            .unwrap();
+        let refused = s
+            .service
+            .start(configuration("write the forbidden note"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(refused.status, RunStatus::Completed, "{}", db.name);
+        assert_eq!(s.probe.count("write_note"), 2, "nothing more ran");
+        let answer = s
+            .provider
+            .requests()
+            .last()
+            .unwrap()
+            .messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                nrllm_core::transcript::Message::Tool { content, .. } => Some(content.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert!(
+            answer.contains(&format!("refused by rule {}", deny.id)),
+            "{answer}"
+        );
+
+        // Rules are listed newest first, read one by one, and removed.
+        let listed = s.store.list_rules(10).await.unwrap();
+        assert_eq!(
+            listed.iter().map(|r| r.id).collect::<Vec<_>>(),
+            [deny.id, rules[0].id]
+        );
+        assert_eq!(s.store.rule(deny.id).await.unwrap(), Some(deny.clone()));
+        assert_eq!(
+            s.store.remove_rule(deny.id).await.unwrap(),
+            Some(deny.clone())
+        );
+        assert_eq!(s.store.rule(deny.id).await.unwrap(), None);
+        assert_eq!(s.store.remove_rule(deny.id).await.unwrap(), None);
+        // A run's rules go with the run.
+        let purged = s
+            .store
+            .purge(now_ms() + 1, now_ms() + 1, 100)
+            .await
+            .unwrap();
+        assert!(purged.runs >= 2);
+        assert!(
+            s.store.list_rules(10).await.unwrap().is_empty(),
+            "{}",
+            db.name
+        );
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_fork_copies_the_steps_before_it_reruns_none_of_them_and_goes_its_own_way() {
+    use nrllm_core::service::ForkError;
+    for db in backends().await {
+        let responses = vec![
+            call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
+            ChatResponse::text("Wrote a.", usage(1, 1)),
+            ChatResponse::text("Not written, as you said.", usage(1, 1)),
+            call_turn("c9", "read_note", json!({"text": "b"}), usage(1, 1)),
+            ChatResponse::text("Read b.", usage(1, 1)),
+        ];
+        let s = setup(&db.db, responses);
+        let parent = s
+            .service
+            .start(configuration("write a"), "alice")
+            .await
+            .unwrap();
+        let parent = s
+            .service
+            .resume(parent.id, &Decision::ApproveAll, "bob", None)
+            .await
+            .unwrap();
+        assert_eq!(parent.final_answer.as_deref(), Some("Wrote a."));
+        assert_eq!(s.probe.count("write_note"), 1);
+        let steps = s.store.events(parent.id, 0).await.unwrap();
+        let k = steps
+            .iter()
+            .find(|e| e.kind == "approval_requested")
+            .unwrap()
+            .sequence;
+
+        // From the step where the turn waited: the same turn is decided again, differently.
+        let fork = s
+            .service
+            .fork(parent.id, k, None, "carol", true)
+            .await
+            .unwrap();
+        let fork = s.service.drive(fork).await.unwrap();
+        assert_eq!(fork.status, RunStatus::WaitingForApproval, "{}", db.name);
+        let forked = s.store.events(fork.id, 0).await.unwrap();
+        let same = |a: &nrllm_core::store::StoredEvent, b: &nrllm_core::store::StoredEvent| {
+            (a.sequence, &a.kind, &a.payload) == (b.sequence, &b.kind, &b.payload)
+        };
+        assert!(
+            forked[..k as usize]
+                .iter()
+                .zip(&steps[..k as usize])
+                .all(|(a, b)| same(a, b)),
+            "{}: steps 1..{k} are the parent's",
+            db.name
+        );
+        assert_eq!(
+            kinds(&forked[k as usize..]),
+            ["recovered", "approval_requested"],
+            "{}",
+            db.name
+        );
+        assert_eq!(
+            s.probe.count("write_note"),
+            1,
+            "nothing of the parent ran again"
+        );
+        let fork = s
+            .service
+            .resume(
+                fork.id,
+                &Decision::DenyAll {
+                    reason: Some("not this time".into()),
+                },
+                "dave",
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            fork.final_answer.as_deref(),
+            Some("Not written, as you said.")
+        );
+        assert_eq!(s.probe.count("write_note"), 1);
+        // The parent lists what came of it; the fork names its parent.
+        let children = s.store.children(parent.id, 10).await.unwrap();
+        assert_eq!(children.iter().map(|r| r.id).collect::<Vec<_>>(), [fork.id]);
+        assert_eq!(
+            fork.configuration.unwrap().continues.unwrap().parent,
+            parent.id
+        );
+
+        // From the last step, with another prompt: the transcript goes on with it.
+        let last = steps.last().unwrap().sequence;
+        let again = s
+            .service
+            .fork(parent.id, last, Some("read b"), "carol", true)
+            .await
+            .unwrap();
+        let again = s.service.drive(again).await.unwrap();
+        assert_eq!(
+            again.final_answer.as_deref(),
+            Some("Read b."),
+            "{}",
+            db.name
+        );
+        let sent = &s.provider.requests()[3].messages;
+        assert!(
+            matches!(sent.last(), Some(nrllm_core::transcript::Message::User { content }) if content == "read b")
+        );
+        assert!(sent.iter().any(|m| matches!(
+            m,
+            nrllm_core::transcript::Message::Assistant { content: Some(text), .. } if text == "Wrote a."
+        )));
+        assert_eq!(
+            (s.probe.count("write_note"), s.probe.count("read_note")),
+            (1, 1)
+        );
+
+        // Refusals say why.
+        assert!(matches!(
+            s.service
+                .fork(parent.id, k, Some("x"), "carol", false)
+                .await,
+            Err(ForkError::PromptOnPendingTurn)
+        ));
+        assert!(matches!(
+            s.service.fork(parent.id, 1, None, "carol", false).await,
+            Err(ForkError::BeforeFirstRequest)
+        ));
+        assert!(matches!(
+            s.service.fork(parent.id, 999, None, "carol", false).await,
+            Err(ForkError::NoStep(999))
+        ));
         db.cleanup().await;
     }
 }

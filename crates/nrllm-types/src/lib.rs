@@ -236,6 +236,11 @@ impl Role {
     }
 }
 
+/// Longest tool or argument name an approval rule names, in characters.
+pub const RULE_NAME_CHARS: usize = 100;
+/// Longest value an approval rule's condition compares with, in characters.
+pub const RULE_VALUE_CHARS: usize = 500;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,205 @@
+//! The server functions of approval rules (`nrllm_rules_list`, `nrllm_rule_add`,
+//! `nrllm_rule_remove`). A run's rule may be added and removed by whoever may decide that run; a
+//! configuration's rule only by an administrator. Rules asked for from the approval panel arrive
+//! with the decision instead (`nrllm_tool_resume`, [`ssr::remember`]).
+
+// A server function's arguments are its form fields, one per field.
+#![allow(clippy::too_many_arguments)]
+
+use leptos::prelude::*;
+
+use crate::error::AppError;
+use crate::model::RulesView;
+
+/// Every approval rule (newest first), and the tools and configurations a new rule can name.
+#[server(endpoint = "nrllm_rules_list")]
+pub async fn nrllm_rules_list() -> Result<RulesView, AppError> {
+    use crate::server::{require, state, views};
+    use nrllm_types::Role;
+    let who = require(Role::Viewer)?;
+    let state = state()?;
+    let rules = state
+        .store
+        .list_rules(ssr::LISTED)
+        .await
+        .map_err(|err| AppError::internal("listing approval rules", err))?;
+    Ok(RulesView {
+        rules: rules
+            .iter()
+            .map(|rule| views::rule_view(rule, ssr::may_change(&who, rule)))
+            .collect(),
+        tools: state
+            .registry
+            .specs()
+            .map(|spec| spec.name.clone())
+            .collect(),
+        configurations: state.configurations.names(),
+        can_add: who.role.allows(Role::Admin),
+    })
+}
+
+/// Adds an approval rule: `effect` `allow` or `deny` for calls of `tool`, optionally only when
+/// argument `argument` compares with `value` by `op` (`equals`, `starts_with`, `ends_with`,
+/// `contains`; case is ignored). `scope` `run` (with `run_id`) or `configuration` (with
+/// `configuration`; administrators only). Returns the rule's id.
+#[server(endpoint = "nrllm_rule_add")]
+pub async fn nrllm_rule_add(
+    scope: String,
+    tool: String,
+    effect: String,
+    run_id: Option<String>,
+    configuration: Option<String>,
+    argument: Option<String>,
+    op: Option<String>,
+    value: Option<String>,
+) -> Result<i64, AppError> {
+    use crate::server::{require, state};
+    use nrllm_core::rules::{RuleDraft, RuleEffect, RuleScope};
+    let who = require(nrllm_types::Role::Approver)?;
+    let state = state()?;
+    let scope = match scope.trim() {
+        "run" => {
+            let id = crate::api::ssr::parse_run_id(run_id.as_deref().unwrap_or_default())?;
+            // Whoever may not decide the run may not decide its calls in advance either.
+            crate::api::ssr::four_eyes(&state, id, &who.name).await?;
+            RuleScope::Run(id)
+        }
+        "configuration" => {
+            require(nrllm_types::Role::Admin)?;
+            let name = configuration.unwrap_or_default().trim().to_owned();
+            if !state.configurations.names().contains(&name) {
+                return Err(AppError::invalid(
+                    "configuration",
+                    "choose one of the configurations",
+                ));
+            }
+            RuleScope::Configuration(name)
+        }
+        _ => return Err(AppError::invalid("scope", "run or configuration")),
+    };
+    let tool = tool.trim().to_owned();
+    if state.registry.get(&tool).is_none() {
+        return Err(AppError::invalid("tool", "choose one of the tools"));
+    }
+    let draft = RuleDraft {
+        scope,
+        tool,
+        effect: RuleEffect::parse(effect.trim())
+            .ok_or_else(|| AppError::invalid("effect", "allow or deny"))?,
+        conditions: ssr::conditions(argument, op, value, "")?,
+    };
+    draft
+        .check()
+        .map_err(|nrllm_core::rules::RuleError::Invalid { field, message }| {
+            AppError::invalid(&field, message)
+        })?;
+    let rule = state
+        .store
+        .add_rule(&draft, &who.name, nrllm_core::clock::now_ms())
+        .await
+        .map_err(|err| AppError::internal("saving an approval rule", err))?;
+    tracing::info!(by = %who.name, rule = rule.id, what = %rule.describe(), "approval rule added");
+    ssr::back_to(&rule);
+    Ok(rule.id)
+}
+
+/// Removes an approval rule (a run's: whoever may decide the run; a configuration's: an
+/// administrator).
+#[server(endpoint = "nrllm_rule_remove")]
+pub async fn nrllm_rule_remove(id: String) -> Result<(), AppError> {
+    use crate::server::{require, state};
+    let who = require(nrllm_types::Role::Approver)?;
+    let state = state()?;
+    let id: i64 = id
+        .trim()
+        .parse()
+        .map_err(|_| AppError::invalid("id", "a rule's number"))?;
+    let Some(rule) = state
+        .store
+        .rule(id)
+        .await
+        .map_err(|err| AppError::internal("reading an approval rule", err))?
+    else {
+        return Err(AppError::NotFound(format!("There is no rule {id}.")));
+    };
+    if !ssr::may_change(&who, &rule) {
+        return Err(AppError::Forbidden(format!(
+            "Rule {id} holds for a whole configuration: only an administrator can remove it."
+        )));
+    }
+    if let nrllm_core::rules::RuleScope::Run(run) = &rule.scope {
+        crate::api::ssr::four_eyes(&state, *run, &who.name).await?;
+    }
+    let removed = state
+        .store
+        .remove_rule(id)
+        .await
+        .map_err(|err| AppError::internal("removing an approval rule", err))?
+        .ok_or_else(|| AppError::NotFound(format!("There is no rule {id}.")))?;
+    tracing::info!(by = %who.name, rule = id, what = %removed.describe(), "approval rule removed");
+    ssr::back_to(&removed);
+    Ok(())
+}
+
+#[cfg(feature = "ssr")]
+pub mod ssr {
+    use crate::error::AppError;
+    use nrllm_core::rules::{ApprovalRule, Condition, MatchOp, RuleScope};
+    use nrllm_store::accounts::Principal;
+    use nrllm_types::Role;
+
+    /// The most rules listed at once.
+    pub const LISTED: u32 = 1000;
+
+    /// Whether `who` may remove `rule`.
+    pub fn may_change(who: &Principal, rule: &ApprovalRule) -> bool {
+        match rule.scope {
+            RuleScope::Run(_) => who.role.allows(Role::Approver),
+            RuleScope::Configuration(_) => who.role.allows(Role::Admin),
+        }
+    }
+
+    /// A browser goes back to where the rule shows: its run's page, or the rules page.
+    pub fn back_to(rule: &ApprovalRule) {
+        let path = match &rule.scope {
+            RuleScope::Run(id) => format!("/runs/{id}"),
+            RuleScope::Configuration(_) => "/rules".to_owned(),
+        };
+        if crate::server::wants_html() {
+            leptos_axum::redirect(&path);
+        }
+    }
+
+    /// The condition a form asks for: none when `argument` is empty, else all three fields
+    /// (named with `prefix`, e.g. `calls[0].rule_`).
+    pub fn conditions(
+        argument: Option<String>,
+        op: Option<String>,
+        value: Option<String>,
+        prefix: &str,
+    ) -> Result<Vec<Condition>, AppError> {
+        let argument = argument.unwrap_or_default().trim().to_owned();
+        if argument.is_empty() {
+            return Ok(Vec::new());
+        }
+        let op = op.unwrap_or_default();
+        let op = MatchOp::parse(op.trim()).ok_or_else(|| {
+            AppError::invalid(
+                &format!("{prefix}op"),
+                "equals, starts_with, ends_with or contains",
+            )
+        })?;
+        let value = value.unwrap_or_default();
+        if value.is_empty() {
+            return Err(AppError::invalid(
+                &format!("{prefix}value"),
+                format!("give the value {argument} is compared with"),
+            ));
+        }
+        Ok(vec![Condition {
+            argument,
+            op,
+            value,
+        }])
+    }
+}
