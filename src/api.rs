@@ -136,14 +136,47 @@ pub async fn nrllm_tool_resume(
         .runs
         .claim_submission(id, &submission, &who.name, digest.as_deref())
         .await?;
-    state.queue.wake();
-    if wants_html() {
-        leptos_axum::redirect(&format!("/runs/{id}"));
-    }
-    Ok(ResumeAccepted {
-        run_id: id.to_string(),
-        status: crate::model::RunStatus::Queued,
-    })
+    Ok(ssr::queued(&state, id))
+}
+
+/// Answers the question a waiting run asks (`ask_operator`): `answer` — the text, or one of the
+/// question's choices — or, for a question with a form, `fields` (each field's text by name;
+/// numbers and yes/no are read as the form's schema says). The answer is checked against the
+/// question (`400` naming the field if it does not fit) and becomes the call's result. Claimed
+/// like any decision: exactly one answer wins. `call_id` picks the question when a turn asks
+/// several (default: the first).
+#[server(endpoint = "nrllm_input_answer")]
+pub async fn nrllm_input_answer(
+    run_id: String,
+    digest: Option<String>,
+    call_id: Option<String>,
+    answer: Option<String>,
+    fields: Option<std::collections::BTreeMap<String, String>>,
+) -> Result<ResumeAccepted, AppError> {
+    use crate::server::{require, state};
+    let who = require(nrllm_types::Role::Approver)?;
+    let state = state()?;
+    ssr::accepting(&state)?;
+    let id = ssr::parse_run_id(&run_id)?;
+    let digest = digest.filter(|d| !d.is_empty());
+    ssr::four_eyes(&state, id, &who.name).await?;
+    ssr::at_most(
+        "answer",
+        answer.as_deref(),
+        nrllm_core::question::MAX_ANSWER_CHARS,
+    )?;
+    let answer = ssr::answer_value(&state, id, call_id.as_deref(), answer, fields).await?;
+    state
+        .runs
+        .claim_answer(
+            id,
+            call_id.as_deref(),
+            &answer,
+            &who.name,
+            digest.as_deref(),
+        )
+        .await?;
+    Ok(ssr::queued(&state, id))
 }
 
 /// One run: summary, counters, pending calls (with previews), the latest steps (or those before
@@ -797,6 +830,85 @@ pub(crate) mod ssr {
                 .collect(),
             acknowledge_discard,
         })
+    }
+
+    /// A decision or an answer was claimed: the worker is woken, a browser goes back to the run.
+    pub fn queued(state: &AppState, id: Uuid) -> crate::model::ResumeAccepted {
+        state.queue.wake();
+        if crate::server::wants_html() {
+            leptos_axum::redirect(&format!("/runs/{id}"));
+        }
+        crate::model::ResumeAccepted {
+            run_id: id.to_string(),
+            status: crate::model::RunStatus::Queued,
+        }
+    }
+
+    /// The answer a question form sends, as the question takes it: with a schema, an object of
+    /// the fields (a number or yes/no field read as such; an empty optional field left out);
+    /// else the text.
+    pub async fn answer_value(
+        state: &AppState,
+        id: Uuid,
+        call_id: Option<&str>,
+        answer: Option<String>,
+        fields: Option<std::collections::BTreeMap<String, String>>,
+    ) -> Result<serde_json::Value, AppError> {
+        use serde_json::Value;
+        let run = state
+            .store
+            .get(id)
+            .await?
+            .ok_or_else(|| AppError::NotFound(format!("There is no run {id}.")))?;
+        let question = state.runs.pending(&run).await.and_then(|turn| {
+            turn.state
+                .pending
+                .iter()
+                .filter(|c| turn.state.questions.contains(&c.id))
+                .find(|c| call_id.is_none_or(|id| c.id == id))
+                .and_then(nrllm_core::question::Question::of)
+        });
+        let Some(schema) = question.and_then(|q| q.schema) else {
+            return Ok(Value::String(answer.unwrap_or_default()));
+        };
+        let fields = fields.unwrap_or_default();
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .map(|list| list.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        let mut object = serde_json::Map::new();
+        if let Some(properties) = schema["properties"].as_object() {
+            for (name, property) in properties {
+                let text = fields.get(name).map(|t| t.trim().to_owned());
+                at_most(
+                    name,
+                    text.as_deref(),
+                    nrllm_core::question::MAX_ANSWER_CHARS,
+                )?;
+                let value = match (property["type"].as_str(), text) {
+                    (Some("boolean"), text) => Value::Bool(
+                        text.is_some_and(|t| matches!(t.as_str(), "true" | "on" | "1" | "yes")),
+                    ),
+                    (_, None) => continue,
+                    (_, Some(text)) if text.is_empty() && !required.contains(&name.as_str()) => {
+                        continue
+                    }
+                    (Some("integer"), Some(text)) => text
+                        .parse::<i64>()
+                        .map(Value::from)
+                        .unwrap_or(Value::String(text)),
+                    (Some("number"), Some(text)) => text
+                        .parse::<f64>()
+                        .ok()
+                        .and_then(serde_json::Number::from_f64)
+                        .map(Value::Number)
+                        .unwrap_or(Value::String(text)),
+                    (_, Some(text)) => Value::String(text),
+                };
+                object.insert(name.clone(), value);
+            }
+        }
+        Ok(Value::Object(object))
     }
 
     /// The approval rule each call of a form asks for ("always approve …"), in form order: its

@@ -6,11 +6,11 @@
 
 use leptos::prelude::*;
 
-use crate::api::{CallForm, NrllmToolResume};
+use crate::api::{CallForm, NrllmInputAnswer, NrllmToolResume};
 use crate::components::{TextArea, BUTTON_APPROVE, BUTTON_DENY, BUTTON_PRIMARY, INPUT};
 use crate::field;
 use crate::forms::{action, list_field, CsrfField};
-use crate::model::{CallState, PendingCallView, PreviewView, RunView};
+use crate::model::{CallState, FieldView, PendingCallView, PreviewView, QuestionView, RunView};
 use crate::pages::rules::op_options;
 
 /// The effect of one call: a diff, a text, or why there is none.
@@ -138,6 +138,13 @@ fn PendingCall(
             <pre class="mt-2 overflow-auto whitespace-pre-wrap rounded bg-slate-50 p-2 text-xs dark:bg-slate-950" data-testid="call-arguments">{call.arguments.clone()}</pre>
             {call.preview.clone().map(|preview| view! { <Preview preview /> })}
             {match call.state.clone() {
+                CallState::Pending if call.question.is_some() => view! {
+                    <input type="hidden" name=name(field!(CallForm, choice)) value="respond" />
+                    <label for=id("result") class="mt-2 block text-sm font-medium" data-testid="question">
+                        {format!("The run asks: {}", call.question.clone().map(|q| q.text).unwrap_or_default())}
+                    </label>
+                    <TextArea id=id("result") name=name(field!(CallForm, result)) rows=2 class=INPUT maxlength=crate::model::MAX_EDIT_CHARS />
+                }.into_any(),
                 CallState::Pending if refused.is_some() => view! {
                     <input type="hidden" name=name(field!(CallForm, choice)) value="deny" />
                     <p class="mt-2 text-sm text-rose-800 dark:text-rose-300" data-testid="call-refused-by-rule">
@@ -207,6 +214,100 @@ fn PendingCall(
             }}
         </li>
     }
+}
+
+/// One field of a question's form.
+#[component]
+fn QuestionField(prefix: String, field: FieldView) -> impl IntoView {
+    let id = format!("{prefix}-field-{}", field.name);
+    let name = format!("{}[{}]", field!(NrllmInputAnswer, fields), field.name);
+    let label = view! { <label for=id.clone() class="block text-sm font-medium">{field.label.clone()}{field.required.then_some(" *")}</label> };
+    let input = match field.kind.as_str() {
+        "boolean" => view! { <input type="checkbox" id=id.clone() name=name value="true" /> }.into_any(),
+        "select" => view! {
+            <select id=id.clone() name=name class=INPUT required=field.required>
+                {(!field.required).then(|| view! { <option value="">"—"</option> })}
+                {field.options.iter().map(|o| view! { <option value=o.clone()>{o.clone()}</option> }).collect_view()}
+            </select>
+        }.into_any(),
+        "integer" | "number" => view! {
+            <input type="text" inputmode="decimal" id=id.clone() name=name class=INPUT required=field.required maxlength=40 />
+        }.into_any(),
+        _ => view! {
+            <input type="text" id=id.clone() name=name class=INPUT required=field.required maxlength=nrllm_types::RULE_VALUE_CHARS * 10 />
+        }.into_any(),
+    };
+    view! { <div data-testid="question-field" data-name=field.name.clone()>{label}{input}</div> }
+}
+
+/// The question a run waiting for input asks, with its form: a button per choice, the fields of
+/// its schema, or a box for free text. It posts to `nrllm_input_answer`; the first answer to
+/// arrive wins.
+#[component]
+pub fn QuestionPanel(run: RunView) -> impl IntoView {
+    let Some(call) = run.pending.iter().find(|c| c.question.is_some()).cloned() else {
+        return ().into_any();
+    };
+    let question = call.question.clone().unwrap_or_else(|| QuestionView {
+        text: String::new(),
+        choices: Vec::new(),
+        fields: Vec::new(),
+    });
+    let prefix = format!("run-{}", run.summary.id);
+    let asked = view! {
+        <h2 class="font-semibold">"The run asks you"</h2>
+        <p class="mt-1 whitespace-pre-wrap" data-testid="question">{question.text.clone()}</p>
+        {run.summary.deadline.clone().map(|text| view! { <p class="mt-1 text-sm" data-testid="deadline">{text}</p> })}
+    };
+    let classes = "mt-4 rounded-lg border-2 border-sky-300 bg-sky-50/50 p-4 dark:border-sky-800 dark:bg-sky-950/30";
+    if let Some(block) = run.decide_block.clone() {
+        return view! {
+            <section class=classes data-testid="question-panel">
+                {asked}
+                <p class="mt-2 text-sm font-medium" data-testid="cannot-decide">{block}</p>
+            </section>
+        }
+        .into_any();
+    }
+    let answer = if !question.choices.is_empty() {
+        view! {
+            <div class="flex flex-wrap gap-2">
+                {question.choices.iter().map(|choice| view! {
+                    <button type="submit" name=field!(NrllmInputAnswer, answer) value=choice.clone() class=BUTTON_PRIMARY data-testid="choice">{choice.clone()}</button>
+                }).collect_view()}
+            </div>
+        }
+        .into_any()
+    } else if !question.fields.is_empty() {
+        view! {
+            <div class="grid gap-2 sm:grid-cols-2">
+                {question.fields.iter().cloned().map(|field| view! { <QuestionField prefix=prefix.clone() field /> }).collect_view()}
+            </div>
+            <button type="submit" class=BUTTON_PRIMARY data-testid="answer-submit">"Answer"</button>
+        }
+        .into_any()
+    } else {
+        let id = format!("{prefix}-answer");
+        view! {
+            <label for=id.clone() class="block text-sm font-medium">"Your answer"</label>
+            <TextArea id=id name=field!(NrllmInputAnswer, answer) rows=3 class=INPUT maxlength=20_000 />
+            <button type="submit" class=BUTTON_PRIMARY data-testid="answer-submit">"Answer"</button>
+        }
+        .into_any()
+    };
+    view! {
+        <section class=classes data-testid="question-panel">
+            {asked}
+            <form method="post" action={action::<NrllmInputAnswer>()} class="mt-3 space-y-2">
+                <CsrfField />
+                <input type="hidden" name=field!(NrllmInputAnswer, run_id) value=run.summary.id.clone() />
+                <input type="hidden" name=field!(NrllmInputAnswer, digest) value=run.digest.clone().unwrap_or_default() />
+                <input type="hidden" name=field!(NrllmInputAnswer, call_id) value=call.call_id.clone() />
+                {answer}
+            </form>
+        </section>
+    }
+    .into_any()
 }
 
 /// The decision form for one waiting run. `shortcuts`: this is the page's only panel, so the

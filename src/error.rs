@@ -162,6 +162,9 @@ mod from_runtime {
                     &format!("arguments of {tool} ({call_id})"),
                     format!("field `{field}`: {message}"),
                 ),
+                ResumeError::InvalidDecision(DecisionError::InvalidAnswer { field, message }) => {
+                    AppError::invalid(&field, message)
+                }
                 ResumeError::InvalidDecision(other) => {
                     AppError::invalid("calls", other.to_string())
                 }

@@ -107,6 +107,32 @@ pub struct PendingCallView {
     /// condition can compare.
     #[serde(default)]
     pub argument_names: Vec<String>,
+    /// The call is a question for the operator (`ask_operator`): what it asks and how to answer.
+    #[serde(default)]
+    pub question: Option<QuestionView>,
+}
+
+/// A question the run asks the operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuestionView {
+    pub text: String,
+    /// Answer with one of these (buttons)…
+    pub choices: Vec<String>,
+    /// … or fill these fields (from the question's JSON Schema) …
+    pub fields: Vec<FieldView>,
+    // … or, with neither, free text.
+}
+
+/// One field of a question's form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldView {
+    pub name: String,
+    /// Its description, or its name.
+    pub label: String,
+    /// `text`, `number`, `integer`, `boolean` or `select` (with `options`).
+    pub kind: String,
+    pub options: Vec<String>,
+    pub required: bool,
 }
 
 /// Where a pending call stands.

@@ -368,3 +368,108 @@ async fn a_fork_copies_the_steps_and_decides_the_turn_again() {
         assert!(body.to_string().contains(field), "{body}");
     }
 }
+
+#[tokio::test]
+async fn a_run_asks_the_operator_and_one_answer_wins() {
+    let server = start("", &[]).await;
+    let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
+
+    // Choices: the page shows them as buttons; sixteen answers at once, one wins.
+    let run = start_run(
+        &server,
+        &admin,
+        json!({ "prompt": "Publish a page — ask me which one" }),
+    )
+    .await;
+    let view = wait_for(&server, &admin, &run, "waiting_for_input").await;
+    let question = &view["pending"][0]["question"];
+    assert_eq!(question["text"], "Which page should I publish?");
+    let choices: Vec<String> = question["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_owned())
+        .collect();
+    assert!(choices.contains(&"careers".to_owned()), "{choices:?}");
+    let page = html(&server, &admin.cookies, &format!("/runs/{run}")).await;
+    assert!(page.contains("data-testid=\"question-panel\""), "{page}");
+    assert!(page.contains("value=\"careers\""));
+    let (_, inbox) = call(&server, &admin, "nrllm_approvals_list", json!({})).await;
+    assert!(inbox.to_string().contains(&run), "the inbox lists it");
+    let answers = (0..16).map(|_| {
+        let (server, admin, run) = (&server, &admin, run.clone());
+        async move {
+            call(
+                server,
+                admin,
+                "nrllm_input_answer",
+                json!({ "run_id": run, "answer": "careers" }),
+            )
+            .await
+            .0
+        }
+    });
+    let statuses = futures::future::join_all(answers).await;
+    let won = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    let lost = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CONFLICT)
+        .count();
+    assert_eq!((won, lost), (1, 15), "{statuses:?}");
+    // The answer goes to the model, which asks to publish that page.
+    let view = wait_for(&server, &admin, &run, "waiting_for_approval").await;
+    assert_eq!(view["pending"][0]["tool"], "publish_page");
+    assert!(view["pending"][0]["arguments"]
+        .as_str()
+        .unwrap()
+        .contains("careers"));
+
+    // A schema form: an answer that does not fit is refused naming the field.
+    let run = start_run(
+        &server,
+        &admin,
+        json!({ "prompt": "Create a page — ask me for its details" }),
+    )
+    .await;
+    let view = wait_for(&server, &admin, &run, "waiting_for_input").await;
+    let fields = view["pending"][0]["question"]["fields"].as_array().unwrap();
+    assert_eq!(fields.len(), 2, "{view}");
+    let (status, body) = call(
+        &server,
+        &admin,
+        "nrllm_input_answer",
+        json!({ "run_id": run, "fields": { "slug": "Bad Slug", "title": "Asked" } }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body.to_string().contains("slug"), "{body}");
+    let (status, body) = call(
+        &server,
+        &admin,
+        "nrllm_input_answer",
+        json!({ "run_id": run, "fields": { "slug": "", "title": "Asked" } }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    // Without JavaScript: a plain form post of the fields.
+    let response = form(
+        &server,
+        &admin.cookies,
+        "nrllm_input_answer",
+        &[
+            ("run_id", &run),
+            ("fields[slug]", "asked-page"),
+            ("fields[title]", "Asked"),
+            ("csrf", &admin.csrf),
+        ],
+        &[],
+    )
+    .await;
+    assert!(response.status().is_redirection(), "{}", response.status());
+    let view = wait_for(&server, &admin, &run, "waiting_for_approval").await;
+    assert_eq!(view["pending"][0]["tool"], "create_page");
+    assert!(view["pending"][0]["arguments"]
+        .as_str()
+        .unwrap()
+        .contains("asked-page"));
+}

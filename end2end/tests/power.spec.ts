@@ -80,6 +80,38 @@ for (const javaScript of [true, false]) {
       await waitFor(page, "approval-panel", reload);
     });
 
+    test("a run asks the operator: choices as buttons, a schema as fields", async ({ page }) => {
+      acceptDialogs(page);
+      await startRun(page, "Publish a page — ask me which one");
+      await waitFor(page, "question-panel", reload);
+      await expect(page.getByTestId("question")).toHaveText("Which page should I publish?");
+      const choice = page.getByTestId("choice").first();
+      const slug = (await choice.textContent())!.trim();
+      await choice.click();
+      // The answer reaches the model, which asks to publish that page; this test leaves the
+      // site as it was.
+      await waitFor(page, "approval-panel", reload);
+      await expect(page.getByTestId("pending-call")).toHaveAttribute("data-tool", "publish_page");
+      await expect(page.getByTestId("call-arguments")).toContainText(slug);
+      await page.getByRole("button", { name: "Deny all (d)" }).click();
+      await waitFor(page, "final-answer", reload);
+
+      await startRun(page, "Create a page — ask me for its details");
+      await waitFor(page, "question-panel", reload);
+      const slugField = page.getByTestId("question-field").filter({ has: page.locator("input[name='fields[slug]']") });
+      await slugField.locator("input").fill("Not A Slug");
+      await page.getByTestId("question-field").filter({ has: page.locator("input[name='fields[title]']") }).locator("input").fill(`Asked ${mode}`);
+      await page.getByTestId("answer-submit").click();
+      // Refused, naming the field; the question still waits.
+      await expect(page.getByTestId("error-banner")).toContainText("slug");
+      await expect(page.getByTestId("question-panel")).toBeVisible();
+      await slugField.locator("input").fill(`asked-${mode}`);
+      await page.getByTestId("question-field").filter({ has: page.locator("input[name='fields[title]']") }).locator("input").fill(`Asked ${mode}`);
+      await page.getByTestId("answer-submit").click();
+      await waitFor(page, "approval-panel", reload);
+      await expect(page.getByTestId("call-arguments")).toContainText(`asked-${mode}`);
+    });
+
     test("forking a run at its waiting step and deciding it differently", async ({ page }) => {
       acceptDialogs(page);
       const to = `fork-${mode}@example.com`;

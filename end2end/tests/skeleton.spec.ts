@@ -14,7 +14,7 @@ test.describe("with JavaScript", () => {
     const configurations = page.getByTestId("system-configuration");
     await expect(configurations.filter({ hasText: "demo (demo-1)" })).toContainText("available");
     await expect(configurations.filter({ hasText: "hostile (hostile-1)" })).toContainText("available");
-    await expect(page.getByTestId("system-tools")).toContainText(/Tools: \d+ of 16 enabled/);
+    await expect(page.getByTestId("system-tools")).toContainText(/Tools: \d+ of 17 enabled/);
   });
 
   test("every page loads without a console error, a favicon included", async ({ page, request, browser }) => {
@@ -24,7 +24,7 @@ test.describe("with JavaScript", () => {
     const run = (await (await request.post("/api/nrllm_tool_run", {
       data: { prompt: "What time is it?" },
     })).json()) as string;
-    for (const path of ["/", "/runs", `/runs/${run}`, "/approvals", "/system", "/account", "/admin"]) {
+    for (const path of ["/", "/runs", `/runs/${run}`, "/approvals", "/rules", "/system", "/account", "/admin"]) {
       const response = await page.goto(path);
       expect(response?.status(), path).toBe(200);
       await page.waitForLoadState("networkidle");

@@ -6,10 +6,10 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use crate::api::nrllm_approvals_list;
-use crate::approval::ApprovalPanel;
+use crate::approval::{ApprovalPanel, QuestionPanel};
 use crate::components::{duration_text, url_error, ErrorBanner, BUTTON_SECONDARY, INPUT};
 use crate::islands::ApprovalGuard;
-use crate::model::ApprovalsPage as Page;
+use crate::model::{ApprovalsPage as Page, RunStatus};
 
 /// The approvals inbox.
 #[component]
@@ -81,7 +81,11 @@ fn Inbox(page: Page, configuration: String, tool: String) -> impl IntoView {
                     <a href=format!("/runs/{}", run.summary.id) class="font-medium text-indigo-700 underline dark:text-indigo-300">{run.summary.prompt.clone()}</a>
                     <p class="mt-1 text-xs text-slate-500" data-testid="inbox-facts">{facts}</p>
                     <p class="mt-1 text-sm">"Pending: " <span class="font-mono" data-testid="inbox-tools">{run.summary.pending_tools.join(", ")}</span></p>
-                    <ApprovalPanel run shortcuts=false />
+                    {if run.summary.status == RunStatus::WaitingForInput {
+                        view! { <QuestionPanel run /> }.into_any()
+                    } else {
+                        view! { <ApprovalPanel run shortcuts=false /> }.into_any()
+                    }}
                 </li>
             }
         })

@@ -9,7 +9,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::api::{nrllm_run_get, NrllmRunCancel, NrllmRunFork, NrllmRunRetry};
-use crate::approval::ApprovalPanel;
+use crate::approval::{ApprovalPanel, QuestionPanel};
 use crate::components::{
     duration_text, page_title, url_error, ErrorBanner, StatusBadge, TextArea, BUTTON_PRIMARY,
     BUTTON_SECONDARY, INPUT,
@@ -137,6 +137,9 @@ fn RunDetail(run: RunView) -> impl IntoView {
                 <h2 class="text-sm font-semibold">"Approval rules for this run"</h2>
                 <RuleList rules=run.rules.clone() />
             </section>
+        })}
+        {(summary.status == RunStatus::WaitingForInput).then(|| view! {
+            <QuestionPanel run=run.clone() />
         })}
         {waiting.then(|| view! {
             <ApprovalPanel run=run.clone() shortcuts=true />

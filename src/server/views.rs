@@ -4,6 +4,7 @@ use nrllm_core::clock::format_utc;
 use nrllm_core::clock::now_ms;
 use nrllm_core::events::{transcript_at, Event};
 use nrllm_core::preview::PreviewOutcome;
+use nrllm_core::question::Question;
 use nrllm_core::registry::ToolRegistry;
 use nrllm_core::rules::{ApprovalRule, RuleScope};
 use nrllm_core::service::PendingTurn;
@@ -14,8 +15,8 @@ use nrllm_core::{Choice, SuspendedState};
 
 use super::diff;
 use crate::model::{
-    CallState, ChildView, PendingCallView, PreviewView, RuleView, RunSummary, RunView, StepDetail,
-    StepTab, StepView, STEP_WINDOW,
+    CallState, ChildView, FieldView, PendingCallView, PreviewView, QuestionView, RuleView,
+    RunSummary, RunView, StepDetail, StepTab, StepView, STEP_WINDOW,
 };
 
 fn pretty(value: &impl serde::Serialize) -> String {
@@ -35,7 +36,7 @@ pub fn summary(run: &RunRecord) -> RunSummary {
     let pending_tools = run
         .suspended_state
         .as_deref()
-        .filter(|_| run.status == RunStatus::WaitingForApproval)
+        .filter(|_| RunStatus::WAITING.contains(&run.status))
         .and_then(|text| SuspendedState::from_json(text).ok())
         .map(|state| state.pending.iter().map(|c| c.name.clone()).collect())
         .unwrap_or_default();
@@ -47,7 +48,7 @@ pub fn summary(run: &RunRecord) -> RunSummary {
     };
     // A run waiting for its next decision shows no earlier one here (the step list has those).
     let decision = match (&run.decision, &run.decided_by, run.decided_at_ms) {
-        (Some(decision), Some(by), Some(at)) if run.status != RunStatus::WaitingForApproval => {
+        (Some(decision), Some(by), Some(at)) if !RunStatus::WAITING.contains(&run.status) => {
             Some(format!("{decision} by {by} at {}", format_utc(at)))
         }
         _ => None,
@@ -78,11 +79,12 @@ pub fn summary(run: &RunRecord) -> RunSummary {
         error_summary: run.error_summary.clone(),
         final_answer: run.final_answer.clone(),
         decision,
-        waiting_for_ms: (run.status == RunStatus::WaitingForApproval)
+        waiting_for_ms: RunStatus::WAITING
+            .contains(&run.status)
             .then(|| now_ms() - run.updated_at_ms),
         deadline: run
             .approval_deadline_ms
-            .filter(|_| run.status == RunStatus::WaitingForApproval)
+            .filter(|_| RunStatus::WAITING.contains(&run.status))
             .map(|deadline| deadline_text(deadline, now_ms())),
         pending_tools,
         queue_position: None,
@@ -563,6 +565,13 @@ pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView
                 .iter()
                 .find(|r| r.call_id == call.id)
                 .map(|r| (r.allow, r.note.clone())),
+            question: pending
+                .state
+                .questions
+                .contains(&call.id)
+                .then(|| Question::of(call))
+                .flatten()
+                .map(|q| question_view(&q)),
             argument_names: call
                 .parsed_arguments()
                 .ok()
@@ -668,6 +677,55 @@ pub fn child_view(run: &RunRecord) -> ChildView {
             .unwrap_or_default(),
         requested_by: run.requested_by.clone(),
         created_at: format_utc(run.created_at_ms),
+    }
+}
+
+/// A question as its form shows it: choices as buttons, a schema's properties as fields (in the
+/// schema's order), or free text.
+pub fn question_view(question: &Question) -> QuestionView {
+    let schema = question.schema.as_ref();
+    let required: Vec<&str> = schema
+        .and_then(|s| s["required"].as_array())
+        .map(|list| list.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let fields = schema
+        .and_then(|s| s["properties"].as_object())
+        .map(|properties| {
+            properties
+                .iter()
+                .take(30)
+                .map(|(name, property)| {
+                    let options: Vec<String> = property["enum"]
+                        .as_array()
+                        .map(|values| {
+                            values
+                                .iter()
+                                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let kind = match (property["type"].as_str(), options.is_empty()) {
+                        (_, false) => "select",
+                        (Some("boolean"), _) => "boolean",
+                        (Some("integer"), _) => "integer",
+                        (Some("number"), _) => "number",
+                        _ => "text",
+                    };
+                    FieldView {
+                        name: name.clone(),
+                        label: property["description"].as_str().unwrap_or(name).to_owned(),
+                        kind: kind.to_owned(),
+                        options,
+                        required: required.contains(&name.as_str()),
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    QuestionView {
+        text: question.question.clone(),
+        choices: question.choices.clone().unwrap_or_default(),
+        fields,
     }
 }
 

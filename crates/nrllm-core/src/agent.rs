@@ -152,12 +152,19 @@ pub fn automatic_decision(state: &SuspendedState) -> Decision {
     }
 }
 
-/// `choices` with every call a rule refuses denied, with the rule's words: an operator's choice
-/// cannot run it.
+/// `choices` with every call a rule refuses denied, with the rule's words, and every question
+/// left unanswered said to be so: an operator's choice cannot run them.
 fn enforce_rules(state: &SuspendedState, mut choices: Vec<Choice>) -> Vec<Choice> {
     for (call, choice) in state.pending.iter().zip(choices.iter_mut()) {
         // A turn that expired stays expired: nothing of it runs either way.
         if matches!(choice, Choice::Expired { .. }) {
+            continue;
+        }
+        // A question is answered, never run.
+        if state.questions.contains(&call.id) && choice.runs() {
+            *choice = Choice::Respond {
+                result: "(The operator did not answer this question.)".into(),
+            };
             continue;
         }
         if let Some(ruled) = state
@@ -438,6 +445,10 @@ impl ToolLoop {
         let (result, outcome, executed) = match (gate.tool(&call.name), choice) {
             (_, Choice::Deny { reason }) => {
                 (refusal_text(reason.as_deref()), ToolOutcome::Denied, false)
+            }
+            // The operator's answer to a question is the call's whole result.
+            (Some(tool), Choice::Respond { result }) if tool.spec().asks_operator => {
+                (result.clone(), ToolOutcome::Ok, false)
             }
             (_, Choice::Respond { result }) => (
                 format!("(The operator answered this call without running the tool.)\n{result}"),

@@ -121,6 +121,9 @@ pub enum DecisionError {
     },
     #[error("the rule asked for with {tool} is not valid: {error}")]
     InvalidRule { tool: String, error: RuleError },
+    /// An answer that does not fit its question (its choices or its schema).
+    #[error("the answer does not fit the question: {field}: {message}")]
+    InvalidAnswer { field: String, message: String },
 }
 
 fn rule_against_choice(tool: &str, effect: RuleEffect) -> String {

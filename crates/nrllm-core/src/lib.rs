@@ -17,6 +17,7 @@ mod interrupt;
 pub mod machine;
 pub mod preview;
 pub mod provider;
+pub mod question;
 pub mod registry;
 pub mod rules;
 pub mod service;

@@ -62,6 +62,8 @@ pub enum Pass {
     Free,
     /// It waits for an operator, and holds its whole turn.
     Ask,
+    /// It is a question for the operator (`ask_operator`): the turn waits for the answer.
+    Input,
     /// Decided without an operator — by an approval rule, or (`allow`) by its tool's own check
     /// of the arguments. `note` says which, for its step. An allowed call has an effect, so it is
     /// journaled like an approved one before it runs.
@@ -217,6 +219,7 @@ impl Machine {
         // journaled before it runs whoever lets it through (`gated`).
         let mut gated = Vec::new();
         let mut ruled = Vec::new();
+        let mut questions = Vec::new();
         let mut ask_anyone = false;
         for call in calls.iter().filter(|call| !known(call)) {
             match pass(call) {
@@ -224,6 +227,10 @@ impl Machine {
                 Pass::Ask => {
                     ask_anyone = true;
                     gated.push(call.id.clone());
+                }
+                Pass::Input => {
+                    ask_anyone = true;
+                    questions.push(call.id.clone());
                 }
                 Pass::Auto { allow, note } => {
                     if allow {
@@ -249,6 +256,7 @@ impl Machine {
                 answered,
                 unknown: Vec::new(),
                 ruled,
+                questions,
             };
             return match ask_anyone {
                 true => Next::Suspend(state),
@@ -401,6 +409,43 @@ mod tests {
         };
         assert_eq!(state.gated, ["b", "w"]);
         assert_eq!(state.ruled.len(), 1);
+    }
+
+    #[test]
+    fn a_question_waits_for_input_unless_the_turn_also_needs_approval() {
+        let asks = |call: &ToolCall| match call.name.as_str() {
+            "ask" => Pass::Input,
+            other => ask_writes(&ToolCall::new("x", other, &json!({}))),
+        };
+        let suspend = |names: &[&str]| {
+            let mut machine = Machine::start(vec![Message::user("hi")], RunSettings::default());
+            let ask = machine.ask(Vec::new());
+            let calls = names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| call(&format!("c{i}"), name))
+                .collect();
+            match machine.answered(&ask, ChatResponse::calls(calls, usage()), asks) {
+                Next::Suspend(state) => state,
+                other => panic!("waits: {other:?}"),
+            }
+        };
+        let state = suspend(&["ask", "read"]);
+        assert_eq!(state.questions, ["c0"]);
+        assert!(state.gated.is_empty());
+        assert_eq!(
+            state.waiting_for(),
+            crate::store::RunStatus::WaitingForInput
+        );
+        // A call a rule let through is held with the question.
+        assert_eq!(
+            suspend(&["ask", "send"]).waiting_for(),
+            crate::store::RunStatus::WaitingForInput
+        );
+        assert_eq!(
+            suspend(&["ask", "write"]).waiting_for(),
+            crate::store::RunStatus::WaitingForApproval
+        );
     }
 
     #[test]

@@ -179,6 +179,9 @@ impl Gate {
         let Some(tool) = self.tool(&call.name) else {
             return Pass::Free;
         };
+        if tool.spec().asks_operator {
+            return Pass::Input;
+        }
         let effects = tool.spec().requires_approval;
         match rule_for(rules, call) {
             Some(rule) if rule.effect == RuleEffect::Deny => {

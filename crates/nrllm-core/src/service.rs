@@ -33,6 +33,7 @@ use crate::interrupt::Interrupts;
 use crate::machine::Answer;
 use crate::preview::{check_digest, pending_digest, CallPreview, DigestCheck};
 use crate::provider::Usage;
+use crate::question::Question;
 use crate::rules::RuleDraft;
 use crate::state::{Counters, StateError, SuspendedState, UnknownCall};
 use crate::store::{
@@ -653,7 +654,7 @@ impl RunService {
     /// the digest a decision on this view must carry. `None` for a run that is not waiting, or
     /// whose state or configuration cannot be read (the claim explains those).
     pub async fn pending(&self, run: &RunRecord) -> Option<PendingTurn> {
-        if run.status != RunStatus::WaitingForApproval {
+        if !RunStatus::WAITING.contains(&run.status) {
             return None;
         }
         let state = SuspendedState::from_json(run.suspended_state.as_deref()?).ok()?;
@@ -737,6 +738,69 @@ impl RunService {
         .await
     }
 
+    /// [`RunService::claim`] for an operator's answer to a question of the pending turn
+    /// (`call_id`, or the first question): the answer is checked against the question's choices
+    /// or schema, and becomes the call's result. Any other question of the turn is answered as
+    /// left unanswered; the turn's other calls go ahead as they would have.
+    pub async fn claim_answer(
+        &self,
+        id: Uuid,
+        call_id: Option<&str>,
+        answer: &serde_json::Value,
+        decided_by: &str,
+        digest: Option<&str>,
+    ) -> Result<ClaimedRun, ResumeError> {
+        self.claim_with(
+            id,
+            |state| {
+                let asked = state
+                    .pending
+                    .iter()
+                    .filter(|c| state.questions.contains(&c.id))
+                    .find(|c| call_id.is_none_or(|id| c.id == id))
+                    .ok_or_else(|| DecisionError::UnknownCall {
+                        call_id: call_id.unwrap_or("(a question)").to_owned(),
+                    })?;
+                let question = Question::of(asked).ok_or_else(|| DecisionError::InvalidAnswer {
+                    field: "answer".into(),
+                    message: "the question cannot be read".into(),
+                })?;
+                let result =
+                    question
+                        .check(answer)
+                        .map_err(|err| DecisionError::InvalidAnswer {
+                            field: err.field,
+                            message: err.message,
+                        })?;
+                let calls = state
+                    .pending
+                    .iter()
+                    .map(|call| crate::decision::CallDecision {
+                        call_id: call.id.clone(),
+                        choice: if call.id == asked.id {
+                            Choice::Respond {
+                                result: result.clone(),
+                            }
+                        } else if state.questions.contains(&call.id) {
+                            Choice::Respond {
+                                result: "(The operator answered another question of this turn \
+                                         and left this one unanswered.)"
+                                    .into(),
+                            }
+                        } else {
+                            Choice::Approve
+                        },
+                    })
+                    .collect();
+                Ok((Decision::PerCall { calls }, Vec::new()))
+            },
+            decided_by,
+            digest,
+            false,
+        )
+        .await
+    }
+
     async fn claim_with(
         &self,
         id: Uuid,
@@ -746,7 +810,7 @@ impl RunService {
         expiring: bool,
     ) -> Result<ClaimedRun, ResumeError> {
         let run = self.store.get(id).await?.ok_or(ResumeError::NotFound(id))?;
-        if run.status != RunStatus::WaitingForApproval {
+        if !RunStatus::WAITING.contains(&run.status) {
             return Err(ResumeError::NotWaiting(Box::new(run)));
         }
         match run.approval_deadline_ms {
@@ -1061,7 +1125,7 @@ impl RunService {
                 approval_deadline(&configuration, self.clock.now_ms()),
             )
             .await?;
-        self.notify_status(id, RunStatus::WaitingForApproval);
+        self.notify_status(id, state.waiting_for());
         Ok(self.store.get(id).await?.ok_or(StoreError::NotFound(id))?)
     }
 
@@ -1449,7 +1513,7 @@ impl RunService {
                     }
                     other => other?,
                 };
-                self.notify_status(id, RunStatus::WaitingForApproval);
+                self.notify_status(id, state.waiting_for());
             }
             Ok(LoopOutcome::Completed(done)) => {
                 let reason = if done.truncated {

@@ -80,6 +80,10 @@ pub struct SuspendedState {
     /// whatever an operator chooses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ruled: Vec<RuledCall>,
+    /// Calls that are questions for the operator (`ask_operator`): answered by an operator's
+    /// answer, never run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub questions: Vec<String>,
 }
 
 /// A call decided without an operator, and what its step says about it.
@@ -110,6 +114,20 @@ pub enum StateError {
 }
 
 impl SuspendedState {
+    /// What the run waits for: `waiting_for_input` when the turn asks the operator questions
+    /// and nothing else of it needs approval; else `waiting_for_approval`.
+    pub fn waiting_for(&self) -> crate::store::RunStatus {
+        let asks_approval = self
+            .gated
+            .iter()
+            .any(|id| !self.ruled.iter().any(|r| &r.call_id == id));
+        if !self.questions.is_empty() && !asks_approval {
+            crate::store::RunStatus::WaitingForInput
+        } else {
+            crate::store::RunStatus::WaitingForApproval
+        }
+    }
+
     /// The state as stored.
     pub fn to_json(&self) -> String {
         // Serialising plain data with string keys cannot fail.
@@ -201,6 +219,7 @@ mod tests {
             answered: Vec::new(),
             unknown: Vec::new(),
             ruled: Vec::new(),
+            questions: Vec::new(),
         }
     }
 

@@ -53,6 +53,9 @@ pub struct ToolSpec {
     /// Running a call again with the same effect key applies its effect at most once.
     #[serde(default)]
     pub idempotent_by_key: bool,
+    /// Calls are questions an operator answers (`ask_operator`): the run waits for input.
+    #[serde(default)]
+    pub asks_operator: bool,
 }
 
 /// What an approved call would do, shown in the approval panel before anyone decides.
@@ -169,6 +172,9 @@ pub trait Tool: Send + Sync + 'static {
     /// ([`Tool::needs_approval`]); its calls have effects, so those that pass are journaled like
     /// approved ones.
     const APPROVAL_PER_CALL: bool = false;
+    /// `true` for a tool whose calls an operator answers instead of the tool running
+    /// ([`crate::question::AskOperator`]).
+    const ASKS_OPERATOR: bool = false;
     /// `true` if the tool applies a call's effect at most once per [`ToolContext::effect_key`],
     /// returning the first result when called again. A call of such a tool that a restart cut
     /// off is simply run again; any other one waits for an operator ("outcome unknown").
@@ -235,6 +241,7 @@ impl<T: Tool> TypedTool<T> {
                 requires_approval: T::REQUIRES_APPROVAL || T::APPROVAL_PER_CALL,
                 approval_per_call: T::APPROVAL_PER_CALL,
                 idempotent_by_key: T::IDEMPOTENT_BY_KEY,
+                asks_operator: T::ASKS_OPERATOR,
             },
             validator,
         })
@@ -325,39 +332,42 @@ impl ArgumentValidator {
         let Some(error) = validator.iter_errors(args).next() else {
             return Ok(());
         };
-        let path = error
-            .instance_path()
-            .as_str()
-            .trim_start_matches('/')
-            .replace('/', ".");
-        let field = match error.kind() {
-            jsonschema::error::ValidationErrorKind::Required { property } => {
-                let property = property
-                    .as_str()
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| property.to_string());
-                if path.is_empty() {
-                    property
-                } else {
-                    format!("{path}.{property}")
-                }
-            }
-            jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected }
-                if !unexpected.is_empty() =>
-            {
-                if path.is_empty() {
-                    unexpected[0].clone()
-                } else {
-                    format!("{path}.{}", unexpected[0])
-                }
-            }
-            _ if path.is_empty() => "arguments".to_owned(),
-            _ => path,
-        };
         Err(ToolError::InvalidArguments {
-            field,
+            field: field_of(&error, "arguments"),
             message: error.to_string(),
         })
+    }
+}
+
+/// The field a schema validation error is about (`a.b`), or `whole` when it is about the whole
+/// value.
+pub(crate) fn field_of(error: &jsonschema::ValidationError<'_>, whole: &str) -> String {
+    let path = error
+        .instance_path()
+        .as_str()
+        .trim_start_matches('/')
+        .replace('/', ".");
+    let within = |name: &str| {
+        if path.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{path}.{name}")
+        }
+    };
+    match error.kind() {
+        jsonschema::error::ValidationErrorKind::Required { property } => within(
+            &property
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| property.to_string()),
+        ),
+        jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected }
+            if !unexpected.is_empty() =>
+        {
+            within(&unexpected[0])
+        }
+        _ if path.is_empty() => whole.to_owned(),
+        _ => path,
     }
 }
 

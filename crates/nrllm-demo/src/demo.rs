@@ -22,6 +22,8 @@ pub const DEMO_PROMPTS: &[&str] = &[
     "Publish the careers page and tell team@example.com",
     "Delete the changelog page",
     "Export the pricing page",
+    "Publish a page — ask me which one",
+    "Create a page — ask me for its details",
     "Send a message to team@example.com saying the site is live",
     "Search for pricing",
     "List the pages",
@@ -86,6 +88,10 @@ enum Task {
         expression: String,
     },
     Runs,
+    /// Publish a draft page the operator picks (asked with choices).
+    PublishAsked,
+    /// Create a page from details the operator fills in (asked with a schema form).
+    CreateAsked,
     Unknown,
 }
 
@@ -137,6 +143,14 @@ fn parse_task(prompt: &str) -> Task {
     let lower = text.to_ascii_lowercase();
     let starts = |prefixes: &[&str]| prefixes.iter().any(|p| lower.starts_with(p));
 
+    if lower.contains("ask me") {
+        if starts(&["publish"]) {
+            return Task::PublishAsked;
+        }
+        if starts(&["create", "add"]) {
+            return Task::CreateAsked;
+        }
+    }
     if starts(&["rename", "retitle"]) || lower.starts_with("change the title") {
         if let Some((head, title)) = split_first(text, &lower, &[" to ", " as "]) {
             if let Some(slug) = slug_in(&without_verb(head)) {
@@ -473,7 +487,105 @@ fn next(task: &Task, done: &[Step], offered: &[String]) -> Next {
         Task::Runs => simple(last, "list_runs", json!({ "limit": 5 }), |r| {
             format!("Recent runs: {r}")
         }),
+        Task::PublishAsked => publish_asked(done, &has),
+        Task::CreateAsked => create_asked(done, &has),
         Task::Unknown => Next::Answer(capabilities()),
+    }
+}
+
+/// The schema of a new page's details, as the demo model asks for them.
+fn page_details_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["slug", "title"],
+        "properties": {
+            "slug": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,63}$",
+                     "description": "The page's address: lowercase letters, digits and dashes"},
+            "title": {"type": "string", "minLength": 1, "maxLength": 200,
+                      "description": "Its title"}
+        }
+    })
+}
+
+/// The answer `step` holds, if it is the operator's answer to a question.
+fn answer_of(step: &Step) -> Option<&str> {
+    (step.tool == "ask_operator" && step.outcome == ToolOutcome::Ok).then_some(step.result.as_str())
+}
+
+/// Lists the drafts, asks which one to publish, publishes it.
+fn publish_asked(done: &[Step], has: &dyn Fn(&str) -> bool) -> Next {
+    let Some(last) = done.last() else {
+        return Next::Call(vec![("list_pages", json!({ "status": "draft" }))]);
+    };
+    match last.tool.as_str() {
+        "list_pages" => {
+            let slugs: Vec<String> = serde_json::from_str::<Value>(&last.result)
+                .ok()
+                .and_then(|list| list["pages"].as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|page| page["slug"].as_str().map(str::to_owned))
+                .collect();
+            if slugs.is_empty() {
+                return Next::Answer("There is no draft page to publish.".into());
+            }
+            if !has("ask_operator") {
+                return Next::Answer(
+                    "I cannot ask you here: the `ask_operator` tool is not available to this run."
+                        .into(),
+                );
+            }
+            Next::Call(vec![(
+                "ask_operator",
+                json!({ "question": "Which page should I publish?", "choices": slugs }),
+            )])
+        }
+        "ask_operator" => match answer_of(last) {
+            Some(slug) if !slug.starts_with('(') => {
+                Next::Call(vec![("publish_page", json!({ "slug": slug }))])
+            }
+            _ => Next::Answer(format!(
+                "I did not get an answer, so I published nothing: {}",
+                last.result
+            )),
+        },
+        _ => Next::Answer(outcome_sentence(last)),
+    }
+}
+
+/// Asks for a new page's details with a form, then creates it.
+fn create_asked(done: &[Step], has: &dyn Fn(&str) -> bool) -> Next {
+    let Some(last) = done.last() else {
+        if !has("ask_operator") {
+            return Next::Answer(
+                "I cannot ask you here: the `ask_operator` tool is not available to this run."
+                    .into(),
+            );
+        }
+        return Next::Call(vec![(
+            "ask_operator",
+            json!({ "question": "What should the new page be?", "schema": page_details_schema() }),
+        )]);
+    };
+    match last.tool.as_str() {
+        "ask_operator" => {
+            let details = answer_of(last).and_then(|text| serde_json::from_str::<Value>(text).ok());
+            match details {
+                Some(details) => {
+                    let title = details["title"].as_str().unwrap_or_default();
+                    Next::Call(vec![(
+                        "create_page",
+                        json!({ "slug": details["slug"], "title": title,
+                                "body": format!("{title}. (Draft written by the demo model.)") }),
+                    )])
+                }
+                None => Next::Answer(format!(
+                    "I did not get the details, so I created nothing: {}",
+                    last.result
+                )),
+            }
+        }
+        _ => Next::Answer(outcome_sentence(last)),
     }
 }
 

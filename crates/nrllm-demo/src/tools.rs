@@ -40,6 +40,9 @@ pub fn builtin_registry(site: SiteStore, runs: Arc<dyn RunStore>) -> ToolRegistr
         registry.register(PublishPage(site.clone())).map(|_| ()),
         registry.register(DeletePage(site.clone())).map(|_| ()),
         registry.register(SendMessage(site)).map(|_| ()),
+        registry
+            .register(nrllm_core::question::AskOperator)
+            .map(|_| ()),
     ];
     // The names above are distinct; a clash would be a programming error caught by the tests.
     debug_assert!(results.iter().all(Result::is_ok));

@@ -55,7 +55,7 @@ fn invalid_field(result: Result<String, ToolError>) -> String {
 }
 
 #[tokio::test]
-async fn there_are_ten_read_only_tools_and_five_that_need_approval() {
+async fn there_are_eleven_read_only_tools_and_five_that_need_approval() {
     let s = site().await;
     let (gated, read_only): (Vec<_>, Vec<_>) =
         s.registry.specs().partition(|spec| spec.requires_approval);
@@ -72,7 +72,8 @@ async fn there_are_ten_read_only_tools_and_five_that_need_approval() {
             "update_page"
         ]
     );
-    assert_eq!(read_only.len(), 10, "{:?}", names(&read_only));
+    assert_eq!(read_only.len(), 11, "{:?}", names(&read_only));
+    assert!(names(&read_only).contains(&"ask_operator".to_owned()));
     for spec in s.registry.specs() {
         assert_eq!(spec.parameters["type"], "object", "{}", spec.name);
         assert!(

@@ -191,18 +191,18 @@ impl SqlRunStore {
         Ok(())
     }
 
-    /// Runs in `status` whose time `column` is `now_ms` or earlier, the longest overdue first.
+    /// Runs in one of `statuses` whose time `column` is `now_ms` or earlier, the longest overdue first.
     async fn overdue(
         &self,
-        status: RunStatus,
+        statuses: &[RunStatus],
         column: &'static str,
         now_ms: i64,
         limit: u32,
     ) -> Result<Vec<Uuid>, StoreError> {
         let ids: Vec<String> = sqlx::query_scalar(&format!(
-            "SELECT id FROM agent_run WHERE status = $1 AND {column} <= $2 ORDER BY {column} LIMIT $3"
+            "SELECT id FROM agent_run WHERE status IN ({}) AND {column} <= $1 ORDER BY {column} LIMIT $2",
+            RunStatus::sql_list(statuses)
         ))
-        .bind(status.as_str())
         .bind(now_ms)
         .bind(i64::from(limit))
         .fetch_all(self.db.pool())
@@ -578,7 +578,9 @@ impl RunStore for SqlRunStore {
         .bind(last_sequence(&run.copied).unwrap_or(0))
         .execute(&mut *tx)
         .await.map_err(backend)?;
-        insert_events(&mut tx, run.id, &run.copied).await?;
+        if !run.copied.is_empty() {
+            insert_events(&mut tx, run.id, &run.copied).await?;
+        }
         if queued.is_some() {
             Notice::Queued.announce(&mut tx).await.map_err(backend)?;
         }
@@ -702,7 +704,7 @@ impl RunStore for SqlRunStore {
              WHERE id = $10 AND status = $11 AND version = $12 AND lease_owner = $14 \
              AND cancel_by IS NULL",
         )
-        .bind(RunStatus::WaitingForApproval.as_str())
+        .bind(state.waiting_for().as_str())
         .bind(state.to_json())
         .bind(i64::from(state.counters.iterations))
         .bind(i64::from(state.counters.tool_calls))
@@ -745,7 +747,7 @@ impl RunStore for SqlRunStore {
              last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END, \
              lease_owner = NULL, lease_until_ms = 0, queued_at_ms = $3, approved_bases = $10, \
              approval_deadline_ms = NULL \
-             WHERE id = $7 AND status = $8 AND version = $9 \
+             WHERE id = $7 AND status IN ($8, $11) AND version = $9 \
              RETURNING version",
         )
         .bind(RunStatus::Queued.as_str())
@@ -758,6 +760,7 @@ impl RunStore for SqlRunStore {
         .bind(RunStatus::WaitingForApproval.as_str())
         .bind(version)
         .bind(&claim.approved_bases)
+        .bind(RunStatus::WaitingForInput.as_str())
         .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?;
@@ -1141,11 +1144,11 @@ impl RunStore for SqlRunStore {
             .map(|(ms, id)| (ms, id.to_string()))
             .unwrap_or((i64::MIN, String::new()));
         let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM agent_run WHERE status = {} \
+            "SELECT {RUN_COLUMNS} FROM agent_run WHERE status IN ({}) \
              AND ($1 IS NULL OR provider = $1) AND ($2 IS NULL OR pending_tools LIKE $2) \
              AND (updated_at_ms > $3 OR (updated_at_ms = $3 AND id > $4)) \
              ORDER BY updated_at_ms ASC, id ASC LIMIT $5",
-            RunStatus::sql_list(&[RunStatus::WaitingForApproval])
+            RunStatus::sql_list(&RunStatus::WAITING)
         ))
         .bind(filter.provider.as_deref())
         .bind(filter.tool.as_deref().map(|tool| format!("%,{tool},%")))
@@ -1277,17 +1280,12 @@ impl RunStore for SqlRunStore {
     }
 
     async fn expired_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {
-        self.overdue(
-            RunStatus::WaitingForApproval,
-            "approval_deadline_ms",
-            now_ms,
-            limit,
-        )
-        .await
+        self.overdue(&RunStatus::WAITING, "approval_deadline_ms", now_ms, limit)
+            .await
     }
 
     async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {
-        self.overdue(RunStatus::Running, "lease_until_ms", now_ms, limit)
+        self.overdue(&[RunStatus::Running], "lease_until_ms", now_ms, limit)
             .await
     }
 

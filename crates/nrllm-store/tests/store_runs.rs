@@ -1199,6 +1199,7 @@ fn empty_state() -> nrllm_core::state::SuspendedState {
         answered: Vec::new(),
         unknown: Vec::new(),
         ruled: Vec::new(),
+        questions: Vec::new(),
     }
 }
 
@@ -1770,6 +1771,89 @@ async fn a_fork_copies_the_steps_before_it_reruns_none_of_them_and_goes_its_own_
             s.service.fork(parent.id, 999, None, "carol", false).await,
             Err(ForkError::NoStep(999))
         ));
+        db.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_question_waits_for_input_and_one_of_sixteen_answers_wins() {
+    use nrllm_core::decision::DecisionError;
+    use nrllm_core::question::AskOperator;
+    for db in backends().await {
+        let provider = ScriptedProvider::new(vec![
+            call_turn(
+                "q1",
+                "ask_operator",
+                json!({"question": "Which note?", "choices": ["a", "b"]}),
+                usage(1, 1),
+            ),
+            ChatResponse::text("You chose.", usage(1, 1)),
+        ]);
+        let probe = Probe::default();
+        let mut registry = probe_registry(&probe);
+        registry.register(AskOperator).unwrap();
+        let registry = Arc::new(registry);
+        let service_on = |pool: nrllm_store::db::Database| {
+            let tool_loop = Arc::new(ToolLoop::new(
+                Arc::new(provider.clone()),
+                Arc::clone(&registry),
+            ));
+            RunService::new(
+                Arc::new(SqlRunStore::new(pool)),
+                Arc::new(SingleLoop(tool_loop)),
+            )
+        };
+        let service = service_on(db.db.clone());
+        let run = service
+            .start(configuration("ask me"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(run.status, RunStatus::WaitingForInput, "{}", db.name);
+        // An answer that is not one of the choices is refused; the run still waits.
+        let refused = service
+            .claim_answer(run.id, None, &json!("c"), "bob", None)
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            matches!(refused, ResumeError::InvalidDecision(DecisionError::InvalidAnswer { ref field, .. }) if field == "answer"),
+            "{refused:?}"
+        );
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let service = service_on(db.open(1).await);
+            tasks.push(tokio::spawn(async move {
+                let answer = if i % 2 == 0 { "a" } else { "b" };
+                service
+                    .claim_answer(run.id, None, &json!(answer), &format!("op-{i}"), None)
+                    .await
+                    .map(|claimed| (claimed, answer))
+            }));
+        }
+        let mut winners = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(won) => winners.push(won),
+                Err(ResumeError::NotWaiting(_)) => {}
+                Err(other) => panic!("{}: unexpected {other:?}", db.name),
+            }
+        }
+        assert_eq!(winners.len(), 1, "{}: exactly one answer wins", db.name);
+        let (claimed, answer) = winners.pop().unwrap();
+        let done = service.continue_claimed(claimed).await.unwrap();
+        assert_eq!(
+            done.final_answer.as_deref(),
+            Some("You chose."),
+            "{}",
+            db.name
+        );
+        // The model read the answer itself as the call's result; the tool never ran.
+        let sent = &provider.requests()[1].messages;
+        assert!(
+            matches!(sent.last(), Some(nrllm_core::transcript::Message::Tool { content, .. }) if content == answer),
+            "{sent:?}"
+        );
+        assert!(probe.calls().is_empty());
         db.cleanup().await;
     }
 }
