@@ -71,6 +71,9 @@ pub struct Settings {
     pub max_running_runs: u32,
     /// The longest wait before retrying a model call, whatever the provider asks for.
     pub retry_max_wait_secs: u32,
+    /// The largest state a waiting run keeps (bytes of its JSON); a run whose state would be
+    /// larger fails with `state_too_large` instead of waiting.
+    pub max_state_bytes: u32,
     /// How long a turn may wait for a decision before it expires, in milliseconds (`None`: until
     /// decided). A configuration's own `approval_timeout` wins.
     pub approval_timeout_ms: Option<u64>,
@@ -192,6 +195,7 @@ impl Default for Settings {
             lease_secs: 30,
             max_running_runs: 16,
             retry_max_wait_secs: 60,
+            max_state_bytes: 8 * 1024 * 1024,
             approval_timeout_ms: Some(24 * 3_600_000),
         }
     }
@@ -293,6 +297,7 @@ struct SettingsFile {
     lease_secs: Option<i64>,
     max_running_runs: Option<i64>,
     retry_max_wait_secs: Option<i64>,
+    max_state_bytes: Option<i64>,
     approval_timeout: Option<String>,
 }
 
@@ -529,6 +534,14 @@ impl Settings {
             1..=3600,
             "seconds",
         )?;
+        let max_state_bytes = number(
+            "max_state_bytes",
+            "NRLLM_MAX_STATE_BYTES",
+            file.max_state_bytes,
+            defaults.max_state_bytes,
+            65_536..=1_073_741_824,
+            "bytes",
+        )?;
         let approval_timeout_ms = match pick("NRLLM_APPROVAL_TIMEOUT", file.approval_timeout) {
             Some((value, source_name)) => {
                 parse_timeout(&value).map_err(|message| SettingsError::Invalid {
@@ -709,6 +722,7 @@ impl Settings {
             lease_secs,
             max_running_runs,
             retry_max_wait_secs,
+            max_state_bytes,
             approval_timeout_ms,
         })
     }

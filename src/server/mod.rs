@@ -145,9 +145,13 @@ impl AppState {
         let bell = Arc::new(webhook::Bell::default());
         let counters = Arc::new(metrics::Counters::default());
         let runs = Arc::new(
-            RunService::new(Arc::clone(&store), configurations.clone()).with_listener(Arc::new(
-                Listeners(vec![live.clone(), bell.clone(), counters.clone()]),
-            )),
+            RunService::new(Arc::clone(&store), configurations.clone())
+                .with_listener(Arc::new(Listeners(vec![
+                    live.clone(),
+                    bell.clone(),
+                    counters.clone(),
+                ])))
+                .with_state_limit(settings.max_state_bytes as usize),
         );
         let webhook_store = WebhookStore::new(db.clone());
         let webhooks = match targets.is_empty() {

@@ -313,6 +313,9 @@ fn last_sequence_of(events: &[SequencedEvent]) -> i64 {
     events.last().map_or(0, |e| e.sequence)
 }
 
+/// The largest state a waiting run keeps unless the service is told otherwise: 8 MB of JSON.
+pub const DEFAULT_MAX_STATE_BYTES: usize = 8 * 1024 * 1024;
+
 /// What the model reads for each call of a turn nobody decided in time.
 pub const EXPIRED_TEXT: &str =
     "No operator decided on this call before the approval deadline, so it was not run.";
@@ -387,6 +390,8 @@ pub struct RunService {
     clock: Arc<dyn Clock>,
     /// Cancels for the segments this service drives now.
     interrupts: Interrupts,
+    /// The largest state a run may keep while it waits, in bytes of its JSON.
+    max_state_bytes: usize,
 }
 
 /// Queued work a worker took: a new run to drive, or a claimed decision to carry out.
@@ -414,7 +419,15 @@ impl RunService {
             listener: None,
             clock: Arc::new(SystemClock),
             interrupts: Interrupts::default(),
+            max_state_bytes: DEFAULT_MAX_STATE_BYTES,
         }
+    }
+
+    /// Refuses to keep a waiting run's state above `bytes` (of its JSON): the run fails with
+    /// `state_too_large` instead of suspending ([`DEFAULT_MAX_STATE_BYTES`] unless said).
+    pub fn with_state_limit(mut self, bytes: usize) -> RunService {
+        self.max_state_bytes = bytes;
+        self
     }
 
     /// Reads the time from `clock` (the system clock unless a test says otherwise).
@@ -1318,9 +1331,63 @@ impl RunService {
                 let events = segment.sink.take();
                 self.end_cancelled(&segment, events, request).await
             }
+            (Ok(Ok(LoopOutcome::Suspended(state) | LoopOutcome::Decided(state))), None)
+                if state.to_json().len() > self.max_state_bytes =>
+            {
+                self.end_too_large(&segment, &state).await
+            }
             (Ok(Ok(LoopOutcome::Decided(state))), None) => self.decided_here(&segment, state).await,
             (Ok(outcome), _) => self.persist(&segment, outcome).await,
         }
+    }
+
+    /// Ends a segment whose state is too large to keep while it waits: `failed` with
+    /// `state_too_large` and a step that says how large and what the limit is; nothing of the
+    /// turn ran.
+    async fn end_too_large(
+        &self,
+        segment: &Segment<'_>,
+        state: &SuspendedState,
+    ) -> Result<(), StoreError> {
+        let bytes = state.to_json().len();
+        let size = |bytes: usize| match bytes {
+            0..=1_048_575 => format!("{} KB", bytes.div_ceil(1024)),
+            _ => format!("{:.1} MB", bytes as f64 / (1024.0 * 1024.0)),
+        };
+        let summary = format!(
+            "The run stopped: the state it would keep while it waits is {}, above the limit of \
+             {} (setting max_state_bytes). None of the calls of its last turn ran.",
+            size(bytes),
+            size(self.max_state_bytes)
+        );
+        tracing::warn!(run_id = %segment.id, bytes, limit = self.max_state_bytes, "a run's state is too large to keep");
+        segment.sink.emit(Event::Ended {
+            reason: TerminationReason::StateTooLarge.as_str().to_owned(),
+            explanation: summary.clone(),
+        });
+        let finish = Finish {
+            status: RunStatus::Failed,
+            reason: TerminationReason::StateTooLarge,
+            counters: state.counters,
+            truncated: false,
+            final_answer: None,
+            error_summary: Some(summary),
+            estimated_cost_micros: self
+                .loops
+                .estimate_cost_micros(segment.configuration, state.counters.usage),
+        };
+        let events = segment.sink.take();
+        self.store
+            .finish(
+                segment.id,
+                segment.version,
+                &finish,
+                &events,
+                self.clock.now_ms(),
+            )
+            .await?;
+        self.notify_status(segment.id, RunStatus::Failed);
+        Ok(())
     }
 
     /// A turn that rules and the tools' own checks decided: the decision is journaled like an

@@ -5,6 +5,8 @@
 //! cargo bench -p nrllm-store --bench hitl -- --runs 500 --db sqlite:target/hitl.db --synchronous full
 //! cargo bench -p nrllm-store --bench hitl -- --runs 500 --db postgres://postgres@127.0.0.1/test
 //!
+//! cargo bench -p nrllm-store --bench hitl -- --runs 50 --state-kb 1024   (a 1 MB suspended state)
+//!
 //! On Postgres the tables are created in the URL's default schema; point it at a scratch database.
 
 use std::sync::Arc;
@@ -23,6 +25,8 @@ struct Args {
     runs: usize,
     db: String,
     sync: SqliteSync,
+    /// Size of the gated call's argument text, in KiB: the suspended state is about this large.
+    state_kb: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -30,6 +34,7 @@ fn parse_args() -> Result<Args, String> {
         runs: 200,
         db: "sqlite:target/hitl-bench/hitl.db".into(),
         sync: SqliteSync::Full,
+        state_kb: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -48,6 +53,12 @@ fn parse_args() -> Result<Args, String> {
                     Some("normal") => SqliteSync::Normal,
                     _ => return Err("--synchronous takes full or normal".into()),
                 }
+            }
+            "--state-kb" => {
+                args.state_kb = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or("--state-kb takes a number of KiB")?
             }
             // cargo bench passes --bench to every bench binary.
             "--bench" => {}
@@ -108,14 +119,21 @@ async fn main() {
         settings: RunSettings::default(),
     };
 
+    let text = if args.state_kb == 0 {
+        "x".to_owned()
+    } else {
+        "x".repeat(args.state_kb * 1024)
+    };
     let mut cycle_ms = Vec::with_capacity(args.runs);
+    let mut resume_ms = Vec::with_capacity(args.runs);
+    let mut state_bytes = 0;
     let commits_before = store.commits();
     let started = Instant::now();
     for i in 0..args.runs {
         provider.push(call_turn(
             &format!("c{i}"),
             "write_note",
-            json!({"text": "x"}),
+            json!({ "text": text }),
             usage(100, 20),
         ));
         provider.push(ChatResponse::text("done", usage(120, 10)));
@@ -125,11 +143,14 @@ async fn main() {
             .await
             .expect("start");
         assert_eq!(run.status, RunStatus::WaitingForApproval);
+        state_bytes = run.suspended_state.as_deref().map_or(0, str::len);
+        let approved = Instant::now();
         let done = service
             .resume(run.id, &Decision::ApproveAll, "operator", None)
             .await
             .expect("resume");
         assert_eq!(done.status, RunStatus::Completed);
+        resume_ms.push(approved.elapsed().as_secs_f64() * 1000.0);
         cycle_ms.push(cycle.elapsed().as_secs_f64() * 1000.0);
     }
     let elapsed = started.elapsed().as_secs_f64();
@@ -140,6 +161,7 @@ async fn main() {
     );
     let commits = store.commits() - commits_before;
     cycle_ms.sort_by(f64::total_cmp);
+    resume_ms.sort_by(f64::total_cmp);
     let backend = args.db.split(':').next().unwrap_or_default();
     let sync = if backend == "sqlite" {
         format!(" synchronous={:?}", args.sync)
@@ -157,5 +179,10 @@ async fn main() {
         args.runs as f64 / elapsed,
         percentile(&cycle_ms, 0.5),
         commits as f64 / args.runs as f64
+    );
+    println!(
+        "state_bytes={state_bytes} approve_to_completed_ms_p50={:.3} p99={:.3}",
+        percentile(&resume_ms, 0.5),
+        percentile(&resume_ms, 0.99)
     );
 }

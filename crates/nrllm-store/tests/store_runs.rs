@@ -1857,3 +1857,44 @@ async fn a_question_waits_for_input_and_one_of_sixteen_answers_wins() {
         db.cleanup().await;
     }
 }
+
+#[tokio::test]
+async fn a_state_above_the_limit_is_refused_when_the_run_would_wait() {
+    for db in backends().await {
+        let big = "x".repeat(20_000);
+        let mut s = setup(
+            &db.db,
+            vec![call_turn(
+                "c1",
+                "write_note",
+                json!({ "text": big }),
+                usage(1, 1),
+            )],
+        );
+        s.service = RunService::new(
+            s.store.clone(),
+            Arc::new(SingleLoop(Arc::new(ToolLoop::new(
+                Arc::new(s.provider.clone()),
+                Arc::new(probe_registry(&s.probe)),
+            )))),
+        )
+        .with_state_limit(16 * 1024);
+        let run = s
+            .service
+            .start(configuration("write a long note"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(run.status, RunStatus::Failed, "{}", db.name);
+        assert_eq!(run.termination_reason.as_deref(), Some("state_too_large"));
+        let summary = run.error_summary.unwrap();
+        assert!(
+            summary.contains("KB, above the limit of 16 KB (setting max_state_bytes)"),
+            "{summary}"
+        );
+        assert_eq!(run.suspended_state, None);
+        assert!(s.probe.calls().is_empty(), "nothing of the turn ran");
+        let steps = s.store.events(run.id, 0).await.unwrap();
+        assert_eq!(steps.last().unwrap().kind, "ended", "{}", db.name);
+        db.cleanup().await;
+    }
+}

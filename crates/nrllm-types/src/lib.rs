@@ -130,6 +130,8 @@ pub enum TerminationReason {
     StateCorrupted,
     Cancelled,
     Interrupted,
+    /// The state to keep while it waited was above the size limit.
+    StateTooLarge,
 }
 
 impl TerminationReason {
