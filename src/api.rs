@@ -860,14 +860,16 @@ pub(crate) mod ssr {
             .get(id)
             .await?
             .ok_or_else(|| AppError::NotFound(format!("There is no run {id}.")))?;
-        let question = state.runs.pending(&run).await.and_then(|turn| {
-            turn.state
-                .pending
-                .iter()
-                .filter(|c| turn.state.questions.contains(&c.id))
-                .find(|c| call_id.is_none_or(|id| c.id == id))
-                .and_then(nrllm_core::question::Question::of)
-        });
+        // The stored state says what was asked; no preview is needed for that.
+        let question = run
+            .suspended_state
+            .as_deref()
+            .and_then(|text| nrllm_core::SuspendedState::from_json(text).ok())
+            .and_then(|state| {
+                state
+                    .question(call_id)
+                    .and_then(nrllm_core::question::Question::of)
+            });
         let Some(schema) = question.and_then(|q| q.schema) else {
             return Ok(Value::String(answer.unwrap_or_default()));
         };

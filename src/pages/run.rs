@@ -191,7 +191,7 @@ fn RunDetail(run: RunView) -> impl IntoView {
                     <a href=format!("/runs/{id}") class="mt-2 inline-block text-sm underline" data-testid="latest-steps">"Latest steps"</a>
                 })}
             </section>
-            <StepDetailPane run_id=summary.id.clone() detail=run.detail.clone() fork=true />
+            <StepDetailPane run_id=summary.id.clone() detail=run.detail.clone() />
         </div>
         {cancellable.then(|| view! {
             <form method="post" action={action::<NrllmRunCancel>()} class="mt-4 flex flex-wrap items-end gap-3">
@@ -214,12 +214,7 @@ fn RunDetail(run: RunView) -> impl IntoView {
 
 /// The selected step's detail: its tabs as links, the selected tab's text.
 #[component]
-fn StepDetailPane(
-    run_id: String,
-    detail: Option<StepDetail>,
-    /// Offer "Fork from here".
-    fork: bool,
-) -> impl IntoView {
+fn StepDetailPane(run_id: String, detail: Option<StepDetail>) -> impl IntoView {
     let Some(detail) = detail else {
         return view! {
             <section id="detail" class="rounded-lg border border-slate-200 bg-white p-4 text-sm text-slate-600 dark:border-slate-800 dark:bg-slate-900" data-testid="step-detail">
@@ -259,8 +254,7 @@ fn StepDetailPane(
             </h2>
             <nav class="mt-2 flex flex-wrap gap-1" aria-label="Step detail">{tabs}</nav>
             <pre class="mt-2 max-h-[32rem] overflow-auto whitespace-pre-wrap break-words rounded bg-slate-50 p-2 text-xs dark:bg-slate-950" data-testid="detail-text">{text}</pre>
-            {fork.then(|| view! {
-                <details class="mt-3 text-sm" data-testid="fork">
+            <details class="mt-3 text-sm" data-testid="fork">
                     <summary class="cursor-pointer font-medium">"Fork from here"</summary>
                     <form method="post" action={action::<NrllmRunFork>()} class="mt-2 space-y-2">
                         <CsrfField />
@@ -274,7 +268,6 @@ fn StepDetailPane(
                         <button type="submit" class=BUTTON_SECONDARY data-testid="fork-submit">"Fork from this step"</button>
                     </form>
                 </details>
-            })}
         </section>
     }
     .into_any()

@@ -767,10 +767,7 @@ impl RunService {
             id,
             |state| {
                 let asked = state
-                    .pending
-                    .iter()
-                    .filter(|c| state.questions.contains(&c.id))
-                    .find(|c| call_id.is_none_or(|id| c.id == id))
+                    .question(call_id)
                     .ok_or_else(|| DecisionError::UnknownCall {
                         call_id: call_id.unwrap_or("(a question)").to_owned(),
                     })?;
@@ -1331,12 +1328,19 @@ impl RunService {
                 let events = segment.sink.take();
                 self.end_cancelled(&segment, events, request).await
             }
-            (Ok(Ok(LoopOutcome::Suspended(state) | LoopOutcome::Decided(state))), None)
-                if state.to_json().len() > self.max_state_bytes =>
-            {
-                self.end_too_large(&segment, &state).await
+            (Ok(Ok(outcome)), None) => {
+                // A state to keep is measured once, before it is kept.
+                if let LoopOutcome::Suspended(state) | LoopOutcome::Decided(state) = &outcome {
+                    let bytes = state.to_json().len();
+                    if bytes > self.max_state_bytes {
+                        return self.end_too_large(&segment, state, bytes).await;
+                    }
+                }
+                match outcome {
+                    LoopOutcome::Decided(state) => self.decided_here(&segment, state).await,
+                    outcome => self.persist(&segment, Ok(outcome)).await,
+                }
             }
-            (Ok(Ok(LoopOutcome::Decided(state))), None) => self.decided_here(&segment, state).await,
             (Ok(outcome), _) => self.persist(&segment, outcome).await,
         }
     }
@@ -1348,8 +1352,8 @@ impl RunService {
         &self,
         segment: &Segment<'_>,
         state: &SuspendedState,
+        bytes: usize,
     ) -> Result<(), StoreError> {
-        let bytes = state.to_json().len();
         let size = |bytes: usize| match bytes {
             0..=1_048_575 => format!("{} KB", bytes.div_ceil(1024)),
             _ => format!("{:.1} MB", bytes as f64 / (1024.0 * 1024.0)),
@@ -1377,16 +1381,26 @@ impl RunService {
                 .estimate_cost_micros(segment.configuration, state.counters.usage),
         };
         let events = segment.sink.take();
+        self.close(segment, &finish, &events).await
+    }
+
+    /// Ends a segment's run as `finish` says, with the segment's events, and tells listeners.
+    async fn close(
+        &self,
+        segment: &Segment<'_>,
+        finish: &Finish,
+        events: &[SequencedEvent],
+    ) -> Result<(), StoreError> {
         self.store
             .finish(
                 segment.id,
                 segment.version,
-                &finish,
-                &events,
+                finish,
+                events,
                 self.clock.now_ms(),
             )
             .await?;
-        self.notify_status(segment.id, RunStatus::Failed);
+        self.notify_status(segment.id, finish.status);
         Ok(())
     }
 
@@ -1521,17 +1535,7 @@ impl RunService {
                 .estimate_cost_micros(segment.configuration, segment.counters.usage),
         };
         tracing::info!(run_id = %segment.id, by = %request.by, abandoned, "a running run was cancelled");
-        self.store
-            .finish(
-                segment.id,
-                segment.version,
-                &finish,
-                &events,
-                self.clock.now_ms(),
-            )
-            .await?;
-        self.notify_status(segment.id, RunStatus::Cancelled);
-        Ok(())
+        self.close(segment, &finish, &events).await
     }
 
     async fn lost(&self, id: Uuid) -> ResumeError {

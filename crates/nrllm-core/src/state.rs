@@ -128,6 +128,15 @@ impl SuspendedState {
         }
     }
 
+    /// The pending call that asks the operator question `call_id` (the first question when
+    /// `None`).
+    pub fn question(&self, call_id: Option<&str>) -> Option<&ToolCall> {
+        self.pending
+            .iter()
+            .filter(|c| self.questions.contains(&c.id))
+            .find(|c| call_id.is_none_or(|id| c.id == id))
+    }
+
     /// The state as stored.
     pub fn to_json(&self) -> String {
         // Serialising plain data with string keys cannot fail.
