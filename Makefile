@@ -9,7 +9,7 @@ export TEST_DATABASE_URL
 # Playwright's server gets a database of its own, new for every run.
 E2E_DB_DIR := target/e2e
 
-.PHONY: run test setup setup-test lint unit e2e size abuse bench-long-run crash-test
+.PHONY: run test setup setup-test lint unit e2e size abuse bench-long-run crash-test bench-hitl bench-peers bench-fill bench-smoke
 
 setup:
 	scripts/setup.sh
@@ -22,7 +22,7 @@ run: setup
 	cargo leptos serve
 
 ## Every test: lints, Rust tests of the whole workspace, then the Playwright suite.
-test: setup-test lint unit e2e
+test: setup-test lint unit bench-smoke e2e
 
 lint:
 	cargo fmt --all -- --check
@@ -57,3 +57,31 @@ bench-long-run:
 N ?= 140
 crash-test:
 	NRLLM_CRASH_KILLS=$(N) cargo test --workspace --features nrllm-playground/ssr --test crash every_failpoint -- --nocapture
+
+## The approve cycle, one client and many: cycles/s and p50/p99 at N = 1, 8 and 64 clients on
+## SQLite (synchronous FULL, then NORMAL) and Postgres (a scratch database on TEST_DATABASE_URL's
+## server). RUNS cycles per case.
+RUNS ?= 2000
+bench-hitl:
+	cargo bench -p nrllm-store --bench hitl --no-run
+	for n in 1 8 64; do \
+	  cargo bench -p nrllm-store --bench hitl --quiet -- --runs $(RUNS) --concurrency $$n --synchronous full && \
+	  cargo bench -p nrllm-store --bench hitl --quiet -- --runs $(RUNS) --concurrency $$n --synchronous normal && \
+	  cargo bench -p nrllm-store --bench hitl --quiet -- --runs $(RUNS) --concurrency $$n --db $(TEST_DATABASE_URL) || exit 1; \
+	done
+
+## Ours against LangGraph's approve cycle (bench/peers/, its own virtualenv), FULL and NORMAL, as ratios.
+bench-peers:
+	bench/peers/compare.sh
+
+## 100, 10,000 and 100,000 waiting runs: server RSS, /approvals, nrllm_runs_list and one approval at
+## each (release build); fails if any is more than 3x its value at 100. Prints the query plans.
+bench-fill:
+	cargo bench -p nrllm-playground --features ssr --bench fill -- --check
+
+## Short runs of the long benchmarks (debug build, figures not checked): they must run through.
+bench-smoke:
+	cargo test -p nrllm-store --bench hitl -- --runs 64 --concurrency 8 --synchronous normal
+	cargo test -p nrllm-store --bench hitl -- --runs 32 --concurrency 8 --db $(TEST_DATABASE_URL)
+	cargo test -p nrllm-playground --features ssr --bench fill -- --sizes 20,200
+	cargo test -p nrllm-playground --features ssr --bench long_run

@@ -1,7 +1,8 @@
-//! A long run stays light: for runs of 10, 100 and 200 rounds (a scripted model, about 1 KB per
-//! message: 1 KB of text in each turn, the prompt and the answer), prints the bytes stored for the
-//! run's events, the bytes of its page (`GET /runs/<id>`: HTML with the island props in it), and
-//! the median time to render that page on the server, over 20 renders.
+//! A long run stays light: for runs of 6 (about 20 steps), 10, 100 and 200 rounds (a scripted
+//! model, about 1 KB per message: 1 KB of text in each turn, the prompt and the answer), prints
+//! the bytes stored for the run's events, the bytes of its page (`GET /runs/<id>`: HTML with the
+//! island props in it), and the median time to render that page on the server, over 20 renders.
+//! Exits 1 if a page is above the budget of 100 KB (issue #19).
 //!
 //! `cargo bench -p nrllm-playground --features ssr --bench long_run`
 
@@ -24,6 +25,8 @@ use serde_json::json;
 use tower::ServiceExt;
 
 const KB: usize = 1024;
+/// The most a run page's HTML may weigh, however many steps the run has.
+const PAGE_BUDGET_BYTES: usize = 100_000;
 
 fn kilobyte_of(label: &str, round: usize) -> String {
     let head = format!("{label} {round}: ");
@@ -70,11 +73,22 @@ async fn main() {
         .await
         .expect("the app state");
     let router = routes::router(state.clone(), &settings);
+    // Pages answer a signed-in reader under the server's own host name.
+    let token = nrllm_store::accounts::AccountStore::new(db.clone())
+        .create_token(
+            "long-run-bench",
+            nrllm_types::Role::Viewer,
+            "bench",
+            nrllm_core::clock::now_ms(),
+        )
+        .await
+        .expect("a token");
     println!(
         "{:>6} {:>8} {:>14} {:>14} {:>12}",
         "rounds", "events", "stored bytes", "page bytes", "SSR median"
     );
-    for rounds in [10usize, 100, 200] {
+    let mut over_budget = Vec::new();
+    for rounds in [6usize, 10, 100, 200] {
         let provider = ScriptedProvider::new(script(rounds));
         let tool_loop = ToolLoop::new(Arc::new(provider), Arc::clone(&state.registry));
         let service = RunService::new(
@@ -110,6 +124,8 @@ async fn main() {
         let mut samples: Vec<Duration> = Vec::new();
         for _ in 0..21 {
             let request = Request::get(format!("/runs/{}", run.id))
+                .header("host", "127.0.0.1:3000")
+                .header("authorization", format!("Bearer {token}"))
                 .body(Body::empty())
                 .expect("a request");
             let started = Instant::now();
@@ -127,5 +143,15 @@ async fn main() {
             "{rounds:>6} {events:>8} {stored:>14} {page_bytes:>14} {:>12.2?}",
             samples[samples.len() / 2]
         );
+        if page_bytes > PAGE_BUDGET_BYTES {
+            over_budget.push(format!("{events} steps: {page_bytes} bytes"));
+        }
+    }
+    if !over_budget.is_empty() {
+        eprintln!(
+            "long_run: run pages above {PAGE_BUDGET_BYTES} bytes: {}",
+            over_budget.join(", ")
+        );
+        std::process::exit(1);
     }
 }

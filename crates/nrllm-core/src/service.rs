@@ -650,8 +650,9 @@ impl RunService {
             .ok_or(StoreError::NotFound(run.id))?)
     }
 
-    /// Resumes a waiting run with an operator's decision: [`RunService::claim`] then
-    /// [`RunService::continue_claimed`].
+    /// Resumes a waiting run with an operator's decision and carries it out here, at once:
+    /// [`RunService::claim`] and [`RunService::continue_claimed`] in one commit fewer (the claim
+    /// takes the run for this instance instead of queueing it).
     pub async fn resume(
         &self,
         id: Uuid,
@@ -659,8 +660,16 @@ impl RunService {
         decided_by: &str,
         digest: Option<&str>,
     ) -> Result<RunRecord, ResumeError> {
-        let claimed = self.claim(id, decision, decided_by, digest).await?;
-        Ok(self.continue_claimed(claimed).await?)
+        let claimed = self
+            .claim_with(
+                id,
+                |_| Ok((decision.clone(), Vec::new())),
+                decided_by,
+                digest,
+                Claiming::Here,
+            )
+            .await?;
+        Ok(self.carry_out_here(claimed).await?)
     }
 
     /// A waiting run's pending turn as an operator sees it: the state, each call's preview and
@@ -702,7 +711,7 @@ impl RunService {
             },
             "deadline",
             None,
-            true,
+            Claiming::Expired,
         )
         .await
     }
@@ -723,7 +732,7 @@ impl RunService {
             |_| Ok((decision.clone(), Vec::new())),
             decided_by,
             digest,
-            false,
+            Claiming::Queue,
         )
         .await
     }
@@ -746,7 +755,7 @@ impl RunService {
             },
             decided_by,
             digest,
-            false,
+            Claiming::Queue,
         )
         .await
     }
@@ -806,7 +815,7 @@ impl RunService {
             },
             decided_by,
             digest,
-            false,
+            Claiming::Queue,
         )
         .await
     }
@@ -817,8 +826,9 @@ impl RunService {
         decide: impl FnOnce(&SuspendedState) -> Result<(Decision, Vec<RuleDraft>), DecisionError>,
         decided_by: &str,
         digest: Option<&str>,
-        expiring: bool,
+        claiming: Claiming,
     ) -> Result<ClaimedRun, ResumeError> {
+        let expiring = claiming == Claiming::Expired;
         let run = self.store.get(id).await?.ok_or(ResumeError::NotFound(id))?;
         if !RunStatus::WAITING.contains(&run.status) {
             return Err(ResumeError::NotWaiting(Box::new(run)));
@@ -885,7 +895,7 @@ impl RunService {
         };
         let version = match self
             .store
-            .claim_for_resume(id, run.version, &claim, now)
+            .claim_for_resume(id, run.version, &claim, now, claiming == Claiming::Here)
             .await?
         {
             Claim::Won { version } => version,
@@ -893,7 +903,13 @@ impl RunService {
         };
         if let Some(listener) = &self.listener {
             listener.event(id, &claim.events[0]);
-            listener.status(id, RunStatus::Queued);
+            listener.status(
+                id,
+                match claiming {
+                    Claiming::Here => RunStatus::Running,
+                    _ => RunStatus::Queued,
+                },
+            );
         }
         failpoint::reach("after_claim_commit");
         Ok(ClaimedRun {
@@ -1672,6 +1688,17 @@ fn approval_deadline(configuration: &RunConfiguration, now_ms: i64) -> Option<i6
     configuration
         .approval_timeout_ms
         .map(|timeout| now_ms.saturating_add(i64::try_from(timeout).unwrap_or(i64::MAX)))
+}
+
+/// Who carries out a claimed decision, and for whom the claim is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Claiming {
+    /// An operator's decision, queued for a worker of any instance.
+    Queue,
+    /// An operator's decision, carried out by the claimer at once.
+    Here,
+    /// The approval deadline's, queued.
+    Expired,
 }
 
 /// The verdict recorded on a claimed run.

@@ -301,14 +301,18 @@ pub trait RunStore: Send + Sync {
         deadline_ms: Option<i64>,
     ) -> Result<i64, StoreError>;
     /// `waiting_for_approval` → `queued` if the run is still at `version`; exactly one caller
-    /// wins, and a worker of any instance carries the decision out. The same commit journals the whole decision (its step, the record on the run) and a
-    /// `dispatched` record for every approved call, before any of them runs.
+    /// wins, and a worker of any instance carries the decision out. The same commit journals the
+    /// whole decision (its step, the record on the run) and a `dispatched` record for every
+    /// approved call, before any of them runs. With `drive_here` the winner takes the run at once
+    /// (`running`, under this instance's lease, as [`RunStore::take_run`] would) instead of
+    /// queueing it: the caller carries the decision out itself.
     async fn claim_for_resume(
         &self,
         id: Uuid,
         version: i64,
         claim: &ClaimRecord,
         now_ms: i64,
+        drive_here: bool,
     ) -> Result<Claim, StoreError>;
 
     /// Journals a turn decided without an operator (approval rules, the tools' own checks) like

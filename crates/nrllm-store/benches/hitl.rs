@@ -1,21 +1,30 @@
-//! The human-in-the-loop cycle, persisted: N runs of — turn 1 calls one gated tool, the run
+//! The human-in-the-loop cycle, persisted: runs of — turn 1 calls one gated tool, the run
 //! suspends, an operator approves, the tool runs, turn 2 answers — through the run service on a
-//! real database. Prints per-run latency percentiles and the durable commits each cycle made.
+//! real database, from one or more concurrent clients. Prints cycles per second, latency
+//! percentiles, the durable commits each cycle made and, on SQLite, the disk's own limit: a small
+//! loop of 4 KiB writes each followed by `fdatasync`, in the database's folder, run in the same
+//! process just before the cycles.
 //!
-//! cargo bench -p nrllm-store --bench hitl -- --runs 500 --db sqlite:target/hitl.db --synchronous full
-//! cargo bench -p nrllm-store --bench hitl -- --runs 500 --db postgres://postgres@127.0.0.1/test
-//!
+//! cargo bench -p nrllm-store --bench hitl -- --runs 2000 --synchronous normal
+//! cargo bench -p nrllm-store --bench hitl -- --runs 1000 --synchronous full --concurrency 8
+//! cargo bench -p nrllm-store --bench hitl -- --runs 1000 --db postgres://postgres@127.0.0.1/test
 //! cargo bench -p nrllm-store --bench hitl -- --runs 50 --state-kb 1024   (a 1 MB suspended state)
 //!
-//! On Postgres the tables are created in the URL's default schema; point it at a scratch database.
+//! On Postgres the bench makes a scratch database (`nrllm_hitl_bench`) on the URL's server, and
+//! drops it at the end.
+//! Any failure of any client (a "database is locked" included) ends the bench with exit code 1.
 
+use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use nrllm_core::provider::ChatResponse;
+use async_trait::async_trait;
+use nrllm_core::provider::{ChatRequest, ChatResponse, Provider, ProviderError, RetryObserver};
 use nrllm_core::service::{RunService, SingleLoop};
 use nrllm_core::store::{RunConfiguration, RunStatus};
-use nrllm_core::testing::{call_turn, probe_registry, usage, Probe, ScriptedProvider};
+use nrllm_core::testing::{call_turn, probe_registry, usage, Probe};
+use nrllm_core::transcript::Message;
 use nrllm_core::{Decision, RunSettings, ToolLoop};
 use nrllm_store::db::{Database, DbOptions, SqliteSync};
 use nrllm_store::SqlRunStore;
@@ -23,15 +32,23 @@ use serde_json::json;
 
 struct Args {
     runs: usize,
+    concurrency: usize,
     db: String,
     sync: SqliteSync,
     /// Size of the gated call's argument text, in KiB: the suspended state is about this large.
     state_kb: usize,
 }
 
+fn number(value: Option<String>, flag: &str) -> Result<usize, String> {
+    value
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("{flag} takes a number"))
+}
+
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         runs: 200,
+        concurrency: 1,
         db: "sqlite:target/hitl-bench/hitl.db".into(),
         sync: SqliteSync::Full,
         state_kb: 0,
@@ -39,13 +56,8 @@ fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
-            "--runs" => {
-                args.runs = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|n| *n > 0)
-                    .ok_or("--runs takes a positive number")?
-            }
+            "--runs" => args.runs = number(it.next(), "--runs")?.max(1),
+            "--concurrency" => args.concurrency = number(it.next(), "--concurrency")?.max(1),
             "--db" => args.db = it.next().ok_or("--db takes a database URL")?,
             "--synchronous" => {
                 args.sync = match it.next().as_deref() {
@@ -54,12 +66,7 @@ fn parse_args() -> Result<Args, String> {
                     _ => return Err("--synchronous takes full or normal".into()),
                 }
             }
-            "--state-kb" => {
-                args.state_kb = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or("--state-kb takes a number of KiB")?
-            }
+            "--state-kb" => args.state_kb = number(it.next(), "--state-kb")?,
             // cargo bench passes --bench to every bench binary.
             "--bench" => {}
             other => return Err(format!("unknown flag `{other}`")),
@@ -73,8 +80,103 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[index]
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
+/// The model of the cycle, answering from the request alone so that concurrent runs never take
+/// each other's turns: a call to the gated tool first, then, once its result is in, the answer.
+struct CycleModel {
+    text: String,
+}
+
+#[async_trait]
+impl Provider for CycleModel {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    fn model(&self) -> &str {
+        "script"
+    }
+
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        _on_retry: RetryObserver<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
+        Ok(match request.messages.last() {
+            Some(Message::Tool { .. }) => ChatResponse::text("done", usage(120, 10)),
+            _ => call_turn(
+                "c1",
+                "write_note",
+                json!({ "text": self.text }),
+                usage(100, 20),
+            ),
+        })
+    }
+}
+
+/// Durable writes per second the disk allows: 4 KiB written at the end of a file, then
+/// `fdatasync`, for about a second (what a WAL commit at `synchronous=FULL` costs at least).
+fn fsyncs_per_second(dir: &std::path::Path) -> std::io::Result<f64> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("fsync-probe");
+    let mut file = std::fs::File::create(&path)?;
+    let page = [7u8; 4096];
+    let started = Instant::now();
+    let mut done = 0u64;
+    while started.elapsed() < Duration::from_secs(1) || done < 100 {
+        file.write_all_at(&page, done * 4096)?;
+        file.sync_data()?;
+        done += 1;
+    }
+    let rate = done as f64 / started.elapsed().as_secs_f64();
+    file.flush()?;
+    drop(file);
+    std::fs::remove_file(&path)?;
+    Ok(rate)
+}
+
+struct Cycles {
+    cycle_ms: Vec<f64>,
+    resume_ms: Vec<f64>,
+    state_bytes: usize,
+}
+
+/// One client: `runs` cycles back to back.
+async fn client(
+    service: Arc<RunService>,
+    configuration: RunConfiguration,
+    runs: usize,
+) -> Result<Cycles, String> {
+    let mut out = Cycles {
+        cycle_ms: Vec::with_capacity(runs),
+        resume_ms: Vec::with_capacity(runs),
+        state_bytes: 0,
+    };
+    for _ in 0..runs {
+        let cycle = Instant::now();
+        let run = service
+            .start(configuration.clone(), "bench")
+            .await
+            .map_err(|err| format!("start: {err}"))?;
+        if run.status != RunStatus::WaitingForApproval {
+            return Err(format!("the run is {:?}, not waiting", run.status));
+        }
+        out.state_bytes = run.suspended_state.as_deref().map_or(0, str::len);
+        let approved = Instant::now();
+        let done = service
+            .resume(run.id, &Decision::ApproveAll, "operator", None)
+            .await
+            .map_err(|err| format!("resume: {err}"))?;
+        if done.status != RunStatus::Completed {
+            return Err(format!("the resumed run is {:?}", done.status));
+        }
+        out.resume_ms
+            .push(approved.elapsed().as_secs_f64() * 1000.0);
+        out.cycle_ms.push(cycle.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok(out)
+}
+
+fn main() {
     let args = match parse_args() {
         Ok(args) => args,
         Err(message) => {
@@ -82,32 +184,70 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    if let Some(path) = args.db.strip_prefix("sqlite:") {
-        // A fresh file each time, so runs do not measure a growing table.
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{path}{suffix}"));
-        }
+    let runtime = if args.concurrency == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
     }
+    .expect("a tokio runtime");
+    if let Err(message) = runtime.block_on(bench(args)) {
+        eprintln!("hitl: {message}");
+        std::process::exit(1);
+    }
+}
+
+async fn bench(args: Args) -> Result<(), String> {
+    let sqlite_path = args.db.strip_prefix("sqlite:").map(str::to_owned);
+    let fsyncs = match &sqlite_path {
+        Some(path) => {
+            // A fresh file each time, so runs do not measure a growing table.
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{path}{suffix}"));
+            }
+            let dir = std::path::Path::new(path)
+                .parent()
+                .unwrap_or(std::path::Path::new("."));
+            Some(fsyncs_per_second(dir).map_err(|err| format!("fsync probe: {err}"))?)
+        }
+        None => None,
+    };
+    let scratch = match sqlite_path {
+        Some(_) => None,
+        None => Some(
+            ScratchPostgres::create(&args.db)
+                .await
+                .map_err(|err| format!("a scratch database beside {}: {err}", args.db))?,
+        ),
+    };
+    let url = scratch.as_ref().map_or(args.db.clone(), |s| s.url.clone());
     let db = Database::connect_with(
-        &args.db,
+        &url,
         DbOptions {
             sqlite_sync: args.sync,
             max_connections: None,
         },
     )
     .await
-    .unwrap_or_else(|err| {
-        eprintln!("hitl: {err}");
-        std::process::exit(2);
-    });
-    let store = Arc::new(SqlRunStore::new(db));
+    .map_err(|err| err.to_string())?;
+    let store = Arc::new(SqlRunStore::new(db.clone()));
     let probe = Probe::default();
-    let provider = ScriptedProvider::default();
+    let text = if args.state_kb == 0 {
+        "x".to_owned()
+    } else {
+        "x".repeat(args.state_kb * 1024)
+    };
     let tool_loop = Arc::new(ToolLoop::new(
-        Arc::new(provider.clone()),
+        Arc::new(CycleModel { text }),
         Arc::new(probe_registry(&probe)),
     ));
-    let service = RunService::new(store.clone(), Arc::new(SingleLoop(tool_loop)));
+    let service = Arc::new(RunService::new(
+        store.clone(),
+        Arc::new(SingleLoop(tool_loop)),
+    ));
     let configuration = RunConfiguration {
         continues: None,
         approval_timeout_ms: None,
@@ -119,70 +259,123 @@ async fn main() {
         settings: RunSettings::default(),
     };
 
-    let text = if args.state_kb == 0 {
-        "x".to_owned()
-    } else {
-        "x".repeat(args.state_kb * 1024)
-    };
-    let mut cycle_ms = Vec::with_capacity(args.runs);
-    let mut resume_ms = Vec::with_capacity(args.runs);
-    let mut state_bytes = 0;
+    let per_client = args.runs.div_ceil(args.concurrency);
+    let total = per_client * args.concurrency;
     let commits_before = store.commits();
     let started = Instant::now();
-    for i in 0..args.runs {
-        provider.push(call_turn(
-            &format!("c{i}"),
-            "write_note",
-            json!({ "text": text }),
-            usage(100, 20),
-        ));
-        provider.push(ChatResponse::text("done", usage(120, 10)));
-        let cycle = Instant::now();
-        let run = service
-            .start(configuration.clone(), "bench")
-            .await
-            .expect("start");
-        assert_eq!(run.status, RunStatus::WaitingForApproval);
-        state_bytes = run.suspended_state.as_deref().map_or(0, str::len);
-        let approved = Instant::now();
-        let done = service
-            .resume(run.id, &Decision::ApproveAll, "operator", None)
-            .await
-            .expect("resume");
-        assert_eq!(done.status, RunStatus::Completed);
-        resume_ms.push(approved.elapsed().as_secs_f64() * 1000.0);
-        cycle_ms.push(cycle.elapsed().as_secs_f64() * 1000.0);
+    let clients: Vec<_> = (0..args.concurrency)
+        .map(|_| tokio::spawn(client(service.clone(), configuration.clone(), per_client)))
+        .collect();
+    let mut cycle_ms = Vec::with_capacity(total);
+    let mut resume_ms = Vec::with_capacity(total);
+    let mut state_bytes = 0;
+    let mut failures = Vec::new();
+    for handle in clients {
+        match handle.await {
+            Ok(Ok(cycles)) => {
+                cycle_ms.extend(cycles.cycle_ms);
+                resume_ms.extend(cycles.resume_ms);
+                state_bytes = cycles.state_bytes;
+            }
+            Ok(Err(message)) => failures.push(message),
+            Err(err) => failures.push(format!("a client panicked: {err}")),
+        }
     }
     let elapsed = started.elapsed().as_secs_f64();
-    assert_eq!(
-        probe.count("write_note"),
-        args.runs,
-        "every approved tool ran exactly once"
-    );
-    let commits = store.commits() - commits_before;
+    if !failures.is_empty() {
+        return Err(format!(
+            "{} of {} clients failed; first: {}",
+            failures.len(),
+            args.concurrency,
+            failures[0]
+        ));
+    }
+    if probe.count("write_note") != total {
+        return Err(format!(
+            "{} approved calls ran, expected exactly {total}",
+            probe.count("write_note")
+        ));
+    }
+    let commits_per_cycle = (store.commits() - commits_before) as f64 / total as f64;
     cycle_ms.sort_by(f64::total_cmp);
     resume_ms.sort_by(f64::total_cmp);
     let backend = args.db.split(':').next().unwrap_or_default();
-    let sync = if backend == "sqlite" {
+    let sync = if sqlite_path.is_some() {
         format!(" synchronous={:?}", args.sync)
     } else {
         String::new()
     };
+    let cycles_per_s = total as f64 / elapsed;
     println!(
-        "db={backend}{sync} p90_ms={:.3} p99_ms={:.3}",
+        "db={backend}{sync} concurrency={} runs={total} cycles_per_s={cycles_per_s:.1} \
+         commits_per_cycle={commits_per_cycle:.1}",
+        args.concurrency
+    );
+    println!(
+        "cycle_ms p50={:.3} p90={:.3} p99={:.3}",
+        percentile(&cycle_ms, 0.5),
         percentile(&cycle_ms, 0.9),
         percentile(&cycle_ms, 0.99)
     );
     println!(
-        "runs={} runs_per_s={:.1} cycle_ms_p50={:.3} commits_per_cycle={:.1}",
-        args.runs,
-        args.runs as f64 / elapsed,
-        percentile(&cycle_ms, 0.5),
-        commits as f64 / args.runs as f64
-    );
-    println!(
-        "state_bytes={state_bytes} approve_to_completed_ms_p50={:.3} p99={:.3}",
+        "state_bytes={state_bytes} approve_to_completed_ms p50={:.3} p99={:.3}",
         percentile(&resume_ms, 0.5),
         percentile(&resume_ms, 0.99)
     );
+    db.pool().close().await;
+    if let Some(scratch) = scratch {
+        scratch
+            .drop_it()
+            .await
+            .map_err(|err| format!("dropping the scratch database: {err}"))?;
+    }
+    if let (Some(fsyncs), SqliteSync::Full) = (fsyncs, args.sync) {
+        let limit = fsyncs / commits_per_cycle;
+        println!(
+            "disk fsyncs_per_s={fsyncs:.0} -> limit_cycles_per_s={limit:.1} ({commits_per_cycle:.1} commits a cycle); \
+             reached {:.0}% of it",
+            100.0 * cycles_per_s / limit
+        );
+    }
+    Ok(())
+}
+
+/// A database of the bench's own on a Postgres server, made new for each run.
+struct ScratchPostgres {
+    admin: sqlx::PgPool,
+    url: String,
+}
+
+impl ScratchPostgres {
+    const NAME: &str = "nrllm_hitl_bench";
+
+    async fn create(server_url: &str) -> Result<ScratchPostgres, sqlx::Error> {
+        let admin = sqlx::PgPool::connect(server_url).await?;
+        sqlx::query(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            Self::NAME
+        ))
+        .execute(&admin)
+        .await?;
+        sqlx::query(&format!("CREATE DATABASE {}", Self::NAME))
+            .execute(&admin)
+            .await?;
+        // The same server, the scratch database (the URL's own options are not kept).
+        let (scheme, rest) = server_url
+            .split_once("://")
+            .unwrap_or(("postgres", server_url));
+        let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+        let url = format!("{scheme}://{authority}/{}", Self::NAME);
+        Ok(ScratchPostgres { admin, url })
+    }
+
+    async fn drop_it(self) -> Result<(), sqlx::Error> {
+        sqlx::query(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            Self::NAME
+        ))
+        .execute(&self.admin)
+        .await?;
+        Ok(())
+    }
 }

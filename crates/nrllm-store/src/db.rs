@@ -107,6 +107,9 @@ impl Database {
                 };
                 AnyPoolOptions::new()
                     .max_connections(options.max_connections.unwrap_or(8))
+                    // A connection to a file does not go stale: no ping before each use (it
+                    // is a round trip to the connection's thread).
+                    .test_before_acquire(false)
                     .after_connect(move |conn, _meta| {
                         Box::pin(async move {
                             // WAL lets readers run beside the one writer; the busy timeout makes a

@@ -59,7 +59,11 @@ impl Notice {
     ) -> Result<(), sqlx::Error> {
         if tx.backend_name() == "PostgreSQL" {
             // The payload is one we formatted: nothing in it needs quoting.
-            sqlx::query(&format!("NOTIFY {CHANNEL}, '{}'", self.payload()))
+            // One prepared statement for every payload (a `NOTIFY` with the payload written
+            // into it would be parsed and planned again for each run).
+            sqlx::query("SELECT 1 FROM pg_notify($1, $2)")
+                .bind(CHANNEL)
+                .bind(self.payload())
                 .execute(&mut **tx)
                 .await?;
         }

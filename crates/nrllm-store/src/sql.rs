@@ -157,6 +157,51 @@ impl SqlRunStore {
         }
     }
 
+    /// How the database answers the queries that grow with the number of runs: the inbox's and
+    /// the runs page's first pages, as `EXPLAIN QUERY PLAN` (SQLite) or `EXPLAIN` (Postgres)
+    /// prints them. For the benchmark of many waiting runs.
+    pub async fn query_plans(&self) -> Result<Vec<(&'static str, Vec<String>)>, StoreError> {
+        let explain = match self.db.backend() {
+            Backend::Sqlite => "EXPLAIN QUERY PLAN",
+            Backend::Postgres => "EXPLAIN",
+        };
+        let inbox = WaitingFilter {
+            limit: 51,
+            ..WaitingFilter::default()
+        };
+        let runs = RunFilter {
+            status: None,
+            created_before_ms: None,
+            limit: 50,
+        };
+        let waiting = format!("{explain} {}", waiting_sql(self.db.backend()));
+        let list = format!("{explain} {}", list_sql());
+        let mut plans = Vec::new();
+        for (name, query) in [
+            (
+                "inbox, first page",
+                bind_waiting(sqlx::query(&waiting), &inbox),
+            ),
+            (
+                "runs list, first page",
+                bind_list(sqlx::query(&list), &runs),
+            ),
+        ] {
+            let rows = query.fetch_all(self.db.pool()).await.map_err(backend)?;
+            let lines = rows
+                .iter()
+                .map(|row| match self.db.backend() {
+                    // id, parent, notused, detail
+                    Backend::Sqlite => row.try_get::<String, _>(3),
+                    Backend::Postgres => row.try_get::<String, _>(0),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(backend)?;
+            plans.push((name, lines));
+        }
+        Ok(plans)
+    }
+
     /// Starts a write transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`),
     /// so concurrent writers wait their turn instead of failing when they upgrade a read.
     async fn write_tx(&self) -> Result<Transaction<'static, Any>, sqlx::Error> {
@@ -372,6 +417,9 @@ fn rule_from_row(row: &AnyRow) -> Result<ApprovalRule, StoreError> {
     })
 }
 
+/// Event rows per `INSERT` (9 parameters each: under SQLite's and Postgres's limits).
+const EVENT_ROWS_PER_INSERT: usize = 100;
+
 async fn insert_events(
     tx: &mut Transaction<'static, Any>,
     id: Uuid,
@@ -379,6 +427,9 @@ async fn insert_events(
 ) -> Result<(), StoreError> {
     let run = id;
     let id = id.to_string();
+    if events.is_empty() {
+        return Notice::Run(run).announce(tx).await.map_err(backend);
+    }
     // The log is a hash chain per run: each row follows the last one written.
     let mut prev: String = sqlx::query_scalar(
         "SELECT hash FROM agent_run_event WHERE run_id = $1 ORDER BY sequence DESC LIMIT 1",
@@ -389,6 +440,7 @@ async fn insert_events(
     .map_err(backend)?
     .flatten()
     .unwrap_or_else(|| chain::GENESIS.to_owned());
+    let mut rows = Vec::with_capacity(events.len());
     for event in events {
         if let Event::Tool {
             round,
@@ -414,7 +466,7 @@ async fn insert_events(
             .await
             .map_err(backend)?;
         }
-        let row = chain::ChainRow {
+        let mut row = chain::ChainRow {
             sequence: event.sequence,
             kind: event.event.kind().to_owned(),
             round: event.event.round().map(i64::from),
@@ -429,22 +481,48 @@ async fn insert_events(
             hash: None,
         };
         let hash = chain::row_hash(&id, &prev, &row);
-        sqlx::query(
-            "INSERT INTO agent_run_event (run_id, sequence, kind, round, duration_ms, payload, created_at_ms, prev_hash, hash) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(&id)
-        .bind(row.sequence)
-        .bind(&row.kind)
-        .bind(row.round)
-        .bind(row.duration_ms)
-        .bind(&row.payload)
-        .bind(row.created_at_ms)
-        .bind(&prev)
-        .bind(&hash)
-        .execute(&mut **tx)
-        .await.map_err(backend)?;
-        prev = hash;
+        row.prev_hash = Some(std::mem::replace(&mut prev, hash.clone()));
+        row.hash = Some(hash);
+        rows.push(row);
+    }
+    // All of a segment's steps in as few statements as the bind limits allow.
+    for chunk in rows.chunks(EVENT_ROWS_PER_INSERT) {
+        let mut sql = String::from(
+            "INSERT INTO agent_run_event (run_id, sequence, kind, round, duration_ms, payload, \
+             created_at_ms, prev_hash, hash) VALUES ",
+        );
+        for i in 0..chunk.len() {
+            let n = i * 9;
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!(
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5,
+                n + 6,
+                n + 7,
+                n + 8,
+                n + 9
+            ));
+        }
+        let mut query = sqlx::query(&sql);
+        for row in chunk {
+            query = query
+                .bind(&id)
+                .bind(row.sequence)
+                .bind(&row.kind)
+                .bind(row.round)
+                .bind(row.duration_ms)
+                .bind(&row.payload)
+                .bind(row.created_at_ms)
+                .bind(row.prev_hash.as_deref())
+                .bind(row.hash.as_deref());
+        }
+        query.execute(&mut **tx).await.map_err(backend)?;
     }
     // Every instance hears of the commit, so their live streams read the new steps.
     Notice::Run(run).announce(tx).await.map_err(backend)
@@ -482,6 +560,54 @@ fn last_sequence(events: &[SequencedEvent]) -> Option<i64> {
 
 fn to_i64(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
+
+/// The runs page's query: newest first, optionally of one status, before a cursor.
+fn list_sql() -> String {
+    format!(
+        "SELECT {RUN_COLUMNS} FROM agent_run \
+         WHERE ($1 IS NULL OR status = $1) AND created_at_ms < $2 \
+         ORDER BY created_at_ms DESC, id DESC LIMIT $3"
+    )
+}
+
+fn bind_list<'q>(query: AnyQuery<'q>, filter: &'q RunFilter) -> AnyQuery<'q> {
+    query
+        .bind(filter.status.map(RunStatus::as_str))
+        .bind(filter.created_before_ms.unwrap_or(i64::MAX))
+        .bind(i64::from(filter.limit.clamp(1, 500)))
+}
+
+/// The inbox's query: waiting runs, oldest wait first, after a cursor (a row-value comparison,
+/// so that the page is a range of the waiting index rather than a sort of every waiting run).
+fn waiting_sql(backend: Backend) -> String {
+    // SQLite without statistics would pick the status index and sort every waiting run.
+    let index = match backend {
+        Backend::Sqlite => "INDEXED BY agent_run_waiting",
+        Backend::Postgres => "",
+    };
+    format!(
+        "SELECT {RUN_COLUMNS} FROM agent_run {index} WHERE status IN ({}) \
+         AND ($1 IS NULL OR provider = $1) AND ($2 IS NULL OR pending_tools LIKE $2) \
+         AND (updated_at_ms, id) > ($3, $4) \
+         ORDER BY updated_at_ms ASC, id ASC LIMIT $5",
+        RunStatus::sql_list(&RunStatus::WAITING)
+    )
+}
+
+fn bind_waiting<'q>(query: AnyQuery<'q>, filter: &'q WaitingFilter) -> AnyQuery<'q> {
+    let (after_ms, after_id) = filter
+        .after
+        .map(|(ms, id)| (ms, id.to_string()))
+        .unwrap_or((i64::MIN, String::new()));
+    query
+        .bind(filter.provider.as_deref())
+        .bind(filter.tool.as_deref().map(|tool| format!("%,{tool},%")))
+        .bind(after_ms)
+        .bind(after_id)
+        .bind(i64::from(filter.limit.clamp(1, 1000)))
 }
 
 fn read_run(row: &AnyRow) -> Result<RunRecord, StoreError> {
@@ -553,12 +679,13 @@ impl RunStore for SqlRunStore {
             (RunStatus::Queued, None, 0, Some(now_ms))
         };
         let mut tx = self.db.pool().begin().await.map_err(backend)?;
-        sqlx::query(
+        let row = sqlx::query(&format!(
             "INSERT INTO agent_run (id, status, configuration, requested_by, truncated, version, last_sequence, \
              created_at_ms, updated_at_ms, started_at_ms, provider, lease_owner, lease_until_ms, queued_at_ms, \
              parent_id) \
-             VALUES ($1, $2, $3, $4, 0, 0, $12, $5, $5, $9, $6, $7, $8, $10, $11)",
-        )
+             VALUES ($1, $2, $3, $4, 0, 0, $12, $5, $5, $9, $6, $7, $8, $10, $11) \
+             RETURNING {RUN_COLUMNS}"
+        ))
         .bind(run.id.to_string())
         .bind(status.as_str())
         .bind(configuration)
@@ -576,8 +703,10 @@ impl RunStore for SqlRunStore {
                 .map(|c| c.parent.to_string()),
         )
         .bind(last_sequence(&run.copied).unwrap_or(0))
-        .execute(&mut *tx)
-        .await.map_err(backend)?;
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(backend)?;
+        let record = read_run(&row)?;
         if !run.copied.is_empty() {
             insert_events(&mut tx, run.id, &run.copied).await?;
         }
@@ -586,7 +715,7 @@ impl RunStore for SqlRunStore {
         }
         tx.commit().await.map_err(backend)?;
         self.committed();
-        self.status_of(run.id).await
+        Ok(record)
     }
 
     async fn take_queued(&self, now_ms: i64, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
@@ -738,19 +867,30 @@ impl RunStore for SqlRunStore {
         version: i64,
         claim: &ClaimRecord,
         now_ms: i64,
+        drive_here: bool,
     ) -> Result<Claim, StoreError> {
+        let (status, owner, until, queued) = if drive_here {
+            (
+                RunStatus::Running,
+                Some(&*self.owner),
+                now_ms + self.lease_ms,
+                None,
+            )
+        } else {
+            (RunStatus::Queued, None, 0, Some(now_ms))
+        };
         let mut tx = self.write_tx().await.map_err(backend)?;
         // The compare-and-set: exactly one claimer's update matches the row.
         let row = sqlx::query(
             "UPDATE agent_run SET status = $1, decided_by = $2, decided_at_ms = $3, decision = $4, \
              decision_record = $5, version = version + 1, updated_at_ms = $3, \
              last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END, \
-             lease_owner = NULL, lease_until_ms = 0, queued_at_ms = $3, approved_bases = $10, \
+             lease_owner = $12, lease_until_ms = $13, queued_at_ms = $14, approved_bases = $10, \
              approval_deadline_ms = NULL \
              WHERE id = $7 AND status IN ($8, $11) AND version = $9 \
              RETURNING version",
         )
-        .bind(RunStatus::Queued.as_str())
+        .bind(status.as_str())
         .bind(&claim.decided_by)
         .bind(now_ms)
         .bind(claim.verdict.as_str())
@@ -761,6 +901,9 @@ impl RunStore for SqlRunStore {
         .bind(version)
         .bind(&claim.approved_bases)
         .bind(RunStatus::WaitingForInput.as_str())
+        .bind(owner)
+        .bind(until)
+        .bind(queued)
         .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?;
@@ -770,8 +913,10 @@ impl RunStore for SqlRunStore {
         };
         let new_version: i64 = row.try_get("version").map_err(backend)?;
         insert_events(&mut tx, id, &claim.events).await?;
-        // The decision waits in the queue: every instance's worker looks.
-        Notice::Queued.announce(&mut tx).await.map_err(backend)?;
+        if queued.is_some() {
+            // The decision waits in the queue: every instance's worker looks.
+            Notice::Queued.announce(&mut tx).await.map_err(backend)?;
+        }
         insert_claim_rows(&mut tx, id, claim, now_ms).await?;
         tx.commit().await.map_err(backend)?;
         self.committed();
@@ -1124,40 +1269,20 @@ impl RunStore for SqlRunStore {
     }
 
     async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM agent_run \
-             WHERE ($1 IS NULL OR status = $1) AND created_at_ms < $2 \
-             ORDER BY created_at_ms DESC, id DESC LIMIT $3"
-        ))
-        .bind(filter.status.map(RunStatus::as_str))
-        .bind(filter.created_before_ms.unwrap_or(i64::MAX))
-        .bind(i64::from(filter.limit.clamp(1, 500)))
-        .fetch_all(self.db.pool())
-        .await
-        .map_err(backend)?;
+        let sql = list_sql();
+        let rows = bind_list(sqlx::query(&sql), filter)
+            .fetch_all(self.db.pool())
+            .await
+            .map_err(backend)?;
         rows.iter().map(read_run).collect()
     }
 
     async fn waiting(&self, filter: &WaitingFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let (after_ms, after_id) = filter
-            .after
-            .map(|(ms, id)| (ms, id.to_string()))
-            .unwrap_or((i64::MIN, String::new()));
-        let rows = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM agent_run WHERE status IN ({}) \
-             AND ($1 IS NULL OR provider = $1) AND ($2 IS NULL OR pending_tools LIKE $2) \
-             AND (updated_at_ms > $3 OR (updated_at_ms = $3 AND id > $4)) \
-             ORDER BY updated_at_ms ASC, id ASC LIMIT $5",
-            RunStatus::sql_list(&RunStatus::WAITING)
-        ))
-        .bind(filter.provider.as_deref())
-        .bind(filter.tool.as_deref().map(|tool| format!("%,{tool},%")))
-        .bind(after_ms)
-        .bind(after_id)
-        .bind(i64::from(filter.limit.clamp(1, 1000)))
-        .fetch_all(self.db.pool())
-        .await
-        .map_err(backend)?;
+        let sql = waiting_sql(self.db.backend());
+        let rows = bind_waiting(sqlx::query(&sql), filter)
+            .fetch_all(self.db.pool())
+            .await
+            .map_err(backend)?;
         rows.iter().map(read_run).collect()
     }
 

@@ -1,0 +1,373 @@
+//! Many waiting runs: fills an SQLite database through the store with runs waiting for approval
+//! (copies of one real demo run, each with its own id and steps), and at each size starts the
+//! server binary on it and measures:
+//! - its resident memory (`VmRSS`) a second after it starts listening;
+//! - `GET /approvals` (the inbox's first page), the median of 20;
+//! - `nrllm_runs_list` (the runs page's data, first page), the median of 20;
+//! - approving one run (`nrllm_tool_resume`, answered once the claim is committed), the median of 5.
+//!
+//! With `--check`, exits 1 if any figure at a size is more than 3× its figure at the first size.
+//! Prints the query plans of the inbox's and the list's queries on the largest database.
+//!
+//! make bench-fill      (release: 100, 10,000 and 100,000 runs, checked)
+//! cargo bench -p nrllm-playground --features ssr --bench fill -- [--sizes 100,10000] [--check] [binary]
+//!
+//! The server is the binary cargo built with the bench unless another is named.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nrllm_core::events::Event;
+use nrllm_core::state::SuspendedState;
+use nrllm_core::store::{NewRun, RunConfiguration, RunStatus, RunStore, SequencedEvent};
+use nrllm_store::db::{Database, DbOptions, SqliteSync};
+use nrllm_store::SqlRunStore;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+const ADDR: &str = "127.0.0.1:3098";
+
+struct Args {
+    binary: String,
+    sizes: Vec<usize>,
+    check: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        binary: String::new(),
+        sizes: vec![100, 10_000, 100_000],
+        check: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--sizes" => {
+                args.sizes = it
+                    .next()
+                    .ok_or("--sizes takes a list such as 100,10000")?
+                    .split(',')
+                    .map(|n| n.trim().parse::<usize>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| "--sizes takes numbers separated by commas")?;
+                if args.sizes.is_empty() || args.sizes.windows(2).any(|w| w[0] >= w[1]) {
+                    return Err("--sizes must grow".into());
+                }
+            }
+            "--check" => args.check = true,
+            "--bench" => {}
+            other if other.starts_with("--") => return Err(format!("unknown flag `{other}`")),
+            binary => args.binary = binary.to_owned(),
+        }
+    }
+    if args.binary.is_empty() {
+        // The build's own server binary (cargo builds it with the bench).
+        args.binary = env!("CARGO_BIN_EXE_nrllm-playground").to_owned();
+    }
+    Ok(args)
+}
+
+struct Server {
+    child: Child,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    async fn start(binary: &str, dir: &std::path::Path) -> Server {
+        let config = dir.join("fill.toml");
+        std::fs::write(&config, "log_level = \"warn\"\n").expect("the settings file");
+        let child = Command::new(binary)
+            .env("NRLLM_CONFIG", &config)
+            .env("NRLLM_SITE_ADDR", ADDR)
+            .env(
+                "NRLLM_DATABASE_URL",
+                format!("sqlite:{}/fill.db", dir.display()),
+            )
+            .env("NRLLM_DEMO_THINK_MS", "0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot start {binary}: {err}"));
+        let server = Server { child };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while tokio::net::TcpStream::connect(ADDR).await.is_err() {
+            assert!(Instant::now() < deadline, "the server never listened");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        server
+    }
+
+    fn rss_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the server's /proc status");
+        let kb: f64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS");
+        kb / 1024.0
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("an HTTP client")
+}
+
+async fn call(token: &str, endpoint: &str, body: Value) -> (u16, Value) {
+    let response = client()
+        .post(format!("http://{ADDR}/api/{endpoint}"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .expect("the server answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// A run waiting for approval, made by the server itself: the template every filled run copies.
+struct Template {
+    configuration: RunConfiguration,
+    state: SuspendedState,
+    events: Vec<SequencedEvent>,
+}
+
+async fn template(
+    binary: &str,
+    dir: &std::path::Path,
+    token: &str,
+    store: &SqlRunStore,
+) -> Template {
+    let server = Server::start(binary, dir).await;
+    let (status, run) = call(
+        token,
+        "nrllm_tool_run",
+        json!({ "prompt": "Rename the home page to \"Filled\"" }),
+    )
+    .await;
+    assert_eq!(status, 200, "the demo run starts: {run}");
+    let id = Uuid::parse_str(run.as_str().expect("a run id")).expect("a run id");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let record = loop {
+        let record = store.get(id).await.expect("the store").expect("the run");
+        if record.status == RunStatus::WaitingForApproval {
+            break record;
+        }
+        assert!(Instant::now() < deadline, "the demo run never waited");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    drop(server);
+    let events = store
+        .events(id, 0)
+        .await
+        .expect("its steps")
+        .into_iter()
+        .map(|stored| SequencedEvent {
+            sequence: stored.sequence,
+            event: serde_json::from_value::<Event>(stored.payload)
+                .expect("a step this build wrote"),
+            created_at_ms: stored.created_at_ms,
+        })
+        .collect();
+    Template {
+        configuration: record.configuration.expect("its configuration"),
+        state: SuspendedState::from_json(record.suspended_state.as_deref().unwrap_or_default())
+            .expect("its state"),
+        events,
+    }
+}
+
+/// Adds `count` waiting runs like `template`, through the store: each is created (with the
+/// template's steps) and suspended, as a real run is. Four writers at once.
+async fn fill(store: &Arc<SqlRunStore>, template: &Arc<Template>, count: usize) {
+    let writers = 4;
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let store = Arc::clone(store);
+            let template = Arc::clone(template);
+            let share = count / writers + usize::from(w < count % writers);
+            tokio::spawn(async move {
+                for _ in 0..share {
+                    let now = nrllm_core::clock::now_ms();
+                    let run = NewRun {
+                        id: Uuid::now_v7(),
+                        configuration: template.configuration.clone(),
+                        requested_by: "bench".into(),
+                        copied: template.events.clone(),
+                    };
+                    let created = store.create(&run, now, true).await.expect("create");
+                    store
+                        .suspend(run.id, created.version, &template.state, &[], now, None)
+                        .await
+                        .expect("suspend");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a writer");
+    }
+}
+
+fn median_ms(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+struct Figures {
+    rss_mb: f64,
+    approvals_ms: f64,
+    list_ms: f64,
+    approve_ms: f64,
+}
+
+async fn measure(binary: &str, dir: &std::path::Path, token: &str, store: &SqlRunStore) -> Figures {
+    let server = Server::start(binary, dir).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_mb = server.rss_mb();
+    // The oldest waiting runs: the inbox's first page shows them first; five are approved.
+    let waiting = store
+        .waiting(&nrllm_core::store::WaitingFilter {
+            limit: 5,
+            ..Default::default()
+        })
+        .await
+        .expect("waiting runs");
+    let oldest = waiting.first().expect("a waiting run").id.to_string();
+    let mut approvals = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        let response = client()
+            .get(format!("http://{ADDR}/approvals"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("the inbox");
+        assert_eq!(response.status().as_u16(), 200);
+        let page = response.text().await.expect("the inbox's HTML");
+        approvals.push(started.elapsed().as_secs_f64() * 1000.0);
+        assert!(page.contains(&oldest), "the inbox shows the oldest wait");
+    }
+    let mut list = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        let (status, body) = call(token, "nrllm_runs_list", json!({})).await;
+        list.push(started.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(status, 200, "{body}");
+    }
+    let mut approve = Vec::new();
+    for run in waiting {
+        let started = Instant::now();
+        let (status, body) = call(
+            token,
+            "nrllm_tool_resume",
+            json!({ "run_id": run.id.to_string(), "decision": "approve_all" }),
+        )
+        .await;
+        approve.push(started.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(status, 200, "{body}");
+    }
+    // Let the worker finish the approved runs before the server stops.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(server);
+    Figures {
+        rss_mb,
+        approvals_ms: median_ms(approvals),
+        list_ms: median_ms(list),
+        approve_ms: median_ms(approve),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("fill: {message}");
+            std::process::exit(2);
+        }
+    };
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let url = format!("sqlite:{}/fill.db", dir.path().display());
+    // The fill writes at synchronous=NORMAL (it is not what is measured); the server opens the
+    // file with its own setting.
+    let db = Database::connect_with(
+        &url,
+        DbOptions {
+            sqlite_sync: SqliteSync::Normal,
+            max_connections: None,
+        },
+    )
+    .await
+    .expect("the database");
+    let token = nrllm_store::accounts::AccountStore::new(db.clone())
+        .create_token(
+            "fill-bench",
+            nrllm_types::Role::Admin,
+            "bench",
+            nrllm_core::clock::now_ms(),
+        )
+        .await
+        .expect("a token");
+    let store = Arc::new(SqlRunStore::new(db.clone()));
+    let template = Arc::new(template(&args.binary, dir.path(), &token, &store).await);
+
+    println!("| waiting runs | fill | server RSS | /approvals | nrllm_runs_list | approve one |");
+    println!("|---|---|---|---|---|---|");
+    let mut first: Option<Figures> = None;
+    let mut failed = Vec::new();
+    let mut filled = 1; // the template
+    for &size in &args.sizes {
+        let started = Instant::now();
+        // Five runs of each size are approved while it is measured.
+        fill(&store, &template, size.saturating_sub(filled)).await;
+        let fill_s = started.elapsed().as_secs_f64();
+        let figures = measure(&args.binary, dir.path(), &token, &store).await;
+        filled = size;
+        println!(
+            "| {size} | {fill_s:.1} s | {:.1} MB | {:.2} ms | {:.2} ms | {:.2} ms |",
+            figures.rss_mb, figures.approvals_ms, figures.list_ms, figures.approve_ms
+        );
+        match &first {
+            None => first = Some(figures),
+            Some(base) => {
+                for (name, now, then) in [
+                    ("server RSS", figures.rss_mb, base.rss_mb),
+                    ("/approvals", figures.approvals_ms, base.approvals_ms),
+                    ("nrllm_runs_list", figures.list_ms, base.list_ms),
+                    ("approve one", figures.approve_ms, base.approve_ms),
+                ] {
+                    if now > 3.0 * then {
+                        failed.push(format!(
+                            "{name} at {size}: {now:.2}, more than 3x its {then:.2} at {}",
+                            args.sizes[0]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    println!();
+    for (name, plan) in store.query_plans().await.expect("the query plans") {
+        println!("{name}:");
+        for line in plan {
+            println!("    {line}");
+        }
+    }
+    for line in &failed {
+        eprintln!("fill: {line}");
+    }
+    if args.check && !failed.is_empty() {
+        std::process::exit(1);
+    }
+}
