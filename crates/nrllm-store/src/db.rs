@@ -6,6 +6,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
@@ -75,6 +76,8 @@ pub enum DatabaseError {
 pub struct Database {
     pool: AnyPool,
     backend: Backend,
+    /// SQLite takes one writer at a time: this process's writers take turns here first.
+    write_turn: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Database {
@@ -140,12 +143,26 @@ impl Database {
             Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
             Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
         }
-        Ok(Database { pool, backend })
+        Ok(Database {
+            pool,
+            backend,
+            write_turn: Arc::default(),
+        })
     }
 
     /// The connection pool.
     pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// This process's turn to write, on SQLite (which lets one writer in at a time): writers
+    /// queue here in order rather than in SQLite's busy handler, which sleeps and retries. `None`
+    /// on Postgres, where writers of different rows go ahead together.
+    pub(crate) async fn write_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        match self.backend {
+            Backend::Sqlite => Some(Arc::clone(&self.write_turn).lock_owned().await),
+            Backend::Postgres => None,
+        }
     }
 
     /// The SQL dialect behind the pool.

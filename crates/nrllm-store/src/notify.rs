@@ -53,18 +53,15 @@ impl Notice {
     }
 
     /// Announces it when `tx` commits, on Postgres (nothing on SQLite: one instance).
-    pub async fn announce(
-        self,
-        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    ) -> Result<(), sqlx::Error> {
-        if tx.backend_name() == "PostgreSQL" {
+    pub async fn announce(self, conn: &mut sqlx::AnyConnection) -> Result<(), sqlx::Error> {
+        if conn.backend_name() == "PostgreSQL" {
             // The payload is one we formatted: nothing in it needs quoting.
             // One prepared statement for every payload (a `NOTIFY` with the payload written
             // into it would be parsed and planned again for each run).
             sqlx::query("SELECT 1 FROM pg_notify($1, $2)")
                 .bind(CHANNEL)
                 .bind(self.payload())
-                .execute(&mut **tx)
+                .execute(&mut *conn)
                 .await?;
         }
         Ok(())

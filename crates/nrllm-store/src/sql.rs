@@ -17,12 +17,37 @@ use nrllm_core::store::{
 };
 use nrllm_core::transcript::ToolOutcome;
 use sqlx::any::AnyRow;
-use sqlx::{Any, Row, Transaction};
+use sqlx::{Any, AnyConnection, Row, Transaction};
 use uuid::Uuid;
 
 use crate::chain::{self, ChainRow, ChainVerdict};
 use crate::db::{Backend, Database};
 use crate::notify::Notice;
+
+/// A write transaction and, on SQLite, this process's turn to write (held until it ends).
+struct WriteTx {
+    tx: Transaction<'static, Any>,
+    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl WriteTx {
+    async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = AnyConnection;
+    fn deref(&self) -> &AnyConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        &mut self.tx
+    }
+}
 
 /// A database error as the store reports it (its cause is kept for the log).
 pub(crate) fn backend(err: sqlx::Error) -> StoreError {
@@ -204,11 +229,16 @@ impl SqlRunStore {
 
     /// Starts a write transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`),
     /// so concurrent writers wait their turn instead of failing when they upgrade a read.
-    async fn write_tx(&self) -> Result<Transaction<'static, Any>, sqlx::Error> {
-        match self.db.backend() {
-            Backend::Sqlite => self.db.pool().begin_with("BEGIN IMMEDIATE").await,
-            Backend::Postgres => self.db.pool().begin().await,
-        }
+    ///
+    /// On SQLite the writers of this process first queue for their turn ([`Database::write_turn`]),
+    /// in order, instead of polling for the file's lock in SQLite's sleeping busy handler.
+    async fn write_tx(&self) -> Result<WriteTx, sqlx::Error> {
+        let turn = self.db.write_turn().await;
+        let tx = match self.db.backend() {
+            Backend::Sqlite => self.db.pool().begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.db.pool().begin().await?,
+        };
+        Ok(WriteTx { tx, _turn: turn })
     }
 
     async fn status_of(&self, id: Uuid) -> Result<RunRecord, StoreError> {
@@ -219,17 +249,17 @@ impl SqlRunStore {
     /// rolled back); otherwise the segment's events are written and everything commits at once.
     async fn close_transition(
         &self,
-        mut tx: Transaction<'static, Any>,
-        rows_affected: u64,
+        mut tx: WriteTx,
+        matched: Option<AnyRow>,
         id: Uuid,
         version: i64,
         (events, point): (&[SequencedEvent], &'static str),
     ) -> Result<(), StoreError> {
-        if rows_affected != 1 {
+        let Some(row) = matched else {
             drop(tx);
             return Err(self.refusal(id, version).await);
-        }
-        insert_events(&mut tx, id, events).await?;
+        };
+        insert_events_after(&mut tx, id, events, chain_head(&row)?).await?;
         failpoint::reach(point);
         tx.commit().await.map_err(backend)?;
         self.committed();
@@ -328,12 +358,10 @@ fn cancel_request(row: &AnyRow) -> Result<Option<CancelRequest>, StoreError> {
     }
 }
 
-/// Writes a segment's events, and journals each approved call's result (a `tool` step answering
-/// a dispatched call) on its effect record.
 /// The rows a decision journals besides its step: a dispatch record for each call that runs,
 /// and the rules the decider asked for.
 async fn insert_claim_rows(
-    tx: &mut Transaction<'static, Any>,
+    tx: &mut AnyConnection,
     id: Uuid,
     claim: &ClaimRecord,
     now_ms: i64,
@@ -351,7 +379,7 @@ async fn insert_claim_rows(
         .bind(&dispatch.arguments)
         .bind(&dispatch.effect_key)
         .bind(now_ms)
-        .execute(&mut **tx)
+        .execute(&mut *tx)
         .await
         .map_err(backend)?;
     }
@@ -365,7 +393,7 @@ const RULE_COLUMNS: &str =
     "id, run_id, configuration, tool, effect, conditions, created_by, created_at_ms";
 
 async fn insert_rule(
-    tx: &mut Transaction<'static, Any>,
+    tx: &mut AnyConnection,
     draft: &RuleDraft,
     by: &str,
     now_ms: i64,
@@ -386,7 +414,7 @@ async fn insert_rule(
     .bind(conditions)
     .bind(by)
     .bind(now_ms)
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *tx)
     .await
     .map_err(backend)?;
     Ok(id)
@@ -420,26 +448,51 @@ fn rule_from_row(row: &AnyRow) -> Result<ApprovalRule, StoreError> {
 /// Event rows per `INSERT` (9 parameters each: under SQLite's and Postgres's limits).
 const EVENT_ROWS_PER_INSERT: usize = 100;
 
+/// The hash of a run's last step, as a column of a statement on `agent_run` (a fenced update's
+/// `RETURNING`), so that a transition learns where its steps chain on without a read of its own.
+const CHAIN_HEAD: &str =
+    "(SELECT hash FROM agent_run_event WHERE agent_run_event.run_id = agent_run.id \
+     ORDER BY sequence DESC LIMIT 1) AS chain_head";
+
+/// The chain head a row returned with [`CHAIN_HEAD`]: `None` before the run's first step.
+fn chain_head(row: &AnyRow) -> Result<Option<String>, StoreError> {
+    row.try_get("chain_head").map_err(backend)
+}
+
+/// [`insert_events_after`] the run's last step, read here.
 async fn insert_events(
-    tx: &mut Transaction<'static, Any>,
+    tx: &mut AnyConnection,
     id: Uuid,
     events: &[SequencedEvent],
 ) -> Result<(), StoreError> {
+    let head = if events.is_empty() {
+        None
+    } else {
+        sqlx::query_scalar(
+            "SELECT hash FROM agent_run_event WHERE run_id = $1 ORDER BY sequence DESC LIMIT 1",
+        )
+        .bind(id.to_string())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?
+        .flatten()
+    };
+    insert_events_after(tx, id, events, head).await
+}
+
+/// Writes a segment's steps after the step whose hash is `head` (`None`: the run's first), and
+/// journals each approved call's result (a `tool` step answering a dispatched call) on its
+/// effect record.
+async fn insert_events_after(
+    tx: &mut AnyConnection,
+    id: Uuid,
+    events: &[SequencedEvent],
+    head: Option<String>,
+) -> Result<(), StoreError> {
     let run = id;
     let id = id.to_string();
-    if events.is_empty() {
-        return Notice::Run(run).announce(tx).await.map_err(backend);
-    }
     // The log is a hash chain per run: each row follows the last one written.
-    let mut prev: String = sqlx::query_scalar(
-        "SELECT hash FROM agent_run_event WHERE run_id = $1 ORDER BY sequence DESC LIMIT 1",
-    )
-    .bind(&id)
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(backend)?
-    .flatten()
-    .unwrap_or_else(|| chain::GENESIS.to_owned());
+    let mut prev = head.unwrap_or_else(|| chain::GENESIS.to_owned());
     let mut rows = Vec::with_capacity(events.len());
     for event in events {
         if let Event::Tool {
@@ -462,7 +515,7 @@ async fn insert_events(
             .bind(&id)
             .bind(i64::from(*round))
             .bind(call_id)
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await
             .map_err(backend)?;
         }
@@ -522,7 +575,7 @@ async fn insert_events(
                 .bind(row.prev_hash.as_deref())
                 .bind(row.hash.as_deref());
         }
-        query.execute(&mut **tx).await.map_err(backend)?;
+        query.execute(&mut *tx).await.map_err(backend)?;
     }
     // Every instance hears of the commit, so their live streams read the new steps.
     Notice::Run(run).announce(tx).await.map_err(backend)
@@ -678,7 +731,7 @@ impl RunStore for SqlRunStore {
         } else {
             (RunStatus::Queued, None, 0, Some(now_ms))
         };
-        let mut tx = self.db.pool().begin().await.map_err(backend)?;
+        let mut tx = self.write_tx().await.map_err(backend)?;
         let row = sqlx::query(&format!(
             "INSERT INTO agent_run (id, status, configuration, requested_by, truncated, version, last_sequence, \
              created_at_ms, updated_at_ms, started_at_ms, provider, lease_owner, lease_until_ms, queued_at_ms, \
@@ -823,7 +876,7 @@ impl RunStore for SqlRunStore {
         deadline_ms: Option<i64>,
     ) -> Result<i64, StoreError> {
         let mut tx = self.write_tx().await.map_err(backend)?;
-        let updated = sqlx::query(
+        let updated = sqlx::query(&format!(
             "UPDATE agent_run SET status = $1, suspended_state = $2, iterations = $3, tool_calls = $4, \
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, \
              last_sequence = CASE WHEN $8 > last_sequence THEN $8 ELSE last_sequence END, \
@@ -831,8 +884,8 @@ impl RunStore for SqlRunStore {
              decided_by = NULL, decided_at_ms = NULL, decision = NULL, decision_record = NULL, \
              lease_owner = NULL, lease_until_ms = 0, approval_deadline_ms = $15 \
              WHERE id = $10 AND status = $11 AND version = $12 AND lease_owner = $14 \
-             AND cancel_by IS NULL",
-        )
+             AND cancel_by IS NULL RETURNING {CHAIN_HEAD}",
+        ))
         .bind(state.waiting_for().as_str())
         .bind(state.to_json())
         .bind(i64::from(state.counters.iterations))
@@ -848,16 +901,11 @@ impl RunStore for SqlRunStore {
         .bind(pending_tools(state))
         .bind(&*self.owner)
         .bind(deadline_ms)
-        .execute(&mut *tx)
-        .await.map_err(backend)?;
-        self.close_transition(
-            tx,
-            updated.rows_affected(),
-            id,
-            version,
-            (events, "during_suspend_commit"),
-        )
-        .await?;
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(backend)?;
+        self.close_transition(tx, updated, id, version, (events, "during_suspend_commit"))
+            .await?;
         Ok(version + 1)
     }
 
@@ -881,15 +929,15 @@ impl RunStore for SqlRunStore {
         };
         let mut tx = self.write_tx().await.map_err(backend)?;
         // The compare-and-set: exactly one claimer's update matches the row.
-        let row = sqlx::query(
+        let row = sqlx::query(&format!(
             "UPDATE agent_run SET status = $1, decided_by = $2, decided_at_ms = $3, decision = $4, \
              decision_record = $5, version = version + 1, updated_at_ms = $3, \
              last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END, \
              lease_owner = $12, lease_until_ms = $13, queued_at_ms = $14, approved_bases = $10, \
              approval_deadline_ms = NULL \
              WHERE id = $7 AND status IN ($8, $11) AND version = $9 \
-             RETURNING version",
-        )
+             RETURNING version, {CHAIN_HEAD}"
+        ))
         .bind(status.as_str())
         .bind(&claim.decided_by)
         .bind(now_ms)
@@ -912,7 +960,7 @@ impl RunStore for SqlRunStore {
             return Ok(Claim::Lost(Box::new(self.status_of(id).await?)));
         };
         let new_version: i64 = row.try_get("version").map_err(backend)?;
-        insert_events(&mut tx, id, &claim.events).await?;
+        insert_events_after(&mut tx, id, &claim.events, chain_head(&row)?).await?;
         if queued.is_some() {
             // The decision waits in the queue: every instance's worker looks.
             Notice::Queued.announce(&mut tx).await.map_err(backend)?;
@@ -934,7 +982,7 @@ impl RunStore for SqlRunStore {
         now_ms: i64,
     ) -> Result<i64, StoreError> {
         let mut tx = self.write_tx().await.map_err(backend)?;
-        let updated = sqlx::query(
+        let updated = sqlx::query(&format!(
             "UPDATE agent_run SET suspended_state = $1, iterations = $2, tool_calls = $3, \
              prompt_tokens = $4, completion_tokens = $5, total_tokens = $6, \
              last_sequence = CASE WHEN $7 > last_sequence THEN $7 ELSE last_sequence END, \
@@ -942,8 +990,8 @@ impl RunStore for SqlRunStore {
              decided_by = $10, decided_at_ms = $8, decision = $11, decision_record = $12, \
              approved_bases = $13 \
              WHERE id = $14 AND status = $15 AND version = $16 AND lease_owner = $17 \
-             AND cancel_by IS NULL",
-        )
+             AND cancel_by IS NULL RETURNING {CHAIN_HEAD}"
+        ))
         .bind(state.to_json())
         .bind(i64::from(state.counters.iterations))
         .bind(i64::from(state.counters.tool_calls))
@@ -961,14 +1009,14 @@ impl RunStore for SqlRunStore {
         .bind(RunStatus::Running.as_str())
         .bind(version)
         .bind(&*self.owner)
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(backend)?;
-        if updated.rows_affected() != 1 {
+        let Some(row) = updated else {
             drop(tx);
             return Err(self.refusal(id, version).await);
-        }
-        insert_events(&mut tx, id, &claim.events).await?;
+        };
+        insert_events_after(&mut tx, id, &claim.events, chain_head(&row)?).await?;
         insert_claim_rows(&mut tx, id, claim, now_ms).await?;
         failpoint::reach("during_automatic_decision_commit");
         tx.commit().await.map_err(backend)?;
@@ -1086,7 +1134,7 @@ impl RunStore for SqlRunStore {
              version = version + 1, updated_at_ms = $13, finished_at_ms = $13, \
              lease_owner = NULL, lease_until_ms = 0 \
              WHERE id = $14 AND version = $15 AND status NOT IN ({}) \
-             AND (status <> $16 OR lease_owner = $17)",
+             AND (status <> $16 OR lease_owner = $17) RETURNING {CHAIN_HEAD}",
             RunStatus::sql_list(&RunStatus::TERMINAL)
         ))
         .bind(finish.status.as_str())
@@ -1106,16 +1154,11 @@ impl RunStore for SqlRunStore {
         .bind(version)
         .bind(RunStatus::Running.as_str())
         .bind(&*self.owner)
-        .execute(&mut *tx)
-        .await.map_err(backend)?;
-        self.close_transition(
-            tx,
-            updated.rows_affected(),
-            id,
-            version,
-            (events, "during_finish_commit"),
-        )
+        .fetch_optional(&mut *tx)
         .await
+        .map_err(backend)?;
+        self.close_transition(tx, updated, id, version, (events, "during_finish_commit"))
+            .await
     }
 
     async fn fail_corrupted(
