@@ -52,10 +52,10 @@ impl Notice {
         }
     }
 
-    /// Announces it when `tx` commits, on Postgres (nothing on SQLite: one instance).
+    /// Announces it when the transaction open on `conn` commits, on Postgres (nothing on
+    /// SQLite: one instance).
     pub async fn announce(self, conn: &mut sqlx::AnyConnection) -> Result<(), sqlx::Error> {
         if conn.backend_name() == "PostgreSQL" {
-            // The payload is one we formatted: nothing in it needs quoting.
             // One prepared statement for every payload (a `NOTIFY` with the payload written
             // into it would be parsed and planned again for each run).
             sqlx::query("SELECT 1 FROM pg_notify($1, $2)")
