@@ -14,7 +14,6 @@
 //! drops it at the end.
 //! Any failure of any client (a "database is locked" included) ends the bench with exit code 1.
 
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -118,7 +117,7 @@ impl Provider for CycleModel {
 fn fsyncs_per_second(dir: &std::path::Path) -> std::io::Result<f64> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join("fsync-probe");
-    let mut file = std::fs::File::create(&path)?;
+    let file = std::fs::File::create(&path)?;
     let page = [7u8; 4096];
     let started = Instant::now();
     let mut done = 0u64;
@@ -128,7 +127,6 @@ fn fsyncs_per_second(dir: &std::path::Path) -> std::io::Result<f64> {
         done += 1;
     }
     let rate = done as f64 / started.elapsed().as_secs_f64();
-    file.flush()?;
     drop(file);
     std::fs::remove_file(&path)?;
     Ok(rate)

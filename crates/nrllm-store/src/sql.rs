@@ -291,17 +291,33 @@ impl SqlRunStore {
 
     /// The take-from-the-queue update ([`take_sql`]) with its first five parameters bound:
     /// running, this instance's lease from `now_ms`, from queued.
-    fn bind_take<'q>(
-        &'q self,
-        sql: &'q str,
-        now_ms: i64,
-    ) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
+    fn bind_take<'q>(&'q self, sql: &'q str, now_ms: i64) -> AnyQuery<'q> {
         sqlx::query(sql)
             .bind(RunStatus::Running.as_str())
             .bind(&*self.owner)
             .bind(now_ms + self.lease_ms)
             .bind(now_ms)
             .bind(RunStatus::Queued.as_str())
+    }
+
+    /// Where a run goes when it is created or claimed: `running` under this instance's lease
+    /// from `now_ms` (driven here), or `queued` since `now_ms` for any instance's worker. Its
+    /// status, lease owner, lease end and queue time.
+    fn placement(
+        &self,
+        drive_here: bool,
+        now_ms: i64,
+    ) -> (RunStatus, Option<&str>, i64, Option<i64>) {
+        if drive_here {
+            (
+                RunStatus::Running,
+                Some(&*self.owner),
+                now_ms + self.lease_ms,
+                None,
+            )
+        } else {
+            (RunStatus::Queued, None, 0, Some(now_ms))
+        }
     }
 
     /// Explains a fenced update that matched no row.
@@ -721,16 +737,7 @@ impl RunStore for SqlRunStore {
     ) -> Result<RunRecord, StoreError> {
         let configuration = serde_json::to_string(&run.configuration)
             .map_err(|err| StoreError::Corrupt(err.to_string()))?;
-        let (status, owner, until, queued) = if drive_here {
-            (
-                RunStatus::Running,
-                Some(&*self.owner),
-                now_ms + self.lease_ms,
-                None,
-            )
-        } else {
-            (RunStatus::Queued, None, 0, Some(now_ms))
-        };
+        let (status, owner, until, queued) = self.placement(drive_here, now_ms);
         let mut tx = self.write_tx().await.map_err(backend)?;
         let row = sqlx::query(&format!(
             "INSERT INTO agent_run (id, status, configuration, requested_by, truncated, version, last_sequence, \
@@ -917,16 +924,7 @@ impl RunStore for SqlRunStore {
         now_ms: i64,
         drive_here: bool,
     ) -> Result<Claim, StoreError> {
-        let (status, owner, until, queued) = if drive_here {
-            (
-                RunStatus::Running,
-                Some(&*self.owner),
-                now_ms + self.lease_ms,
-                None,
-            )
-        } else {
-            (RunStatus::Queued, None, 0, Some(now_ms))
-        };
+        let (status, owner, until, queued) = self.placement(drive_here, now_ms);
         let mut tx = self.write_tx().await.map_err(backend)?;
         // The compare-and-set: exactly one claimer's update matches the row.
         let row = sqlx::query(&format!(
