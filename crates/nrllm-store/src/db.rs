@@ -9,9 +9,14 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nrllm_core::store::StoreError;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::Migrator;
 use sqlx::{AnyPool, Executor};
+
+use crate::sql::backend as store_error;
+use crate::sqlite::{Readers, Writer};
+use crate::transition::{self, Row, Statement, Transition};
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres");
@@ -69,6 +74,12 @@ pub enum DatabaseError {
     },
     #[error("cannot apply the database migrations: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(
+        "an in-memory SQLite database cannot be shared by the store's connections; name a file"
+    )]
+    InMemory,
+    #[error("cannot open the SQLite file for writing: {0}")]
+    Writer(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// An open, migrated database.
@@ -78,6 +89,10 @@ pub struct Database {
     backend: Backend,
     /// SQLite takes one writer at a time: this process's writers take turns here first.
     write_turn: Arc<tokio::sync::Mutex<()>>,
+    /// On SQLite, the thread that carries out transitions whole.
+    writer: Option<Arc<Writer>>,
+    /// On SQLite, the connections point reads use on the caller's thread.
+    readers: Option<Arc<Readers>>,
 }
 
 impl Database {
@@ -100,14 +115,16 @@ impl Database {
                 .collect(),
         })?;
         let connect_error = |source| DatabaseError::Connect { backend, source };
+        let synchronous = match options.sqlite_sync {
+            SqliteSync::Full => "FULL",
+            SqliteSync::Normal => "NORMAL",
+        };
+        let mut sqlite_file = None;
         let pool = match backend {
             Backend::Sqlite => {
-                let url = prepare_sqlite_url(url)?;
+                let (url, path) = prepare_sqlite_url(url)?;
+                sqlite_file = Some(path);
                 let connect = AnyConnectOptions::from_str(&url).map_err(connect_error)?;
-                let synchronous = match options.sqlite_sync {
-                    SqliteSync::Full => "FULL",
-                    SqliteSync::Normal => "NORMAL",
-                };
                 AnyPoolOptions::new()
                     .max_connections(options.max_connections.unwrap_or(8))
                     // A connection to a file does not go stale: no ping before each use (it
@@ -143,11 +160,52 @@ impl Database {
             Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
             Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
         }
+        let write_turn = Arc::default();
+        let (writer, readers) = match sqlite_file {
+            Some(path) => (
+                Some(Arc::new(
+                    Writer::open(Path::new(&path), synchronous, Arc::clone(&write_turn))
+                        .map_err(DatabaseError::Writer)?,
+                )),
+                Some(Arc::new(Readers::new(Path::new(&path)))),
+            ),
+            None => (None, None),
+        };
         Ok(Database {
             pool,
             backend,
-            write_turn: Arc::default(),
+            write_turn,
+            writer,
+            readers,
         })
+    }
+
+    /// The rows a point read returns (a run by id, a run's rules): on SQLite read on this
+    /// thread (see [`crate::sqlite`]), on Postgres through the pool.
+    pub(crate) async fn query(&self, statement: &Statement) -> Result<Vec<Row>, StoreError> {
+        if let Some(readers) = &self.readers {
+            return readers.query(statement);
+        }
+        let rows = statement
+            .query()
+            .fetch_all(&self.pool)
+            .await
+            .map_err(store_error)?;
+        rows.iter().map(Row::from_any).collect()
+    }
+
+    /// Carries out `transition` in one transaction (see [`Transition`]): the row its fence
+    /// returned, or `None` — then nothing was written.
+    pub(crate) async fn transact(&self, transition: Transition) -> Result<Option<Row>, StoreError> {
+        if let Some(writer) = &self.writer {
+            return writer.transact(transition).await;
+        }
+        let mut tx = self.pool.begin().await.map_err(store_error)?;
+        let row = transition::carry_out(&mut tx, transition).await?;
+        if row.is_some() {
+            tx.commit().await.map_err(store_error)?;
+        }
+        Ok(row)
     }
 
     /// The connection pool.
@@ -186,12 +244,12 @@ impl Database {
 }
 
 /// Makes sure the SQLite file can be created: its folder exists and the URL asks for
-/// read-write-create mode unless it names a mode itself.
-fn prepare_sqlite_url(url: &str) -> Result<String, DatabaseError> {
+/// read-write-create mode unless it names a mode itself. The URL, and the file's path.
+fn prepare_sqlite_url(url: &str) -> Result<(String, String), DatabaseError> {
     let rest = url.trim_start_matches("sqlite:").trim_start_matches("//");
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if path.is_empty() || path == ":memory:" {
-        return Ok(url.to_owned());
+    if path.is_empty() || path == ":memory:" || query.split('&').any(|p| p == "mode=memory") {
+        return Err(DatabaseError::InMemory);
     }
     if let Some(parent) = Path::new(path)
         .parent()
@@ -202,13 +260,14 @@ fn prepare_sqlite_url(url: &str) -> Result<String, DatabaseError> {
             source,
         })?;
     }
-    if query.split('&').any(|pair| pair.starts_with("mode=")) {
-        Ok(url.to_owned())
+    let url = if query.split('&').any(|pair| pair.starts_with("mode=")) {
+        url.to_owned()
     } else if query.is_empty() {
-        Ok(format!("{url}?mode=rwc"))
+        format!("{url}?mode=rwc")
     } else {
-        Ok(format!("{url}&mode=rwc"))
-    }
+        format!("{url}&mode=rwc")
+    };
+    Ok((url, path.to_owned()))
 }
 
 #[cfg(test)]
@@ -237,6 +296,15 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("`mysql:`"), "{text}");
         assert!(!text.contains("secret"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn an_in_memory_sqlite_database_is_refused_with_a_reason() {
+        for url in ["sqlite::memory:", "sqlite:", "sqlite:file.db?mode=memory"] {
+            let err = Database::connect(url).await.unwrap_err();
+            assert!(matches!(err, DatabaseError::InMemory), "{url}: {err}");
+            assert!(err.to_string().contains("name a file"));
+        }
     }
 
     #[tokio::test]

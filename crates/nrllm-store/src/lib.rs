@@ -7,9 +7,11 @@ pub mod chain;
 pub mod db;
 pub mod notify;
 pub mod sql;
+mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tool_settings;
+mod transition;
 pub mod webhooks;
 
 pub use sql::SqlRunStore;

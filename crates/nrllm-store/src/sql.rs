@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use nrllm_core::events::Event;
-use nrllm_core::failpoint;
 use nrllm_core::rules::{ApprovalRule, RuleDraft, RuleEffect, RuleScope};
 use nrllm_core::state::{Counters, SuspendedState};
 use nrllm_core::store::{
@@ -16,13 +15,13 @@ use nrllm_core::store::{
     TerminationReason, WaitingFilter,
 };
 use nrllm_core::transcript::ToolOutcome;
-use sqlx::any::AnyRow;
-use sqlx::{Any, AnyConnection, Row, Transaction};
+use sqlx::{Any, AnyConnection, Row as _, Transaction};
 use uuid::Uuid;
 
 use crate::chain::{self, ChainRow, ChainVerdict};
 use crate::db::{Backend, Database};
 use crate::notify::Notice;
+use crate::transition::{Cells, Row, Statement, Transition};
 
 /// A write transaction and, on SQLite, this process's turn to write (held until it ends).
 struct WriteTx {
@@ -245,24 +244,88 @@ impl SqlRunStore {
         self.get(id).await?.ok_or(StoreError::NotFound(id))
     }
 
-    /// Ends a fenced transition: if its update matched no row the transition is refused (and
-    /// rolled back); otherwise the segment's events are written and everything commits at once.
-    async fn close_transition(
+    /// Carries out a transition fenced on run `id` being at `version`: the fence's row, or why
+    /// it matched none (then nothing was written).
+    async fn fenced(
         &self,
-        mut tx: WriteTx,
-        matched: Option<AnyRow>,
+        transition: Transition,
         id: Uuid,
         version: i64,
-        (events, point): (&[SequencedEvent], &'static str),
+    ) -> Result<Row, StoreError> {
+        match self.db.transact(transition).await? {
+            Some(row) => {
+                self.committed();
+                Ok(row)
+            }
+            None => Err(self.refusal(id, version).await),
+        }
+    }
+
+    /// A transition on run `id` fenced by `fence` that writes `events` as the run's next steps
+    /// ([`SqlRunStore::add_steps`]).
+    fn transition(
+        &self,
+        fence: Statement,
+        id: Uuid,
+        events: &[SequencedEvent],
+    ) -> Result<Transition, StoreError> {
+        let mut transition = Transition::new(fence, id.to_string());
+        self.add_steps(&mut transition, id, events)?;
+        Ok(transition)
+    }
+
+    /// Adds `events` to `transition` as run `id`'s next steps: each approved call's result (a
+    /// `tool` step answering a dispatched call) is journaled on its effect record too, and every
+    /// instance hears of the commit, so that their live streams read the new steps.
+    fn add_steps(
+        &self,
+        transition: &mut Transition,
+        id: Uuid,
+        events: &[SequencedEvent],
     ) -> Result<(), StoreError> {
-        let Some(row) = matched else {
-            drop(tx);
-            return Err(self.refusal(id, version).await);
-        };
-        insert_events_after(&mut tx, id, events, chain_head(&row)?).await?;
-        failpoint::reach(point);
-        tx.commit().await.map_err(backend)?;
-        self.committed();
+        let run = id.to_string();
+        for event in events {
+            if let Event::Tool {
+                round,
+                call_id,
+                result,
+                on_resume: true,
+                executed: true,
+                ..
+            } = &event.event
+            {
+                let outcome = event.event.tool_outcome().unwrap_or_default();
+                transition.then.push(
+                    Statement::new(
+                        "UPDATE agent_run_effect SET result = $1, outcome = $2, completed_at_ms = $3 \
+                         WHERE run_id = $4 AND round = $5 AND call_id = $6 AND result IS NULL",
+                    )
+                    .bind(result.as_str())
+                    .bind(outcome_name(outcome))
+                    .bind(event.created_at_ms)
+                    .bind(run.as_str())
+                    .bind(i64::from(*round))
+                    .bind(call_id.as_str()),
+                );
+            }
+            transition.steps.push(ChainRow {
+                sequence: event.sequence,
+                kind: event.event.kind().to_owned(),
+                round: event.event.round().map(i64::from),
+                duration_ms: event
+                    .event
+                    .duration_ms()
+                    .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+                payload: serde_json::to_string(&event.event)
+                    .map_err(|err| StoreError::Corrupt(err.to_string()))?,
+                created_at_ms: event.created_at_ms,
+                prev_hash: None,
+                hash: None,
+            });
+        }
+        transition
+            .then
+            .extend(Notice::Run(id).statement(self.db.backend()));
         Ok(())
     }
 
@@ -363,12 +426,11 @@ fn take_sql(which: &str) -> String {
 }
 
 /// The cancel asked for a run, from a row with its `cancel_by` and `cancel_reason`.
-fn cancel_request(row: &AnyRow) -> Result<Option<CancelRequest>, StoreError> {
-    let by: Option<String> = row.try_get("cancel_by").map_err(backend)?;
-    match by {
+fn cancel_request(row: &impl Cells) -> Result<Option<CancelRequest>, StoreError> {
+    match row.text("cancel_by")? {
         Some(by) => Ok(Some(CancelRequest {
             by,
-            reason: row.try_get("cancel_reason").map_err(backend)?,
+            reason: row.text("cancel_reason")?,
         })),
         None => Ok(None),
     }
@@ -376,70 +438,55 @@ fn cancel_request(row: &AnyRow) -> Result<Option<CancelRequest>, StoreError> {
 
 /// The rows a decision journals besides its step: a dispatch record for each call that runs,
 /// and the rules the decider asked for.
-async fn insert_claim_rows(
-    tx: &mut AnyConnection,
-    id: Uuid,
-    claim: &ClaimRecord,
-    now_ms: i64,
-) -> Result<(), StoreError> {
+fn claim_rows(id: Uuid, claim: &ClaimRecord, now_ms: i64) -> Vec<Statement> {
+    let mut rows = Vec::with_capacity(claim.dispatched.len() + claim.rules.len());
     for dispatch in &claim.dispatched {
-        sqlx::query(
-            "INSERT INTO agent_run_effect (run_id, round, call_id, tool, arguments, effect_key, \
-             dispatched_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
-             ON CONFLICT (run_id, round, call_id) DO NOTHING",
-        )
-        .bind(id.to_string())
-        .bind(i64::from(dispatch.round))
-        .bind(&dispatch.call_id)
-        .bind(&dispatch.tool)
-        .bind(&dispatch.arguments)
-        .bind(&dispatch.effect_key)
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(backend)?;
+        rows.push(
+            Statement::new(
+                "INSERT INTO agent_run_effect (run_id, round, call_id, tool, arguments, effect_key, \
+                 dispatched_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                 ON CONFLICT (run_id, round, call_id) DO NOTHING",
+            )
+            .bind(id.to_string())
+            .bind(i64::from(dispatch.round))
+            .bind(dispatch.call_id.as_str())
+            .bind(dispatch.tool.as_str())
+            .bind(dispatch.arguments.as_str())
+            .bind(dispatch.effect_key.as_str())
+            .bind(now_ms),
+        );
     }
     for rule in &claim.rules {
-        insert_rule(tx, rule, &claim.decided_by, now_ms).await?;
+        rows.push(rule_insert(rule, &claim.decided_by, now_ms));
     }
-    Ok(())
+    rows
 }
 
 const RULE_COLUMNS: &str =
     "id, run_id, configuration, tool, effect, conditions, created_by, created_at_ms";
 
-async fn insert_rule(
-    tx: &mut AnyConnection,
-    draft: &RuleDraft,
-    by: &str,
-    now_ms: i64,
-) -> Result<i64, StoreError> {
+/// The insert of a rule drafted by `by`, returning its `id`.
+fn rule_insert(draft: &RuleDraft, by: &str, now_ms: i64) -> Statement {
     let (run, configuration) = match &draft.scope {
         RuleScope::Run(run) => (Some(run.to_string()), None),
         RuleScope::Configuration(name) => (None, Some(name.clone())),
     };
     let conditions = serde_json::to_string(&draft.conditions).unwrap_or_else(|_| "[]".into());
-    let id: i64 = sqlx::query_scalar(
+    Statement::new(
         "INSERT INTO approval_rule (run_id, configuration, tool, effect, conditions, created_by, \
          created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
     )
     .bind(run)
     .bind(configuration)
-    .bind(&draft.tool)
+    .bind(draft.tool.as_str())
     .bind(draft.effect.as_str())
     .bind(conditions)
     .bind(by)
     .bind(now_ms)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(backend)?;
-    Ok(id)
 }
 
-fn rule_from_row(row: &AnyRow) -> Result<ApprovalRule, StoreError> {
-    let text = |column: &str| -> Result<Option<String>, StoreError> {
-        row.try_get::<Option<String>, _>(column).map_err(backend)
-    };
+fn rule_from_row(row: &impl Cells) -> Result<ApprovalRule, StoreError> {
+    let text = |column: &str| row.text(column);
     let scope = match (text("run_id")?, text("configuration")?) {
         (Some(run), _) => RuleScope::Run(
             Uuid::parse_str(&run).map_err(|e| StoreError::Corrupt(format!("rule run id: {e}")))?,
@@ -449,7 +496,7 @@ fn rule_from_row(row: &AnyRow) -> Result<ApprovalRule, StoreError> {
     };
     let effect = text("effect")?.unwrap_or_default();
     Ok(ApprovalRule {
-        id: row.try_get("id").map_err(backend)?,
+        id: row.required_int("id")?,
         scope,
         tool: text("tool")?.unwrap_or_default(),
         effect: RuleEffect::parse(&effect)
@@ -457,145 +504,15 @@ fn rule_from_row(row: &AnyRow) -> Result<ApprovalRule, StoreError> {
         conditions: serde_json::from_str(&text("conditions")?.unwrap_or_default())
             .map_err(|e| StoreError::Corrupt(format!("rule conditions: {e}")))?,
         created_by: text("created_by")?.unwrap_or_default(),
-        created_at_ms: row.try_get("created_at_ms").map_err(backend)?,
+        created_at_ms: row.required_int("created_at_ms")?,
     })
 }
-
-/// Event rows per `INSERT` (9 parameters each: under SQLite's and Postgres's limits).
-const EVENT_ROWS_PER_INSERT: usize = 100;
 
 /// The hash of a run's last step, as a column of a statement on `agent_run` (a fenced update's
 /// `RETURNING`), so that a transition learns where its steps chain on without a read of its own.
 const CHAIN_HEAD: &str =
     "(SELECT hash FROM agent_run_event WHERE agent_run_event.run_id = agent_run.id \
      ORDER BY sequence DESC LIMIT 1) AS chain_head";
-
-/// The chain head a row returned with [`CHAIN_HEAD`]: `None` before the run's first step.
-fn chain_head(row: &AnyRow) -> Result<Option<String>, StoreError> {
-    row.try_get("chain_head").map_err(backend)
-}
-
-/// [`insert_events_after`] the run's last step, read here.
-async fn insert_events(
-    tx: &mut AnyConnection,
-    id: Uuid,
-    events: &[SequencedEvent],
-) -> Result<(), StoreError> {
-    let head = if events.is_empty() {
-        None
-    } else {
-        sqlx::query_scalar(
-            "SELECT hash FROM agent_run_event WHERE run_id = $1 ORDER BY sequence DESC LIMIT 1",
-        )
-        .bind(id.to_string())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?
-        .flatten()
-    };
-    insert_events_after(tx, id, events, head).await
-}
-
-/// Writes a segment's steps after the step whose hash is `head` (`None`: the run's first), and
-/// journals each approved call's result (a `tool` step answering a dispatched call) on its
-/// effect record.
-async fn insert_events_after(
-    tx: &mut AnyConnection,
-    id: Uuid,
-    events: &[SequencedEvent],
-    head: Option<String>,
-) -> Result<(), StoreError> {
-    let run = id;
-    let id = id.to_string();
-    // The log is a hash chain per run: each row follows the last one written.
-    let mut prev = head.unwrap_or_else(|| chain::GENESIS.to_owned());
-    let mut rows = Vec::with_capacity(events.len());
-    for event in events {
-        if let Event::Tool {
-            round,
-            call_id,
-            result,
-            on_resume: true,
-            executed: true,
-            ..
-        } = &event.event
-        {
-            let outcome = event.event.tool_outcome().unwrap_or_default();
-            sqlx::query(
-                "UPDATE agent_run_effect SET result = $1, outcome = $2, completed_at_ms = $3 \
-                 WHERE run_id = $4 AND round = $5 AND call_id = $6 AND result IS NULL",
-            )
-            .bind(result)
-            .bind(outcome_name(outcome))
-            .bind(event.created_at_ms)
-            .bind(&id)
-            .bind(i64::from(*round))
-            .bind(call_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-        }
-        let mut row = chain::ChainRow {
-            sequence: event.sequence,
-            kind: event.event.kind().to_owned(),
-            round: event.event.round().map(i64::from),
-            duration_ms: event
-                .event
-                .duration_ms()
-                .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
-            payload: serde_json::to_string(&event.event)
-                .map_err(|err| StoreError::Corrupt(err.to_string()))?,
-            created_at_ms: event.created_at_ms,
-            prev_hash: None,
-            hash: None,
-        };
-        let hash = chain::row_hash(&id, &prev, &row);
-        row.prev_hash = Some(std::mem::replace(&mut prev, hash.clone()));
-        row.hash = Some(hash);
-        rows.push(row);
-    }
-    // All of a segment's steps in as few statements as the bind limits allow.
-    for chunk in rows.chunks(EVENT_ROWS_PER_INSERT) {
-        let mut sql = String::from(
-            "INSERT INTO agent_run_event (run_id, sequence, kind, round, duration_ms, payload, \
-             created_at_ms, prev_hash, hash) VALUES ",
-        );
-        for i in 0..chunk.len() {
-            let n = i * 9;
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(&format!(
-                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                n + 1,
-                n + 2,
-                n + 3,
-                n + 4,
-                n + 5,
-                n + 6,
-                n + 7,
-                n + 8,
-                n + 9
-            ));
-        }
-        let mut query = sqlx::query(&sql);
-        for row in chunk {
-            query = query
-                .bind(&id)
-                .bind(row.sequence)
-                .bind(&row.kind)
-                .bind(row.round)
-                .bind(row.duration_ms)
-                .bind(&row.payload)
-                .bind(row.created_at_ms)
-                .bind(row.prev_hash.as_deref())
-                .bind(row.hash.as_deref());
-        }
-        query.execute(&mut *tx).await.map_err(backend)?;
-    }
-    // Every instance hears of the commit, so their live streams read the new steps.
-    Notice::Run(run).announce(tx).await.map_err(backend)
-}
 
 fn outcome_name(outcome: ToolOutcome) -> &'static str {
     match outcome {
@@ -679,23 +596,22 @@ fn bind_waiting<'q>(query: AnyQuery<'q>, filter: &'q WaitingFilter) -> AnyQuery<
         .bind(i64::from(filter.limit.clamp(1, 1000)))
 }
 
-fn read_run(row: &AnyRow) -> Result<RunRecord, StoreError> {
-    let text: String = row.try_get("id").map_err(backend)?;
+fn read_run(row: &impl Cells) -> Result<RunRecord, StoreError> {
+    let text = row.required_text("id")?;
     let id = Uuid::parse_str(&text)
         .map_err(|err| StoreError::Corrupt(format!("run id `{text}`: {err}")))?;
-    let status_text: String = row.try_get("status").map_err(backend)?;
+    let status_text = row.required_text("status")?;
     let status = RunStatus::parse(&status_text)
         .ok_or_else(|| StoreError::Corrupt(format!("run {id}: unknown status `{status_text}`")))?;
-    let configuration: String = row.try_get("configuration").map_err(backend)?;
+    let configuration = row.required_text("configuration")?;
     let get_u64 = |name: &str| -> Result<u64, StoreError> {
-        let value: i64 = row.try_get(name).map_err(backend)?;
-        Ok(u64::try_from(value).unwrap_or_default())
+        Ok(u64::try_from(row.required_int(name)?).unwrap_or_default())
     };
     Ok(RunRecord {
         id,
         status,
         configuration: serde_json::from_str(&configuration).ok(),
-        requested_by: row.try_get("requested_by").map_err(backend)?,
+        requested_by: row.required_text("requested_by")?,
         counters: Counters {
             iterations: u32::try_from(get_u64("iterations")?).unwrap_or(u32::MAX),
             tool_calls: u32::try_from(get_u64("tool_calls")?).unwrap_or(u32::MAX),
@@ -704,25 +620,25 @@ fn read_run(row: &AnyRow) -> Result<RunRecord, StoreError> {
                 completion_tokens: get_u64("completion_tokens")?,
             },
         },
-        truncated: row.try_get::<i64, _>("truncated").map_err(backend)? != 0,
-        estimated_cost_micros: row.try_get("estimated_cost_micros").map_err(backend)?,
-        termination_reason: row.try_get("termination_reason").map_err(backend)?,
-        error_summary: row.try_get("error_summary").map_err(backend)?,
-        final_answer: row.try_get("final_answer").map_err(backend)?,
-        suspended_state: row.try_get("suspended_state").map_err(backend)?,
-        decided_by: row.try_get("decided_by").map_err(backend)?,
-        decided_at_ms: row.try_get("decided_at_ms").map_err(backend)?,
-        decision: row.try_get("decision").map_err(backend)?,
-        decision_record: row.try_get("decision_record").map_err(backend)?,
-        version: row.try_get("version").map_err(backend)?,
-        last_sequence: row.try_get("last_sequence").map_err(backend)?,
-        created_at_ms: row.try_get("created_at_ms").map_err(backend)?,
-        updated_at_ms: row.try_get("updated_at_ms").map_err(backend)?,
-        started_at_ms: row.try_get("started_at_ms").map_err(backend)?,
-        finished_at_ms: row.try_get("finished_at_ms").map_err(backend)?,
-        approval_deadline_ms: row.try_get("approval_deadline_ms").map_err(backend)?,
-        queued_at_ms: row.try_get("queued_at_ms").map_err(backend)?,
-        approved_bases: row.try_get("approved_bases").map_err(backend)?,
+        truncated: row.required_int("truncated")? != 0,
+        estimated_cost_micros: row.int("estimated_cost_micros")?,
+        termination_reason: row.text("termination_reason")?,
+        error_summary: row.text("error_summary")?,
+        final_answer: row.text("final_answer")?,
+        suspended_state: row.text("suspended_state")?,
+        decided_by: row.text("decided_by")?,
+        decided_at_ms: row.int("decided_at_ms")?,
+        decision: row.text("decision")?,
+        decision_record: row.text("decision_record")?,
+        version: row.required_int("version")?,
+        last_sequence: row.required_int("last_sequence")?,
+        created_at_ms: row.required_int("created_at_ms")?,
+        updated_at_ms: row.required_int("updated_at_ms")?,
+        started_at_ms: row.int("started_at_ms")?,
+        finished_at_ms: row.int("finished_at_ms")?,
+        approval_deadline_ms: row.int("approval_deadline_ms")?,
+        queued_at_ms: row.int("queued_at_ms")?,
+        approved_bases: row.text("approved_bases")?,
         cancel_requested: cancel_request(row)?,
     })
 }
@@ -738,8 +654,7 @@ impl RunStore for SqlRunStore {
         let configuration = serde_json::to_string(&run.configuration)
             .map_err(|err| StoreError::Corrupt(err.to_string()))?;
         let (status, owner, until, queued) = self.placement(drive_here, now_ms);
-        let mut tx = self.write_tx().await.map_err(backend)?;
-        let row = sqlx::query(&format!(
+        let insert = Statement::new(format!(
             "INSERT INTO agent_run (id, status, configuration, requested_by, truncated, version, last_sequence, \
              created_at_ms, updated_at_ms, started_at_ms, provider, lease_owner, lease_until_ms, queued_at_ms, \
              parent_id) \
@@ -762,20 +677,21 @@ impl RunStore for SqlRunStore {
                 .as_ref()
                 .map(|c| c.parent.to_string()),
         )
-        .bind(last_sequence(&run.copied).unwrap_or(0))
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(backend)?;
-        let record = read_run(&row)?;
+        .bind(last_sequence(&run.copied).unwrap_or(0));
+        let mut transition = Transition::new(insert, run.id.to_string());
         if !run.copied.is_empty() {
-            insert_events(&mut tx, run.id, &run.copied).await?;
+            self.add_steps(&mut transition, run.id, &run.copied)?;
         }
         if queued.is_some() {
-            Notice::Queued.announce(&mut tx).await.map_err(backend)?;
+            transition
+                .then
+                .extend(Notice::Queued.statement(self.db.backend()));
         }
-        tx.commit().await.map_err(backend)?;
+        let row = self.db.transact(transition).await?.ok_or_else(|| {
+            StoreError::Corrupt(format!("the insert of run {} returned no row", run.id))
+        })?;
         self.committed();
-        Ok(record)
+        read_run(&row)
     }
 
     async fn take_queued(&self, now_ms: i64, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
@@ -882,8 +798,7 @@ impl RunStore for SqlRunStore {
         now_ms: i64,
         deadline_ms: Option<i64>,
     ) -> Result<i64, StoreError> {
-        let mut tx = self.write_tx().await.map_err(backend)?;
-        let updated = sqlx::query(&format!(
+        let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, suspended_state = $2, iterations = $3, tool_calls = $4, \
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, \
              last_sequence = CASE WHEN $8 > last_sequence THEN $8 ELSE last_sequence END, \
@@ -907,12 +822,10 @@ impl RunStore for SqlRunStore {
         .bind(version)
         .bind(pending_tools(state))
         .bind(&*self.owner)
-        .bind(deadline_ms)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?;
-        self.close_transition(tx, updated, id, version, (events, "during_suspend_commit"))
-            .await?;
+        .bind(deadline_ms);
+        let mut transition = self.transition(fence, id, events)?;
+        transition.before_commit = Some("during_suspend_commit");
+        self.fenced(transition, id, version).await?;
         Ok(version + 1)
     }
 
@@ -925,9 +838,8 @@ impl RunStore for SqlRunStore {
         drive_here: bool,
     ) -> Result<Claim, StoreError> {
         let (status, owner, until, queued) = self.placement(drive_here, now_ms);
-        let mut tx = self.write_tx().await.map_err(backend)?;
         // The compare-and-set: exactly one claimer's update matches the row.
-        let row = sqlx::query(&format!(
+        let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, decided_by = $2, decided_at_ms = $3, decision = $4, \
              decision_record = $5, version = version + 1, updated_at_ms = $3, \
              last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END, \
@@ -949,25 +861,21 @@ impl RunStore for SqlRunStore {
         .bind(RunStatus::WaitingForInput.as_str())
         .bind(owner)
         .bind(until)
-        .bind(queued)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?;
-        let Some(row) = row else {
-            drop(tx);
-            return Ok(Claim::Lost(Box::new(self.status_of(id).await?)));
-        };
-        let new_version: i64 = row.try_get("version").map_err(backend)?;
-        insert_events_after(&mut tx, id, &claim.events, chain_head(&row)?).await?;
+        .bind(queued);
+        let mut transition = self.transition(fence, id, &claim.events)?;
         if queued.is_some() {
             // The decision waits in the queue: every instance's worker looks.
-            Notice::Queued.announce(&mut tx).await.map_err(backend)?;
+            transition
+                .then
+                .extend(Notice::Queued.statement(self.db.backend()));
         }
-        insert_claim_rows(&mut tx, id, claim, now_ms).await?;
-        tx.commit().await.map_err(backend)?;
+        transition.then.extend(claim_rows(id, claim, now_ms));
+        let Some(row) = self.db.transact(transition).await? else {
+            return Ok(Claim::Lost(Box::new(self.status_of(id).await?)));
+        };
         self.committed();
         Ok(Claim::Won {
-            version: new_version,
+            version: row.required_int("version")?,
         })
     }
 
@@ -979,8 +887,7 @@ impl RunStore for SqlRunStore {
         claim: &ClaimRecord,
         now_ms: i64,
     ) -> Result<i64, StoreError> {
-        let mut tx = self.write_tx().await.map_err(backend)?;
-        let updated = sqlx::query(&format!(
+        let fence = Statement::new(format!(
             "UPDATE agent_run SET suspended_state = $1, iterations = $2, tool_calls = $3, \
              prompt_tokens = $4, completion_tokens = $5, total_tokens = $6, \
              last_sequence = CASE WHEN $7 > last_sequence THEN $7 ELSE last_sequence END, \
@@ -1006,19 +913,11 @@ impl RunStore for SqlRunStore {
         .bind(id.to_string())
         .bind(RunStatus::Running.as_str())
         .bind(version)
-        .bind(&*self.owner)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?;
-        let Some(row) = updated else {
-            drop(tx);
-            return Err(self.refusal(id, version).await);
-        };
-        insert_events_after(&mut tx, id, &claim.events, chain_head(&row)?).await?;
-        insert_claim_rows(&mut tx, id, claim, now_ms).await?;
-        failpoint::reach("during_automatic_decision_commit");
-        tx.commit().await.map_err(backend)?;
-        self.committed();
+        .bind(&*self.owner);
+        let mut transition = self.transition(fence, id, &claim.events)?;
+        transition.then.extend(claim_rows(id, claim, now_ms));
+        transition.before_commit = Some("during_automatic_decision_commit");
+        self.fenced(transition, id, version).await?;
         Ok(version + 1)
     }
 
@@ -1027,15 +926,17 @@ impl RunStore for SqlRunStore {
         run: Uuid,
         configuration: &str,
     ) -> Result<Vec<ApprovalRule>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {RULE_COLUMNS} FROM approval_rule WHERE run_id = $1 OR configuration = $2 \
-             ORDER BY id"
-        ))
-        .bind(run.to_string())
-        .bind(configuration)
-        .fetch_all(self.db.pool())
-        .await
-        .map_err(backend)?;
+        let rows = self
+            .db
+            .query(
+                &Statement::new(format!(
+                    "SELECT {RULE_COLUMNS} FROM approval_rule WHERE run_id = $1 \
+                     OR configuration = $2 ORDER BY id"
+                ))
+                .bind(run.to_string())
+                .bind(configuration),
+            )
+            .await?;
         rows.iter().map(rule_from_row).collect()
     }
 
@@ -1057,7 +958,12 @@ impl RunStore for SqlRunStore {
         now_ms: i64,
     ) -> Result<ApprovalRule, StoreError> {
         let mut tx = self.write_tx().await.map_err(backend)?;
-        let id = insert_rule(&mut tx, draft, by, now_ms).await?;
+        let id: i64 = rule_insert(draft, by, now_ms)
+            .query()
+            .fetch_one(&mut *tx)
+            .await
+            .and_then(|row| row.try_get("id"))
+            .map_err(backend)?;
         tx.commit().await.map_err(backend)?;
         Ok(ApprovalRule {
             id,
@@ -1122,8 +1028,7 @@ impl RunStore for SqlRunStore {
                 action: "a finishing status",
             });
         }
-        let mut tx = self.write_tx().await.map_err(backend)?;
-        let updated = sqlx::query(&format!(
+        let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, termination_reason = $2, iterations = $3, tool_calls = $4, \
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, truncated = $8, final_answer = $9, \
              error_summary = $10, estimated_cost_micros = $11, suspended_state = NULL, \
@@ -1151,12 +1056,11 @@ impl RunStore for SqlRunStore {
         .bind(id.to_string())
         .bind(version)
         .bind(RunStatus::Running.as_str())
-        .bind(&*self.owner)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?;
-        self.close_transition(tx, updated, id, version, (events, "during_finish_commit"))
-            .await
+        .bind(&*self.owner);
+        let mut transition = self.transition(fence, id, events)?;
+        transition.before_commit = Some("during_finish_commit");
+        self.fenced(transition, id, version).await?;
+        Ok(())
     }
 
     async fn fail_corrupted(
@@ -1167,12 +1071,12 @@ impl RunStore for SqlRunStore {
         event: &Event,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        let mut tx = self.write_tx().await.map_err(backend)?;
-        let row = sqlx::query(&format!(
+        let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, termination_reason = $2, error_summary = $3, \
              version = version + 1, updated_at_ms = $4, finished_at_ms = $4, \
              last_sequence = last_sequence + 1 \
-             WHERE id = $5 AND version = $6 AND status NOT IN ({}) RETURNING last_sequence",
+             WHERE id = $5 AND version = $6 AND status NOT IN ({}) \
+             RETURNING last_sequence, {CHAIN_HEAD}",
             RunStatus::sql_list(&RunStatus::TERMINAL)
         ))
         .bind(RunStatus::Failed.as_str())
@@ -1180,23 +1084,15 @@ impl RunStore for SqlRunStore {
         .bind(summary)
         .bind(now_ms)
         .bind(id.to_string())
-        .bind(version)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?;
-        let Some(row) = row else {
-            drop(tx);
-            return Err(self.refusal(id, version).await);
-        };
-        let sequence: i64 = row.try_get("last_sequence").map_err(backend)?;
+        .bind(version);
         let step = SequencedEvent {
-            sequence,
+            sequence: 0,
             event: event.clone(),
             created_at_ms: now_ms,
         };
-        insert_events(&mut tx, id, std::slice::from_ref(&step)).await?;
-        tx.commit().await.map_err(backend)?;
-        self.committed();
+        let mut transition = self.transition(fence, id, std::slice::from_ref(&step))?;
+        transition.numbered_by_fence = true;
+        self.fenced(transition, id, version).await?;
         Ok(())
     }
 
@@ -1207,57 +1103,8 @@ impl RunStore for SqlRunStore {
         reason: Option<&str>,
         now_ms: i64,
     ) -> Result<RunRecord, StoreError> {
-        let mut tx = self.write_tx().await.map_err(backend)?;
-        let row = sqlx::query(&format!(
-            "UPDATE agent_run SET status = $1, termination_reason = $2, suspended_state = NULL, \
-             decided_by = $3, decided_at_ms = $4, decision = 'cancelled', decision_record = NULL, \
-             version = version + 1, updated_at_ms = $4, finished_at_ms = $4, \
-             last_sequence = last_sequence + 1 \
-             WHERE id = $5 AND status IN ({}) RETURNING last_sequence",
-            RunStatus::sql_list(&RunStatus::CANCELLABLE)
-        ))
-        .bind(RunStatus::Cancelled.as_str())
-        .bind(TerminationReason::Cancelled.as_str())
-        .bind(by)
-        .bind(now_ms)
-        .bind(id.to_string())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(backend)?;
-        let Some(row) = row else {
-            // Running: the request is recorded (the first one stands), and the instance driving
-            // the run stops it at its next step.
-            let requested = sqlx::query(
-                "UPDATE agent_run SET cancel_by = COALESCE(cancel_by, $1), \
-                 cancel_reason = CASE WHEN cancel_by IS NULL THEN $2 ELSE cancel_reason END \
-                 WHERE id = $3 AND status = $4",
-            )
-            .bind(by)
-            .bind(reason)
-            .bind(id.to_string())
-            .bind(RunStatus::Running.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
-            if requested.rows_affected() == 1 {
-                Notice::Cancel(id)
-                    .announce(&mut tx)
-                    .await
-                    .map_err(backend)?;
-                tx.commit().await.map_err(backend)?;
-                self.committed();
-                return self.status_of(id).await;
-            }
-            drop(tx);
-            let run = self.status_of(id).await?;
-            return Err(StoreError::InvalidTransition {
-                id,
-                status: run.status,
-                action: "cancelled",
-            });
-        };
         let step = SequencedEvent {
-            sequence: row.try_get("last_sequence").map_err(backend)?,
+            sequence: 0,
             event: Event::Cancelled {
                 by: by.to_owned(),
                 reason: reason.map(str::to_owned),
@@ -1266,10 +1113,50 @@ impl RunStore for SqlRunStore {
             },
             created_at_ms: now_ms,
         };
-        insert_events(&mut tx, id, std::slice::from_ref(&step)).await?;
-        tx.commit().await.map_err(backend)?;
-        self.committed();
-        self.status_of(id).await
+        let fence = Statement::new(format!(
+            "UPDATE agent_run SET status = $1, termination_reason = $2, suspended_state = NULL, \
+             decided_by = $3, decided_at_ms = $4, decision = 'cancelled', decision_record = NULL, \
+             version = version + 1, updated_at_ms = $4, finished_at_ms = $4, \
+             last_sequence = last_sequence + 1 \
+             WHERE id = $5 AND status IN ({}) RETURNING last_sequence, {CHAIN_HEAD}",
+            RunStatus::sql_list(&RunStatus::CANCELLABLE)
+        ))
+        .bind(RunStatus::Cancelled.as_str())
+        .bind(TerminationReason::Cancelled.as_str())
+        .bind(by)
+        .bind(now_ms)
+        .bind(id.to_string());
+        let mut transition = self.transition(fence, id, std::slice::from_ref(&step))?;
+        transition.numbered_by_fence = true;
+        if self.db.transact(transition).await?.is_some() {
+            self.committed();
+            return self.status_of(id).await;
+        }
+        // Running: the request is recorded (the first one stands), and the instance driving the
+        // run stops it at its next step.
+        let request = Statement::new(
+            "UPDATE agent_run SET cancel_by = COALESCE(cancel_by, $1), \
+             cancel_reason = CASE WHEN cancel_by IS NULL THEN $2 ELSE cancel_reason END \
+             WHERE id = $3 AND status = $4 RETURNING id",
+        )
+        .bind(by)
+        .bind(reason)
+        .bind(id.to_string())
+        .bind(RunStatus::Running.as_str());
+        let mut transition = Transition::new(request, id.to_string());
+        transition
+            .then
+            .extend(Notice::Cancel(id).statement(self.db.backend()));
+        if self.db.transact(transition).await?.is_some() {
+            self.committed();
+            return self.status_of(id).await;
+        }
+        let run = self.status_of(id).await?;
+        Err(StoreError::InvalidTransition {
+            id,
+            status: run.status,
+            action: "cancelled",
+        })
     }
 
     async fn effects(&self, id: Uuid) -> Result<Vec<EffectRecord>, StoreError> {
@@ -1299,14 +1186,14 @@ impl RunStore for SqlRunStore {
     }
 
     async fn get(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError> {
-        let row = sqlx::query(&format!(
-            "SELECT {RUN_COLUMNS} FROM agent_run WHERE id = $1"
-        ))
-        .bind(id.to_string())
-        .fetch_optional(self.db.pool())
-        .await
-        .map_err(backend)?;
-        row.as_ref().map(read_run).transpose()
+        let rows = self
+            .db
+            .query(
+                &Statement::new(format!("SELECT {RUN_COLUMNS} FROM agent_run WHERE id = $1"))
+                    .bind(id.to_string()),
+            )
+            .await?;
+        rows.first().map(read_run).transpose()
     }
 
     async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {

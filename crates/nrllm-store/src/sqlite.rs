@@ -1,0 +1,265 @@
+//! The SQLite file, reached directly (rusqlite) where sqlx would cost a trip to a connection's
+//! thread per statement — some 25 trips an approve cycle, and most of the cycle's time went to
+//! the scheduler (BENCHMARKS.md, issue #19).
+//!
+//! - [`Writer`]: a thread of its own holding the write connection carries out each
+//!   [`Transition`] whole — `BEGIN IMMEDIATE`, the fence, the steps, the rest, `COMMIT` — with
+//!   statements it prepared once; the caller waits for one reply. It takes the process's write
+//!   turn ([`crate::db::Database::write_turn`]) for each transaction, so that it and the writes
+//!   still made through sqlx take turns in order rather than meeting in SQLite's sleeping busy
+//!   handler.
+//! - A checkpointer thread copies the write-ahead log into the database file beside the writer
+//!   (`PRAGMA wal_checkpoint(PASSIVE)` after commits), so that no commit waits for that copy and
+//!   its `fsync`s — SQLite would otherwise have the committing connection do it every 1,000
+//!   pages, which was most of a cycle's p99.
+//! - [`Readers`]: the point reads of the hot path (a run by id, its rules) run on the caller's
+//!   thread on an idle read-only connection. Such a read takes microseconds; a trip to another
+//!   thread and back costs more than the read. Pages and scans stay on sqlx's pool.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nrllm_core::failpoint;
+use nrllm_core::store::StoreError;
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use crate::transition::{Row, Statement, Transition, Value};
+
+type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// How long a connection waits for a lock another process holds.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Statements each connection keeps prepared (the multi-row step insert has one per size).
+const PREPARED: usize = 256;
+
+/// The writer checkpoints by itself only if the log grows this long (pages) — if the
+/// checkpointer cannot keep up, say because readers hold old snapshots.
+const WRITER_CHECKPOINT_PAGES: u32 = 10_000;
+
+/// How long the checkpointer waits after a checkpoint before the next, so that commits coming
+/// in a stream are copied together.
+const CHECKPOINT_PAUSE: Duration = Duration::from_millis(20);
+
+/// A database error from a direct connection, as the store reports it.
+fn sqlite(err: rusqlite::Error) -> StoreError {
+    StoreError::Backend(Box::new(err))
+}
+
+/// The handle to the writer thread. The thread ends, closing its connection, when the last
+/// handle is dropped.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Writer {
+    /// Opens the SQLite file at `path` (already created and migrated) for writing, with the
+    /// pool's settings, and starts the thread.
+    pub(crate) fn open(
+        path: &Path,
+        synchronous: &'static str,
+        turn: Arc<tokio::sync::Mutex<()>>,
+    ) -> Result<Writer, Box<dyn std::error::Error + Send + Sync>> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.pragma_update(None, "synchronous", synchronous)?;
+        conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
+        conn.set_prepared_statement_cache_capacity(PREPARED);
+        let wake = checkpointer(path, synchronous)?;
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("nrllm-sqlite-writer".into())
+            .spawn(move || {
+                let mut conn = conn;
+                for job in inbox {
+                    let _turn = turn.blocking_lock();
+                    job(&mut conn);
+                    // A checkpoint is due (if one is already, this adds nothing).
+                    let _ = wake.try_send(());
+                }
+            })?;
+        Ok(Writer { jobs })
+    }
+
+    /// Carries out `transition` in one transaction: the row its fence returned, or `None` (then
+    /// nothing was written).
+    pub(crate) async fn transact(&self, transition: Transition) -> Result<Option<Row>, StoreError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            let _ = reply.send(carry_out(conn, transition));
+        });
+        self.jobs
+            .send(job)
+            .map_err(|_| StoreError::Backend("the SQLite writer thread has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Backend("the SQLite writer thread stopped mid-write".into()))?
+    }
+}
+
+/// Starts the thread that checkpoints the log of the file at `path` whenever it is woken; it
+/// ends when the writer does (the sender is dropped).
+fn checkpointer(
+    path: &Path,
+    synchronous: &'static str,
+) -> Result<mpsc::SyncSender<()>, Box<dyn std::error::Error + Send + Sync>> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "synchronous", synchronous)?;
+    let (wake, woken) = mpsc::sync_channel::<()>(1);
+    std::thread::Builder::new()
+        .name("nrllm-sqlite-checkpoint".into())
+        .spawn(move || {
+            while woken.recv().is_ok() {
+                // PASSIVE: copies what no reader still needs, never blocking the writer.
+                let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+                    row.get::<_, i64>(0)
+                });
+                if let Err(err) = done {
+                    tracing::warn!(error = %err, "a checkpoint of the SQLite log failed");
+                }
+                std::thread::sleep(CHECKPOINT_PAUSE);
+            }
+        })?;
+    Ok(wake)
+}
+
+/// One transaction on the writer's connection. Any error rolls it back (the transaction's drop).
+fn carry_out(conn: &mut Connection, transition: Transition) -> Result<Option<Row>, StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sqlite)?;
+    let Some(row) = rows(&tx, &transition.fence, 1)?.pop() else {
+        return Ok(None);
+    };
+    let (statements, point) = transition.follow(&row)?;
+    for statement in &statements {
+        rows(&tx, statement, 0)?;
+    }
+    if let Some(point) = point {
+        failpoint::reach(point);
+    }
+    tx.commit().map_err(sqlite)?;
+    Ok(Some(row))
+}
+
+/// Read-only connections to the file, used one at a time on the caller's thread.
+#[derive(Debug)]
+pub(crate) struct Readers {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+/// Idle read connections kept open.
+const IDLE_READERS: usize = 8;
+
+impl Readers {
+    pub(crate) fn new(path: &Path) -> Readers {
+        Readers {
+            path: path.to_owned(),
+            idle: Mutex::default(),
+        }
+    }
+
+    /// The rows `statement` returns, read on this thread.
+    pub(crate) fn query(&self, statement: &Statement) -> Result<Vec<Row>, StoreError> {
+        let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
+        let conn = match idle {
+            Some(conn) => conn,
+            None => self.open().map_err(sqlite)?,
+        };
+        let found = rows(&conn, statement, usize::MAX);
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < IDLE_READERS {
+                idle.push(conn);
+            }
+        }
+        found
+    }
+
+    fn open(&self) -> Result<Connection, rusqlite::Error> {
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        conn.set_prepared_statement_cache_capacity(PREPARED);
+        Ok(conn)
+    }
+}
+
+/// Runs `statement` to its end; the first `keep` rows it returned.
+fn rows(conn: &Connection, statement: &Statement, keep: usize) -> Result<Vec<Row>, StoreError> {
+    let mut prepared = conn.prepare_cached(&statement.sql).map_err(sqlite)?;
+    // Parameters are `$1`, `$2`, …: SQLite numbers named parameters in order of first
+    // appearance, so each is bound by the number in its name.
+    for index in 1..=prepared.parameter_count() {
+        let number = prepared
+            .parameter_name(index)
+            .and_then(|name| name.strip_prefix('$'))
+            .and_then(|n| n.parse::<usize>().ok())
+            .ok_or_else(|| {
+                StoreError::Backend(
+                    format!("parameter {index} of a statement is not written `$n`").into(),
+                )
+            })?;
+        let value = number
+            .checked_sub(1)
+            .and_then(|i| statement.args.get(i))
+            .ok_or_else(|| {
+                StoreError::Backend(format!("no value for parameter ${number}").into())
+            })?;
+        match value {
+            Value::Int(v) => prepared.raw_bind_parameter(index, v),
+            Value::Text(v) => prepared.raw_bind_parameter(index, v),
+        }
+        .map_err(sqlite)?;
+    }
+    let names: Vec<String> = if keep == 0 {
+        Vec::new()
+    } else {
+        prepared
+            .column_names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut found = Vec::new();
+    let mut cursor = prepared.raw_query();
+    while let Some(row) = cursor.next().map_err(sqlite)? {
+        if found.len() >= keep {
+            continue;
+        }
+        let mut cells = Vec::with_capacity(names.len());
+        for (i, name) in names.iter().enumerate() {
+            let value = match row.get_ref(i).map_err(sqlite)? {
+                ValueRef::Null => Value::Text(None),
+                ValueRef::Integer(n) => Value::Int(Some(n)),
+                ValueRef::Text(bytes) => Value::Text(Some(
+                    std::str::from_utf8(bytes)
+                        .map_err(|err| StoreError::Corrupt(format!("column `{name}`: {err}")))?
+                        .to_owned(),
+                )),
+                ValueRef::Real(_) | ValueRef::Blob(_) => {
+                    return Err(StoreError::Corrupt(format!(
+                        "column `{name}` has a type the store does not read"
+                    )))
+                }
+            };
+            cells.push((name.clone(), value));
+        }
+        found.push(Row { cells });
+    }
+    Ok(found)
+}

@@ -1,0 +1,538 @@
+//! A write transaction as data: a fenced statement, the run's new steps chained on the hash the
+//! fence returned, and the statements that go with them (effect rows, rules, notifications) —
+//! committed together or not at all.
+//!
+//! Written once, it is carried out two ways. On Postgres, through sqlx, a statement per round
+//! trip ([`carry_out`]). On SQLite, whole, on the database's writer thread ([`crate::sqlite`]):
+//! one trip there and back, where sqlx made a trip to its connection's thread per statement —
+//! the context switches that took most of an approve cycle's time (BENCHMARKS.md, issue #19).
+
+use nrllm_core::failpoint;
+use nrllm_core::store::StoreError;
+use sqlx::any::{AnyRow, AnyTypeInfoKind};
+use sqlx::{Any, AnyConnection, Column, Row as _, TypeInfo as _, ValueRef as _};
+
+use crate::chain::{self, ChainRow};
+use crate::sql::backend;
+
+/// A statement's parameter, with its type even when it is null (Postgres wants to know).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Value {
+    Int(Option<i64>),
+    Text(Option<String>),
+}
+
+impl From<i64> for Value {
+    fn from(value: i64) -> Value {
+        Value::Int(Some(value))
+    }
+}
+
+impl From<Option<i64>> for Value {
+    fn from(value: Option<i64>) -> Value {
+        Value::Int(value)
+    }
+}
+
+impl From<String> for Value {
+    fn from(value: String) -> Value {
+        Value::Text(Some(value))
+    }
+}
+
+impl From<&str> for Value {
+    fn from(value: &str) -> Value {
+        Value::Text(Some(value.to_owned()))
+    }
+}
+
+impl From<&String> for Value {
+    fn from(value: &String) -> Value {
+        Value::Text(Some(value.clone()))
+    }
+}
+
+impl From<&Option<String>> for Value {
+    fn from(value: &Option<String>) -> Value {
+        Value::Text(value.clone())
+    }
+}
+
+impl From<Option<String>> for Value {
+    fn from(value: Option<String>) -> Value {
+        Value::Text(value)
+    }
+}
+
+impl From<Option<&str>> for Value {
+    fn from(value: Option<&str>) -> Value {
+        Value::Text(value.map(str::to_owned))
+    }
+}
+
+/// One SQL statement with its parameters, `$1`, `$2`, … in order.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Statement {
+    pub(crate) sql: String,
+    pub(crate) args: Vec<Value>,
+}
+
+impl Statement {
+    pub(crate) fn new(sql: impl Into<String>) -> Statement {
+        Statement {
+            sql: sql.into(),
+            args: Vec::new(),
+        }
+    }
+
+    /// The statement with its next parameter.
+    pub(crate) fn bind(mut self, value: impl Into<Value>) -> Statement {
+        self.args.push(value.into());
+        self
+    }
+
+    /// As an sqlx query, its parameters bound.
+    pub(crate) fn query(&self) -> sqlx::query::Query<'_, Any, sqlx::any::AnyArguments<'_>> {
+        let mut query = sqlx::query(&self.sql);
+        for value in &self.args {
+            query = match value {
+                Value::Int(v) => query.bind(*v),
+                Value::Text(v) => query.bind(v.as_deref()),
+            };
+        }
+        query
+    }
+}
+
+/// Reading a column of a returned row by name, whatever read it.
+pub(crate) trait Cells {
+    /// An integer column (`None`: null).
+    fn int(&self, column: &str) -> Result<Option<i64>, StoreError>;
+    /// A text column (`None`: null).
+    fn text(&self, column: &str) -> Result<Option<String>, StoreError>;
+
+    /// An integer column that is never null.
+    fn required_int(&self, column: &str) -> Result<i64, StoreError> {
+        self.int(column)?
+            .ok_or_else(|| StoreError::Corrupt(format!("column `{column}` is null")))
+    }
+
+    /// A text column that is never null.
+    fn required_text(&self, column: &str) -> Result<String, StoreError> {
+        self.text(column)?
+            .ok_or_else(|| StoreError::Corrupt(format!("column `{column}` is null")))
+    }
+}
+
+impl Cells for AnyRow {
+    fn int(&self, column: &str) -> Result<Option<i64>, StoreError> {
+        self.try_get(column).map_err(backend)
+    }
+
+    fn text(&self, column: &str) -> Result<Option<String>, StoreError> {
+        self.try_get(column).map_err(backend)
+    }
+}
+
+/// A row a transition's fence returned, by column name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Row {
+    pub(crate) cells: Vec<(String, Value)>,
+}
+
+impl Row {
+    fn get(&self, column: &str) -> Result<&Value, StoreError> {
+        self.cells
+            .iter()
+            .find(|(name, _)| name == column)
+            .map(|(_, value)| value)
+            .ok_or_else(|| StoreError::Corrupt(format!("no column `{column}` in the row")))
+    }
+
+    /// The row sqlx returned, column by column.
+    pub(crate) fn from_any(row: &AnyRow) -> Result<Row, StoreError> {
+        let mut cells = Vec::with_capacity(row.columns().len());
+        for column in row.columns() {
+            let i = column.ordinal();
+            let raw = row.try_get_raw(i).map_err(backend)?;
+            let value = if raw.is_null() {
+                Value::Text(None)
+            } else {
+                match raw.type_info().kind() {
+                    AnyTypeInfoKind::Text => Value::Text(row.try_get(i).map_err(backend)?),
+                    AnyTypeInfoKind::BigInt => Value::Int(row.try_get(i).map_err(backend)?),
+                    AnyTypeInfoKind::Integer => Value::Int(
+                        row.try_get::<Option<i32>, _>(i)
+                            .map_err(backend)?
+                            .map(i64::from),
+                    ),
+                    AnyTypeInfoKind::SmallInt => Value::Int(
+                        row.try_get::<Option<i16>, _>(i)
+                            .map_err(backend)?
+                            .map(i64::from),
+                    ),
+                    AnyTypeInfoKind::Bool => Value::Int(
+                        row.try_get::<Option<bool>, _>(i)
+                            .map_err(backend)?
+                            .map(i64::from),
+                    ),
+                    other => {
+                        return Err(StoreError::Corrupt(format!(
+                            "column `{}` has a type the store does not read ({other:?}, {})",
+                            column.name(),
+                            raw.type_info().name()
+                        )))
+                    }
+                }
+            };
+            cells.push((column.name().to_owned(), value));
+        }
+        Ok(Row { cells })
+    }
+}
+
+impl Cells for Row {
+    fn int(&self, column: &str) -> Result<Option<i64>, StoreError> {
+        match self.get(column)? {
+            Value::Int(value) => Ok(*value),
+            Value::Text(None) => Ok(None),
+            Value::Text(Some(_)) => Err(StoreError::Corrupt(format!(
+                "column `{column}` holds text, not a number"
+            ))),
+        }
+    }
+
+    fn text(&self, column: &str) -> Result<Option<String>, StoreError> {
+        match self.get(column)? {
+            Value::Text(value) => Ok(value.clone()),
+            Value::Int(None) => Ok(None),
+            Value::Int(Some(_)) => Err(StoreError::Corrupt(format!(
+                "column `{column}` holds a number, not text"
+            ))),
+        }
+    }
+}
+
+/// One write transaction. The fence goes first: if it returns no row the transaction is rolled
+/// back and nothing else runs (another writer moved the run on). Otherwise the run's steps are
+/// chained on the `chain_head` column the fence returned (none: the run's first step) and
+/// written, then the other statements run, and all of it commits.
+#[derive(Debug)]
+pub(crate) struct Transition {
+    pub(crate) fence: Statement,
+    /// The run the steps belong to (its id as stored).
+    pub(crate) run: String,
+    /// The steps, not yet chained (`prev_hash` and `hash` are filled in from the fence's row).
+    pub(crate) steps: Vec<ChainRow>,
+    /// The fence takes the steps' sequence numbers itself (`last_sequence = last_sequence + n`):
+    /// they are numbered up to the `last_sequence` it returned.
+    pub(crate) numbered_by_fence: bool,
+    /// Written after the steps, in order.
+    pub(crate) then: Vec<Statement>,
+    /// The crash-test point reached just before the commit.
+    pub(crate) before_commit: Option<&'static str>,
+}
+
+/// Event rows per `INSERT` (9 parameters each: under SQLite's and Postgres's limits).
+const EVENT_ROWS_PER_INSERT: usize = 100;
+
+impl Transition {
+    /// A transition fenced by `fence`, on run `run`, with nothing else yet.
+    pub(crate) fn new(fence: Statement, run: String) -> Transition {
+        Transition {
+            fence,
+            run,
+            steps: Vec::new(),
+            numbered_by_fence: false,
+            then: Vec::new(),
+            before_commit: None,
+        }
+    }
+
+    /// What follows the fence once it returned `row`: the steps chained on its `chain_head`,
+    /// in as few statements as the bind limits allow, then the rest.
+    pub(crate) fn follow(
+        self,
+        row: &Row,
+    ) -> Result<(Vec<Statement>, Option<&'static str>), StoreError> {
+        let mut statements = Vec::with_capacity(self.then.len() + 1);
+        if !self.steps.is_empty() {
+            // The log is a hash chain per run: each row follows the last one written.
+            let head = match row.text("chain_head") {
+                Ok(head) => head,
+                // A fence that creates the run has no steps before its own.
+                Err(_) if !row.cells.iter().any(|(name, _)| name == "chain_head") => None,
+                Err(err) => return Err(err),
+            };
+            let mut prev = head.unwrap_or_else(|| chain::GENESIS.to_owned());
+            let mut rows = self.steps;
+            if self.numbered_by_fence {
+                let last = row.required_int("last_sequence")?;
+                let count = rows.len() as i64;
+                for (i, step) in (0..).zip(rows.iter_mut()) {
+                    step.sequence = last - count + 1 + i;
+                }
+            }
+            for row in &mut rows {
+                let hash = chain::row_hash(&self.run, &prev, row);
+                row.prev_hash = Some(std::mem::replace(&mut prev, hash.clone()));
+                row.hash = Some(hash);
+            }
+            for chunk in rows.chunks(EVENT_ROWS_PER_INSERT) {
+                statements.push(insert_steps(&self.run, chunk));
+            }
+        }
+        statements.extend(self.then);
+        Ok((statements, self.before_commit))
+    }
+}
+
+/// One `INSERT` of `rows` (already chained) into run `run`'s log.
+fn insert_steps(run: &str, rows: &[ChainRow]) -> Statement {
+    let mut sql = String::from(
+        "INSERT INTO agent_run_event (run_id, sequence, kind, round, duration_ms, payload, \
+         created_at_ms, prev_hash, hash) VALUES ",
+    );
+    let mut args = Vec::with_capacity(rows.len() * 9);
+    for (i, row) in rows.iter().enumerate() {
+        let n = i * 9;
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        for p in 1..=9 {
+            if p > 1 {
+                sql.push_str(", ");
+            }
+            sql.push('$');
+            sql.push_str(&(n + p).to_string());
+        }
+        sql.push(')');
+        args.extend([
+            Value::from(run),
+            Value::from(row.sequence),
+            Value::from(row.kind.as_str()),
+            Value::from(row.round),
+            Value::from(row.duration_ms),
+            Value::from(row.payload.clone()),
+            Value::from(row.created_at_ms),
+            Value::from(row.prev_hash.clone()),
+            Value::from(row.hash.clone()),
+        ]);
+    }
+    Statement { sql, args }
+}
+
+/// Carries out `transition` on `conn` (a transaction open on it; the caller commits): the row the
+/// fence returned, or `None` if it returned none — then nothing else ran and the caller drops the
+/// transaction.
+pub(crate) async fn carry_out(
+    conn: &mut AnyConnection,
+    transition: Transition,
+) -> Result<Option<Row>, StoreError> {
+    let Some(row) = transition
+        .fence
+        .query()
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(backend)?
+    else {
+        return Ok(None);
+    };
+    let row = Row::from_any(&row)?;
+    let (statements, point) = transition.follow(&row)?;
+    for statement in &statements {
+        statement
+            .query()
+            .execute(&mut *conn)
+            .await
+            .map_err(backend)?;
+    }
+    if let Some(point) = point {
+        failpoint::reach(point);
+    }
+    Ok(Some(row))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(sequence: i64) -> ChainRow {
+        ChainRow {
+            sequence,
+            kind: "model".into(),
+            round: Some(1),
+            duration_ms: None,
+            payload: format!("{{\"n\":{sequence}}}"),
+            created_at_ms: 1_000 + sequence,
+            prev_hash: None,
+            hash: None,
+        }
+    }
+
+    #[test]
+    fn steps_chain_on_the_head_the_fence_returned() {
+        let mut transition = Transition::new(Statement::new("UPDATE x"), "run-1".into());
+        transition.steps = vec![step(1), step(2)];
+        transition.then = vec![Statement::new("SELECT 1")];
+        let row = Row {
+            cells: vec![("chain_head".into(), Value::from("abc"))],
+        };
+        let (statements, _) = transition.follow(&row).unwrap();
+        assert_eq!(
+            statements.len(),
+            2,
+            "one insert for both steps, then the rest"
+        );
+        let args = &statements[0].args;
+        assert_eq!(args.len(), 18);
+        // The first step follows the head; the second follows the first.
+        assert_eq!(args[7], Value::from("abc"));
+        let first = step(1);
+        let first_hash = chain::row_hash("run-1", "abc", &first);
+        assert_eq!(args[8], Value::from(first_hash.clone()));
+        assert_eq!(args[16], Value::from(first_hash.clone()));
+        assert_eq!(
+            args[17],
+            Value::from(chain::row_hash("run-1", &first_hash, &step(2)))
+        );
+        assert!(statements[0]
+            .sql
+            .contains("($10, $11, $12, $13, $14, $15, $16, $17, $18)"));
+        assert_eq!(statements[1].sql, "SELECT 1");
+    }
+
+    #[test]
+    fn a_run_without_steps_chains_on_genesis() {
+        let mut transition = Transition::new(Statement::new("INSERT x"), "run-2".into());
+        transition.steps = vec![step(1)];
+        // A null head (no step yet), and a fence without the column at all (a new run).
+        for row in [
+            Row {
+                cells: vec![("chain_head".into(), Value::Text(None))],
+            },
+            Row::default(),
+        ] {
+            let mut t = Transition::new(transition.fence.clone(), transition.run.clone());
+            t.steps = transition.steps.clone();
+            let (statements, _) = t.follow(&row).unwrap();
+            assert_eq!(statements[0].args[7], Value::from(chain::GENESIS));
+        }
+    }
+
+    #[test]
+    fn a_fence_that_takes_the_numbers_numbers_the_steps() {
+        let mut transition = Transition::new(Statement::new("UPDATE x"), "run-4".into());
+        transition.steps = vec![step(0), step(0)];
+        transition.numbered_by_fence = true;
+        let row = Row {
+            cells: vec![
+                ("last_sequence".into(), Value::from(7)),
+                ("chain_head".into(), Value::Text(None)),
+            ],
+        };
+        let (statements, _) = transition.follow(&row).unwrap();
+        assert_eq!(statements[0].args[1], Value::from(6));
+        assert_eq!(statements[0].args[10], Value::from(7));
+    }
+
+    #[test]
+    fn a_long_segment_is_split_under_the_bind_limits() {
+        let mut transition = Transition::new(Statement::new("UPDATE x"), "run-3".into());
+        transition.steps = (1..=250).map(step).collect();
+        let (statements, _) = transition.follow(&Row::default()).unwrap();
+        let sizes: Vec<usize> = statements.iter().map(|s| s.args.len() / 9).collect();
+        assert_eq!(sizes, vec![100, 100, 50]);
+    }
+
+    #[test]
+    fn a_cell_of_the_wrong_kind_is_a_clear_error() {
+        let row = Row {
+            cells: vec![
+                ("version".into(), Value::from(3)),
+                ("name".into(), Value::from("x")),
+                ("nothing".into(), Value::Text(None)),
+            ],
+        };
+        assert_eq!(row.required_int("version").unwrap(), 3);
+        assert_eq!(row.int("nothing").unwrap(), None);
+        assert!(row.int("name").unwrap_err().to_string().contains("`name`"));
+        assert!(row
+            .text("missing")
+            .unwrap_err()
+            .to_string()
+            .contains("`missing`"));
+    }
+
+    /// A table of our own, so the test does not depend on the run schema.
+    async fn scratch(db: &crate::db::Database) {
+        sqlx::query("CREATE TABLE scratch_t (id TEXT PRIMARY KEY, version BIGINT NOT NULL)")
+            .execute(db.pool())
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO scratch_t (id, version) VALUES ('a', 1)")
+            .execute(db.pool())
+            .await
+            .unwrap();
+    }
+
+    async fn version(db: &crate::db::Database) -> i64 {
+        let rows = db
+            .query(&Statement::new("SELECT version FROM scratch_t WHERE id = $1").bind("a"))
+            .await
+            .unwrap();
+        rows[0].required_int("version").unwrap()
+    }
+
+    fn bump(expected: i64) -> Statement {
+        Statement::new(
+            "UPDATE scratch_t SET version = version + 1 WHERE id = $2 AND version = $1 \
+             RETURNING version, id",
+        )
+        .bind(expected)
+        .bind("a")
+    }
+
+    #[tokio::test]
+    async fn a_transition_commits_whole_is_refused_whole_or_rolls_back_whole() {
+        for test in crate::testing::backends().await {
+            let db = &test.db;
+            scratch(db).await;
+            // The fence matches: its row comes back (numbered parameters bound by number).
+            let row = db
+                .transact(Transition::new(bump(1), "a".into()))
+                .await
+                .unwrap()
+                .expect("the fence matched");
+            assert_eq!(row.required_int("version").unwrap(), 2, "{}", test.name);
+            assert_eq!(row.required_text("id").unwrap(), "a");
+            // A stale fence matches nothing, and what follows it never runs.
+            let mut stale = Transition::new(bump(1), "a".into());
+            stale.then.push(
+                Statement::new("INSERT INTO scratch_t (id, version) VALUES ($1, 0)").bind("b"),
+            );
+            assert_eq!(db.transact(stale).await.unwrap(), None, "{}", test.name);
+            // A statement that fails after the fence takes the fence's write back with it.
+            let mut failing = Transition::new(bump(2), "a".into());
+            failing.then.push(
+                Statement::new("INSERT INTO scratch_t (id, version) VALUES ($1, 0)").bind("a"),
+            );
+            assert!(db.transact(failing).await.is_err(), "{}", test.name);
+            assert_eq!(version(db).await, 2, "{}: rolled back", test.name);
+            let rows = db
+                .query(&Statement::new("SELECT id FROM scratch_t ORDER BY id"))
+                .await
+                .unwrap();
+            assert_eq!(rows.len(), 1, "{}: nothing else was written", test.name);
+            // The writer is still there for the next transition.
+            assert!(db
+                .transact(Transition::new(bump(2), "a".into()))
+                .await
+                .unwrap()
+                .is_some());
+            assert_eq!(version(db).await, 3, "{}", test.name);
+            test.cleanup().await;
+        }
+    }
+}
