@@ -641,13 +641,9 @@ impl RunService {
             verdict: None,
             tool_loop: tool_loop.as_ref().ok(),
         };
-        self.drive_segment(segment, run.cancel_requested.clone(), work)
-            .await?;
         Ok(self
-            .store
-            .get(run.id)
-            .await?
-            .ok_or(StoreError::NotFound(run.id))?)
+            .drive_segment(segment, run.cancel_requested.clone(), work)
+            .await?)
     }
 
     /// Resumes a waiting run with an operator's decision and carries it out here, at once:
@@ -1032,8 +1028,7 @@ impl RunService {
             tool_loop: Some(&claimed.tool_loop),
         };
         self.drive_segment(segment, claimed.cancel.clone(), work)
-            .await?;
-        self.store.get(id).await?.ok_or(StoreError::NotFound(id))
+            .await
     }
 
     /// Recovers a run that a stop of the server cut off while it was running (status `running`,
@@ -1141,7 +1136,8 @@ impl RunService {
                 .collect(),
         });
         let events = sink.take();
-        self.store
+        let waiting = self
+            .store
             .suspend(
                 id,
                 run.version,
@@ -1152,7 +1148,7 @@ impl RunService {
             )
             .await?;
         self.notify_status(id, state.waiting_for());
-        Ok(self.store.get(id).await?.ok_or(StoreError::NotFound(id))?)
+        Ok(waiting)
     }
 
     /// Ends a run that cannot go on after a restart (its configuration cannot be driven now).
@@ -1180,7 +1176,8 @@ impl RunService {
                 .loops
                 .estimate_cost_micros(configuration, run.counters.usage),
         };
-        self.store
+        let ended = self
+            .store
             .finish(
                 run.id,
                 run.version,
@@ -1190,11 +1187,7 @@ impl RunService {
             )
             .await?;
         self.notify_status(run.id, RunStatus::Failed);
-        Ok(self
-            .store
-            .get(run.id)
-            .await?
-            .ok_or(StoreError::NotFound(run.id))?)
+        Ok(ended)
     }
 
     /// Starts a new run that goes on from a failed run's journal: the transcript its last model
@@ -1331,7 +1324,7 @@ impl RunService {
         segment: Segment<'_>,
         already: Option<CancelRequest>,
         work: impl std::future::Future<Output = Result<LoopOutcome, LoopError>>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<RunRecord, StoreError> {
         let mut watched = self.interrupts.watch(segment.id, already);
         let outcome = watched.run(work).await;
         let late = watched.requested();
@@ -1369,7 +1362,7 @@ impl RunService {
         segment: &Segment<'_>,
         state: &SuspendedState,
         bytes: usize,
-    ) -> Result<(), StoreError> {
+    ) -> Result<RunRecord, StoreError> {
         let size = |bytes: usize| match bytes {
             0..=1_048_575 => format!("{} KB", bytes.div_ceil(1024)),
             _ => format!("{:.1} MB", bytes as f64 / (1024.0 * 1024.0)),
@@ -1401,13 +1394,15 @@ impl RunService {
     }
 
     /// Ends a segment's run as `finish` says, with the segment's events, and tells listeners.
+    /// The run as it now is.
     async fn close(
         &self,
         segment: &Segment<'_>,
         finish: &Finish,
         events: &[SequencedEvent],
-    ) -> Result<(), StoreError> {
-        self.store
+    ) -> Result<RunRecord, StoreError> {
+        let ended = self
+            .store
             .finish(
                 segment.id,
                 segment.version,
@@ -1417,7 +1412,7 @@ impl RunService {
             )
             .await?;
         self.notify_status(segment.id, finish.status);
-        Ok(())
+        Ok(ended)
     }
 
     /// A turn that rules and the tools' own checks decided: the decision is journaled like an
@@ -1431,8 +1426,9 @@ impl RunService {
         &'a self,
         segment: &'a Segment<'a>,
         state: SuspendedState,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 'a>>
-    {
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<RunRecord, StoreError>> + Send + 'a>,
+    > {
         Box::pin(async move {
             let Some(tool_loop) = segment.tool_loop else {
                 let err = unavailable("the run's model is not available".into(), state.counters);
@@ -1484,7 +1480,7 @@ impl RunService {
                 cancel: None,
             };
             // The decision's segment goes on in the same sink.
-            self.carry_out(claimed, segment.sink).await.map(|_| ())
+            self.carry_out(claimed, segment.sink).await
         })
     }
 
@@ -1496,7 +1492,7 @@ impl RunService {
         segment: &Segment<'_>,
         mut events: Vec<SequencedEvent>,
         request: CancelRequest,
-    ) -> Result<(), StoreError> {
+    ) -> Result<RunRecord, StoreError> {
         let answered: Vec<&str> = events
             .iter()
             .filter_map(|e| match &e.event {
@@ -1567,7 +1563,7 @@ impl RunService {
         &self,
         segment: &Segment<'_>,
         outcome: Result<LoopOutcome, LoopError>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<RunRecord, StoreError> {
         let Segment {
             id,
             version,
@@ -1582,7 +1578,7 @@ impl RunService {
             // A decided turn is carried out by `drive_segment`; should one reach here, it waits
             // for an operator rather than run unjournaled.
             Ok(LoopOutcome::Suspended(state) | LoopOutcome::Decided(state)) => {
-                match self
+                let waiting = match self
                     .store
                     .suspend(
                         id,
@@ -1601,6 +1597,7 @@ impl RunService {
                     other => other?,
                 };
                 self.notify_status(id, state.waiting_for());
+                Ok(waiting)
             }
             Ok(LoopOutcome::Completed(done)) => {
                 let reason = if done.truncated {
@@ -1623,10 +1620,12 @@ impl RunService {
                         .loops
                         .estimate_cost_micros(configuration, done.counters.usage),
                 };
-                self.store
+                let ended = self
+                    .store
                     .finish(id, version, &finish, &events, now)
                     .await?;
                 self.notify_status(id, RunStatus::Completed);
+                Ok(ended)
             }
             Err(err) => {
                 let (counters, summary) = match &err {
@@ -1667,13 +1666,14 @@ impl RunService {
                         .loops
                         .estimate_cost_micros(configuration, counters.usage),
                 };
-                self.store
+                let ended = self
+                    .store
                     .finish(id, version, &finish, &events, now)
                     .await?;
                 self.notify_status(id, RunStatus::Failed);
+                Ok(ended)
             }
         }
-        Ok(())
     }
 
     fn notify_status(&self, id: Uuid, status: RunStatus) {

@@ -290,7 +290,7 @@ pub trait RunStore: Send + Sync {
     /// A queued run's place in the queue (1 = next); `None` if it is not queued.
     async fn queue_position(&self, id: Uuid) -> Result<Option<u64>, StoreError>;
     /// `running` → `waiting_for_approval`, storing the state and the segment's events, and when
-    /// the turn expires if nobody decides (`deadline_ms`).
+    /// the turn expires if nobody decides (`deadline_ms`). The run as it now is.
     async fn suspend(
         &self,
         id: Uuid,
@@ -299,7 +299,7 @@ pub trait RunStore: Send + Sync {
         events: &[SequencedEvent],
         now_ms: i64,
         deadline_ms: Option<i64>,
-    ) -> Result<i64, StoreError>;
+    ) -> Result<RunRecord, StoreError>;
     /// `waiting_for_approval` → `queued` if the run is still at `version`; exactly one caller
     /// wins, and a worker of any instance carries the decision out. The same commit journals the
     /// whole decision (its step, the record on the run) and a `dispatched` record for every
@@ -355,7 +355,8 @@ pub trait RunStore: Send + Sync {
 
     /// Removes a rule; the rule as it was, or `None` if there was none.
     async fn remove_rule(&self, id: i64) -> Result<Option<ApprovalRule>, StoreError>;
-    /// Ends a non-terminal run at `version`, clearing its state, with the segment's events.
+    /// Ends a non-terminal run at `version`, clearing its state, with the segment's events. The
+    /// run as it now is.
     async fn finish(
         &self,
         id: Uuid,
@@ -363,7 +364,7 @@ pub trait RunStore: Send + Sync {
         finish: &Finish,
         events: &[SequencedEvent],
         now_ms: i64,
-    ) -> Result<(), StoreError>;
+    ) -> Result<RunRecord, StoreError>;
     /// Ends a run whose stored state cannot be read: `failed` with `state_corrupted`, keeping the
     /// raw state for inspection, with a step that says so.
     async fn fail_corrupted(

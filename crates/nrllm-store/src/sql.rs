@@ -797,7 +797,7 @@ impl RunStore for SqlRunStore {
         events: &[SequencedEvent],
         now_ms: i64,
         deadline_ms: Option<i64>,
-    ) -> Result<i64, StoreError> {
+    ) -> Result<RunRecord, StoreError> {
         let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, suspended_state = $2, iterations = $3, tool_calls = $4, \
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, \
@@ -806,7 +806,7 @@ impl RunStore for SqlRunStore {
              decided_by = NULL, decided_at_ms = NULL, decision = NULL, decision_record = NULL, \
              lease_owner = NULL, lease_until_ms = 0, approval_deadline_ms = $15 \
              WHERE id = $10 AND status = $11 AND version = $12 AND lease_owner = $14 \
-             AND cancel_by IS NULL RETURNING {CHAIN_HEAD}",
+             AND cancel_by IS NULL RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
         ))
         .bind(state.waiting_for().as_str())
         .bind(state.to_json())
@@ -825,8 +825,7 @@ impl RunStore for SqlRunStore {
         .bind(deadline_ms);
         let mut transition = self.transition(fence, id, events)?;
         transition.before_commit = Some("during_suspend_commit");
-        self.fenced(transition, id, version).await?;
-        Ok(version + 1)
+        read_run(&self.fenced(transition, id, version).await?)
     }
 
     async fn claim_for_resume(
@@ -1020,7 +1019,7 @@ impl RunStore for SqlRunStore {
         finish: &Finish,
         events: &[SequencedEvent],
         now_ms: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<RunRecord, StoreError> {
         if !finish.status.is_terminal() {
             return Err(StoreError::InvalidTransition {
                 id,
@@ -1037,7 +1036,7 @@ impl RunStore for SqlRunStore {
              version = version + 1, updated_at_ms = $13, finished_at_ms = $13, \
              lease_owner = NULL, lease_until_ms = 0 \
              WHERE id = $14 AND version = $15 AND status NOT IN ({}) \
-             AND (status <> $16 OR lease_owner = $17) RETURNING {CHAIN_HEAD}",
+             AND (status <> $16 OR lease_owner = $17) RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
             RunStatus::sql_list(&RunStatus::TERMINAL)
         ))
         .bind(finish.status.as_str())
@@ -1059,8 +1058,7 @@ impl RunStore for SqlRunStore {
         .bind(&*self.owner);
         let mut transition = self.transition(fence, id, events)?;
         transition.before_commit = Some("during_finish_commit");
-        self.fenced(transition, id, version).await?;
-        Ok(())
+        read_run(&self.fenced(transition, id, version).await?)
     }
 
     async fn fail_corrupted(

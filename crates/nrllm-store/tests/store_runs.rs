@@ -82,6 +82,9 @@ async fn suspend_stores_the_state_and_resume_continues_the_sequence_and_finish_c
         assert!(!run.status.is_terminal());
         assert_eq!(run.counters.iterations, 1);
         assert_eq!(run.counters.usage, usage(100, 20));
+        // What the suspend returned is the run as a read finds it.
+        let read = s.store.get(run.id).await.unwrap().unwrap();
+        assert_eq!(format!("{run:?}"), format!("{read:?}"), "{}", db.name);
         let first = s.store.events(run.id, 0).await.unwrap();
         assert_eq!(
             kinds(&first),
@@ -986,11 +989,21 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
             RunStatus::Running
         );
 
-        // The new owner's writes go through; a finished run holds no lease.
-        winner
+        // The new owner's writes go through (the run comes back as it now is, as a read finds
+        // it); a finished run holds no lease.
+        let ended = winner
             .finish(run.id, run.version, &finish, &events, later)
             .await
             .unwrap();
+        assert_eq!(ended.status, RunStatus::Completed, "{}", db.name);
+        assert_eq!(ended.final_answer.as_deref(), Some("zombie"));
+        assert_eq!(ended.version, run.version + 1);
+        assert_eq!(
+            format!("{ended:?}"),
+            format!("{:?}", winner.get(run.id).await.unwrap().unwrap()),
+            "{}",
+            db.name
+        );
         assert!(!held(winner.renew_lease(run.id, later).await.unwrap()));
         assert!(winner
             .expired_leases(later + 10 * lease_ms, 10)
