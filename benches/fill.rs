@@ -207,7 +207,15 @@ async fn fill(store: &Arc<SqlRunStore>, template: &Arc<Template>, count: usize) 
                     };
                     let created = store.create(&run, now, true).await.expect("create");
                     store
-                        .suspend(run.id, created.version, &template.state, &[], now, None)
+                        .suspend(
+                            run.id,
+                            created.version,
+                            &template.state,
+                            &template.state.to_json(),
+                            &[],
+                            now,
+                            None,
+                        )
                         .await
                         .expect("suspend");
                 }

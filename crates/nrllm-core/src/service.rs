@@ -545,7 +545,7 @@ impl RunService {
                     verdict: None,
                     tool_loop: None,
                 };
-                self.persist(&segment, Err(unavailable(message, state.counters)))
+                self.persist(&segment, Err(unavailable(message, state.counters)), None)
                     .await?;
                 return Ok(None);
             }
@@ -1142,6 +1142,7 @@ impl RunService {
                 id,
                 run.version,
                 &state,
+                &state.to_json(),
                 &events,
                 self.clock.now_ms(),
                 approval_deadline(&configuration, self.clock.now_ms()),
@@ -1338,19 +1339,25 @@ impl RunService {
                 self.end_cancelled(&segment, events, request).await
             }
             (Ok(Ok(outcome)), None) => {
-                // A state to keep is measured once, before it is kept.
-                if let LoopOutcome::Suspended(state) | LoopOutcome::Decided(state) = &outcome {
-                    let bytes = state.to_json().len();
-                    if bytes > self.max_state_bytes {
-                        return self.end_too_large(&segment, state, bytes).await;
+                // A state to keep is serialized once: measured, then kept as measured.
+                let json = match &outcome {
+                    LoopOutcome::Suspended(state) | LoopOutcome::Decided(state) => {
+                        let json = state.to_json();
+                        if json.len() > self.max_state_bytes {
+                            return self.end_too_large(&segment, state, json.len()).await;
+                        }
+                        Some(json)
                     }
-                }
-                match outcome {
-                    LoopOutcome::Decided(state) => self.decided_here(&segment, state).await,
-                    outcome => self.persist(&segment, Ok(outcome)).await,
+                    _ => None,
+                };
+                match (outcome, json) {
+                    (LoopOutcome::Decided(state), Some(json)) => {
+                        self.decided_here(&segment, state, json).await
+                    }
+                    (outcome, json) => self.persist(&segment, Ok(outcome), json).await,
                 }
             }
-            (Ok(outcome), _) => self.persist(&segment, outcome).await,
+            (Ok(outcome), _) => self.persist(&segment, outcome, None).await,
         }
     }
 
@@ -1426,17 +1433,18 @@ impl RunService {
         &'a self,
         segment: &'a Segment<'a>,
         state: SuspendedState,
+        json: String,
     ) -> std::pin::Pin<
         Box<dyn std::future::Future<Output = Result<RunRecord, StoreError>> + Send + 'a>,
     > {
         Box::pin(async move {
             let Some(tool_loop) = segment.tool_loop else {
                 let err = unavailable("the run's model is not available".into(), state.counters);
-                return self.persist(segment, Err(err)).await;
+                return self.persist(segment, Err(err), None).await;
             };
             let choices = match tool_loop.resolve_decision(&state, &automatic_decision(&state)) {
                 Ok(choices) => choices,
-                Err(err) => return self.persist(segment, Err(err)).await,
+                Err(err) => return self.persist(segment, Err(err), None).await,
             };
             let decision = recorded_decision(&state, &choices);
             let verdict = verdict_of(&decision);
@@ -1455,7 +1463,7 @@ impl RunService {
             let now = self.clock.now_ms();
             let version = match self
                 .store
-                .decide_running(segment.id, segment.version, &state, &claim, now)
+                .decide_running(segment.id, segment.version, &state, &json, &claim, now)
                 .await
             {
                 // A cancel asked for on another instance came first: nothing of the turn runs.
@@ -1558,11 +1566,13 @@ impl RunService {
         }
     }
 
-    /// Writes the end of a segment: suspended again, completed, or failed — with its events.
+    /// Writes the end of a segment: suspended again, completed, or failed — with its events. A
+    /// state to keep comes with its JSON if the caller serialized it already (to measure it).
     async fn persist(
         &self,
         segment: &Segment<'_>,
         outcome: Result<LoopOutcome, LoopError>,
+        state_json: Option<String>,
     ) -> Result<RunRecord, StoreError> {
         let Segment {
             id,
@@ -1578,12 +1588,14 @@ impl RunService {
             // A decided turn is carried out by `drive_segment`; should one reach here, it waits
             // for an operator rather than run unjournaled.
             Ok(LoopOutcome::Suspended(state) | LoopOutcome::Decided(state)) => {
+                let json = state_json.unwrap_or_else(|| state.to_json());
                 let waiting = match self
                     .store
                     .suspend(
                         id,
                         version,
                         &state,
+                        &json,
                         &events,
                         now,
                         approval_deadline(configuration, now),

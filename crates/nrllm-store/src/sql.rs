@@ -794,6 +794,7 @@ impl RunStore for SqlRunStore {
         id: Uuid,
         version: i64,
         state: &SuspendedState,
+        state_json: &str,
         events: &[SequencedEvent],
         now_ms: i64,
         deadline_ms: Option<i64>,
@@ -809,7 +810,7 @@ impl RunStore for SqlRunStore {
              AND cancel_by IS NULL RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
         ))
         .bind(state.waiting_for().as_str())
-        .bind(state.to_json())
+        .bind(state_json)
         .bind(i64::from(state.counters.iterations))
         .bind(i64::from(state.counters.tool_calls))
         .bind(to_i64(state.counters.usage.prompt_tokens))
@@ -883,6 +884,7 @@ impl RunStore for SqlRunStore {
         id: Uuid,
         version: i64,
         state: &SuspendedState,
+        state_json: &str,
         claim: &ClaimRecord,
         now_ms: i64,
     ) -> Result<i64, StoreError> {
@@ -896,7 +898,7 @@ impl RunStore for SqlRunStore {
              WHERE id = $14 AND status = $15 AND version = $16 AND lease_owner = $17 \
              AND cancel_by IS NULL RETURNING {CHAIN_HEAD}"
         ))
-        .bind(state.to_json())
+        .bind(state_json)
         .bind(i64::from(state.counters.iterations))
         .bind(i64::from(state.counters.tool_calls))
         .bind(to_i64(state.counters.usage.prompt_tokens))

@@ -16,6 +16,7 @@
 //!   thread on an idle read-only connection. Such a read takes microseconds; a trip to another
 //!   thread and back costs more than the read. Pages and scans stay on sqlx's pool.
 
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -81,7 +82,13 @@ impl Writer {
                 let mut conn = conn;
                 for job in inbox {
                     let _turn = turn.blocking_lock();
-                    job(&mut conn);
+                    // A panic in one transition (a bug) fails that one — its transaction rolls
+                    // back as it unwinds and its caller hears the writer stopped mid-write — not
+                    // every write after it.
+                    let done = std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn)));
+                    if done.is_err() {
+                        tracing::error!("a transition panicked on the SQLite writer thread");
+                    }
                     // A checkpoint is due (if one is already, this adds nothing).
                     let _ = wake.try_send(());
                 }

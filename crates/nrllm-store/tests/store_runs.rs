@@ -963,7 +963,15 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
             created_at_ms: later,
         }];
         let refused = a
-            .suspend(run.id, run.version, &state, &events, later, None)
+            .suspend(
+                run.id,
+                run.version,
+                &state,
+                &state.to_json(),
+                &events,
+                later,
+                None,
+            )
             .await;
         assert!(
             matches!(refused, Err(StoreError::LeaseLost { .. })),
@@ -1106,6 +1114,7 @@ async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
             run.version - 1,
             &nrllm_core::state::SuspendedState::from_json(run.suspended_state.as_deref().unwrap())
                 .unwrap(),
+            run.suspended_state.as_deref().unwrap(),
             &[],
             now_ms(),
             None,
@@ -1435,7 +1444,15 @@ async fn a_cancel_asked_on_another_instance_reaches_the_driver_and_stops_a_suspe
         // A segment that would now suspend is refused with the request.
         let state = empty_state();
         let refused = driver
-            .suspend(run.id, run.version, &state, &[], now_ms(), None)
+            .suspend(
+                run.id,
+                run.version,
+                &state,
+                &state.to_json(),
+                &[],
+                now_ms(),
+                None,
+            )
             .await;
         assert!(
             matches!(&refused, Err(StoreError::CancelRequested { request: r, .. }) if *r == request),
