@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nrllm_core::events::Event;
-use nrllm_core::state::SuspendedState;
+use nrllm_core::state::{Kept, SuspendedState};
 use nrllm_core::store::{NewRun, RunConfiguration, RunStatus, RunStore, SequencedEvent};
 use nrllm_store::db::{Database, DbOptions, SqliteSync};
 use nrllm_store::SqlRunStore;
@@ -210,8 +210,10 @@ async fn fill(store: &Arc<SqlRunStore>, template: &Arc<Template>, count: usize) 
                         .suspend(
                             run.id,
                             created.version,
-                            &template.state,
-                            &template.state.to_json(),
+                            Kept {
+                                state: &template.state,
+                                json: &template.state.to_json(),
+                            },
                             &[],
                             now,
                             None,

@@ -35,7 +35,7 @@ use crate::preview::{check_digest, pending_digest, CallPreview, DigestCheck};
 use crate::provider::Usage;
 use crate::question::Question;
 use crate::rules::RuleDraft;
-use crate::state::{Counters, StateError, SuspendedState, UnknownCall};
+use crate::state::{Counters, Kept, StateError, SuspendedState, UnknownCall};
 use crate::store::{
     CancelRequest, Claim, ClaimRecord, Continuation, Dispatch, Finish, NewRun, RunConfiguration,
     RunRecord, RunStatus, RunStore, SequencedEvent, StoreError, TerminationReason, Verdict,
@@ -1141,8 +1141,10 @@ impl RunService {
             .suspend(
                 id,
                 run.version,
-                &state,
-                &state.to_json(),
+                Kept {
+                    state: &state,
+                    json: &state.to_json(),
+                },
                 &events,
                 self.clock.now_ms(),
                 approval_deadline(&configuration, self.clock.now_ms()),
@@ -1463,7 +1465,16 @@ impl RunService {
             let now = self.clock.now_ms();
             let version = match self
                 .store
-                .decide_running(segment.id, segment.version, &state, &json, &claim, now)
+                .decide_running(
+                    segment.id,
+                    segment.version,
+                    Kept {
+                        state: &state,
+                        json: &json,
+                    },
+                    &claim,
+                    now,
+                )
                 .await
             {
                 // A cancel asked for on another instance came first: nothing of the turn runs.
@@ -1594,8 +1605,10 @@ impl RunService {
                     .suspend(
                         id,
                         version,
-                        &state,
-                        &json,
+                        Kept {
+                            state: &state,
+                            json: &json,
+                        },
                         &events,
                         now,
                         approval_deadline(configuration, now),

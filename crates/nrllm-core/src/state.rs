@@ -50,6 +50,14 @@ pub struct Counters {
     pub tool_calls: u32,
 }
 
+/// A state to keep while a run waits, with the JSON it is kept as: serialized once, by whoever
+/// measured it against the size limit, and stored as it is.
+#[derive(Debug, Clone, Copy)]
+pub struct Kept<'a> {
+    pub state: &'a SuspendedState,
+    pub json: &'a str,
+}
+
 /// A run waiting for an operator.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SuspendedState {

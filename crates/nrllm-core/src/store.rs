@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::assembly::Skill;
 use crate::events::Event;
 use crate::rules::{ApprovalRule, RuleDraft};
-use crate::state::{Counters, RunSettings, SuspendedState};
+use crate::state::{Counters, Kept, RunSettings};
 use crate::transcript::ToolOutcome;
 
 pub use nrllm_types::{RunStatus, TerminationReason, Verdict};
@@ -290,15 +290,13 @@ pub trait RunStore: Send + Sync {
     /// A queued run's place in the queue (1 = next); `None` if it is not queued.
     async fn queue_position(&self, id: Uuid) -> Result<Option<u64>, StoreError>;
     /// `running` → `waiting_for_approval`, storing the state and the segment's events, and when
-    /// the turn expires if nobody decides (`deadline_ms`). `state_json` is the state as the
-    /// service serialized it to measure it against the size limit: it is kept as it is, not
-    /// serialized again. The run as it now is.
+    /// the turn expires if nobody decides (`deadline_ms`). The state is kept as the JSON the
+    /// service measured, not serialized again. The run as it now is.
     async fn suspend(
         &self,
         id: Uuid,
         version: i64,
-        state: &SuspendedState,
-        state_json: &str,
+        state: Kept<'_>,
         events: &[SequencedEvent],
         now_ms: i64,
         deadline_ms: Option<i64>,
@@ -321,13 +319,12 @@ pub trait RunStore: Send + Sync {
     /// Journals a turn decided without an operator (approval rules, the tools' own checks) like
     /// a claim — its step, the decision, the state, and a dispatch record for each call that
     /// runs — while the run stays `running` with this instance. Fenced like `suspend` (version,
-    /// lease, no cancel asked; `state_json` as in `suspend`); returns the new version.
+    /// lease, no cancel asked; the state kept as in `suspend`); returns the new version.
     async fn decide_running(
         &self,
         id: Uuid,
         version: i64,
-        state: &SuspendedState,
-        state_json: &str,
+        state: Kept<'_>,
         claim: &ClaimRecord,
         now_ms: i64,
     ) -> Result<i64, StoreError>;

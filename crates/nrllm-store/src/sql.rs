@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use nrllm_core::events::Event;
 use nrllm_core::rules::{ApprovalRule, RuleDraft, RuleEffect, RuleScope};
-use nrllm_core::state::{Counters, SuspendedState};
+use nrllm_core::state::{Counters, Kept, SuspendedState};
 use nrllm_core::store::{
     CancelRequest, Claim, ClaimRecord, EffectRecord, Finish, NewRun, PurgeReport, Renewal,
     RunFilter, RunRecord, RunStatus, RunStore, SequencedEvent, StoreError, StoredEvent,
@@ -793,12 +793,12 @@ impl RunStore for SqlRunStore {
         &self,
         id: Uuid,
         version: i64,
-        state: &SuspendedState,
-        state_json: &str,
+        kept: Kept<'_>,
         events: &[SequencedEvent],
         now_ms: i64,
         deadline_ms: Option<i64>,
     ) -> Result<RunRecord, StoreError> {
+        let state = kept.state;
         let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, suspended_state = $2, iterations = $3, tool_calls = $4, \
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, \
@@ -810,7 +810,7 @@ impl RunStore for SqlRunStore {
              AND cancel_by IS NULL RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
         ))
         .bind(state.waiting_for().as_str())
-        .bind(state_json)
+        .bind(kept.json)
         .bind(i64::from(state.counters.iterations))
         .bind(i64::from(state.counters.tool_calls))
         .bind(to_i64(state.counters.usage.prompt_tokens))
@@ -883,11 +883,11 @@ impl RunStore for SqlRunStore {
         &self,
         id: Uuid,
         version: i64,
-        state: &SuspendedState,
-        state_json: &str,
+        kept: Kept<'_>,
         claim: &ClaimRecord,
         now_ms: i64,
     ) -> Result<i64, StoreError> {
+        let state = kept.state;
         let fence = Statement::new(format!(
             "UPDATE agent_run SET suspended_state = $1, iterations = $2, tool_calls = $3, \
              prompt_tokens = $4, completion_tokens = $5, total_tokens = $6, \
@@ -898,7 +898,7 @@ impl RunStore for SqlRunStore {
              WHERE id = $14 AND status = $15 AND version = $16 AND lease_owner = $17 \
              AND cancel_by IS NULL RETURNING {CHAIN_HEAD}"
         ))
-        .bind(state_json)
+        .bind(kept.json)
         .bind(i64::from(state.counters.iterations))
         .bind(i64::from(state.counters.tool_calls))
         .bind(to_i64(state.counters.usage.prompt_tokens))

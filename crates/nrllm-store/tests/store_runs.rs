@@ -11,7 +11,7 @@ use nrllm_core::events::Event;
 use nrllm_core::provider::{ChatResponse, ProviderError};
 use nrllm_core::registry::ToolRegistry;
 use nrllm_core::service::{LoopFactory, ResumeError, RunService, SingleLoop};
-use nrllm_core::state::Counters;
+use nrllm_core::state::{Counters, Kept};
 use nrllm_core::store::{
     Finish, RunConfiguration, RunFilter, RunRecord, RunStatus, RunStore, SequencedEvent,
     StoreError, TerminationReason, WaitingFilter,
@@ -966,8 +966,10 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
             .suspend(
                 run.id,
                 run.version,
-                &state,
-                &state.to_json(),
+                Kept {
+                    state: &state,
+                    json: &state.to_json(),
+                },
                 &events,
                 later,
                 None,
@@ -1112,9 +1114,13 @@ async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
         .suspend(
             run.id,
             run.version - 1,
-            &nrllm_core::state::SuspendedState::from_json(run.suspended_state.as_deref().unwrap())
+            Kept {
+                state: &nrllm_core::state::SuspendedState::from_json(
+                    run.suspended_state.as_deref().unwrap(),
+                )
                 .unwrap(),
-            run.suspended_state.as_deref().unwrap(),
+                json: run.suspended_state.as_deref().unwrap(),
+            },
             &[],
             now_ms(),
             None,
@@ -1447,8 +1453,10 @@ async fn a_cancel_asked_on_another_instance_reaches_the_driver_and_stops_a_suspe
             .suspend(
                 run.id,
                 run.version,
-                &state,
-                &state.to_json(),
+                Kept {
+                    state: &state,
+                    json: &state.to_json(),
+                },
                 &[],
                 now_ms(),
                 None,
