@@ -15,6 +15,7 @@ pub mod failpoint;
 pub mod hash;
 mod interrupt;
 pub mod machine;
+pub mod mcp;
 pub mod preview;
 pub mod provider;
 pub mod question;
