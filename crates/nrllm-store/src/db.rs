@@ -1,8 +1,10 @@
 //! Opening the run database: an SQLite file (the embedded default) or Postgres (several app
 //! instances sharing one database), chosen by the URL's scheme, with the migrations applied.
 //!
-//! Both backends go through sqlx's `Any` driver so that every query is written once; the few
-//! places where the dialects differ ask [`Database::backend`].
+//! Every query is written once, for both backends; the few places where the dialects differ ask
+//! [`Database::backend`]. They run through sqlx's `Any` driver, except on SQLite the write
+//! transitions and the point reads of the hot path ([`Database::transact`], [`Database::query`]),
+//! which the file's direct connections carry out ([`crate::sqlite`]).
 
 use std::path::Path;
 use std::str::FromStr;

@@ -1,6 +1,7 @@
-//! [`RunStore`] on SQLite and Postgres through one set of queries (sqlx `Any`). Every transition
-//! is fenced by the run's `version` and commits together with the events it produced, in one
-//! transaction: a failure leaves neither.
+//! [`RunStore`] on SQLite and Postgres through one set of queries. Every transition is fenced by
+//! the run's `version` and commits together with the events it produced, in one transaction: a
+//! failure leaves neither. A transition is written as data ([`Transition`]) and carried out by
+//! [`Database::transact`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
