@@ -66,6 +66,9 @@ pub struct SqlRunStore {
     lease_ms: i64,
 }
 
+/// Tries of a cancel whose run keeps moving between waiting and running under it.
+const CANCEL_ATTEMPTS: usize = 3;
+
 /// How long a lease lasts unless the store is told otherwise.
 pub const DEFAULT_LEASE_MS: i64 = 30_000;
 
@@ -1114,48 +1117,57 @@ impl RunStore for SqlRunStore {
             },
             created_at_ms: now_ms,
         };
-        let fence = Statement::new(format!(
-            "UPDATE agent_run SET status = $1, termination_reason = $2, suspended_state = NULL, \
-             decided_by = $3, decided_at_ms = $4, decision = 'cancelled', decision_record = NULL, \
-             version = version + 1, updated_at_ms = $4, finished_at_ms = $4, \
-             last_sequence = last_sequence + 1 \
-             WHERE id = $5 AND status IN ({}) RETURNING last_sequence, {CHAIN_HEAD}",
-            RunStatus::sql_list(&RunStatus::CANCELLABLE)
-        ))
-        .bind(RunStatus::Cancelled.as_str())
-        .bind(TerminationReason::Cancelled.as_str())
-        .bind(by)
-        .bind(now_ms)
-        .bind(id.to_string());
-        let mut transition = self.transition(fence, id, std::slice::from_ref(&step))?;
-        transition.numbered_by_fence = true;
-        if self.db.transact(transition).await?.is_some() {
-            self.committed();
-            return self.status_of(id).await;
+        // A run that moves between the two steps below (running → waiting) is tried again while
+        // it is in a status one of them takes.
+        let mut status = None;
+        for _ in 0..CANCEL_ATTEMPTS {
+            let fence = Statement::new(format!(
+                "UPDATE agent_run SET status = $1, termination_reason = $2, \
+                 suspended_state = NULL, decided_by = $3, decided_at_ms = $4, \
+                 decision = 'cancelled', decision_record = NULL, version = version + 1, \
+                 updated_at_ms = $4, finished_at_ms = $4, last_sequence = last_sequence + 1 \
+                 WHERE id = $5 AND status IN ({}) RETURNING last_sequence, {CHAIN_HEAD}",
+                RunStatus::sql_list(&RunStatus::CANCELLABLE)
+            ))
+            .bind(RunStatus::Cancelled.as_str())
+            .bind(TerminationReason::Cancelled.as_str())
+            .bind(by)
+            .bind(now_ms)
+            .bind(id.to_string());
+            let mut transition = self.transition(fence, id, std::slice::from_ref(&step))?;
+            transition.numbered_by_fence = true;
+            if self.db.transact(transition).await?.is_some() {
+                self.committed();
+                return self.status_of(id).await;
+            }
+            // Running: the request is recorded (the first one stands), and the instance driving
+            // the run stops it at its next step.
+            let request = Statement::new(
+                "UPDATE agent_run SET cancel_by = COALESCE(cancel_by, $1), \
+                 cancel_reason = CASE WHEN cancel_by IS NULL THEN $2 ELSE cancel_reason END \
+                 WHERE id = $3 AND status = $4 RETURNING id",
+            )
+            .bind(by)
+            .bind(reason)
+            .bind(id.to_string())
+            .bind(RunStatus::Running.as_str());
+            let mut transition = Transition::new(request, id.to_string());
+            transition
+                .then
+                .extend(Notice::Cancel(id).statement(self.db.backend()));
+            if self.db.transact(transition).await?.is_some() {
+                self.committed();
+                return self.status_of(id).await;
+            }
+            let run = self.status_of(id).await?;
+            status = Some(run.status);
+            if run.status != RunStatus::Running && !RunStatus::CANCELLABLE.contains(&run.status) {
+                break;
+            }
         }
-        // Running: the request is recorded (the first one stands), and the instance driving the
-        // run stops it at its next step.
-        let request = Statement::new(
-            "UPDATE agent_run SET cancel_by = COALESCE(cancel_by, $1), \
-             cancel_reason = CASE WHEN cancel_by IS NULL THEN $2 ELSE cancel_reason END \
-             WHERE id = $3 AND status = $4 RETURNING id",
-        )
-        .bind(by)
-        .bind(reason)
-        .bind(id.to_string())
-        .bind(RunStatus::Running.as_str());
-        let mut transition = Transition::new(request, id.to_string());
-        transition
-            .then
-            .extend(Notice::Cancel(id).statement(self.db.backend()));
-        if self.db.transact(transition).await?.is_some() {
-            self.committed();
-            return self.status_of(id).await;
-        }
-        let run = self.status_of(id).await?;
         Err(StoreError::InvalidTransition {
             id,
-            status: run.status,
+            status: status.unwrap_or(RunStatus::Running),
             action: "cancelled",
         })
     }
