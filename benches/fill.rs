@@ -210,10 +210,7 @@ async fn fill(store: &Arc<SqlRunStore>, template: &Arc<Template>, count: usize) 
                         .suspend(
                             run.id,
                             created.version,
-                            Kept {
-                                state: &template.state,
-                                json: &template.state.to_json(),
-                            },
+                            Kept::new(&template.state),
                             &[],
                             now,
                             None,

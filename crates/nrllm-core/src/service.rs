@@ -1141,10 +1141,7 @@ impl RunService {
             .suspend(
                 id,
                 run.version,
-                Kept {
-                    state: &state,
-                    json: &state.to_json(),
-                },
+                Kept::new(&state),
                 &events,
                 self.clock.now_ms(),
                 approval_deadline(&configuration, self.clock.now_ms()),
@@ -1468,10 +1465,7 @@ impl RunService {
                 .decide_running(
                     segment.id,
                     segment.version,
-                    Kept {
-                        state: &state,
-                        json: &json,
-                    },
+                    Kept::serialized(&state, json),
                     &claim,
                     now,
                 )
@@ -1599,16 +1593,16 @@ impl RunService {
             // A decided turn is carried out by `drive_segment`; should one reach here, it waits
             // for an operator rather than run unjournaled.
             Ok(LoopOutcome::Suspended(state) | LoopOutcome::Decided(state)) => {
-                let json = state_json.unwrap_or_else(|| state.to_json());
+                let kept = match state_json {
+                    Some(json) => Kept::serialized(&state, json),
+                    None => Kept::new(&state),
+                };
                 let waiting = match self
                     .store
                     .suspend(
                         id,
                         version,
-                        Kept {
-                            state: &state,
-                            json: &json,
-                        },
+                        kept,
                         &events,
                         now,
                         approval_deadline(configuration, now),

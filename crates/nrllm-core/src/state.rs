@@ -52,10 +52,31 @@ pub struct Counters {
 
 /// A state to keep while a run waits, with the JSON it is kept as: serialized once, by whoever
 /// measured it against the size limit, and stored as it is.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Kept<'a> {
     pub state: &'a SuspendedState,
-    pub json: &'a str,
+    pub json: std::borrow::Cow<'a, str>,
+}
+
+impl<'a> Kept<'a> {
+    /// `state`, serialized here.
+    pub fn new(state: &'a SuspendedState) -> Kept<'a> {
+        Kept {
+            state,
+            json: state.to_json().into(),
+        }
+    }
+
+    /// `state` with the JSON its caller serialized it as already.
+    pub fn serialized(
+        state: &'a SuspendedState,
+        json: impl Into<std::borrow::Cow<'a, str>>,
+    ) -> Kept<'a> {
+        Kept {
+            state,
+            json: json.into(),
+        }
+    }
 }
 
 /// A run waiting for an operator.

@@ -248,6 +248,15 @@ impl SqlRunStore {
         self.get(id).await?.ok_or(StoreError::NotFound(id))
     }
 
+    /// Carries out `transition` ([`Database::transact`]), counting its commit.
+    async fn write(&self, transition: Transition) -> Result<Option<Row>, StoreError> {
+        let row = self.db.transact(transition).await?;
+        if row.is_some() {
+            self.committed();
+        }
+        Ok(row)
+    }
+
     /// Carries out a transition fenced on run `id` being at `version`: the fence's row, or why
     /// it matched none (then nothing was written).
     async fn fenced(
@@ -256,13 +265,15 @@ impl SqlRunStore {
         id: Uuid,
         version: i64,
     ) -> Result<Row, StoreError> {
-        match self.db.transact(transition).await? {
-            Some(row) => {
-                self.committed();
-                Ok(row)
-            }
+        match self.write(transition).await? {
+            Some(row) => Ok(row),
             None => Err(self.refusal(id, version).await),
         }
+    }
+
+    /// Has every instance hear of `notice` when `transition` commits (Postgres).
+    fn announce(&self, transition: &mut Transition, notice: Notice) {
+        transition.then.extend(notice.statement(self.db.backend()));
     }
 
     /// A transition on run `id` fenced by `fence` that writes `events` as the run's next steps
@@ -327,9 +338,7 @@ impl SqlRunStore {
                 hash: None,
             });
         }
-        transition
-            .then
-            .extend(Notice::Run(id).statement(self.db.backend()));
+        self.announce(transition, Notice::Run(id));
         Ok(())
     }
 
@@ -687,14 +696,11 @@ impl RunStore for SqlRunStore {
             self.add_steps(&mut transition, run.id, &run.copied)?;
         }
         if queued.is_some() {
-            transition
-                .then
-                .extend(Notice::Queued.statement(self.db.backend()));
+            self.announce(&mut transition, Notice::Queued);
         }
-        let row = self.db.transact(transition).await?.ok_or_else(|| {
+        let row = self.write(transition).await?.ok_or_else(|| {
             StoreError::Corrupt(format!("the insert of run {} returned no row", run.id))
         })?;
-        self.committed();
         read_run(&row)
     }
 
@@ -814,7 +820,7 @@ impl RunStore for SqlRunStore {
              AND cancel_by IS NULL RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
         ))
         .bind(state.waiting_for().as_str())
-        .bind(kept.json)
+        .bind(kept.json.into_owned())
         .bind(i64::from(state.counters.iterations))
         .bind(i64::from(state.counters.tool_calls))
         .bind(to_i64(state.counters.usage.prompt_tokens))
@@ -869,15 +875,12 @@ impl RunStore for SqlRunStore {
         let mut transition = self.transition(fence, id, &claim.events)?;
         if queued.is_some() {
             // The decision waits in the queue: every instance's worker looks.
-            transition
-                .then
-                .extend(Notice::Queued.statement(self.db.backend()));
+            self.announce(&mut transition, Notice::Queued);
         }
         transition.then.extend(claim_rows(id, claim, now_ms));
-        let Some(row) = self.db.transact(transition).await? else {
+        let Some(row) = self.write(transition).await? else {
             return Ok(Claim::Lost(Box::new(self.status_of(id).await?)));
         };
-        self.committed();
         Ok(Claim::Won {
             version: row.required_int("version")?,
         })
@@ -902,7 +905,7 @@ impl RunStore for SqlRunStore {
              WHERE id = $14 AND status = $15 AND version = $16 AND lease_owner = $17 \
              AND cancel_by IS NULL RETURNING {CHAIN_HEAD}"
         ))
-        .bind(kept.json)
+        .bind(kept.json.into_owned())
         .bind(i64::from(state.counters.iterations))
         .bind(i64::from(state.counters.tool_calls))
         .bind(to_i64(state.counters.usage.prompt_tokens))
@@ -1119,14 +1122,14 @@ impl RunStore for SqlRunStore {
         };
         // A run that moves between the two steps below (running → waiting) is tried again while
         // it is in a status one of them takes.
-        let mut status = None;
-        for _ in 0..CANCEL_ATTEMPTS {
+        let mut attempts = 0;
+        loop {
             let fence = Statement::new(format!(
                 "UPDATE agent_run SET status = $1, termination_reason = $2, \
                  suspended_state = NULL, decided_by = $3, decided_at_ms = $4, \
                  decision = 'cancelled', decision_record = NULL, version = version + 1, \
                  updated_at_ms = $4, finished_at_ms = $4, last_sequence = last_sequence + 1 \
-                 WHERE id = $5 AND status IN ({}) RETURNING last_sequence, {CHAIN_HEAD}",
+                 WHERE id = $5 AND status IN ({}) RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
                 RunStatus::sql_list(&RunStatus::CANCELLABLE)
             ))
             .bind(RunStatus::Cancelled.as_str())
@@ -1136,40 +1139,37 @@ impl RunStore for SqlRunStore {
             .bind(id.to_string());
             let mut transition = self.transition(fence, id, std::slice::from_ref(&step))?;
             transition.numbered_by_fence = true;
-            if self.db.transact(transition).await?.is_some() {
-                self.committed();
-                return self.status_of(id).await;
+            if let Some(row) = self.write(transition).await? {
+                return read_run(&row);
             }
             // Running: the request is recorded (the first one stands), and the instance driving
             // the run stops it at its next step.
-            let request = Statement::new(
+            let request = Statement::new(format!(
                 "UPDATE agent_run SET cancel_by = COALESCE(cancel_by, $1), \
                  cancel_reason = CASE WHEN cancel_by IS NULL THEN $2 ELSE cancel_reason END \
-                 WHERE id = $3 AND status = $4 RETURNING id",
-            )
+                 WHERE id = $3 AND status = $4 RETURNING {RUN_COLUMNS}"
+            ))
             .bind(by)
             .bind(reason)
             .bind(id.to_string())
             .bind(RunStatus::Running.as_str());
             let mut transition = Transition::new(request, id.to_string());
-            transition
-                .then
-                .extend(Notice::Cancel(id).statement(self.db.backend()));
-            if self.db.transact(transition).await?.is_some() {
-                self.committed();
-                return self.status_of(id).await;
+            self.announce(&mut transition, Notice::Cancel(id));
+            if let Some(row) = self.write(transition).await? {
+                return read_run(&row);
             }
             let run = self.status_of(id).await?;
-            status = Some(run.status);
-            if run.status != RunStatus::Running && !RunStatus::CANCELLABLE.contains(&run.status) {
-                break;
+            attempts += 1;
+            let movable =
+                run.status == RunStatus::Running || RunStatus::CANCELLABLE.contains(&run.status);
+            if !movable || attempts == CANCEL_ATTEMPTS {
+                return Err(StoreError::InvalidTransition {
+                    id,
+                    status: run.status,
+                    action: "cancelled",
+                });
             }
         }
-        Err(StoreError::InvalidTransition {
-            id,
-            status: status.unwrap_or(RunStatus::Running),
-            action: "cancelled",
-        })
     }
 
     async fn effects(&self, id: Uuid) -> Result<Vec<EffectRecord>, StoreError> {

@@ -141,6 +141,11 @@ pub(crate) struct Row {
 }
 
 impl Row {
+    /// Whether the row has `column` at all.
+    fn has(&self, column: &str) -> bool {
+        self.cells.iter().any(|(name, _)| name == column)
+    }
+
     fn get(&self, column: &str) -> Result<&Value, StoreError> {
         self.cells
             .iter()
@@ -258,11 +263,11 @@ impl Transition {
         let mut statements = Vec::with_capacity(self.then.len() + 1);
         if !self.steps.is_empty() {
             // The log is a hash chain per run: each row follows the last one written.
-            let head = match row.text("chain_head") {
-                Ok(head) => head,
-                // A fence that creates the run has no steps before its own.
-                Err(_) if !row.cells.iter().any(|(name, _)| name == "chain_head") => None,
-                Err(err) => return Err(err),
+            // A fence that creates the run returns no head: it has no steps before its own.
+            let head = if row.has("chain_head") {
+                row.text("chain_head")?
+            } else {
+                None
             };
             let mut prev = head.unwrap_or_else(|| chain::GENESIS.to_owned());
             let mut rows = self.steps;

@@ -963,17 +963,7 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
             created_at_ms: later,
         }];
         let refused = a
-            .suspend(
-                run.id,
-                run.version,
-                Kept {
-                    state: &state,
-                    json: &state.to_json(),
-                },
-                &events,
-                later,
-                None,
-            )
+            .suspend(run.id, run.version, Kept::new(&state), &events, later, None)
             .await;
         assert!(
             matches!(refused, Err(StoreError::LeaseLost { .. })),
@@ -1114,13 +1104,12 @@ async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
         .suspend(
             run.id,
             run.version - 1,
-            Kept {
-                state: &nrllm_core::state::SuspendedState::from_json(
+            Kept::new(
+                &nrllm_core::state::SuspendedState::from_json(
                     run.suspended_state.as_deref().unwrap(),
                 )
                 .unwrap(),
-                json: run.suspended_state.as_deref().unwrap(),
-            },
+            ),
             &[],
             now_ms(),
             None,
@@ -1450,17 +1439,7 @@ async fn a_cancel_asked_on_another_instance_reaches_the_driver_and_stops_a_suspe
         // A segment that would now suspend is refused with the request.
         let state = empty_state();
         let refused = driver
-            .suspend(
-                run.id,
-                run.version,
-                Kept {
-                    state: &state,
-                    json: &state.to_json(),
-                },
-                &[],
-                now_ms(),
-                None,
-            )
+            .suspend(run.id, run.version, Kept::new(&state), &[], now_ms(), None)
             .await;
         assert!(
             matches!(&refused, Err(StoreError::CancelRequested { request: r, .. }) if *r == request),
