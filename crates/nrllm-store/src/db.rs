@@ -16,6 +16,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::Migrator;
 use sqlx::{AnyPool, Executor};
 
+use crate::notify::{Announcer, Notice};
 use crate::sql::backend as store_error;
 use crate::sqlite::{Readers, Writer};
 use crate::transition::{self, Row, Statement, Transition};
@@ -95,6 +96,8 @@ pub struct Database {
     writer: Option<Arc<Writer>>,
     /// On SQLite, the connections point reads use on the caller's thread.
     readers: Option<Arc<Readers>>,
+    /// On Postgres, what tells the other instances of commits.
+    announcer: Option<Arc<Announcer>>,
 }
 
 impl Database {
@@ -173,12 +176,15 @@ impl Database {
             ),
             None => (None, None),
         };
+        let announcer =
+            (backend == Backend::Postgres).then(|| Arc::new(Announcer::start(pool.clone())));
         Ok(Database {
             pool,
             backend,
             write_turn,
             writer,
             readers,
+            announcer,
         })
     }
 
@@ -208,6 +214,13 @@ impl Database {
             tx.commit().await.map_err(store_error)?;
         }
         Ok(row)
+    }
+
+    /// Tells the other instances of a commit (Postgres; nothing on SQLite).
+    pub(crate) fn announce(&self, notices: Vec<Notice>) {
+        if let (Some(announcer), false) = (&self.announcer, notices.is_empty()) {
+            announcer.announce(notices);
+        }
     }
 
     /// The connection pool.

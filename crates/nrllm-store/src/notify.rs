@@ -1,10 +1,20 @@
 //! Commits heard across instances (Postgres `LISTEN/NOTIFY`), each announced on [`CHANNEL`] with
-//! what changed ([`Notice`]) and delivered to every listening connection when — and only if — it
-//! commits: a run's new steps (live streams read them), a run queued (workers look at the queue),
-//! a cancel asked for (the instance driving the run stops it), the tool settings (every instance
-//! reads them again). A notification carries nothing else: listeners read the rows.
+//! what changed ([`Notice`]) once — and only if — it committed: a run's new steps (live streams
+//! read them), a run queued (workers look at the queue), a cancel asked for (the instance driving
+//! the run stops it), the tool settings (every instance reads them again). A notification carries
+//! nothing else: listeners read the rows.
+//!
+//! A run's transitions do not notify inside their own transactions. Postgres serializes the
+//! commits of every transaction that notified (one database-wide lock, held through the commit's
+//! flush to disk), so notifying in each transition made every commit of every client wait in one
+//! line. The [`Announcer`] sends them after the commit instead, batched, from transactions that do
+//! not wait for their flush: commits of runs go ahead together again (BENCHMARKS.md, issue #19).
+//! A notice lost to a crash between the commit and its announcement costs a listener only
+//! latency: instances read the database again now and then anyway.
 
 use sqlx::postgres::PgListener;
+use sqlx::AnyPool;
+use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::db::Backend;
@@ -78,6 +88,66 @@ impl Notice {
                 .bind(self.payload())
         })
     }
+}
+
+/// Announces notices of committed transitions, in batches, on Postgres.
+#[derive(Debug)]
+pub(crate) struct Announcer {
+    payloads: mpsc::UnboundedSender<String>,
+}
+
+/// The most notices one announcing transaction sends.
+const ANNOUNCED_AT_ONCE: usize = 256;
+
+impl Announcer {
+    /// Starts announcing through `pool` (until every clone of the database is dropped).
+    pub(crate) fn start(pool: AnyPool) -> Announcer {
+        let (payloads, mut queued) = mpsc::unbounded_channel::<String>();
+        tokio::spawn(async move {
+            let mut batch = Vec::new();
+            while let Some(first) = queued.recv().await {
+                batch.push(first);
+                while batch.len() < ANNOUNCED_AT_ONCE {
+                    match queued.try_recv() {
+                        Ok(payload) => batch.push(payload),
+                        Err(_) => break,
+                    }
+                }
+                batch.sort_unstable();
+                batch.dedup();
+                if let Err(err) = send(&pool, &batch).await {
+                    tracing::warn!(%err, notices = batch.len(), "announcing commits to the other instances failed (they read the database again on their next notice or poll)");
+                }
+                batch.clear();
+            }
+        });
+        Announcer { payloads }
+    }
+
+    /// Announces `notices`, whose transition has committed.
+    pub(crate) fn announce(&self, notices: Vec<Notice>) {
+        for notice in notices {
+            // Closed only when the task ended with the runtime: nobody is left to tell.
+            let _ = self.payloads.send(notice.payload());
+        }
+    }
+}
+
+/// One transaction that notifies `payloads` and does not wait for its commit's flush (a lost
+/// notice only delays a listener; the commits it announces are already durable).
+async fn send(pool: &AnyPool, payloads: &[String]) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL synchronous_commit TO OFF")
+        .execute(&mut *tx)
+        .await?;
+    for payload in payloads {
+        sqlx::query("SELECT 1 FROM pg_notify($1, $2)")
+            .bind(CHANNEL)
+            .bind(payload.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await
 }
 
 /// A connection listening to [`CHANNEL`]. It reconnects by itself after a lost connection

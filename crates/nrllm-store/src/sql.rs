@@ -249,10 +249,12 @@ impl SqlRunStore {
     }
 
     /// Carries out `transition` ([`Database::transact`]), counting its commit.
-    async fn write(&self, transition: Transition) -> Result<Option<Row>, StoreError> {
+    async fn write(&self, mut transition: Transition) -> Result<Option<Row>, StoreError> {
+        let notices = std::mem::take(&mut transition.notices);
         let row = self.db.transact(transition).await?;
         if row.is_some() {
             self.committed();
+            self.db.announce(notices);
         }
         Ok(row)
     }
@@ -271,9 +273,11 @@ impl SqlRunStore {
         }
     }
 
-    /// Has every instance hear of `notice` when `transition` commits (Postgres).
+    /// Has every instance hear of `notice` once `transition` commits (Postgres).
     fn announce(&self, transition: &mut Transition, notice: Notice) {
-        transition.then.extend(notice.statement(self.db.backend()));
+        if self.db.backend() == Backend::Postgres {
+            transition.notices.push(notice);
+        }
     }
 
     /// A transition on run `id` fenced by `fence` that writes `events` as the run's next steps

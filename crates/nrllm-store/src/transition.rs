@@ -234,6 +234,8 @@ pub(crate) struct Transition {
     pub(crate) numbered_by_fence: bool,
     /// Written after the steps, in order.
     pub(crate) then: Vec<Statement>,
+    /// Announced to the other instances once it committed (Postgres).
+    pub(crate) notices: Vec<crate::notify::Notice>,
     /// The crash-test point reached just before the commit.
     pub(crate) before_commit: Option<&'static str>,
 }
@@ -250,6 +252,7 @@ impl Transition {
             steps: Vec::new(),
             numbered_by_fence: false,
             then: Vec::new(),
+            notices: Vec::new(),
             before_commit: None,
         }
     }
