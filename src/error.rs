@@ -150,6 +150,9 @@ mod from_runtime {
                     &format!("arguments of {tool} ({call_id})"),
                     format!("not valid JSON ({message})"),
                 ),
+                ResumeError::InvalidDecision(DecisionError::NoQuestion) => {
+                    AppError::Conflict(err.to_string())
+                }
                 ResumeError::InvalidDecision(DecisionError::WouldDiscard(_)) => {
                     AppError::BadRequest(err.to_string())
                 }

@@ -83,6 +83,10 @@ pub enum Decision {
 pub enum DecisionError {
     #[error("the decision names call `{call_id}`, which is not in the pending turn")]
     UnknownCall { call_id: String },
+    /// An answer came for a turn that asks nothing (another answer came first, and the run
+    /// moved on to a turn of approvals).
+    #[error("the run no longer waits for an answer: another answer came first")]
+    NoQuestion,
     #[error("the decision does not say what to do with call `{call_id}` ({tool})")]
     MissingCall { call_id: String, tool: String },
     #[error("the decision names call `{call_id}` twice")]

@@ -771,6 +771,9 @@ impl RunService {
         self.claim_with(
             id,
             |state| {
+                if state.questions.is_empty() {
+                    return Err(DecisionError::NoQuestion);
+                }
                 let asked = state
                     .question(call_id)
                     .ok_or_else(|| DecisionError::UnknownCall {
