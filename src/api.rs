@@ -359,8 +359,9 @@ pub async fn nrllm_approvals_list(
     let mut tools: Vec<String> = state
         .registry
         .specs()
+        .into_iter()
         .filter(|spec| spec.requires_approval)
-        .map(|spec| spec.name.clone())
+        .map(|spec| spec.name)
         .collect();
     tools.sort();
     Ok(ApprovalsPage {
@@ -473,7 +474,7 @@ pub async fn nrllm_playground_options() -> Result<PlaygroundOptions, AppError> {
 /// live streams.
 #[server(endpoint = "nrllm_system_status")]
 pub async fn nrllm_system_status() -> Result<SystemView, AppError> {
-    crate::server::require(nrllm_types::Role::Viewer)?;
+    let who = crate::server::require(nrllm_types::Role::Viewer)?;
     let state = crate::server::state()?;
     let migrations: Result<(i64,), _> =
         sqlx::query_as("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
@@ -483,6 +484,7 @@ pub async fn nrllm_system_status() -> Result<SystemView, AppError> {
         tracing::error!(%err, "the system page cannot read the database");
     }
     let live = state.live.stats();
+    let tools = state.registry.specs();
     Ok(SystemView {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         database: match state.db.backend() {
@@ -492,15 +494,42 @@ pub async fn nrllm_system_status() -> Result<SystemView, AppError> {
         database_ok: migrations.is_ok(),
         migrations: migrations.map(|(n,)| n).unwrap_or_default(),
         configurations: state.configurations.views(),
-        tools_enabled: state
-            .registry
-            .specs()
+        tools_enabled: tools
+            .iter()
             .filter(|spec| state.registry.is_enabled(&spec.name))
             .count(),
-        tools_total: state.registry.specs().count(),
+        tools_total: tools.len(),
         running_here: live.runs,
         live_streams: live.subscribers,
+        mcp_servers: state
+            .mcp
+            .statuses()
+            .into_iter()
+            .map(crate::server::views::mcp_server_view)
+            .collect(),
+        can_reconnect: who.role.allows(nrllm_types::Role::Admin),
     })
+}
+
+/// Connects an MCP server again now, listing its tools again (administrators).
+#[server(endpoint = "nrllm_mcp_reconnect")]
+pub async fn nrllm_mcp_reconnect(name: String) -> Result<(), AppError> {
+    let who = crate::server::require(nrllm_types::Role::Admin)?;
+    let state = crate::server::state()?;
+    if !state.mcp.reconnect(&name) {
+        return Err(AppError::invalid(
+            "name",
+            format!(
+                "there is no MCP server named {}",
+                name.chars().take(40).collect::<String>()
+            ),
+        ));
+    }
+    tracing::info!(by = %who.name, server = %name, "MCP server reconnect asked for");
+    if crate::server::wants_html() {
+        leptos_axum::redirect("/system");
+    }
+    Ok(())
 }
 
 #[cfg(feature = "ssr")]

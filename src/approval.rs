@@ -64,6 +64,37 @@ fn Preview(preview: PreviewView) -> impl IntoView {
             </div>
         }
         .into_any(),
+        PreviewView::Arguments { fields } => {
+            let rows = fields
+                .into_iter()
+                .map(|f| {
+                    let about = match (&f.kind, f.required, f.unexpected) {
+                        (_, _, true) => "not in the tool's schema".to_owned(),
+                        (Some(kind), true, _) => format!("{kind}, required"),
+                        (Some(kind), false, _) => kind.clone(),
+                        (None, true, _) => "required".to_owned(),
+                        (None, false, _) => String::new(),
+                    };
+                    view! {
+                        <tr class="align-top" data-testid="argument-field">
+                            <td class="pr-2 font-mono">{f.name}</td>
+                            <td class="pr-2 font-mono whitespace-pre-wrap break-all">{f.value.unwrap_or_else(|| "(not sent)".to_owned())}</td>
+                            <td class="text-slate-500">
+                                {f.description.unwrap_or_default()}
+                                {(!about.is_empty()).then(|| view! { <span class="ml-1 italic">{format!("({about})")}</span> })}
+                            </td>
+                        </tr>
+                    }
+                })
+                .collect_view();
+            view! {
+                <div class="mt-2" data-testid="schema-preview">
+                    <p class="text-xs font-medium text-slate-500">"No preview from the tool: its arguments against its schema"</p>
+                    <table class="mt-1 w-full text-xs">{rows}</table>
+                </div>
+            }
+            .into_any()
+        }
         PreviewView::Unavailable { reason } => view! {
             <p class="mt-2 text-xs text-amber-800 dark:text-amber-300" data-testid="preview">{format!("No preview: {reason}")}</p>
         }

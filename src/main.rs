@@ -35,6 +35,16 @@ enum Command {
     /// Check every run's log against its hash chain; name the first broken link of each run
     /// whose log does not hold (the exit status is then 2).
     Verify,
+    /// Serve the demo MCP server (a notebook with `read_note` and `write_note`) on stdin and
+    /// stdout, or over Streamable HTTP with `--http`. Connect it with `[[mcp_servers]]`.
+    McpDemo {
+        /// Keep the notebook in this JSON file (in memory if absent).
+        #[arg(long)]
+        data: Option<std::path::PathBuf>,
+        /// Serve Streamable HTTP at this address (path `/mcp`) instead of stdio.
+        #[arg(long)]
+        http: Option<String>,
+    },
 }
 
 #[cfg(feature = "ssr")]
@@ -47,6 +57,7 @@ async fn main() -> std::process::ExitCode {
         Command::Purge => purge().await,
         Command::Verify => verify().await,
         Command::LoginLink { user } => login_link(&user).await,
+        Command::McpDemo { data, http } => mcp_demo(data, http).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -65,6 +76,24 @@ fn load_settings() -> Result<nrllm_playground::settings::Settings, String> {
         .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log_level))
         .init();
     Ok(settings)
+}
+
+/// `nrllm-playground mcp-demo`: the demo MCP server. Its log goes to stderr (stdout carries the
+/// protocol).
+#[cfg(feature = "ssr")]
+async fn mcp_demo(data: Option<std::path::PathBuf>, http: Option<String>) -> Result<(), String> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .init();
+    let mut args = Vec::new();
+    if let Some(data) = data {
+        args.extend(["--data".to_owned(), data.display().to_string()]);
+    }
+    if let Some(http) = http {
+        args.extend(["--http".to_owned(), http]);
+    }
+    nrllm_mcp::demo::main_with_args(&args).await
 }
 
 /// Opens the database named by the settings.

@@ -85,6 +85,23 @@ pub enum PreviewView {
     Unavailable {
         reason: String,
     },
+    /// The tool offers no preview: the arguments against its input schema.
+    Arguments {
+        fields: Vec<ArgumentView>,
+    },
+}
+
+/// One argument of a call against its tool's schema (the tool's and the model's words: text).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArgumentView {
+    pub name: String,
+    pub description: Option<String>,
+    pub kind: Option<String>,
+    pub required: bool,
+    /// The value sent, as JSON text; `None` if not sent.
+    pub value: Option<String>,
+    /// Sent, but not in the schema.
+    pub unexpected: bool,
 }
 
 /// One call of the turn waiting for a decision.
@@ -325,6 +342,41 @@ pub struct SystemView {
     /// Runs running in this process, and the live step streams open on them.
     pub running_here: usize,
     pub live_streams: usize,
+    /// The MCP servers this process connects, in configuration order.
+    pub mcp_servers: Vec<McpServerView>,
+    /// The viewer may ask a server to reconnect (administrators).
+    pub can_reconnect: bool,
+}
+
+/// An MCP server as the system page shows it. Every text in it is the operator's or was
+/// bounded when the server said it; pages render it as text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerView {
+    pub name: String,
+    /// `stdio: <command>` or `Streamable HTTP: <url>` (never a header or an environment value).
+    pub endpoint: String,
+    /// `connected`, `connecting` or `failed`.
+    pub state: String,
+    /// Why it failed.
+    pub reason: Option<String>,
+    /// When it is tried again (`2026-11-30 06:41:29 UTC`).
+    pub retry_at: Option<String>,
+    /// The server's own name and version.
+    pub server_info: Option<String>,
+    pub tools: Vec<McpToolView>,
+    pub connections: u32,
+}
+
+/// One of an MCP server's tools on the system page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpToolView {
+    pub name: String,
+    /// Its calls wait for an operator.
+    pub waits: bool,
+    /// A call a crash cut off is sent again with the same effect key (`idempotentHint`).
+    pub rerun_after_crash: bool,
+    /// Why it did not join the registry.
+    pub refused: Option<String>,
 }
 
 /// A decision accepted: the run continues in the background.

@@ -31,7 +31,8 @@ pub async fn nrllm_rules_list() -> Result<RulesView, AppError> {
         tools: state
             .registry
             .specs()
-            .map(|spec| spec.name.clone())
+            .into_iter()
+            .map(|spec| spec.name)
             .collect(),
         configurations: state.configurations.names(),
         can_add: who.role.allows(Role::Admin),

@@ -77,6 +77,10 @@ pub struct Settings {
     /// How long a turn may wait for a decision before it expires, in milliseconds (`None`: until
     /// decided). A configuration's own `approval_timeout` wins.
     pub approval_timeout_ms: Option<u64>,
+    /// The MCP servers whose tools join the registry (`[[mcp_servers]]`), checked.
+    pub mcp_servers: Vec<nrllm_mcp::config::Server>,
+    /// How long an MCP call may take before it is cancelled, unless its server says otherwise.
+    pub mcp_call_timeout_secs: u32,
 }
 
 /// Which wire format a configuration speaks.
@@ -197,6 +201,8 @@ impl Default for Settings {
             retry_max_wait_secs: 60,
             max_state_bytes: 8 * 1024 * 1024,
             approval_timeout_ms: Some(24 * 3_600_000),
+            mcp_servers: Vec::new(),
+            mcp_call_timeout_secs: 60,
         }
     }
 }
@@ -299,6 +305,8 @@ struct SettingsFile {
     retry_max_wait_secs: Option<i64>,
     max_state_bytes: Option<i64>,
     approval_timeout: Option<String>,
+    mcp_servers: Option<Vec<nrllm_mcp::config::ServerConfig>>,
+    mcp_call_timeout_secs: Option<i64>,
 }
 
 impl Settings {
@@ -633,6 +641,23 @@ impl Settings {
             (None, Some(value)) => value,
             (None, None) => defaults.four_eyes,
         };
+        let mcp_call_timeout_secs = number(
+            "mcp_call_timeout_secs",
+            "NRLLM_MCP_CALL_TIMEOUT_SECS",
+            file.mcp_call_timeout_secs,
+            defaults.mcp_call_timeout_secs,
+            1..=3_600,
+            "seconds",
+        )?;
+        let mcp_servers = nrllm_mcp::config::check(
+            file.mcp_servers.as_deref().unwrap_or_default(),
+            mcp_call_timeout_secs,
+        )
+        .map_err(|message| SettingsError::Invalid {
+            setting: "mcp_servers",
+            source_name: file_name.clone(),
+            message,
+        })?;
         let configurations = file.configurations.unwrap_or_default();
         let invalid = |message: String| SettingsError::Invalid {
             setting: "configurations",
@@ -724,6 +749,8 @@ impl Settings {
             retry_max_wait_secs,
             max_state_bytes,
             approval_timeout_ms,
+            mcp_servers,
+            mcp_call_timeout_secs,
         })
     }
 }
@@ -832,6 +859,44 @@ mod tests {
             err.contains("`max_body_bytes`") && err.contains("NRLLM_MAX_BODY_BYTES"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn mcp_servers_are_read_and_checked_with_the_setting_named() {
+        let text = r#"
+            mcp_call_timeout_secs = 30
+            [[mcp_servers]]
+            name = "notes"
+            command = "@self"
+            args = ["mcp-demo"]
+            [[mcp_servers]]
+            name = "tickets"
+            url = "https://mcp.example.com/mcp"
+            header_env = { Authorization = "TICKETS_AUTH" }
+            call_timeout_secs = 5
+        "#;
+        let settings = load(Some(text), &[("NRLLM_MCP_CALL_TIMEOUT_SECS", "45")]).unwrap();
+        assert_eq!(settings.mcp_call_timeout_secs, 45);
+        let [notes, tickets] = settings.mcp_servers.as_slice() else {
+            panic!("two servers")
+        };
+        assert_eq!(notes.call_timeout, std::time::Duration::from_secs(45));
+        assert_eq!(tickets.call_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(
+            tickets.endpoint(),
+            "Streamable HTTP: https://mcp.example.com/mcp"
+        );
+        let secret = "[[mcp_servers]]\nname = \"t\"\nurl = \"https://h\"\nheaders = { Authorization = \"Bearer s3cret\" }\n";
+        let err = load(Some(secret), &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("setting `mcp_servers`") && err.contains("header_env"),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "{err}");
+        let unknown = "[[mcp_servers]]\nname = \"t\"\ncomand = \"x\"\n";
+        let err = load(Some(unknown), &[]).unwrap_err().to_string();
+        assert!(err.contains("comand"), "{err}");
+        assert!(load(None, &[]).unwrap().mcp_servers.is_empty());
     }
 
     #[test]

@@ -588,3 +588,107 @@ async fn check_finished_untouched(site: &Site, id: &str) {
     assert_eq!(recovered.0, 0);
     db.pool().close().await;
 }
+
+/// An approved MCP call cut off by a kill -9 after the server applied it (the failpoint after
+/// its effect) follows the server's `idempotentHint`: the demo's `write_note` says it is
+/// idempotent, so the restart sends it again with the same effect key and the server answers
+/// from its record (one write); the same server told to drop the hint (`NRLLM_MCP_DEMO_HINTS`)
+/// has its call come back "outcome unknown", waiting for the operator, and nothing runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_call_cut_off_after_its_effect_follows_the_idempotent_hint() {
+    for idempotent in [true, false] {
+        let site = Site::new().await;
+        let notes = site.dir.path().join("notes.json");
+        let hints = if idempotent { "declared" } else { "plain" };
+        std::fs::write(
+            site.dir.path().join("crash.toml"),
+            format!(
+                "log_level = \"warn\"\n[[mcp_servers]]\nname = \"notes\"\ncommand = \"@self\"\n\
+                 args = [\"mcp-demo\", \"--data\", \"{}\"]\nenv = {{ NRLLM_MCP_DEMO_HINTS = \"{hints}\" }}\n",
+                notes.display()
+            ),
+        )
+        .unwrap();
+        let server = site.start(Some("in_tool_after_effect")).await;
+        let (status, body) = site
+            .call(
+                &server,
+                "nrllm_tool_run",
+                json!({ "prompt": "Write the note todo saying \"Buy milk\"" }),
+            )
+            .await
+            .unwrap();
+        assert_eq!(status, 200, "{body}");
+        let run_id = body.as_str().unwrap().to_owned();
+        let deadline = Instant::now() + SETTLE;
+        let mut decided = false;
+        while !server.reached() {
+            assert!(
+                Instant::now() < deadline,
+                "the approved call reaches its effect"
+            );
+            match site.run(&server, &run_id).await {
+                Some(view) if view.summary.status == RunStatus::WaitingForApproval && !decided => {
+                    assert_eq!(view.pending[0].tool, "notes__write_note");
+                    let (status, answer) = site
+                        .call(
+                            &server,
+                            "nrllm_tool_resume",
+                            json!({ "run_id": run_id, "decision": "approve_all" }),
+                        )
+                        .await
+                        .unwrap();
+                    assert_eq!(status, 200, "{answer}");
+                    decided = true;
+                }
+                Some(view) => assert!(!view.summary.status.is_terminal(), "{view:?}"),
+                None => {}
+            }
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+        server.kill().await;
+        let book = nrllm_mcp::demo::Notebook::load(&notes).unwrap();
+        assert_eq!(
+            book.writes, 1,
+            "the server applied the call before the kill"
+        );
+
+        let server = site.start(None).await;
+        let deadline = Instant::now() + SETTLE;
+        let view = loop {
+            assert!(
+                Instant::now() < deadline,
+                "the run settles after the restart"
+            );
+            let view = site.run(&server, &run_id).await.expect("an answer");
+            if view.summary.status == RunStatus::Completed
+                || view.summary.status == RunStatus::WaitingForApproval
+            {
+                break view;
+            }
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        };
+        let book = nrllm_mcp::demo::Notebook::load(&notes).unwrap();
+        assert_eq!(book.writes, 1, "never applied twice: {book:?}");
+        if idempotent {
+            assert_eq!(view.summary.status, RunStatus::Completed, "{view:?}");
+            assert_eq!(
+                book.applied.len(),
+                1,
+                "one effect key, sent twice: {book:?}"
+            );
+            assert_eq!(
+                view.summary.final_answer.as_deref(),
+                Some("Wrote note todo (8 characters).")
+            );
+        } else {
+            assert_eq!(view.summary.status, RunStatus::WaitingForApproval);
+            let call = &view.pending[0];
+            assert!(
+                matches!(&call.state, CallState::OutcomeUnknown { effect_key, .. } if effect_key.starts_with(&run_id)),
+                "{call:?}"
+            );
+        }
+        server.kill().await;
+    }
+}

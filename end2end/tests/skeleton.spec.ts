@@ -14,7 +14,8 @@ test.describe("with JavaScript", () => {
     const configurations = page.getByTestId("system-configuration");
     await expect(configurations.filter({ hasText: "demo (demo-1)" })).toContainText("available");
     await expect(configurations.filter({ hasText: "hostile (hostile-1)" })).toContainText("available");
-    await expect(page.getByTestId("system-tools")).toContainText(/Tools: \d+ of 17 enabled/);
+    // 17 built-in tools, and the MCP servers' three (end2end/nrllm-e2e.toml).
+    await expect(page.getByTestId("system-tools")).toContainText(/Tools: \d+ of 20 enabled/);
   });
 
   test("every page loads without a console error, a favicon included", async ({ page, request, browser }) => {

@@ -1,12 +1,14 @@
 //! `/system`: what an operator checks when something seems off — the version, the database and
 //! its migrations, each configuration and whether it can be used (with the reason), the tools,
-//! and the live streams this process holds.
+//! the MCP servers (connected or failed, with the reason, and their tools), and the live
+//! streams this process holds.
 
 use leptos::prelude::*;
 
-use crate::api::nrllm_system_status;
-use crate::components::{Card, ErrorBanner};
-use crate::model::SystemView;
+use crate::api::{nrllm_system_status, NrllmMcpReconnect};
+use crate::components::{Card, ErrorBanner, BUTTON_SECONDARY};
+use crate::forms::{action, CsrfField};
+use crate::model::{McpServerView, SystemView};
 
 /// The system page.
 #[component]
@@ -55,6 +57,12 @@ fn Status(view: SystemView) -> impl IntoView {
             }
         })
         .collect_view();
+    let can_reconnect = view.can_reconnect;
+    let servers = view
+        .mcp_servers
+        .into_iter()
+        .map(|server| view! { <McpServer server can_reconnect /> })
+        .collect_view();
     view! {
         <div class="mt-4 grid gap-4 sm:grid-cols-2">
             <Card title="Server">
@@ -72,6 +80,62 @@ fn Status(view: SystemView) -> impl IntoView {
                     view.tools_enabled, view.tools_total
                 )}</p>
             </Card>
+            <Card title="MCP servers">
+                <ul class="space-y-3 text-sm" data-testid="system-mcp">{servers}</ul>
+                <p class="mt-2 text-xs text-slate-500">
+                    "Servers are connected from "<code>"[[mcp_servers]]"</code>" in the settings file."
+                </p>
+            </Card>
         </div>
+    }
+}
+
+/// One MCP server: where it is, its state (with the reason it failed), and its tools.
+#[component]
+fn McpServer(server: McpServerView, can_reconnect: bool) -> impl IntoView {
+    let state = match (server.state.as_str(), &server.reason) {
+        ("failed", Some(reason)) => format!("failed: {reason}"),
+        (state, _) => state.to_owned(),
+    };
+    let retry = server.retry_at.map(|at| format!("Tried again at {at}."));
+    let tools = server
+        .tools
+        .into_iter()
+        .map(|tool| {
+            let what = match (&tool.refused, tool.waits, tool.rerun_after_crash) {
+                (Some(reason), _, _) => format!("not joined: {reason}"),
+                (None, true, true) => "waits for approval; re-run after a crash".to_owned(),
+                (None, true, false) => "waits for approval".to_owned(),
+                (None, false, _) => "no approval".to_owned(),
+            };
+            view! {
+                <li data-testid="system-mcp-tool">
+                    <span class="font-mono">{tool.name}</span>" — "{what}
+                </li>
+            }
+        })
+        .collect_view();
+    let name = server.name.clone();
+    let (name_attr, state_attr) = (server.name.clone(), server.state.clone());
+    view! {
+        <li data-testid="system-mcp-server" data-name=name_attr data-state=state_attr>
+            <p>
+                <span class="font-mono font-semibold">{server.name}</span>
+                " — " <span data-testid="system-mcp-state">{state}</span>
+            </p>
+            <p class="text-xs text-slate-500">{server.endpoint}</p>
+            {server.server_info.map(|info| view! {
+                <p class="text-xs text-slate-500">{format!("{info}, connected {} time(s)", server.connections)}</p>
+            })}
+            {retry.map(|retry| view! { <p class="text-xs text-slate-500">{retry}</p> })}
+            <ul class="ml-4 mt-1 list-disc">{tools}</ul>
+            {can_reconnect.then(|| view! {
+                <form method="post" action={action::<NrllmMcpReconnect>()} class="mt-1">
+                    <CsrfField />
+                    <input type="hidden" name="name" value=name />
+                    <button type="submit" class=BUTTON_SECONDARY data-testid="mcp-reconnect">"Reconnect"</button>
+                </form>
+            })}
+        </li>
     }
 }

@@ -45,6 +45,8 @@ pub use request::{caller, require, state, wants_html};
 /// How often an instance on Postgres reads the tool settings again even when no other instance
 /// announced a change (a notification lost to a dropped connection).
 const TOOL_SETTINGS_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long start waits for the MCP servers to connect before it recovers cut-off runs.
+const MCP_FIRST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Everything a request handler needs; cheap to clone.
 #[derive(Clone)]
@@ -93,6 +95,8 @@ pub struct AppState {
     pub remote: Option<Arc<live::RemoteFeed>>,
     /// What `/metrics` counts.
     pub counters: Arc<metrics::Counters>,
+    /// The MCP servers whose tools joined the registry, and their states.
+    pub mcp: Arc<nrllm_mcp::hub::McpHub>,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -133,6 +137,16 @@ impl AppState {
             .load_into(&registry)
             .await
             .map_err(|err| format!("cannot read the tool settings: {err}"))?;
+        // MCP servers' tools join before the runs the last stop cut off are recovered (a server
+        // still connecting after MCP_FIRST_WAIT joins when it can; one that fails stops nothing).
+        let shutdown = CancellationToken::new();
+        let mcp = nrllm_mcp::hub::McpHub::start(
+            settings.mcp_servers.clone(),
+            Arc::clone(&registry),
+            shutdown.clone(),
+            MCP_FIRST_WAIT,
+        )
+        .await;
         let live = Arc::new(LiveHub::new(StreamLimits {
             per_run: settings.stream_limit_per_run as usize,
             total: settings.stream_limit_total as usize,
@@ -211,7 +225,7 @@ impl AppState {
             live,
             configurations,
             tasks,
-            shutdown: CancellationToken::new(),
+            shutdown,
             auth: auth::AuthConfig {
                 accounts: accounts.clone(),
                 allowed_hosts: Arc::new(settings.allowed_hosts.clone()),
@@ -230,6 +244,7 @@ impl AppState {
             queue,
             remote,
             counters,
+            mcp,
         })
     }
 

@@ -591,6 +591,19 @@ pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView
                 PreviewOutcome::Unavailable(reason) => Some(PreviewView::Unavailable {
                     reason: reason.clone(),
                 }),
+                PreviewOutcome::Arguments(fields) => Some(PreviewView::Arguments {
+                    fields: fields
+                        .iter()
+                        .map(|f| crate::model::ArgumentView {
+                            name: f.name.clone(),
+                            description: f.description.clone(),
+                            kind: f.kind.clone(),
+                            required: f.required,
+                            value: f.value.clone(),
+                            unexpected: f.unexpected,
+                        })
+                        .collect(),
+                }),
                 PreviewOutcome::Ready(ready) => Some(match &ready.effect {
                     Effect::Change {
                         target,
@@ -612,10 +625,43 @@ pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView
         .collect()
 }
 
+/// An MCP server's status for the system page.
+pub fn mcp_server_view(status: nrllm_mcp::hub::Status) -> crate::model::McpServerView {
+    use nrllm_mcp::hub::State;
+    let (state, reason, retry_at_ms) = match status.state {
+        State::Connected => ("connected", None, None),
+        State::Connecting => ("connecting", None, None),
+        State::Failed {
+            reason,
+            retry_at_ms,
+        } => ("failed", Some(reason), retry_at_ms),
+    };
+    crate::model::McpServerView {
+        name: status.name,
+        endpoint: status.endpoint,
+        state: state.to_owned(),
+        reason,
+        retry_at: retry_at_ms.map(format_utc),
+        server_info: status.server_info,
+        tools: status
+            .tools
+            .into_iter()
+            .map(|tool| crate::model::McpToolView {
+                name: tool.name,
+                waits: tool.waits,
+                rerun_after_crash: tool.rerun_after_crash,
+                refused: tool.refused,
+            })
+            .collect(),
+        connections: status.connections,
+    }
+}
+
 /// Every tool with its group, whether it needs approval and whether it is enabled.
 pub fn tool_views(registry: &nrllm_core::registry::ToolRegistry) -> Vec<crate::model::ToolView> {
     registry
         .specs()
+        .into_iter()
         .map(|spec| crate::model::ToolView {
             name: spec.name.clone(),
             description: spec.description.clone(),

@@ -187,6 +187,10 @@ fn preview_summary(outcome: &PreviewOutcome) -> Option<String> {
     match outcome {
         PreviewOutcome::None => None,
         PreviewOutcome::Unavailable(reason) => Some(format!("no preview: {reason}")),
+        PreviewOutcome::Arguments(fields) => Some(format!(
+            "no preview of its own; {} argument(s) shown against the tool's schema",
+            fields.len()
+        )),
         PreviewOutcome::Ready(preview) => Some(match &preview.effect {
             Effect::Change {
                 target,

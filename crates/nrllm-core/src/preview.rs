@@ -24,6 +24,84 @@ pub enum PreviewOutcome {
     Ready(Preview),
     /// Why there is no preview (the tool refused, timed out, or is no longer there).
     Unavailable(String),
+    /// The tool offers no preview of its own (an MCP server's tool, say): the call's arguments
+    /// against the tool's input schema, field by field.
+    Arguments(Vec<ArgumentField>),
+}
+
+/// One argument of a call, as its tool's schema describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgumentField {
+    pub name: String,
+    /// The schema's description of the field (the tool's words; shown as text).
+    pub description: Option<String>,
+    /// The schema's type (`string`, `integer`, …), if it gives one.
+    pub kind: Option<String>,
+    pub required: bool,
+    /// The value the model sent, as JSON text (bounded); `None` when it sent none.
+    pub value: Option<String>,
+    /// The model sent a field the schema does not have.
+    pub unexpected: bool,
+}
+
+/// The most of one shown value or description.
+const SHOWN_TEXT: usize = 2_000;
+/// The most fields shown.
+const SHOWN_FIELDS: usize = 50;
+
+/// The arguments `args` against the object schema `schema`: the schema's properties, then the
+/// fields it does not have. Values and descriptions are bounded; all of it is text.
+pub fn arguments_against_schema(
+    schema: &serde_json::Value,
+    args: &serde_json::Value,
+) -> Vec<ArgumentField> {
+    let shown = |text: &str| -> String {
+        match text.char_indices().nth(SHOWN_TEXT) {
+            Some((end, _)) => format!("{}…", &text[..end]),
+            None => text.to_owned(),
+        }
+    };
+    let empty = serde_json::Map::new();
+    let properties = schema
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .unwrap_or(&empty);
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(|r| r.as_array())
+        .map(|r| r.iter().filter_map(|n| n.as_str()).collect())
+        .unwrap_or_default();
+    let values = args.as_object().unwrap_or(&empty);
+    let value_of = |name: &str| values.get(name).map(|v| shown(&v.to_string()));
+    let mut fields: Vec<ArgumentField> = properties
+        .iter()
+        .map(|(name, property)| ArgumentField {
+            name: shown(name),
+            description: property
+                .get("description")
+                .and_then(|d| d.as_str())
+                .map(shown),
+            kind: property.get("type").and_then(|t| t.as_str()).map(shown),
+            required: required.contains(&name.as_str()),
+            value: value_of(name),
+            unexpected: false,
+        })
+        .collect();
+    fields.extend(
+        values
+            .keys()
+            .filter(|name| !properties.contains_key(*name))
+            .map(|name| ArgumentField {
+                name: shown(name),
+                description: None,
+                kind: None,
+                required: false,
+                value: value_of(name),
+                unexpected: true,
+            }),
+    );
+    fields.truncate(SHOWN_FIELDS);
+    fields
 }
 
 /// One pending call with its preview.
@@ -78,7 +156,9 @@ pub async fn preview_pending(
                     let first = futures::future::select(preview, deadline).await;
                     match first {
                         Either::Left((Ok(Some(preview)), _)) => PreviewOutcome::Ready(preview),
-                        Either::Left((Ok(None), _)) => PreviewOutcome::None,
+                        Either::Left((Ok(None), _)) => PreviewOutcome::Arguments(
+                            arguments_against_schema(&tool.spec().parameters, &arguments),
+                        ),
                         Either::Left((Err(err), _)) => PreviewOutcome::Unavailable(
                             err.model_text().trim_start_matches("Error: ").to_owned(),
                         ),
@@ -154,4 +234,45 @@ pub fn check_digest(given: &str, current: &str, previews: &[CallPreview]) -> Dig
             .map(|p| p.tool.clone())
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn arguments_are_shown_against_the_schema_with_descriptions() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "The note's name."},
+                "text": {"type": "string", "description": "<b>Replaces</b> the text."},
+                "tags": {"type": "array"}
+            },
+            "required": ["name", "text"]
+        });
+        let args = json!({"name": "todo", "text": "x".repeat(5_000), "extra": 7});
+        let fields = arguments_against_schema(&schema, &args);
+        let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["name", "tags", "text", "extra"]);
+        assert_eq!(fields[0].description.as_deref(), Some("The note's name."));
+        assert_eq!(fields[0].value.as_deref(), Some("\"todo\""));
+        assert!(fields[0].required && !fields[0].unexpected);
+        // Not sent: no value; not required.
+        assert_eq!(
+            (fields[1].value.as_ref(), fields[1].required),
+            (None, false)
+        );
+        // Text from outside stays text, and is bounded.
+        assert_eq!(
+            fields[2].description.as_deref(),
+            Some("<b>Replaces</b> the text.")
+        );
+        assert!(fields[2].value.as_ref().unwrap().chars().count() <= SHOWN_TEXT + 1);
+        assert!(fields[3].unexpected && fields[3].value.as_deref() == Some("7"));
+        // Arguments that are not an object show the schema's fields, none of them sent.
+        let fields = arguments_against_schema(&schema, &json!("oops"));
+        assert!(fields.iter().all(|f| f.value.is_none()));
+    }
 }

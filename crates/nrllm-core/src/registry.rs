@@ -37,10 +37,16 @@ impl AllowList {
     }
 }
 
+/// Tools by name.
+type Tools = BTreeMap<String, Arc<dyn DynTool>>;
+
 /// Every tool this process knows, and which of them are enabled now.
 #[derive(Default)]
 pub struct ToolRegistry {
-    tools: BTreeMap<String, Arc<dyn DynTool>>,
+    tools: Tools,
+    /// Tools that joined from a source outside the program (an MCP server's), by source. A
+    /// source's set is replaced whole when it connects again.
+    sources: RwLock<BTreeMap<String, Tools>>,
     /// Enable/disable choices that override each tool's default.
     enabled_overrides: RwLock<BTreeMap<String, bool>>,
     /// Groups switched off (or on) as a whole; a tool is enabled only if its group is.
@@ -76,14 +82,51 @@ impl ToolRegistry {
         Ok(self)
     }
 
-    /// The tool with this name, enabled or not.
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn DynTool>> {
-        self.tools.get(name)
+    /// Sets the tools `source` offers now, replacing the ones it offered before. A tool whose
+    /// name another tool (of the program or of another source) already has is left out; the
+    /// refused names are returned.
+    pub fn set_source(&self, source: &str, tools: Vec<Arc<dyn DynTool>>) -> Vec<DuplicateTool> {
+        let Ok(mut sources) = self.sources.write() else {
+            return Vec::new();
+        };
+        let mut joined = BTreeMap::new();
+        let mut refused = Vec::new();
+        for tool in tools {
+            let name = tool.spec().name.clone();
+            let taken = self.tools.contains_key(&name)
+                || joined.contains_key(&name)
+                || sources
+                    .iter()
+                    .any(|(other, set)| other != source && set.contains_key(&name));
+            if taken {
+                refused.push(DuplicateTool(name));
+            } else {
+                joined.insert(name, tool);
+            }
+        }
+        sources.insert(source.to_owned(), joined);
+        refused
     }
 
-    /// Every registered tool's spec, by name.
-    pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
-        self.tools.values().map(|tool| tool.spec())
+    /// The tool with this name, enabled or not.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn DynTool>> {
+        if let Some(tool) = self.tools.get(name) {
+            return Some(Arc::clone(tool));
+        }
+        let sources = self.sources.read().ok()?;
+        sources
+            .values()
+            .find_map(|set| set.get(name).map(Arc::clone))
+    }
+
+    /// Every registered tool's spec — the program's and the sources' — by name.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        let mut specs: Vec<ToolSpec> = self.tools.values().map(|t| t.spec().clone()).collect();
+        if let Ok(sources) = self.sources.read() {
+            specs.extend(sources.values().flatten().map(|(_, t)| t.spec().clone()));
+        }
+        specs.sort_by(|a, b| a.name.cmp(&b.name));
+        specs
     }
 
     /// Enables or disables a tool for every run from now on (also runs waiting for approval).
@@ -112,9 +155,14 @@ impl ToolRegistry {
     /// Whether a registered tool is enabled now: its group is, and the tool is (by its own
     /// setting, or by default).
     pub fn is_enabled(&self, name: &str) -> bool {
-        let Some(tool) = self.tools.get(name) else {
+        let Some(tool) = self.get(name) else {
             return false;
         };
+        self.is_enabled_tool(&tool)
+    }
+
+    fn is_enabled_tool(&self, tool: &Arc<dyn DynTool>) -> bool {
+        let name = &tool.spec().name;
         self.is_group_enabled(&tool.spec().group)
             && self
                 .enabled_overrides
@@ -126,12 +174,18 @@ impl ToolRegistry {
 
     /// The gate for a run: the tools it is offered now.
     pub fn gate(&self, allow_list: &AllowList, admin: bool) -> Gate {
+        let sources = self.sources.read().ok();
         let offered = self
             .tools
             .iter()
+            .chain(
+                sources
+                    .iter()
+                    .flat_map(|sources| sources.values().flatten()),
+            )
             .filter(|(name, tool)| {
                 allow_list.allows(name)
-                    && self.is_enabled(name)
+                    && self.is_enabled_tool(tool)
                     && (admin || !tool.spec().admin_only)
             })
             .map(|(name, tool)| (name.clone(), Arc::clone(tool)))
@@ -207,10 +261,7 @@ impl Gate {
         } else {
             Pass::Auto {
                 allow: true,
-                note: format!(
-                    "no approval needed: {} lets these arguments through by its own check",
-                    call.name
-                ),
+                note: tool.passed_note(),
             }
         }
     }
@@ -259,6 +310,29 @@ mod tests {
         assert!(registry
             .gate(&AllowList::All, false)
             .requires_approval("write_note"));
+    }
+
+    #[test]
+    fn a_source_joins_replaces_its_tools_and_never_takes_a_name() {
+        let registry = registry();
+        let probe = || probe_registry(&Probe::default()).get("read_note").unwrap();
+        // A source cannot take a program tool's name (nor another source's).
+        let refused = registry.set_source("notes", vec![probe()]);
+        assert_eq!(refused, [DuplicateTool("read_note".into())]);
+        assert_eq!(registry.specs().len(), 3);
+        let other = ToolRegistry::new();
+        let refused = other.set_source("a", vec![probe()]);
+        assert!(refused.is_empty());
+        assert_eq!(other.gate(&AllowList::All, false).names(), ["read_note"]);
+        assert_eq!(
+            other.set_source("b", vec![probe()]),
+            [DuplicateTool("read_note".into())]
+        );
+        // Connecting again replaces the source's set whole.
+        assert!(other.set_source("a", Vec::new()).is_empty());
+        assert!(other.get("read_note").is_none());
+        assert!(other.set_source("b", vec![probe()]).is_empty());
+        assert!(other.is_enabled("read_note"));
     }
 
     #[test]

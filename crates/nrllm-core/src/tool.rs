@@ -216,6 +216,14 @@ pub trait DynTool: Send + Sync {
     async fn execute(&self, args: &Value, ctx: &ToolContext) -> Result<String, ToolError>;
     /// Validates and previews.
     async fn preview(&self, args: &Value, ctx: &ToolContext) -> Result<Option<Preview>, ToolError>;
+    /// Why a call of this tool, which has effects, went ahead without an operator: the tool's
+    /// own check of the arguments let it through (or a policy the tool carries did).
+    fn passed_note(&self) -> String {
+        format!(
+            "no approval needed: {} lets these arguments through by its own check",
+            self.spec().name
+        )
+    }
 }
 
 /// Wraps a [`Tool`] with its spec and compiled schema.
@@ -307,12 +315,14 @@ pub fn schema_of<A: JsonSchema>() -> Value {
 }
 
 /// A compiled JSON Schema for a tool's arguments.
-pub(crate) struct ArgumentValidator {
+pub struct ArgumentValidator {
     validator: Option<jsonschema::Validator>,
 }
 
 impl ArgumentValidator {
-    pub(crate) fn new(schema: &Value) -> ArgumentValidator {
+    /// Compiles `schema`. A schema that does not compile checks nothing (logged): the tool
+    /// checks its arguments itself.
+    pub fn new(schema: &Value) -> ArgumentValidator {
         let validator = match jsonschema::validator_for(schema) {
             Ok(validator) => Some(validator),
             Err(err) => {
@@ -325,7 +335,7 @@ impl ArgumentValidator {
     }
 
     /// `Ok` when `args` fits the schema; otherwise the first problem, naming the field.
-    pub(crate) fn check(&self, args: &Value) -> Result<(), ToolError> {
+    pub fn check(&self, args: &Value) -> Result<(), ToolError> {
         let Some(validator) = &self.validator else {
             return Ok(());
         };

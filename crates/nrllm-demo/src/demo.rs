@@ -31,6 +31,8 @@ pub const DEMO_PROMPTS: &[&str] = &[
     "What time is it?",
     "Calculate (12 * 7) / 3",
     "List the recent runs",
+    "Write the note todo saying \"Buy milk\"",
+    "Read the note todo",
 ];
 
 /// The offline demo model.
@@ -92,7 +94,26 @@ enum Task {
     PublishAsked,
     /// Create a page from details the operator fills in (asked with a schema form).
     CreateAsked,
+    /// Write a note through a connected MCP notes server (`<server>__write_note`).
+    WriteNote {
+        name: String,
+        text: String,
+    },
+    /// Read a note (or list them: `None`) through `<server>__read_note`.
+    ReadNote {
+        name: Option<String>,
+    },
     Unknown,
+}
+
+/// A note's name as the demo notes server takes it, from the user's words.
+fn note_name(text: &str) -> Option<String> {
+    let name = unquote(text.split_whitespace().last()?).to_ascii_lowercase();
+    let fits = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    fits.then_some(name)
 }
 
 /// The text after `marker` in `lower`, taken from the same place in `original`.
@@ -143,6 +164,24 @@ fn parse_task(prompt: &str) -> Task {
     let lower = text.to_ascii_lowercase();
     let starts = |prefixes: &[&str]| prefixes.iter().any(|p| lower.starts_with(p));
 
+    if starts(&["write the note", "write note", "write a note"]) {
+        if let Some((head, body)) = split_first(text, &lower, &[" saying ", ": "]) {
+            if let Some(name) = note_name(head) {
+                return Task::WriteNote {
+                    name,
+                    text: unquote(body),
+                };
+            }
+        }
+    }
+    if starts(&["read the note", "read note", "show the note"]) {
+        if let Some(name) = note_name(text) {
+            return Task::ReadNote { name: Some(name) };
+        }
+    }
+    if lower.contains("notes") && (lower.contains("list") || lower.contains("show")) {
+        return Task::ReadNote { name: None };
+    }
     if lower.contains("ask me") {
         if starts(&["publish"]) {
             return Task::PublishAsked;
@@ -357,7 +396,23 @@ fn denial(step: &Step) -> Option<&str> {
 /// What the demo model does next.
 enum Next {
     Call(Vec<(&'static str, Value)>),
+    /// One call of a tool whose name is known only from what is offered (an MCP server's).
+    CallOffered(String, Value),
     Answer(String),
+}
+
+/// One call of the offered tool whose name ends with `__<suffix>` (an MCP server's tool, whatever
+/// the server is called), then the answer its result makes.
+fn through_mcp(done: &[Step], offered: &[String], suffix: &str, arguments: Value) -> Next {
+    let wanted = format!("__{suffix}");
+    match (done.last(), offered.iter().find(|t| t.ends_with(&wanted))) {
+        (Some(step), _) => Next::Answer(outcome_sentence(step)),
+        (None, Some(tool)) => Next::CallOffered(tool.clone(), arguments),
+        (None, None) => Next::Answer(format!(
+            "I cannot do that here: no MCP notes server's `{suffix}` tool is offered to this run \
+             (connect one with [[mcp_servers]]; see the system page)."
+        )),
+    }
 }
 
 fn outcome_sentence(step: &Step) -> String {
@@ -487,6 +542,21 @@ fn next(task: &Task, done: &[Step], offered: &[String]) -> Next {
         Task::Runs => simple(last, "list_runs", json!({ "limit": 5 }), |r| {
             format!("Recent runs: {r}")
         }),
+        Task::WriteNote { name, text } => through_mcp(
+            done,
+            offered,
+            "write_note",
+            json!({ "name": name, "text": text }),
+        ),
+        Task::ReadNote { name } => through_mcp(
+            done,
+            offered,
+            "read_note",
+            match name {
+                Some(name) => json!({ "name": name }),
+                None => json!({}),
+            },
+        ),
         Task::PublishAsked => publish_asked(done, &has),
         Task::CreateAsked => create_asked(done, &has),
         Task::Unknown => Next::Answer(capabilities()),
@@ -682,7 +752,15 @@ impl Provider for DemoProvider {
                 finish_reason: FinishReason::Stop,
                 raw: None,
             },
-            Next::Call(calls) => {
+            Next::Call(_) | Next::CallOffered(..) => {
+                let calls: Vec<(String, Value)> = match next {
+                    Next::Call(calls) => calls
+                        .into_iter()
+                        .map(|(name, arguments)| (name.to_owned(), arguments))
+                        .collect(),
+                    Next::CallOffered(name, arguments) => vec![(name, arguments)],
+                    Next::Answer(_) => Vec::new(),
+                };
                 let tool_calls: Vec<ToolCall> = calls
                     .into_iter()
                     .enumerate()
@@ -712,6 +790,40 @@ impl Provider for DemoProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn note_tasks_go_through_whichever_notes_server_is_offered() {
+        assert_eq!(
+            parse_task("Write the note todo saying \"Buy milk\""),
+            Task::WriteNote {
+                name: "todo".into(),
+                text: "Buy milk".into()
+            }
+        );
+        assert_eq!(
+            parse_task("Read the note todo"),
+            Task::ReadNote {
+                name: Some("todo".into())
+            }
+        );
+        assert_eq!(parse_task("List the notes"), Task::ReadNote { name: None });
+        let offered = ["get_page".to_owned(), "files__write_note".to_owned()];
+        let write = Task::WriteNote {
+            name: "todo".into(),
+            text: "x".into(),
+        };
+        match next(&write, &[], &offered) {
+            Next::CallOffered(tool, args) => {
+                assert_eq!(tool, "files__write_note");
+                assert_eq!(args, json!({"name": "todo", "text": "x"}));
+            }
+            _ => panic!("calls the offered write_note"),
+        }
+        match next(&write, &[], &offered[..1]) {
+            Next::Answer(text) => assert!(text.contains("no MCP notes server"), "{text}"),
+            _ => panic!("answers that no notes server is offered"),
+        }
+    }
 
     #[test]
     fn the_demo_prompts_are_understood() {

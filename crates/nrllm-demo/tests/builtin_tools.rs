@@ -57,9 +57,12 @@ fn invalid_field(result: Result<String, ToolError>) -> String {
 #[tokio::test]
 async fn there_are_eleven_read_only_tools_and_five_that_need_approval() {
     let s = site().await;
-    let (gated, read_only): (Vec<_>, Vec<_>) =
-        s.registry.specs().partition(|spec| spec.requires_approval);
-    let names = |specs: &[&nrllm_core::tool::ToolSpec]| {
+    let (gated, read_only): (Vec<_>, Vec<_>) = s
+        .registry
+        .specs()
+        .into_iter()
+        .partition(|spec| spec.requires_approval);
+    let names = |specs: &[nrllm_core::tool::ToolSpec]| {
         specs.iter().map(|s| s.name.clone()).collect::<Vec<_>>()
     };
     assert_eq!(
@@ -97,6 +100,7 @@ async fn two_tools_decide_per_call_from_their_arguments() {
     let per_call: Vec<String> = s
         .registry
         .specs()
+        .into_iter()
         .filter(|spec| spec.approval_per_call)
         .map(|spec| spec.name.clone())
         .collect();

@@ -146,7 +146,7 @@ async fn every_built_in_tool_is_declared_with_fields_gemini_accepts() {
     let db = common::sqlite().await;
     let runs: Arc<dyn RunStore> = Arc::new(SqlRunStore::new(db.db.clone()));
     let registry = builtin_registry(SiteStore::new(db.db.clone()), runs);
-    let specs: Vec<_> = registry.specs().cloned().collect();
+    let specs: Vec<_> = registry.specs();
     let server = WireServer::start(vec![Reply::ok(text("ok"))]).await;
     provider(&server, "gemini-test")
         .complete(

@@ -1,0 +1,424 @@
+//! The playground's own MCP server (`nrllm-playground mcp-demo`): a notebook of named notes,
+//! so the MCP flow works offline. It has one read-only tool (`read_note`) and one destructive
+//! one (`write_note`, which overwrites), with the dry run `write_note__preview` that the
+//! approval panel calls. `write_note` keeps the effect keys it applied (`_meta`
+//! `io.nrllm/effectKey`) and answers a repeat with its first result, so it says it is
+//! idempotent. With `--data FILE` the notebook outlives the process.
+//!
+//! Served over stdio (the default) or Streamable HTTP (`--http ADDR`, at `/mcp`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::tool::{bounded, EFFECT_KEY_META};
+
+/// The longest note the demo keeps.
+pub const MAX_NOTE: usize = 10_000;
+/// The most notes it keeps.
+pub const MAX_NOTES: usize = 1_000;
+
+/// A fault the tests ask for through `NRLLM_MCP_DEMO_FAULT` (never set in normal use).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// `write_note` applies the change, then the process exits before it answers.
+    ExitDuringWrite,
+    /// `write_note` waits until the call is cancelled (and records the cancel).
+    HangDuringWrite,
+}
+
+impl Fault {
+    fn from_env() -> Option<Fault> {
+        match std::env::var("NRLLM_MCP_DEMO_FAULT").ok()?.as_str() {
+            "exit-during-write" => Some(Fault::ExitDuringWrite),
+            "hang-during-write" => Some(Fault::HangDuringWrite),
+            _ => None,
+        }
+    }
+}
+
+/// The notebook, as kept in the data file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notebook {
+    pub notes: BTreeMap<String, String>,
+    /// Effect key → the result its write answered.
+    pub applied: BTreeMap<String, String>,
+    /// How many writes changed the notebook (a repeated key does not count).
+    pub writes: u64,
+    /// The reasons of the cancels the server received for calls in progress.
+    pub cancelled: Vec<String>,
+}
+
+impl Notebook {
+    /// The notebook in `path` (empty if the file does not exist).
+    pub fn load(path: &Path) -> Result<Notebook, String> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|err| format!("{} is not a notebook: {err}", path.display())),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(Notebook::default()),
+            Err(err) => Err(format!("cannot read {}: {err}", path.display())),
+        }
+    }
+
+    fn save(&self, path: &Path) -> Result<(), String> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|err| format!("cannot create {}: {err}", parent.display()))?;
+        }
+        let tmp = path.with_extension("tmp");
+        let json = serde_json::to_vec_pretty(self).map_err(|err| err.to_string())?;
+        std::fs::write(&tmp, json)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|err| format!("cannot write {}: {err}", path.display()))
+    }
+}
+
+/// The demo server.
+#[derive(Clone)]
+pub struct DemoServer {
+    book: Arc<Mutex<Notebook>>,
+    data: Option<PathBuf>,
+    fault: Option<Fault>,
+}
+
+impl DemoServer {
+    /// A server over the notebook in `data` (in memory only if `None`).
+    pub fn open(data: Option<PathBuf>) -> Result<DemoServer, String> {
+        let book = match &data {
+            Some(path) => Notebook::load(path)?,
+            None => Notebook::default(),
+        };
+        Ok(DemoServer {
+            book: Arc::new(Mutex::new(book)),
+            data,
+            fault: Fault::from_env(),
+        })
+    }
+
+    /// The same server with `fault` (tests).
+    pub fn with_fault(mut self, fault: Option<Fault>) -> DemoServer {
+        self.fault = fault;
+        self
+    }
+
+    /// The notebook now (read again from its file, which another process may share).
+    pub fn notebook(&self) -> Notebook {
+        let Ok(mut book) = self.book.lock() else {
+            return Notebook::default();
+        };
+        self.reload(&mut book);
+        book.clone()
+    }
+
+    fn reload(&self, book: &mut Notebook) {
+        if let Some(path) = &self.data {
+            match Notebook::load(path) {
+                Ok(on_disk) => *book = on_disk,
+                Err(err) => {
+                    tracing::warn!(%err, "the notebook file cannot be read; keeping the one in memory")
+                }
+            }
+        }
+    }
+
+    fn change(&self, change: impl FnOnce(&mut Notebook) -> String) -> Result<String, ErrorData> {
+        let mut book = self
+            .book
+            .lock()
+            .map_err(|_| ErrorData::internal_error("the notebook is unavailable", None))?;
+        self.reload(&mut book);
+        let answer = change(&mut book);
+        if let Some(path) = &self.data {
+            book.save(path)
+                .map_err(|err| ErrorData::internal_error(err, None))?;
+        }
+        Ok(answer)
+    }
+
+    /// The tools, with their annotations. With `NRLLM_MCP_DEMO_HINTS=plain` (tests of the
+    /// crash rules) `write_note` does not say it is idempotent.
+    pub fn tools() -> Vec<Tool> {
+        let idempotent = std::env::var("NRLLM_MCP_DEMO_HINTS").as_deref() != Ok("plain");
+        let object = |value: Value| match value {
+            Value::Object(map) => map,
+            _ => unreachable!("a schema literal is an object"),
+        };
+        let name = json!({"type": "string", "description": "The note's name (1 to 64 of a-z, 0-9, - and _)."});
+        let text = json!({"type": "string", "description": "The note's whole new text; it replaces the old."});
+        let read = Tool::new(
+            "read_note",
+            "Reads a note by name, or lists the notes' names when no name is given.",
+            object(json!({"type": "object", "properties": {"name": name},
+                          "additionalProperties": false})),
+        )
+        .annotate(
+            ToolAnnotations::new()
+                .read_only(true)
+                .idempotent(true)
+                .open_world(false),
+        );
+        let write_schema = object(json!({
+            "type": "object", "properties": {"name": name, "text": text},
+            "required": ["name", "text"], "additionalProperties": false}));
+        let write = Tool::new(
+            "write_note",
+            "Writes a note, replacing its text (the old text is lost).",
+            write_schema.clone(),
+        )
+        .annotate(
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(true)
+                .idempotent(idempotent)
+                .open_world(false),
+        );
+        let preview = Tool::new(
+            "write_note__preview",
+            "What write_note would change, without changing it.",
+            write_schema,
+        )
+        .annotate(ToolAnnotations::new().read_only(true).open_world(false));
+        vec![read, write, preview]
+    }
+
+    fn read(&self, args: &Args) -> Result<CallToolResult, ErrorData> {
+        let book = self.notebook();
+        Ok(match &args.name {
+            None if book.notes.is_empty() => text("The notebook is empty."),
+            None => text(format!(
+                "Notes: {}",
+                book.notes.keys().cloned().collect::<Vec<_>>().join(", ")
+            )),
+            Some(name) => match book.notes.get(name) {
+                Some(note) => text(note.clone()),
+                None => CallToolResult::error(vec![ContentBlock::text(format!(
+                    "there is no note named {name}"
+                ))]),
+            },
+        })
+    }
+
+    fn preview(&self, name: &str, new: &str) -> CallToolResult {
+        let before = self.notebook().notes.get(name).cloned().unwrap_or_default();
+        let answer = json!({"target": format!("note {name}"), "before": before, "after": new});
+        CallToolResult::success(vec![ContentBlock::text(answer.to_string())])
+    }
+
+    async fn write(
+        &self,
+        name: &str,
+        new: &str,
+        key: Option<String>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        if let Some(earlier) = key
+            .as_ref()
+            .and_then(|k| self.notebook().applied.get(k).cloned())
+        {
+            return Ok(text(earlier));
+        }
+        if self.fault == Some(Fault::HangDuringWrite) {
+            context.ct.cancelled().await;
+            self.change(|book| {
+                book.cancelled
+                    .push(format!("write_note {name} was cancelled"));
+                String::new()
+            })?;
+            return Err(ErrorData::internal_error("cancelled", None));
+        }
+        let answer = self.change(|book| {
+            let answer = match book.notes.insert(name.to_owned(), new.to_owned()) {
+                Some(_) => format!("Replaced note {name} ({} characters).", new.chars().count()),
+                None => format!("Wrote note {name} ({} characters).", new.chars().count()),
+            };
+            book.writes += 1;
+            if let Some(key) = key {
+                book.applied.insert(key, answer.clone());
+            }
+            answer
+        })?;
+        if self.fault == Some(Fault::ExitDuringWrite) {
+            tracing::error!("exiting during write_note, as NRLLM_MCP_DEMO_FAULT asks");
+            std::process::exit(3);
+        }
+        Ok(text(answer))
+    }
+}
+
+/// The arguments of the notebook's tools.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    name: Option<String>,
+    text: Option<String>,
+}
+
+fn text(text: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(text.into())])
+}
+
+fn checked_name(name: Option<&str>) -> Result<&str, ErrorData> {
+    let name = name.ok_or_else(|| ErrorData::invalid_params("`name` is required", None))?;
+    let fits = (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if fits {
+        Ok(name)
+    } else {
+        Err(ErrorData::invalid_params(
+            format!(
+                "`name` must be 1 to 64 of a-z, 0-9, - and _, and it was `{}`",
+                bounded(name, 80)
+            ),
+            None,
+        ))
+    }
+}
+
+impl ServerHandler for DemoServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "nrllm-notes",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions("A notebook of named notes, for the nrllm playground's demo.")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(DemoServer::tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args: Args = serde_json::from_value(Value::Object(
+            request.arguments.unwrap_or_default(),
+        ))
+        .map_err(|err| ErrorData::invalid_params(format!("invalid arguments: {err}"), None))?;
+        // The SDK hands a request's `_meta` to the handler in its context.
+        let key = context
+            .meta
+            .get(EFFECT_KEY_META)
+            .or_else(|| {
+                request
+                    .meta
+                    .as_ref()
+                    .and_then(|meta| meta.get(EFFECT_KEY_META))
+            })
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let result = match request.name.as_ref() {
+            "read_note" => self.read(&args)?,
+            "write_note" | "write_note__preview" => {
+                let name = checked_name(args.name.as_deref())?;
+                let new = args
+                    .text
+                    .as_deref()
+                    .ok_or_else(|| ErrorData::invalid_params("`text` is required", None))?;
+                if new.len() > MAX_NOTE {
+                    return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                        "a note holds at most {MAX_NOTE} bytes"
+                    ))])
+                    .into());
+                }
+                if request.name == "write_note__preview" {
+                    self.preview(name, new)
+                } else if self.notebook().notes.len() >= MAX_NOTES
+                    && !self.notebook().notes.contains_key(name)
+                {
+                    CallToolResult::error(vec![ContentBlock::text(format!(
+                        "the notebook holds at most {MAX_NOTES} notes"
+                    ))])
+                } else {
+                    self.write(name, new, key, &context).await?
+                }
+            }
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!("there is no tool named {}", bounded(other, 80)),
+                    None,
+                ))
+            }
+        };
+        Ok(result.into())
+    }
+}
+
+/// Serves `server` on this process's stdin and stdout until the client goes away.
+pub async fn serve_stdio(server: DemoServer) -> Result<(), String> {
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|err| format!("the MCP handshake failed: {err}"))?;
+    running
+        .waiting()
+        .await
+        .map_err(|err| format!("the server stopped: {err}"))?;
+    Ok(())
+}
+
+/// The server over Streamable HTTP, at `/mcp`.
+pub fn router(server: DemoServer) -> axum::Router {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    axum::Router::new().nest_service("/mcp", service)
+}
+
+/// The command line of `mcp-demo`: `[--data FILE] [--http ADDR]`.
+pub async fn main_with_args(args: &[String]) -> Result<(), String> {
+    let mut data = None;
+    let mut http = None;
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--data" => data = Some(PathBuf::from(args.next().ok_or("--data needs a file")?)),
+            "--http" => http = Some(args.next().ok_or("--http needs an address")?.clone()),
+            other => {
+                return Err(format!(
+                    "unknown argument `{other}` (use --data FILE, --http ADDR)"
+                ))
+            }
+        }
+    }
+    let server = DemoServer::open(data)?;
+    match http {
+        None => serve_stdio(server).await,
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(&addr)
+                .await
+                .map_err(|err| format!("cannot listen on {addr}: {err}"))?;
+            eprintln!(
+                "nrllm-notes MCP server at http://{}/mcp",
+                listener.local_addr().map_err(|e| e.to_string())?
+            );
+            axum::serve(listener, router(server))
+                .await
+                .map_err(|err| format!("the server stopped: {err}"))
+        }
+    }
+}

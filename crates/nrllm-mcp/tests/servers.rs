@@ -1,0 +1,324 @@
+//! The MCP client against real servers: the demo server started as a child process over stdio
+//! (`nrllm-mcp-demo`, the same code as `nrllm-playground mcp-demo`) and served over Streamable
+//! HTTP on a local port. Nothing leaves 127.0.0.1.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nrllm_core::mcp::{ApprovalPolicy, ServerPolicy};
+use nrllm_core::registry::{AllowList, ToolRegistry};
+use nrllm_core::tool::{Preview, ToolContext, ToolError};
+use nrllm_mcp::config::{Server, Transport};
+use nrllm_mcp::demo::{DemoServer, Fault, Notebook};
+use nrllm_mcp::hub::{McpHub, State, Status};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn stdio(name: &str, data: &Path, env: &[(&str, &str)]) -> Server {
+    Server {
+        name: name.to_owned(),
+        transport: Transport::Stdio {
+            command: env!("CARGO_BIN_EXE_nrllm-mcp-demo").to_owned(),
+            args: vec!["--data".to_owned(), data.display().to_string()],
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            pass_env: Vec::new(),
+        },
+        allow: None,
+        policy: ServerPolicy::default(),
+        call_timeout: Duration::from_secs(10),
+    }
+}
+
+fn http(name: &str, url: &str) -> Server {
+    Server {
+        name: name.to_owned(),
+        transport: Transport::Http {
+            url: url.to_owned(),
+            headers: BTreeMap::from([("X-Team".to_owned(), "ops".to_owned())]),
+            header_env: BTreeMap::new(),
+        },
+        allow: None,
+        policy: ServerPolicy::default(),
+        call_timeout: Duration::from_secs(10),
+    }
+}
+
+/// The demo server over Streamable HTTP on a free local port: its URL and its state.
+async fn http_server(fault: Option<Fault>) -> (String, DemoServer) {
+    let server = DemoServer::open(None).unwrap().with_fault(fault);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let router = nrllm_mcp::demo::router(server.clone());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (url, server)
+}
+
+async fn start(servers: Vec<Server>) -> (Arc<McpHub>, Arc<ToolRegistry>, CancellationToken) {
+    let registry = Arc::new(ToolRegistry::new());
+    let shutdown = CancellationToken::new();
+    let hub = McpHub::start(servers, Arc::clone(&registry), shutdown.clone(), WAIT).await;
+    (hub, registry, shutdown)
+}
+
+fn status<'a>(statuses: &'a [Status], name: &str) -> &'a Status {
+    statuses.iter().find(|s| s.name == name).unwrap()
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn keyed(key: &str) -> ToolContext {
+    ToolContext {
+        effect_key: Some(key.to_owned()),
+        ..ToolContext::default()
+    }
+}
+
+#[tokio::test]
+async fn the_demo_server_joins_over_stdio_and_over_http_gated_by_its_annotations() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _web) = http_server(None).await;
+    let (hub, registry, shutdown) = start(vec![
+        stdio("notes", &dir.path().join("notes.json"), &[]),
+        http("web", &url),
+    ])
+    .await;
+    let statuses = hub.statuses();
+    for name in ["notes", "web"] {
+        let s = status(&statuses, name);
+        assert_eq!(s.state, State::Connected, "{s:?}");
+        assert_eq!(
+            s.server_info
+                .as_deref()
+                .map(|i| i.starts_with("nrllm-notes")),
+            Some(true)
+        );
+        let names: Vec<&str> = s.tools.iter().map(|t| t.name.as_str()).collect();
+        // The dry run `write_note__preview` is the preview's, not the model's.
+        assert_eq!(
+            names,
+            [format!("{name}__read_note"), format!("{name}__write_note")]
+        );
+    }
+    let gate = registry.gate(&AllowList::All, false);
+    assert_eq!(
+        gate.names(),
+        [
+            "notes__read_note",
+            "notes__write_note",
+            "web__read_note",
+            "web__write_note"
+        ]
+    );
+    let read = gate.tool("web__read_note").unwrap();
+    let write = gate.tool("web__write_note").unwrap();
+    // readOnlyHint: no approval; destructiveHint: approval, and re-run after a crash
+    // (idempotentHint).
+    assert!(!read.spec().requires_approval);
+    assert!(write.needs_approval(&json!({"name": "a", "text": "b"})));
+    assert!(write.spec().idempotent_by_key);
+    assert_eq!(write.spec().parameters["required"], json!(["name", "text"]));
+
+    for server in ["notes", "web"] {
+        let write = registry.get(&format!("{server}__write_note")).unwrap();
+        let read = registry.get(&format!("{server}__read_note")).unwrap();
+        let args = json!({"name": "todo", "text": "Buy <b>milk</b>"});
+        let preview = write.preview(&args, &ToolContext::default()).await.unwrap();
+        assert_eq!(
+            preview,
+            Some(Preview::change("note todo", "", "Buy <b>milk</b>"))
+        );
+        let first = write.execute(&args, &keyed("k-1")).await.unwrap();
+        assert_eq!(first, "Wrote note todo (15 characters).");
+        // The same effect key again (a re-run after a crash): the first answer, no second write.
+        let again = write.execute(&args, &keyed("k-1")).await.unwrap();
+        assert_eq!(again, first);
+        let text = read
+            .execute(&json!({"name": "todo"}), &ToolContext::default())
+            .await;
+        assert_eq!(text.unwrap(), "Buy <b>milk</b>");
+        // isError: the tool's own text goes back to the model as a tool error.
+        let missing = read
+            .execute(&json!({"name": "nope"}), &ToolContext::default())
+            .await;
+        assert_eq!(
+            missing.unwrap_err(),
+            ToolError::Refused("there is no note named nope".to_owned())
+        );
+        // Arguments that do not fit the schema never reach the server.
+        let bad = write.execute(&json!({"name": "todo"}), &keyed("k-2")).await;
+        assert!(
+            matches!(bad, Err(ToolError::InvalidArguments { ref field, .. }) if field == "text"),
+            "{bad:?}"
+        );
+    }
+    let book = Notebook::load(&dir.path().join("notes.json")).unwrap();
+    assert_eq!(book.writes, 1, "one write for one effect key: {book:?}");
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn the_policy_overrides_the_annotations_and_the_allow_list_limits_the_tools() {
+    let (url, _web) = http_server(None).await;
+    let mut always = http("always", &url);
+    always.policy = ServerPolicy {
+        approval: ApprovalPolicy::Always,
+        tools: BTreeMap::from([("write_note".to_owned(), ApprovalPolicy::Never)]),
+    };
+    let mut only = http("only", &url);
+    only.allow = Some(vec!["read_note".to_owned()]);
+    let (hub, registry, shutdown) = start(vec![always, only]).await;
+    let gate = registry.gate(&AllowList::All, false);
+    assert_eq!(
+        gate.names(),
+        ["always__read_note", "always__write_note", "only__read_note"]
+    );
+    let args = json!({"name": "a", "text": "b"});
+    // `always` holds even a read-only tool; `never` lets a destructive one through.
+    assert!(gate
+        .tool("always__read_note")
+        .unwrap()
+        .needs_approval(&json!({"name": "a"})));
+    let write = gate.tool("always__write_note").unwrap();
+    assert!(!write.needs_approval(&args));
+    // … but its calls still have effects: they are journaled, and the step says who let it pass.
+    assert!(write.spec().requires_approval);
+    let statuses = hub.statuses();
+    let tools = &status(&statuses, "always").tools;
+    assert!(tools
+        .iter()
+        .any(|t| t.name == "always__read_note" && t.waits));
+    assert!(tools
+        .iter()
+        .any(|t| t.name == "always__write_note" && !t.waits));
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_server_that_dies_mid_call_makes_a_clear_failure_and_is_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("notes.json");
+    let (hub, registry, shutdown) = start(vec![stdio(
+        "notes",
+        &data,
+        &[("NRLLM_MCP_DEMO_FAULT", "exit-during-write")],
+    )])
+    .await;
+    assert_eq!(status(&hub.statuses(), "notes").connections, 1);
+    let write = registry.get("notes__write_note").unwrap();
+    let err = write
+        .execute(&json!({"name": "todo", "text": "x"}), &keyed("k-1"))
+        .await
+        .unwrap_err();
+    let text = err.model_text();
+    assert!(text.contains("was lost during the call"), "{text}");
+    assert!(text.contains("may or may not have taken effect"), "{text}");
+    // It did apply the write before it died: "may or may not" was the honest answer.
+    assert_eq!(Notebook::load(&data).unwrap().writes, 1);
+    // The supervisor starts it again (after its backoff), and the tools answer through it.
+    until("the server is connected again", || {
+        let s = hub.statuses();
+        let s = status(&s, "notes");
+        s.state == State::Connected && s.connections == 2
+    })
+    .await;
+    let read = registry.get("notes__read_note").unwrap();
+    let note = read
+        .execute(&json!({"name": "todo"}), &ToolContext::default())
+        .await;
+    assert_eq!(note.unwrap(), "x");
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_cancelled_or_timed_out_call_sends_the_server_a_cancel() {
+    let (url, web) = http_server(Some(Fault::HangDuringWrite)).await;
+    let mut server = http("web", &url);
+    server.call_timeout = Duration::from_secs(1);
+    let (_hub, registry, shutdown) = start(vec![server]).await;
+    let write = registry.get("web__write_note").unwrap();
+    let args = json!({"name": "todo", "text": "x"});
+    // A run cancelled while its call is in flight drops the call's future.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(300),
+        write.execute(&args, &keyed("k-1")),
+    )
+    .await;
+    assert!(dropped.is_err(), "the call hangs until cancelled");
+    until("the server hears the cancel", || {
+        web.notebook().cancelled.len() == 1
+    })
+    .await;
+    // A call past its time limit is cancelled the same way, and says so.
+    let err = write.execute(&args, &keyed("k-2")).await.unwrap_err();
+    assert!(
+        err.model_text().contains("did not answer within 1 s"),
+        "{err:?}"
+    );
+    until("the server hears the second cancel", || {
+        web.notebook().cancelled.len() == 2
+    })
+    .await;
+    assert_eq!(web.notebook().writes, 0);
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_start_fails_with_a_reason_and_stops_nothing() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/mcp", closed.local_addr().unwrap());
+    drop(closed);
+    let mut missing = stdio("missing", Path::new("/nonexistent"), &[]);
+    if let Transport::Stdio { command, .. } = &mut missing.transport {
+        *command = "/nonexistent/mcp-server".to_owned();
+    }
+    let (url_ok, _web) = http_server(None).await;
+    let started = Instant::now();
+    let (hub, registry, shutdown) =
+        start(vec![missing, http("gone", &url), http("web", &url_ok)]).await;
+    assert!(
+        started.elapsed() < WAIT,
+        "start does not wait for failed servers' retries"
+    );
+    let statuses = hub.statuses();
+    match &status(&statuses, "missing").state {
+        State::Failed {
+            reason,
+            retry_at_ms,
+        } => {
+            assert!(
+                reason.starts_with("cannot start `/nonexistent/mcp-server`"),
+                "{reason}"
+            );
+            assert!(retry_at_ms.is_some());
+        }
+        other => panic!("{other:?}"),
+    }
+    match &status(&statuses, "gone").state {
+        State::Failed { reason, .. } => assert!(reason.contains("cannot connect to"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(status(&statuses, "web").state, State::Connected);
+    assert!(registry.get("web__read_note").is_some());
+    assert!(registry.get("missing__read_note").is_none());
+    // An admin's reconnect lists the tools again on a new connection.
+    assert!(hub.reconnect("web"));
+    assert!(!hub.reconnect("nope"));
+    until("the server is connected again", || {
+        status(&hub.statuses(), "web").connections == 2
+    })
+    .await;
+    shutdown.cancel();
+}

@@ -1,0 +1,92 @@
+import { test, expect, csrfOf } from "../fixtures";
+import { startRun, waitFor } from "../helpers";
+
+// Tools of MCP servers (the demo's notebook server, started by the playground over stdio; see
+// end2end/nrllm-e2e.toml): a destructive call waits with the server's dry run as its diff, is
+// approved from the run page and runs once; a call the policy holds shows its arguments against
+// the tool's schema. Everything the server says is text on the page.
+
+test("the system page shows each MCP server's state and tools", async ({ page }) => {
+  await page.goto("/system");
+  const notes = page.locator('[data-testid="system-mcp-server"][data-name="notes"]');
+  await expect(notes).toHaveAttribute("data-state", "connected");
+  await expect(notes.getByTestId("system-mcp-state")).toHaveText("connected");
+  await expect(notes).toContainText("nrllm-notes");
+  const tools = notes.getByTestId("system-mcp-tool");
+  await expect(tools.filter({ hasText: "notes__read_note" })).toContainText("no approval");
+  await expect(tools.filter({ hasText: "notes__write_note" })).toContainText(
+    "waits for approval; re-run after a crash",
+  );
+  const audited = page.locator('[data-testid="system-mcp-server"][data-name="audited"]');
+  await expect(audited.getByTestId("system-mcp-tool")).toHaveCount(1);
+  await expect(audited.getByTestId("system-mcp-tool")).toContainText("audited__read_note — waits for approval");
+  // An administrator (the suite's operator is one) reconnects a server: its tools are listed
+  // again on a new connection.
+  await expect(notes).toContainText("connected 1 time(s)");
+  await notes.getByTestId("mcp-reconnect").click();
+  await page.waitForURL(/\/system$/);
+  for (let i = 0; i < 40 && !(await notes.textContent())?.includes("connected 2 time(s)"); i++) {
+    await page.waitForTimeout(250);
+    await page.reload();
+  }
+  await expect(notes).toContainText("connected 2 time(s)");
+  await expect(notes).toHaveAttribute("data-state", "connected");
+});
+
+test("a viewer sees the MCP servers but no reconnect button", async ({ browser, request }) => {
+  const csrf = csrfOf();
+  const made = await request.post("/api/nrllm_user_create", {
+    data: { name: "mcp-viewer", password: "mcp-viewer-password-1", role: "viewer" },
+    headers: { "x-csrf-token": csrf },
+  });
+  expect([200, 409]).toContain(made.status());
+  const context = await browser.newContext({ storageState: { cookies: [], origins: [] } });
+  const page = await context.newPage();
+  await page.goto("/login");
+  await page.getByLabel("Name").fill("mcp-viewer");
+  await page.getByLabel("Password").fill("mcp-viewer-password-1");
+  await page.getByTestId("log-in").click();
+  await page.waitForURL((url) => !url.pathname.startsWith("/login"));
+  await page.goto("/system");
+  await expect(page.locator('[data-testid="system-mcp-server"][data-name="notes"]')).toBeVisible();
+  await expect(page.getByTestId("mcp-reconnect")).toHaveCount(0);
+  await context.close();
+});
+
+for (const javaScript of [true, false]) {
+  const mode = javaScript ? "js" : "nojs";
+  const reload = !javaScript;
+
+  test.describe(`MCP calls, JavaScript ${javaScript ? "on" : "off"}`, () => {
+    test.use({ javaScriptEnabled: javaScript });
+
+    test("a destructive MCP call waits, shows the server's dry run, is approved and runs once", async ({
+      page,
+    }) => {
+      const note = `mcp-${mode}-${Date.now() % 100000}`;
+      await startRun(page, `Write the note ${note} saying "Hello <b>world</b>"`);
+      await waitFor(page, "approval-panel", reload);
+      const call = page.getByTestId("pending-call");
+      await expect(call).toContainText("notes__write_note");
+      const preview = call.getByTestId("preview");
+      await expect(preview).toContainText(`Effect on note ${note}`);
+      await expect(preview).toContainText("+ Hello <b>world</b>");
+      await expect(page.locator("b", { hasText: "world" })).toHaveCount(0);
+      await page.getByRole("button", { name: "Approve all (a)" }).click();
+      await waitFor(page, "final-answer", reload);
+      await expect(page.getByTestId("final-answer")).toContainText(`Wrote note ${note} (18 characters).`);
+
+      // Reading it back goes through the audited server, whose policy holds even reads: no
+      // dry run there, so the panel shows the arguments against the tool's schema.
+      await startRun(page, `Read the note ${note}`);
+      await waitFor(page, "approval-panel", reload);
+      const fields = page.getByTestId("schema-preview").getByTestId("argument-field");
+      await expect(fields).toHaveCount(1);
+      await expect(fields).toContainText(`"${note}"`);
+      await expect(fields).toContainText("The note's name");
+      await page.getByRole("button", { name: "Approve all (a)" }).click();
+      await waitFor(page, "final-answer", reload);
+      await expect(page.getByTestId("final-answer")).toContainText("Hello <b>world</b>");
+    });
+  });
+}
