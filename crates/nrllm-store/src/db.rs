@@ -177,7 +177,7 @@ impl Database {
             None => (None, None),
         };
         let announcer =
-            (backend == Backend::Postgres).then(|| Arc::new(Announcer::start(pool.clone())));
+            (backend == Backend::Postgres).then(|| Arc::new(Announcer::start(url.to_owned())));
         Ok(Database {
             pool,
             backend,

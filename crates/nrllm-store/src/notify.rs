@@ -13,7 +13,7 @@
 //! latency: instances read the database again now and then anyway.
 
 use sqlx::postgres::PgListener;
-use sqlx::AnyPool;
+use sqlx::{AnyConnection, Connection, Executor};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -100,10 +100,12 @@ pub(crate) struct Announcer {
 const ANNOUNCED_AT_ONCE: usize = 256;
 
 impl Announcer {
-    /// Starts announcing through `pool` (until every clone of the database is dropped).
-    pub(crate) fn start(pool: AnyPool) -> Announcer {
+    /// Starts announcing on a connection of its own to the database at `url` (until every
+    /// clone of the database is dropped).
+    pub(crate) fn start(url: String) -> Announcer {
         let (payloads, mut queued) = mpsc::unbounded_channel::<String>();
         tokio::spawn(async move {
+            let mut conn: Option<AnyConnection> = None;
             let mut batch = Vec::new();
             while let Some(first) = queued.recv().await {
                 batch.push(first);
@@ -115,7 +117,9 @@ impl Announcer {
                 }
                 batch.sort_unstable();
                 batch.dedup();
-                if let Err(err) = send(&pool, &batch).await {
+                if let Err(err) = send(&mut conn, &url, &batch).await {
+                    // Connected again for the next batch.
+                    conn = None;
                     tracing::warn!(%err, notices = batch.len(), "announcing commits to the other instances failed (they read the database again on their next notice or poll)");
                 }
                 batch.clear();
@@ -133,21 +137,31 @@ impl Announcer {
     }
 }
 
-/// One transaction that notifies `payloads` and does not wait for its commit's flush (a lost
-/// notice only delays a listener; the commits it announces are already durable).
-async fn send(pool: &AnyPool, payloads: &[String]) -> Result<(), sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SET LOCAL synchronous_commit TO OFF")
-        .execute(&mut *tx)
-        .await?;
-    for payload in payloads {
-        sqlx::query("SELECT 1 FROM pg_notify($1, $2)")
-            .bind(CHANNEL)
-            .bind(payload.as_str())
-            .execute(&mut *tx)
-            .await?;
+/// One statement — one round trip, one transaction — that notifies `payloads`, on a connection
+/// whose commits do not wait for their flush (a lost notice only delays a listener; the commits
+/// it announces are already durable).
+async fn send(
+    conn: &mut Option<AnyConnection>,
+    url: &str,
+    payloads: &[String],
+) -> Result<(), sqlx::Error> {
+    let conn = match conn {
+        Some(conn) => conn,
+        None => {
+            let mut fresh = AnyConnection::connect(url).await?;
+            fresh.execute("SET synchronous_commit TO OFF").await?;
+            conn.insert(fresh)
+        }
+    };
+    let mut sql = String::from("SELECT 1");
+    for i in 0..payloads.len() {
+        sql.push_str(&format!(", pg_notify($1, ${})", i + 2));
     }
-    tx.commit().await
+    let mut query = sqlx::query(&sql).bind(CHANNEL);
+    for payload in payloads {
+        query = query.bind(payload.as_str());
+    }
+    query.execute(&mut *conn).await.map(|_| ())
 }
 
 /// A connection listening to [`CHANNEL`]. It reconnects by itself after a lost connection
