@@ -17,9 +17,6 @@ use sqlx::{AnyConnection, Connection, Executor};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::db::Backend;
-use crate::transition::Statement;
-
 /// The channel commits are announced on.
 pub const CHANNEL: &str = "nrllm_run_events";
 
@@ -63,30 +60,6 @@ impl Notice {
                 None => Uuid::parse_str(payload).map_or(Notice::Other, Notice::Run),
             },
         }
-    }
-
-    /// Announces it when the transaction open on `conn` commits, on Postgres (nothing on
-    /// SQLite: one instance).
-    pub async fn announce(self, conn: &mut sqlx::AnyConnection) -> Result<(), sqlx::Error> {
-        let backend = match conn.backend_name() {
-            "PostgreSQL" => Backend::Postgres,
-            _ => Backend::Sqlite,
-        };
-        if let Some(statement) = self.statement(backend) {
-            statement.query().execute(&mut *conn).await?;
-        }
-        Ok(())
-    }
-
-    /// The statement that announces it in a transaction on `backend` (none on SQLite).
-    pub(crate) fn statement(self, backend: Backend) -> Option<Statement> {
-        // One prepared statement for every payload (a `NOTIFY` with the payload written into it
-        // would be parsed and planned again for each run).
-        (backend == Backend::Postgres).then(|| {
-            Statement::new("SELECT 1 FROM pg_notify($1, $2)")
-                .bind(CHANNEL)
-                .bind(self.payload())
-        })
     }
 }
 

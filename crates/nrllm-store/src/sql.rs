@@ -273,11 +273,9 @@ impl SqlRunStore {
         }
     }
 
-    /// Has every instance hear of `notice` once `transition` commits (Postgres).
+    /// Has every instance hear of `notice` once `transition` commits ([`Database::announce`]).
     fn announce(&self, transition: &mut Transition, notice: Notice) {
-        if self.db.backend() == Backend::Postgres {
-            transition.notices.push(notice);
-        }
+        transition.notices.push(notice);
     }
 
     /// A transition on run `id` fenced by `fence` that writes `events` as the run's next steps

@@ -40,7 +40,6 @@ impl ToolSettingsStore {
     }
 
     async fn save(&self, key: String, enabled: bool) -> Result<(), sqlx::Error> {
-        let mut tx = self.db.pool().begin().await?;
         sqlx::query(
             "INSERT INTO tool_setting (key, enabled, updated_at_ms) VALUES ($1, $2, $3) \
              ON CONFLICT (key) DO UPDATE SET enabled = excluded.enabled, updated_at_ms = excluded.updated_at_ms",
@@ -48,13 +47,11 @@ impl ToolSettingsStore {
         .bind(key)
         .bind(i64::from(enabled))
         .bind(now_ms())
-        .execute(&mut *tx)
+        .execute(self.db.pool())
         .await?;
-        // Every other instance reads the settings again when this commits.
-        crate::notify::Notice::ToolSettings
-            .announce(&mut tx)
-            .await?;
-        tx.commit().await
+        // Every other instance reads the settings again, now that this committed.
+        self.db.announce(vec![crate::notify::Notice::ToolSettings]);
+        Ok(())
     }
 
     /// Enables or disables one tool, durably and in `registry`.
