@@ -86,14 +86,7 @@ async fn mcp_demo(data: Option<std::path::PathBuf>, http: Option<String>) -> Res
         .with_writer(std::io::stderr)
         .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
         .init();
-    let mut args = Vec::new();
-    if let Some(data) = data {
-        args.extend(["--data".to_owned(), data.display().to_string()]);
-    }
-    if let Some(http) = http {
-        args.extend(["--http".to_owned(), http]);
-    }
-    nrllm_mcp::demo::main_with_args(&args).await
+    nrllm_mcp::demo::serve(data, http.as_deref()).await
 }
 
 /// Opens the database named by the settings.

@@ -87,21 +87,8 @@ pub enum PreviewView {
     },
     /// The tool offers no preview: the arguments against its input schema.
     Arguments {
-        fields: Vec<ArgumentView>,
+        fields: Vec<nrllm_types::ArgumentField>,
     },
-}
-
-/// One argument of a call against its tool's schema (the tool's and the model's words: text).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ArgumentView {
-    pub name: String,
-    pub description: Option<String>,
-    pub kind: Option<String>,
-    pub required: bool,
-    /// The value sent, as JSON text; `None` if not sent.
-    pub value: Option<String>,
-    /// Sent, but not in the schema.
-    pub unexpected: bool,
 }
 
 /// One call of the turn waiting for a decision.
@@ -355,28 +342,15 @@ pub struct McpServerView {
     pub name: String,
     /// `stdio: <command>` or `Streamable HTTP: <url>` (never a header or an environment value).
     pub endpoint: String,
-    /// `connected`, `connecting` or `failed`.
-    pub state: String,
+    pub state: nrllm_types::McpState,
     /// Why it failed.
     pub reason: Option<String>,
     /// When it is tried again (`2026-11-30 06:41:29 UTC`).
     pub retry_at: Option<String>,
     /// The server's own name and version.
     pub server_info: Option<String>,
-    pub tools: Vec<McpToolView>,
+    pub tools: Vec<nrllm_types::McpToolStatus>,
     pub connections: u32,
-}
-
-/// One of an MCP server's tools on the system page.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct McpToolView {
-    pub name: String,
-    /// Its calls wait for an operator.
-    pub waits: bool,
-    /// A call a crash cut off is sent again with the same effect key (`idempotentHint`).
-    pub rerun_after_crash: bool,
-    /// Why it did not join the registry.
-    pub refused: Option<String>,
 }
 
 /// A decision accepted: the run continues in the background.

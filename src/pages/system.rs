@@ -9,6 +9,7 @@ use crate::api::{nrllm_system_status, NrllmMcpReconnect};
 use crate::components::{Card, ErrorBanner, BUTTON_SECONDARY};
 use crate::forms::{action, CsrfField};
 use crate::model::{McpServerView, SystemView};
+use nrllm_types::McpState;
 
 /// The system page.
 #[component]
@@ -93,9 +94,9 @@ fn Status(view: SystemView) -> impl IntoView {
 /// One MCP server: where it is, its state (with the reason it failed), and its tools.
 #[component]
 fn McpServer(server: McpServerView, can_reconnect: bool) -> impl IntoView {
-    let state = match (server.state.as_str(), &server.reason) {
-        ("failed", Some(reason)) => format!("failed: {reason}"),
-        (state, _) => state.to_owned(),
+    let state = match (server.state, &server.reason) {
+        (McpState::Failed, Some(reason)) => format!("failed: {reason}"),
+        (state, _) => state.to_string(),
     };
     let retry = server.retry_at.map(|at| format!("Tried again at {at}."));
     let tools = server
@@ -116,7 +117,7 @@ fn McpServer(server: McpServerView, can_reconnect: bool) -> impl IntoView {
         })
         .collect_view();
     let name = server.name.clone();
-    let (name_attr, state_attr) = (server.name.clone(), server.state.clone());
+    let (name_attr, state_attr) = (server.name.clone(), server.state.as_str());
     view! {
         <li data-testid="system-mcp-server" data-name=name_attr data-state=state_attr>
             <p>

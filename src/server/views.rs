@@ -592,17 +592,7 @@ pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView
                     reason: reason.clone(),
                 }),
                 PreviewOutcome::Arguments(fields) => Some(PreviewView::Arguments {
-                    fields: fields
-                        .iter()
-                        .map(|f| crate::model::ArgumentView {
-                            name: f.name.clone(),
-                            description: f.description.clone(),
-                            kind: f.kind.clone(),
-                            required: f.required,
-                            value: f.value.clone(),
-                            unexpected: f.unexpected,
-                        })
-                        .collect(),
+                    fields: fields.clone(),
                 }),
                 PreviewOutcome::Ready(ready) => Some(match &ready.effect {
                     Effect::Change {
@@ -628,31 +618,23 @@ pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView
 /// An MCP server's status for the system page.
 pub fn mcp_server_view(status: nrllm_mcp::hub::Status) -> crate::model::McpServerView {
     use nrllm_mcp::hub::State;
+    use nrllm_types::McpState;
     let (state, reason, retry_at_ms) = match status.state {
-        State::Connected => ("connected", None, None),
-        State::Connecting => ("connecting", None, None),
+        State::Connected => (McpState::Connected, None, None),
+        State::Connecting => (McpState::Connecting, None, None),
         State::Failed {
             reason,
             retry_at_ms,
-        } => ("failed", Some(reason), retry_at_ms),
+        } => (McpState::Failed, Some(reason), retry_at_ms),
     };
     crate::model::McpServerView {
         name: status.name,
         endpoint: status.endpoint,
-        state: state.to_owned(),
+        state,
         reason,
         retry_at: retry_at_ms.map(format_utc),
         server_info: status.server_info,
-        tools: status
-            .tools
-            .into_iter()
-            .map(|tool| crate::model::McpToolView {
-                name: tool.name,
-                waits: tool.waits,
-                rerun_after_crash: tool.rerun_after_crash,
-                refused: tool.refused,
-            })
-            .collect(),
+        tools: status.tools,
         connections: status.connections,
     }
 }

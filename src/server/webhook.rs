@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nrllm_core::clock::{format_utc, now_ms};
-use nrllm_core::preview::PreviewOutcome;
+use nrllm_core::preview::{cut, PreviewOutcome};
 use nrllm_core::service::{PendingTurn, RunListener, RunService};
 use nrllm_core::store::{RunRecord, RunStatus, SequencedEvent, StoreError};
 use nrllm_core::tool::Effect;
@@ -172,14 +172,6 @@ pub fn retry_wait_ms(backoff_ms: u32, attempts: i64, id: Uuid) -> i64 {
     // 80% .. 120% of the base.
     let wait = base * (80 + spread * 40 / 255) / 100;
     i64::try_from(wait).unwrap_or(i64::MAX)
-}
-
-/// A string cut to at most `max` characters, with `…` when cut.
-fn cut(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
 }
 
 /// One line on what a call's preview shows.

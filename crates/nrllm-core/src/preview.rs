@@ -29,25 +29,20 @@ pub enum PreviewOutcome {
     Arguments(Vec<ArgumentField>),
 }
 
-/// One argument of a call, as its tool's schema describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ArgumentField {
-    pub name: String,
-    /// The schema's description of the field (the tool's words; shown as text).
-    pub description: Option<String>,
-    /// The schema's type (`string`, `integer`, …), if it gives one.
-    pub kind: Option<String>,
-    pub required: bool,
-    /// The value the model sent, as JSON text (bounded); `None` when it sent none.
-    pub value: Option<String>,
-    /// The model sent a field the schema does not have.
-    pub unexpected: bool,
-}
+pub use nrllm_types::ArgumentField;
 
 /// The most of one shown value or description.
 const SHOWN_TEXT: usize = 2_000;
 /// The most fields shown.
 const SHOWN_FIELDS: usize = 50;
+
+/// `text` cut to at most `max` characters, with `…` when cut.
+pub fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
 
 /// The arguments `args` against the object schema `schema`: the schema's properties, then the
 /// fields it does not have. Values and descriptions are bounded; all of it is text.
@@ -55,12 +50,7 @@ pub fn arguments_against_schema(
     schema: &serde_json::Value,
     args: &serde_json::Value,
 ) -> Vec<ArgumentField> {
-    let shown = |text: &str| -> String {
-        match text.char_indices().nth(SHOWN_TEXT) {
-            Some((end, _)) => format!("{}…", &text[..end]),
-            None => text.to_owned(),
-        }
-    };
+    let shown = |text: &str| cut(text, SHOWN_TEXT);
     let empty = serde_json::Map::new();
     let properties = schema
         .get("properties")

@@ -740,49 +740,46 @@ impl Provider for DemoProvider {
         } else {
             next(&task, &done, &offered)
         };
-        let round = done.len();
-        Ok(match next {
-            Next::Answer(text) => ChatResponse {
-                usage: Usage {
-                    prompt_tokens,
-                    completion_tokens: estimate_tokens(&text),
-                },
-                content: Some(text),
-                tool_calls: Vec::new(),
-                finish_reason: FinishReason::Stop,
-                raw: None,
-            },
-            Next::Call(_) | Next::CallOffered(..) => {
-                let calls: Vec<(String, Value)> = match next {
-                    Next::Call(calls) => calls
-                        .into_iter()
-                        .map(|(name, arguments)| (name.to_owned(), arguments))
-                        .collect(),
-                    Next::CallOffered(name, arguments) => vec![(name, arguments)],
-                    Next::Answer(_) => Vec::new(),
-                };
-                let tool_calls: Vec<ToolCall> = calls
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, (name, arguments))| {
-                        ToolCall::new(format!("demo_{round}_{i}"), name, &arguments)
-                    })
-                    .collect();
-                let completion: String = tool_calls
-                    .iter()
-                    .map(|c| format!("{}{}", c.name, c.arguments))
-                    .collect();
-                ChatResponse {
-                    content: None,
+        let calls: Vec<(String, Value)> = match next {
+            Next::Answer(text) => {
+                return Ok(ChatResponse {
                     usage: Usage {
                         prompt_tokens,
-                        completion_tokens: estimate_tokens(&completion),
+                        completion_tokens: estimate_tokens(&text),
                     },
-                    tool_calls,
-                    finish_reason: FinishReason::ToolCalls,
+                    content: Some(text),
+                    tool_calls: Vec::new(),
+                    finish_reason: FinishReason::Stop,
                     raw: None,
-                }
+                })
             }
+            Next::Call(calls) => calls
+                .into_iter()
+                .map(|(name, arguments)| (name.to_owned(), arguments))
+                .collect(),
+            Next::CallOffered(name, arguments) => vec![(name, arguments)],
+        };
+        let round = done.len();
+        let tool_calls: Vec<ToolCall> = calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, arguments))| {
+                ToolCall::new(format!("demo_{round}_{i}"), name, &arguments)
+            })
+            .collect();
+        let completion: String = tool_calls
+            .iter()
+            .map(|c| format!("{}{}", c.name, c.arguments))
+            .collect();
+        Ok(ChatResponse {
+            content: None,
+            usage: Usage {
+                prompt_tokens,
+                completion_tokens: estimate_tokens(&completion),
+            },
+            tool_calls,
+            finish_reason: FinishReason::ToolCalls,
+            raw: None,
         })
     }
 }

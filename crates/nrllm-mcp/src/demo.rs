@@ -139,8 +139,10 @@ impl DemoServer {
         self.reload(&mut book);
         let answer = change(&mut book);
         if let Some(path) = &self.data {
-            book.save(path)
-                .map_err(|err| ErrorData::internal_error(err, None))?;
+            book.save(path).map_err(|err| {
+                tracing::error!(%err, "the notebook could not be saved");
+                ErrorData::internal_error("the notebook could not be saved", None)
+            })?;
         }
         Ok(answer)
     }
@@ -221,11 +223,14 @@ impl DemoServer {
         key: Option<String>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        if let Some(earlier) = key
-            .as_ref()
-            .and_then(|k| self.notebook().applied.get(k).cloned())
-        {
-            return Ok(text(earlier));
+        let book = self.notebook();
+        if book.notes.len() >= MAX_NOTES && !book.notes.contains_key(name) {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                "the notebook holds at most {MAX_NOTES} notes"
+            ))]));
+        }
+        if let Some(earlier) = key.as_ref().and_then(|k| book.applied.get(k)) {
+            return Ok(text(earlier.clone()));
         }
         if self.fault == Some(Fault::HangDuringWrite) {
             context.ct.cancelled().await;
@@ -341,12 +346,6 @@ impl ServerHandler for DemoServer {
                 }
                 if request.name == "write_note__preview" {
                     self.preview(name, new)
-                } else if self.notebook().notes.len() >= MAX_NOTES
-                    && !self.notebook().notes.contains_key(name)
-                {
-                    CallToolResult::error(vec![ContentBlock::text(format!(
-                        "the notebook holds at most {MAX_NOTES} notes"
-                    ))])
                 } else {
                     self.write(name, new, key, &context).await?
                 }
@@ -405,11 +404,17 @@ pub async fn main_with_args(args: &[String]) -> Result<(), String> {
             }
         }
     }
+    serve(data, http.as_deref()).await
+}
+
+/// Serves the notebook in `data` (in memory if `None`) on stdio, or over Streamable HTTP at
+/// `http` when given.
+pub async fn serve(data: Option<PathBuf>, http: Option<&str>) -> Result<(), String> {
     let server = DemoServer::open(data)?;
     match http {
         None => serve_stdio(server).await,
         Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(&addr)
+            let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|err| format!("cannot listen on {addr}: {err}"))?;
             eprintln!(

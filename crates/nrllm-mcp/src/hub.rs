@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use nrllm_core::mcp::Annotations;
 use nrllm_core::registry::ToolRegistry;
 use nrllm_core::tool::DynTool;
+use nrllm_types::McpToolStatus;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -47,17 +48,6 @@ pub enum State {
     },
 }
 
-/// One of a server's tools as the system page lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ToolStatus {
-    /// The registry name (`<server>__<tool>`), or the name on the server when it did not join.
-    pub name: String,
-    pub waits: bool,
-    pub rerun_after_crash: bool,
-    /// Why it did not join, if it did not.
-    pub refused: Option<String>,
-}
-
 /// A server's status.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Status {
@@ -66,7 +56,7 @@ pub struct Status {
     pub state: State,
     /// The server's own name and version, from its handshake.
     pub server_info: Option<String>,
-    pub tools: Vec<ToolStatus>,
+    pub tools: Vec<McpToolStatus>,
     /// How many times it was connected since start.
     pub connections: u32,
 }
@@ -282,7 +272,7 @@ impl Supervised {
                 config.call_timeout,
             ) {
                 Ok(tool) => {
-                    shown.push(ToolStatus {
+                    shown.push(McpToolStatus {
                         name: tool.spec().name.clone(),
                         waits: tool.waits(),
                         rerun_after_crash: tool.spec().idempotent_by_key,
@@ -290,7 +280,7 @@ impl Supervised {
                     });
                     tools.push(Arc::new(tool));
                 }
-                Err(reason) => shown.push(ToolStatus {
+                Err(reason) => shown.push(McpToolStatus {
                     name: bounded(&remote, 80),
                     waits: false,
                     rerun_after_crash: false,
@@ -354,7 +344,10 @@ async fn connect(
             let (process, stderr) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::piped())
                 .spawn()
-                .map_err(|err| format!("cannot start `{command}`: {err}"))?;
+                .map_err(|err| {
+                    tracing::warn!(server = %config.name, %err, "an MCP server could not be started");
+                    format!("cannot start `{command}`: {}", err.kind())
+                })?;
             if let Some(stderr) = stderr {
                 tokio::spawn(log_stderr(config.name.clone(), stderr));
             }

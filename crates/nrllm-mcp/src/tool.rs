@@ -32,34 +32,34 @@ pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 pub const MAX_RESULT: usize = 64 * 1024;
 
 /// The live connection to one server, shared by its tools: replaced when the server connects
-/// again, empty while it is down (a call then fails at once, saying why).
-#[derive(Default)]
-pub struct Link {
-    peer: RwLock<Option<Peer<RoleClient>>>,
-    down: RwLock<String>,
+/// again; while it is down, why (a call then fails at once, saying so).
+pub struct Link(RwLock<Result<Peer<RoleClient>, String>>);
+
+impl Default for Link {
+    fn default() -> Link {
+        Link(RwLock::new(Err(String::new())))
+    }
 }
 
 impl Link {
-    pub(crate) fn connected(&self, peer: Peer<RoleClient>) {
-        if let Ok(mut slot) = self.peer.write() {
-            *slot = Some(peer);
+    fn set(&self, now: Result<Peer<RoleClient>, String>) {
+        if let Ok(mut slot) = self.0.write() {
+            *slot = now;
         }
+    }
+
+    pub(crate) fn connected(&self, peer: Peer<RoleClient>) {
+        self.set(Ok(peer));
     }
 
     pub(crate) fn disconnected(&self, reason: &str) {
-        if let Ok(mut slot) = self.peer.write() {
-            *slot = None;
-        }
-        if let Ok(mut down) = self.down.write() {
-            *down = reason.to_owned();
-        }
+        self.set(Err(reason.to_owned()));
     }
 
     fn peer(&self) -> Result<Peer<RoleClient>, String> {
-        match self.peer.read().ok().and_then(|peer| peer.clone()) {
-            Some(peer) => Ok(peer),
-            None => Err(self.down.read().map(|d| d.clone()).unwrap_or_default()),
-        }
+        self.0
+            .read()
+            .map_or_else(|_| Err(String::new()), |link| link.clone())
     }
 }
 
@@ -318,10 +318,7 @@ pub fn bounded(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(max);
     format!("{}… [cut at {max} bytes]", &text[..end])
 }
 

@@ -284,3 +284,50 @@ mod tests {
         assert_eq!(Role::parse("root"), None);
     }
 }
+
+/// An MCP server's connection, as the system page shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Display, IntoStaticStr)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum McpState {
+    Connecting,
+    Connected,
+    Failed,
+}
+
+impl McpState {
+    /// `connecting`, `connected` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// One of an MCP server's tools, as the system page lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpToolStatus {
+    /// The registry name (`<server>__<tool>`), or the name on the server when it did not join.
+    pub name: String,
+    /// Its calls wait for an operator.
+    pub waits: bool,
+    /// A call a crash cut off is sent again with the same effect key (`idempotentHint`).
+    pub rerun_after_crash: bool,
+    /// Why it did not join the registry.
+    pub refused: Option<String>,
+}
+
+/// One argument of a call, as its tool's schema describes it: the approval panel's view of a
+/// call whose tool offers no preview. The texts are the tool's and the model's, bounded; pages
+/// show them as text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArgumentField {
+    pub name: String,
+    /// The schema's description of the field.
+    pub description: Option<String>,
+    /// The schema's type (`string`, `integer`, …), if it gives one.
+    pub kind: Option<String>,
+    pub required: bool,
+    /// The value the model sent, as JSON text; `None` when it sent none.
+    pub value: Option<String>,
+    /// The model sent a field the schema does not have.
+    pub unexpected: bool,
+}
