@@ -15,6 +15,11 @@ pub fn install(hook: impl Fn(&'static str) + Send + Sync + 'static) {
     let _ = HOOK.set(Box::new(hook));
 }
 
+/// Whether a hook is installed: a crash test may stop the process at the points.
+pub fn armed() -> bool {
+    HOOK.get().is_some()
+}
+
 /// The run reached point `name`.
 pub fn reach(name: &'static str) {
     if let Some(hook) = HOOK.get() {

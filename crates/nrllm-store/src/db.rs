@@ -2,9 +2,10 @@
 //! instances sharing one database), chosen by the URL's scheme, with the migrations applied.
 //!
 //! Every query is written once, for both backends; the few places where the dialects differ ask
-//! [`Database::backend`]. They run through sqlx's `Any` driver, except on SQLite the write
-//! transitions and the point reads of the hot path ([`Database::transact`], [`Database::query`]),
-//! which the file's direct connections carry out ([`crate::sqlite`]).
+//! [`Database::backend`]. They run through sqlx's `Any` driver, except the write transitions
+//! and the point reads of the hot path ([`Database::transact`], [`Database::query`]): on SQLite
+//! the file's direct connections carry them out ([`crate::sqlite`]), on Postgres pipelining
+//! connections ([`crate::postgres`]).
 
 use std::path::Path;
 use std::str::FromStr;
@@ -17,9 +18,9 @@ use sqlx::migrate::Migrator;
 use sqlx::{AnyPool, Executor};
 
 use crate::notify::{Announcer, Notice};
-use crate::sql::backend as store_error;
+use crate::postgres::Pipeline;
 use crate::sqlite::{Readers, Writer};
-use crate::transition::{self, Row, Statement, Transition};
+use crate::transition::{Row, Statement, Transition};
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres");
@@ -83,6 +84,21 @@ pub enum DatabaseError {
     InMemory,
     #[error("cannot open the SQLite file for writing: {0}")]
     Writer(Box<dyn std::error::Error + Send + Sync>),
+    #[error("cannot set up the Postgres connections of the write path: {0}")]
+    Pipeline(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// What carries out the hot path's transitions and point reads, past sqlx.
+#[derive(Debug)]
+enum Direct {
+    /// The thread that carries out transitions whole, and the connections point reads use on
+    /// the caller's thread.
+    Sqlite { writer: Writer, readers: Readers },
+    /// Pipelining connections, and what tells the other instances of commits.
+    Postgres {
+        pipeline: Pipeline,
+        announcer: Announcer,
+    },
 }
 
 /// An open, migrated database.
@@ -92,12 +108,8 @@ pub struct Database {
     backend: Backend,
     /// SQLite takes one writer at a time: this process's writers take turns here first.
     write_turn: Arc<tokio::sync::Mutex<()>>,
-    /// On SQLite, the thread that carries out transitions whole.
-    writer: Option<Arc<Writer>>,
-    /// On SQLite, the connections point reads use on the caller's thread.
-    readers: Option<Arc<Readers>>,
-    /// On Postgres, what tells the other instances of commits.
-    announcer: Option<Arc<Announcer>>,
+    /// The hot path's own connections: transitions and point reads.
+    direct: Arc<Direct>,
 }
 
 impl Database {
@@ -166,59 +178,47 @@ impl Database {
             Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
         }
         let write_turn = Arc::default();
-        let (writer, readers) = match sqlite_file {
-            Some(path) => (
-                Some(Arc::new(
-                    Writer::open(Path::new(&path), synchronous, Arc::clone(&write_turn))
-                        .map_err(DatabaseError::Writer)?,
-                )),
-                Some(Arc::new(Readers::new(Path::new(&path)))),
-            ),
-            None => (None, None),
+        let direct = match sqlite_file {
+            Some(path) => Direct::Sqlite {
+                writer: Writer::open(Path::new(&path), synchronous, Arc::clone(&write_turn))
+                    .map_err(DatabaseError::Writer)?,
+                readers: Readers::new(Path::new(&path)),
+            },
+            None => Direct::Postgres {
+                pipeline: Pipeline::new(url, options.max_connections.unwrap_or(16) as usize)
+                    .map_err(DatabaseError::Pipeline)?,
+                announcer: Announcer::start(url.to_owned()),
+            },
         };
-        let announcer =
-            (backend == Backend::Postgres).then(|| Arc::new(Announcer::start(url.to_owned())));
         Ok(Database {
             pool,
             backend,
             write_turn,
-            writer,
-            readers,
-            announcer,
+            direct: Arc::new(direct),
         })
     }
 
     /// The rows a point read returns (a run by id, a run's rules): on SQLite read on this
-    /// thread (see [`crate::sqlite`]), on Postgres through the pool.
+    /// thread (see [`crate::sqlite`]), on Postgres on a pipelining connection.
     pub(crate) async fn query(&self, statement: &Statement) -> Result<Vec<Row>, StoreError> {
-        if let Some(readers) = &self.readers {
-            return readers.query(statement);
+        match &*self.direct {
+            Direct::Sqlite { readers, .. } => readers.query(statement),
+            Direct::Postgres { pipeline, .. } => pipeline.query(statement).await,
         }
-        let rows = statement
-            .query()
-            .fetch_all(&self.pool)
-            .await
-            .map_err(store_error)?;
-        rows.iter().map(Row::from_any).collect()
     }
 
     /// Carries out `transition` in one transaction (see [`Transition`]): the row its fence
     /// returned, or `None` — then nothing was written.
     pub(crate) async fn transact(&self, transition: Transition) -> Result<Option<Row>, StoreError> {
-        if let Some(writer) = &self.writer {
-            return writer.transact(transition).await;
+        match &*self.direct {
+            Direct::Sqlite { writer, .. } => writer.transact(transition).await,
+            Direct::Postgres { pipeline, .. } => pipeline.transact(transition).await,
         }
-        let mut tx = self.pool.begin().await.map_err(store_error)?;
-        let row = transition::carry_out(&mut tx, transition).await?;
-        if row.is_some() {
-            tx.commit().await.map_err(store_error)?;
-        }
-        Ok(row)
     }
 
     /// Tells the other instances of a commit (Postgres; nothing on SQLite).
     pub(crate) fn announce(&self, notices: Vec<Notice>) {
-        if let (Some(announcer), false) = (&self.announcer, notices.is_empty()) {
+        if let (Direct::Postgres { announcer, .. }, false) = (&*self.direct, notices.is_empty()) {
             announcer.announce(notices);
         }
     }

@@ -1,11 +1,12 @@
 //! nrllm-store: runs and their events, durable, on an SQLite file (the embedded default) or
-//! Postgres (several instances sharing one database) through sqlx — the [`SqlRunStore`] behind
+//! Postgres (several instances sharing one database) through sqlx (the hot path past it) — the [`SqlRunStore`] behind
 //! `nrllm_core::store::RunStore`, the database with its migrations, and the tool settings.
 
 pub mod accounts;
 pub mod chain;
 pub mod db;
 pub mod notify;
+mod postgres;
 pub mod sql;
 mod sqlite;
 #[cfg(feature = "testing")]

@@ -2,10 +2,14 @@
 //! thread per statement — some 25 trips an approve cycle, and most of the cycle's time went to
 //! the scheduler (BENCHMARKS.md, issue #19).
 //!
-//! - [`Writer`]: a thread of its own holding the write connection carries out each
-//!   [`Transition`] whole — `BEGIN IMMEDIATE`, the fence, the steps, the rest, `COMMIT` — with
-//!   statements it prepared once; the caller waits for one reply. It takes the process's write
-//!   turn ([`crate::db::Database::write_turn`]) for each transaction, so that it and the writes
+//! - [`Writer`]: the write connection carries out each [`Transition`] whole — `BEGIN
+//!   IMMEDIATE`, the fence, the steps, the rest, `COMMIT` — with statements it prepared once. At
+//!   `synchronous=FULL` a commit waits for the disk, so a thread of its own does that and the
+//!   caller waits for one reply. At `NORMAL` a commit is some tens of microseconds of work that
+//!   never waits for the disk — less than handing it to another thread and back — so the
+//!   caller's thread does it, unless another process holds the file's write lock: then the
+//!   writer thread waits for it, not the caller. Either way it takes the process's write turn
+//!   ([`crate::db::Database::write_turn`]) for each transaction, so that it and the writes
 //!   still made through sqlx take turns in order rather than meeting in SQLite's sleeping busy
 //!   handler.
 //! - A checkpointer thread copies the write-ahead log into the database file beside the writer
@@ -31,6 +35,10 @@ use crate::transition::{Row, Statement, Transition, Value};
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
+/// The write connection, shared by the caller's thread and the writer thread (one at a time:
+/// both hold the process's write turn first).
+type Shared = Arc<Mutex<Connection>>;
+
 /// How long a connection waits for a lock another process holds.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -50,11 +58,16 @@ fn sqlite(err: rusqlite::Error) -> StoreError {
     StoreError::Backend(Box::new(err))
 }
 
-/// The handle to the writer thread. The thread ends, closing its connection, when the last
-/// handle is dropped.
+/// The write connection and its thread. The thread ends, closing the connection, when the
+/// last handle is dropped.
 #[derive(Debug)]
 pub(crate) struct Writer {
+    conn: Shared,
+    /// Whether transitions are carried out on the caller's thread (`synchronous=NORMAL`).
+    inline: bool,
+    turn: Arc<tokio::sync::Mutex<()>>,
     jobs: mpsc::Sender<Job>,
+    wake: mpsc::SyncSender<()>,
 }
 
 impl Writer {
@@ -74,14 +87,18 @@ impl Writer {
         conn.pragma_update(None, "synchronous", synchronous)?;
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
         conn.set_prepared_statement_cache_capacity(PREPARED);
+        let conn: Shared = Arc::new(Mutex::new(conn));
         let wake = checkpointer(path, synchronous)?;
         let (jobs, inbox) = mpsc::channel::<Job>();
+        let thread_conn = Arc::clone(&conn);
+        let thread_turn = Arc::clone(&turn);
+        let thread_wake = wake.clone();
         std::thread::Builder::new()
             .name("nrllm-sqlite-writer".into())
             .spawn(move || {
-                let mut conn = conn;
                 for job in inbox {
-                    let _turn = turn.blocking_lock();
+                    let _turn = thread_turn.blocking_lock();
+                    let mut conn = locked(&thread_conn);
                     // A panic in one transition (a bug) fails that one — its transaction rolls
                     // back as it unwinds and its caller hears the writer stopped mid-write — not
                     // every write after it.
@@ -89,19 +106,44 @@ impl Writer {
                     if done.is_err() {
                         tracing::error!("a transition panicked on the SQLite writer thread");
                     }
-                    // A checkpoint is due (if one is already, this adds nothing).
-                    let _ = wake.try_send(());
+                    checkpoint_due(&thread_wake);
                 }
             })?;
-        Ok(Writer { jobs })
+        Ok(Writer {
+            conn,
+            inline: synchronous == "NORMAL",
+            turn,
+            jobs,
+            wake,
+        })
     }
 
     /// Carries out `transition` in one transaction: the row its fence returned, or `None` (then
     /// nothing was written).
     pub(crate) async fn transact(&self, transition: Transition) -> Result<Option<Row>, StoreError> {
+        let transition = if self.inline {
+            let _turn = self.turn.lock().await;
+            let mut conn = locked(&self.conn);
+            match carry_out(&mut conn, transition, Duration::ZERO) {
+                Inline::Done(done) => {
+                    checkpoint_due(&self.wake);
+                    return done;
+                }
+                // Another process holds the file's write lock: the thread waits for it.
+                Inline::Busy(transition) => transition,
+            }
+        } else {
+            transition
+        };
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move |conn| {
-            let _ = reply.send(carry_out(conn, transition));
+            let done = match carry_out(conn, transition, BUSY_TIMEOUT) {
+                Inline::Done(done) => done,
+                Inline::Busy(_) => Err(StoreError::Backend(
+                    "the SQLite file stayed locked by another process".into(),
+                )),
+            };
+            let _ = reply.send(done);
         });
         self.jobs
             .send(job)
@@ -110,6 +152,18 @@ impl Writer {
             .await
             .map_err(|_| StoreError::Backend("the SQLite writer thread stopped mid-write".into()))?
     }
+}
+
+/// The write connection. One that a panicking transition left poisoned is still sound: the
+/// transaction rolled back as it unwound.
+fn locked(conn: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
+    conn.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A checkpoint is due (if one is already, this adds nothing).
+fn checkpoint_due(wake: &mpsc::SyncSender<()>) {
+    let _ = wake.try_send(());
 }
 
 /// Starts the thread that checkpoints the log of the file at `path` whenever it is woken; it
@@ -142,23 +196,42 @@ fn checkpointer(
     Ok(wake)
 }
 
-/// One transaction on the writer's connection. Any error rolls it back (the transaction's drop).
-fn carry_out(conn: &mut Connection, transition: Transition) -> Result<Option<Row>, StoreError> {
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(sqlite)?;
-    let Some(row) = rows(&tx, &transition.fence, 1)?.pop() else {
-        return Ok(None);
+/// What a transaction on the write connection came to.
+enum Inline {
+    Done(Result<Option<Row>, StoreError>),
+    /// The file's write lock stayed with another process for `wait`: nothing was done.
+    Busy(Transition),
+}
+
+/// One transaction on the write connection, waiting up to `wait` for the file's write lock. Any
+/// error rolls it back (the transaction's drop).
+fn carry_out(conn: &mut Connection, transition: Transition, wait: Duration) -> Inline {
+    if let Err(err) = conn.busy_timeout(wait) {
+        return Inline::Done(Err(sqlite(err)));
+    }
+    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(rusqlite::Error::SqliteFailure(err, _))
+            if err.code == rusqlite::ErrorCode::DatabaseBusy =>
+        {
+            return Inline::Busy(transition)
+        }
+        Err(err) => return Inline::Done(Err(sqlite(err))),
     };
-    let (statements, point) = transition.follow(&row)?;
-    for statement in &statements {
-        rows(&tx, statement, 0)?;
-    }
-    if let Some(point) = point {
-        failpoint::reach(point);
-    }
-    tx.commit().map_err(sqlite)?;
-    Ok(Some(row))
+    Inline::Done((|| {
+        let Some(row) = rows(&tx, &transition.fence, 1)?.pop() else {
+            return Ok(None);
+        };
+        let (statements, point) = transition.follow(&row)?;
+        for statement in &statements {
+            rows(&tx, statement, 0)?;
+        }
+        if let Some(point) = point {
+            failpoint::reach(point);
+        }
+        tx.commit().map_err(sqlite)?;
+        Ok(Some(row))
+    })())
 }
 
 /// Read-only connections to the file, used one at a time on the caller's thread.
@@ -269,4 +342,68 @@ fn rows(conn: &Connection, statement: &Statement, keep: usize) -> Result<Vec<Row
         found.push(Row { cells });
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::db::{Database, DbOptions, SqliteSync};
+    use crate::transition::{Cells, Statement, Transition};
+
+    /// On this test's runtime — one thread — a caller that waited for the lock itself would
+    /// stop the timer below until SQLite gave up.
+    #[tokio::test]
+    async fn a_write_lock_held_elsewhere_is_waited_for_off_the_callers_thread() {
+        for sync in [SqliteSync::Normal, SqliteSync::Full] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("locked.db");
+            let db = Database::connect_with(
+                &format!("sqlite:{}", path.display()),
+                DbOptions {
+                    sqlite_sync: sync,
+                    max_connections: None,
+                },
+            )
+            .await
+            .unwrap();
+            sqlx::query("CREATE TABLE locked_t (id TEXT PRIMARY KEY, version BIGINT NOT NULL)")
+                .execute(db.pool())
+                .await
+                .unwrap();
+            sqlx::query("INSERT INTO locked_t (id, version) VALUES ('a', 1)")
+                .execute(db.pool())
+                .await
+                .unwrap();
+            // Another connection, as another process would, holds the file's write lock.
+            let other = rusqlite::Connection::open(&path).unwrap();
+            other.execute_batch("BEGIN IMMEDIATE").unwrap();
+            let fence = Statement::new(
+                "UPDATE locked_t SET version = version + 1 WHERE id = $1 RETURNING version",
+            )
+            .bind("a");
+            let write = tokio::spawn({
+                let db = db.clone();
+                async move { db.transact(Transition::new(fence, "a".into())).await }
+            });
+            let asleep = std::time::Instant::now();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            // Well short of the 10 s SQLite would wait for the lock.
+            assert!(
+                asleep.elapsed() < Duration::from_secs(5),
+                "{sync:?}: the runtime's thread was held while the write waited"
+            );
+            assert!(
+                !write.is_finished(),
+                "{sync:?}: the write waits for the lock"
+            );
+            other.execute_batch("COMMIT").unwrap();
+            let row = write
+                .await
+                .unwrap()
+                .unwrap_or_else(|err| panic!("{sync:?}: {err}"))
+                .expect("the fence matched");
+            assert_eq!(row.required_int("version").unwrap(), 2, "{sync:?}");
+        }
+    }
 }

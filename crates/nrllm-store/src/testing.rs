@@ -2,7 +2,7 @@
 //! set, against that Postgres server in a schema of its own. A set but unreachable URL fails the
 //! test; it never skips.
 
-use crate::db::{Backend, Database, DbOptions};
+use crate::db::{Backend, Database, DbOptions, SqliteSync};
 use sqlx::Executor;
 
 /// One backend's database for one test.
@@ -53,11 +53,27 @@ async fn admin_pool(url: &str) -> Result<sqlx::AnyPool, sqlx::Error> {
 }
 
 pub async fn sqlite() -> TestDb {
+    sqlite_with(SqliteSync::Full).await
+}
+
+/// An SQLite file synced as `sync` says (its writes take another path at `Normal`).
+pub async fn sqlite_with(sync: SqliteSync) -> TestDb {
     let dir = tempfile::tempdir().expect("temp dir");
     let url = format!("sqlite:{}", dir.path().join("runs.db").display());
-    let db = Database::connect(&url).await.expect("sqlite opens");
+    let db = Database::connect_with(
+        &url,
+        DbOptions {
+            sqlite_sync: sync,
+            max_connections: None,
+        },
+    )
+    .await
+    .expect("sqlite opens");
     TestDb {
-        name: "sqlite",
+        name: match sync {
+            SqliteSync::Full => "sqlite",
+            SqliteSync::Normal => "sqlite (synchronous=NORMAL)",
+        },
         url,
         db,
         schema: None,

@@ -2,15 +2,15 @@
 //! fence returned, and the statements that go with them (effect rows, rules, notifications) —
 //! committed together or not at all.
 //!
-//! Written once, it is carried out two ways. On Postgres, through sqlx, a statement per round
-//! trip ([`carry_out`]). On SQLite, whole, on the database's writer thread ([`crate::sqlite`]):
-//! one trip there and back, where sqlx made a trip to its connection's thread per statement —
-//! the context switches that took most of an approve cycle's time (BENCHMARKS.md, issue #19).
+//! Written once, it is carried out two ways. On SQLite, whole, on the database's writer thread
+//! ([`crate::sqlite`]): one trip there and back, where sqlx made a trip to its connection's
+//! thread per statement — the context switches that took most of an approve cycle's time
+//! (BENCHMARKS.md, issue #19). On Postgres, pipelined ([`crate::postgres`]): two round trips,
+//! where sqlx made one per statement.
 
-use nrllm_core::failpoint;
 use nrllm_core::store::StoreError;
-use sqlx::any::{AnyRow, AnyTypeInfoKind};
-use sqlx::{Any, AnyConnection, Column, Row as _, TypeInfo as _, ValueRef as _};
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row as _};
 
 use crate::chain::{self, ChainRow};
 use crate::sql::backend;
@@ -153,47 +153,6 @@ impl Row {
             .map(|(_, value)| value)
             .ok_or_else(|| StoreError::Corrupt(format!("no column `{column}` in the row")))
     }
-
-    /// The row sqlx returned, column by column.
-    pub(crate) fn from_any(row: &AnyRow) -> Result<Row, StoreError> {
-        let mut cells = Vec::with_capacity(row.columns().len());
-        for column in row.columns() {
-            let i = column.ordinal();
-            let raw = row.try_get_raw(i).map_err(backend)?;
-            let value = if raw.is_null() {
-                Value::Text(None)
-            } else {
-                match raw.type_info().kind() {
-                    AnyTypeInfoKind::Text => Value::Text(row.try_get(i).map_err(backend)?),
-                    AnyTypeInfoKind::BigInt => Value::Int(row.try_get(i).map_err(backend)?),
-                    AnyTypeInfoKind::Integer => Value::Int(
-                        row.try_get::<Option<i32>, _>(i)
-                            .map_err(backend)?
-                            .map(i64::from),
-                    ),
-                    AnyTypeInfoKind::SmallInt => Value::Int(
-                        row.try_get::<Option<i16>, _>(i)
-                            .map_err(backend)?
-                            .map(i64::from),
-                    ),
-                    AnyTypeInfoKind::Bool => Value::Int(
-                        row.try_get::<Option<bool>, _>(i)
-                            .map_err(backend)?
-                            .map(i64::from),
-                    ),
-                    other => {
-                        return Err(StoreError::Corrupt(format!(
-                            "column `{}` has a type the store does not read ({other:?}, {})",
-                            column.name(),
-                            raw.type_info().name()
-                        )))
-                    }
-                }
-            };
-            cells.push((column.name().to_owned(), value));
-        }
-        Ok(Row { cells })
-    }
 }
 
 impl Cells for Row {
@@ -329,37 +288,6 @@ fn insert_steps(run: &str, rows: &[ChainRow]) -> Statement {
         ]);
     }
     Statement { sql, args }
-}
-
-/// Carries out `transition` on `conn` (a transaction open on it; the caller commits): the row the
-/// fence returned, or `None` if it returned none — then nothing else ran and the caller drops the
-/// transaction.
-pub(crate) async fn carry_out(
-    conn: &mut AnyConnection,
-    transition: Transition,
-) -> Result<Option<Row>, StoreError> {
-    let Some(row) = transition
-        .fence
-        .query()
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(backend)?
-    else {
-        return Ok(None);
-    };
-    let row = Row::from_any(&row)?;
-    let (statements, point) = transition.follow(&row)?;
-    for statement in &statements {
-        statement
-            .query()
-            .execute(&mut *conn)
-            .await
-            .map_err(backend)?;
-    }
-    if let Some(point) = point {
-        failpoint::reach(point);
-    }
-    Ok(Some(row))
 }
 
 #[cfg(test)]
@@ -504,7 +432,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_transition_commits_whole_is_refused_whole_or_rolls_back_whole() {
-        for test in crate::testing::backends().await {
+        let mut backends = crate::testing::backends().await;
+        backends.push(crate::testing::sqlite_with(crate::db::SqliteSync::Normal).await);
+        for test in backends {
             let db = &test.db;
             scratch(db).await;
             // The fence matches: its row comes back (numbered parameters bound by number).
