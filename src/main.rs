@@ -94,7 +94,11 @@ async fn mcp_demo(data: Option<std::path::PathBuf>, http: Option<String>) -> Res
 async fn open_database(
     settings: &nrllm_playground::settings::Settings,
 ) -> Result<nrllm_store::db::Database, String> {
-    nrllm_store::db::Database::connect(&settings.database_url)
+    let options = nrllm_store::db::DbOptions {
+        sqlite_sync: settings.sqlite_synchronous,
+        max_connections: None,
+    };
+    nrllm_store::db::Database::connect_with(&settings.database_url, options)
         .await
         .map_err(|err| format!("setting `database_url`: {err}"))
 }

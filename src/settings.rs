@@ -22,6 +22,9 @@ pub struct Settings {
     pub site_addr: SocketAddr,
     /// `sqlite:` or `postgres:` URL of the run database.
     pub database_url: String,
+    /// How hard an SQLite database syncs its commits: `full` survives power loss; `normal` a
+    /// crash of the process only, and commits without waiting for the disk.
+    pub sqlite_synchronous: nrllm_store::db::SqliteSync,
     /// A `tracing` filter directive (`info`, `debug,sqlx=warn`, …).
     pub log_level: String,
     /// Finished runs older than this many days are purged.
@@ -177,6 +180,7 @@ impl Default for Settings {
         Settings {
             site_addr: SocketAddr::from(([127, 0, 0, 1], 3000)),
             database_url: "sqlite:data/nrllm.db".to_owned(),
+            sqlite_synchronous: nrllm_store::db::SqliteSync::Full,
             log_level: "info".to_owned(),
             retention_terminal_days: 30,
             retention_waiting_days: 90,
@@ -281,6 +285,7 @@ pub enum SettingsError {
 struct SettingsFile {
     site_addr: Option<String>,
     database_url: Option<String>,
+    sqlite_synchronous: Option<String>,
     log_level: Option<String>,
     retention_terminal_days: Option<i64>,
     retention_waiting_days: Option<i64>,
@@ -381,6 +386,20 @@ impl Settings {
                 value
             }
             None => defaults.database_url,
+        };
+        let sqlite_synchronous = match pick("NRLLM_SQLITE_SYNCHRONOUS", file.sqlite_synchronous) {
+            Some((value, source_name)) => match value.to_ascii_lowercase().as_str() {
+                "full" => nrllm_store::db::SqliteSync::Full,
+                "normal" => nrllm_store::db::SqliteSync::Normal,
+                _ => {
+                    return Err(SettingsError::Invalid {
+                        setting: "sqlite_synchronous",
+                        source_name,
+                        message: "it must be `full` or `normal`".to_owned(),
+                    })
+                }
+            },
+            None => defaults.sqlite_synchronous,
         };
         let log_level = match pick("NRLLM_LOG", file.log_level) {
             Some((value, source_name)) => {
@@ -725,6 +744,7 @@ impl Settings {
         Ok(Settings {
             site_addr,
             database_url,
+            sqlite_synchronous,
             log_level,
             retention_terminal_days,
             retention_waiting_days,
@@ -801,6 +821,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("`log_level`"), "{err}");
+    }
+
+    #[test]
+    fn sqlite_syncing_is_full_unless_set_to_normal() {
+        use nrllm_store::db::SqliteSync;
+        let settings = load(Some("sqlite_synchronous = \"normal\""), &[]).unwrap();
+        assert_eq!(settings.sqlite_synchronous, SqliteSync::Normal);
+        let settings = load(
+            Some("sqlite_synchronous = \"normal\""),
+            &[("NRLLM_SQLITE_SYNCHRONOUS", "FULL")],
+        )
+        .unwrap();
+        assert_eq!(settings.sqlite_synchronous, SqliteSync::Full);
+        let err = load(None, &[("NRLLM_SQLITE_SYNCHRONOUS", "off")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`sqlite_synchronous`") && err.contains("`full` or `normal`"),
+            "{err}"
+        );
     }
 
     #[test]
