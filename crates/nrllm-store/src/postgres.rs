@@ -90,7 +90,10 @@ impl Pipeline {
         let client = self.pool.get().await.map_err(pool_error)?;
         let fence = prepare(&client, &transition.fence).await?;
         let fence_args = params(&transition.fence.args);
-        if transition.steps.is_empty() && transition.then.is_empty() {
+        if transition.steps.is_empty()
+            && transition.then.is_empty()
+            && transition.before_commit.is_none()
+        {
             // The fence alone: one statement is one transaction.
             let rows = client.query(&fence, &fence_args).await.map_err(postgres)?;
             return rows.first().map(read_row).transpose();
