@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use futures::future::try_join_all;
+use futures::FutureExt as _;
 use nrllm_core::failpoint;
 use nrllm_core::store::StoreError;
 use tokio_postgres::types::{ToSql, Type};
@@ -128,30 +129,46 @@ impl Pipeline {
             Err(err) => return open.roll_back().await.and(Err(err)),
         };
         let args: Vec<_> = statements.iter().map(|s| params(&s.args)).collect();
-        let writes = try_join_all(
-            prepared
-                .iter()
-                .zip(&args)
-                .map(|(statement, args)| open.client().execute(statement, args)),
-        );
-        // A crash test that stops the process before the commit needs the commit held back
-        // until the point is reached; otherwise it goes with the writes.
-        let (written, committed) = match point.filter(|_| failpoint::armed()) {
-            Some(point) => {
-                if let Err(err) = writes.await {
-                    return open.roll_back().await.and(Err(postgres(err)));
-                }
-                failpoint::reach(point);
-                (Ok(Vec::new()), open.client().batch_execute("COMMIT").await)
+        // `Err`: the transaction is still open (roll it back); `Ok`: it ended, and how.
+        let ended = {
+            let mut writes = std::pin::pin!(try_join_all(
+                prepared
+                    .iter()
+                    .zip(&args)
+                    .map(|(statement, args)| open.client().execute(statement, args)),
+            ));
+            // The first poll sends every statement, unless one fails before it is sent (it
+            // could not be encoded, the connection is gone): then no `COMMIT` may follow.
+            match writes.as_mut().now_or_never() {
+                Some(Err(err)) => Err(err),
+                // A crash test that stops the process before the commit needs the commit held
+                // back until the point is reached; otherwise it goes with the writes.
+                _ => match point.filter(|_| failpoint::armed()) {
+                    Some(point) => match writes.await {
+                        Err(err) => Err(err),
+                        Ok(_) => {
+                            failpoint::reach(point);
+                            Ok(open.client().batch_execute("COMMIT").await)
+                        }
+                    },
+                    // An error the server meets makes it skip the rest of the transaction and
+                    // answer the `COMMIT` by rolling it back: nothing is half-written.
+                    None => {
+                        let (written, committed) =
+                            tokio::join!(writes, open.client().batch_execute("COMMIT"));
+                        Ok(written.and(committed))
+                    }
+                },
             }
-            // After an error Postgres skips the rest of the transaction and answers the
-            // `COMMIT` by rolling it back: nothing is half-written.
-            None => tokio::join!(writes, open.client().batch_execute("COMMIT")),
         };
-        open.close();
-        written.map_err(postgres)?;
-        committed.map_err(postgres)?;
-        Ok(Some(row))
+        match ended {
+            Err(err) => open.roll_back().await.and(Err(postgres(err))),
+            Ok(closed) => {
+                open.close();
+                closed.map_err(postgres)?;
+                Ok(Some(row))
+            }
+        }
     }
 }
 

@@ -125,12 +125,12 @@ impl Writer {
             let _turn = self.turn.lock().await;
             let mut conn = locked(&self.conn);
             match carry_out(&mut conn, transition, Duration::ZERO) {
-                Inline::Done(done) => {
+                Attempt::Done(done) => {
                     checkpoint_due(&self.wake);
                     return done;
                 }
                 // Another process holds the file's write lock: the thread waits for it.
-                Inline::Busy(transition) => transition,
+                Attempt::Busy(transition) => transition,
             }
         } else {
             transition
@@ -138,8 +138,8 @@ impl Writer {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move |conn| {
             let done = match carry_out(conn, transition, BUSY_TIMEOUT) {
-                Inline::Done(done) => done,
-                Inline::Busy(_) => Err(StoreError::Backend(
+                Attempt::Done(done) => done,
+                Attempt::Busy(_) => Err(StoreError::Backend(
                     "the SQLite file stayed locked by another process".into(),
                 )),
             };
@@ -197,7 +197,7 @@ fn checkpointer(
 }
 
 /// What a transaction on the write connection came to.
-enum Inline {
+enum Attempt {
     Done(Result<Option<Row>, StoreError>),
     /// The file's write lock stayed with another process for `wait`: nothing was done.
     Busy(Transition),
@@ -205,20 +205,20 @@ enum Inline {
 
 /// One transaction on the write connection, waiting up to `wait` for the file's write lock. Any
 /// error rolls it back (the transaction's drop).
-fn carry_out(conn: &mut Connection, transition: Transition, wait: Duration) -> Inline {
+fn carry_out(conn: &mut Connection, transition: Transition, wait: Duration) -> Attempt {
     if let Err(err) = conn.busy_timeout(wait) {
-        return Inline::Done(Err(sqlite(err)));
+        return Attempt::Done(Err(sqlite(err)));
     }
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(rusqlite::Error::SqliteFailure(err, _))
             if err.code == rusqlite::ErrorCode::DatabaseBusy =>
         {
-            return Inline::Busy(transition)
+            return Attempt::Busy(transition)
         }
-        Err(err) => return Inline::Done(Err(sqlite(err))),
+        Err(err) => return Attempt::Done(Err(sqlite(err))),
     };
-    Inline::Done((|| {
+    Attempt::Done((|| {
         let Some(row) = rows(&tx, &transition.fence, 1)?.pop() else {
             return Ok(None);
         };
