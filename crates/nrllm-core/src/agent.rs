@@ -26,7 +26,8 @@ use crate::state::{Counters, RunSettings, StateError, SuspendedState};
 use crate::tool::{ToolContext, ToolError};
 use crate::transcript::{Message, ToolCall, ToolOutcome};
 
-/// Tool results longer than this many bytes are cut (on a UTF-8 boundary) with a marker.
+/// Tool results and error texts longer than this many bytes are cut (on a UTF-8 boundary) with a
+/// marker.
 pub const MAX_RESULT_BYTES: usize = 50_000;
 
 /// What a run starts from.
@@ -504,7 +505,7 @@ impl ToolLoop {
                         if let ToolError::Internal(detail) = &err {
                             tracing::error!(tool = %call.name, call_id = %call.id, run_id = %ctx.run_id, %detail, "tool failed");
                         }
-                        (err.model_text(), ToolOutcome::Error, true)
+                        (cap_result(err.model_text()), ToolOutcome::Error, true)
                     }
                 }
             }

@@ -148,6 +148,9 @@ impl Tool for ReadNote {
         if args.text == "huge" {
             return Ok(format!("x{}", "é".repeat(40_000)));
         }
+        if args.text == "huge refusal" {
+            return Err(ToolError::Refused("n".repeat(80_000)));
+        }
         Ok(format!("note: {}", args.text))
     }
 }

@@ -640,6 +640,32 @@ async fn long_results_are_cut_on_a_character_boundary() {
 }
 
 #[tokio::test]
+async fn long_error_texts_are_cut_like_results() {
+    let f = fixture(vec![
+        call_turn(
+            "a",
+            "read_note",
+            json!({"text": "huge refusal"}),
+            usage(1, 1),
+        ),
+        ChatResponse::text("ok", usage(1, 1)),
+    ]);
+    let done = completed(
+        f.tool_loop
+            .run(input("x"), &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    let (_, result) = &tool_messages(&done.messages)[0];
+    assert!(result.starts_with("Error: nnn"), "{}", &result[..20]);
+    assert!(
+        result.ends_with("[result truncated: 50000 of 80007 bytes shown]"),
+        "{}",
+        &result[result.len() - 60..]
+    );
+}
+
+#[tokio::test]
 async fn skills_are_assembled_once_and_admin_tools_offered_only_to_admins() {
     let f = fixture(vec![
         call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
