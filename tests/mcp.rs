@@ -1,7 +1,7 @@
 //! MCP tools in the real server binary, against the demo notebook server it starts over stdio
 //! (`nrllm-playground mcp-demo`): a run cancelled while its approved MCP call is in flight tells
 //! the server to cancel the call, and a server that cannot start is shown failed, with its
-//! reason, while the rest of the program works.
+//! reason, while the rest of the program works; without any, the system page says so.
 
 #![cfg(feature = "ssr")]
 
@@ -92,4 +92,13 @@ async fn cancelling_a_run_cancels_its_mcp_call_on_the_server() {
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+#[tokio::test]
+async fn a_server_without_mcp_servers_says_so_on_the_system_page() {
+    let server = start("", &[]).await;
+    let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
+    let page = html(&server, &admin.cookies, "/system").await;
+    assert!(page.contains("No MCP server is configured."), "{page}");
+    assert!(!page.contains("system-mcp-server"), "{page}");
 }

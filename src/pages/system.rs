@@ -59,11 +59,17 @@ fn Status(view: SystemView) -> impl IntoView {
         })
         .collect_view();
     let can_reconnect = view.can_reconnect;
-    let servers = view
-        .mcp_servers
-        .into_iter()
-        .map(|server| view! { <McpServer server can_reconnect /> })
-        .collect_view();
+    let servers = if view.mcp_servers.is_empty() {
+        view! { <p class="text-sm" data-testid="system-mcp-none">"No MCP server is configured."</p> }
+            .into_any()
+    } else {
+        let servers = view
+            .mcp_servers
+            .into_iter()
+            .map(|server| view! { <McpServer server can_reconnect /> })
+            .collect_view();
+        view! { <ul class="space-y-3 text-sm" data-testid="system-mcp">{servers}</ul> }.into_any()
+    };
     view! {
         <div class="mt-4 grid gap-4 sm:grid-cols-2">
             <Card title="Server">
@@ -82,7 +88,7 @@ fn Status(view: SystemView) -> impl IntoView {
                 )}</p>
             </Card>
             <Card title="MCP servers">
-                <ul class="space-y-3 text-sm" data-testid="system-mcp">{servers}</ul>
+                {servers}
                 <p class="mt-2 text-xs text-slate-500">
                     "Servers are connected from "<code>"[[mcp_servers]]"</code>" in the settings file."
                 </p>
