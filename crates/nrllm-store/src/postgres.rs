@@ -1,8 +1,8 @@
 //! Postgres, reached through tokio-postgres for the hot path, which sends a transition's
 //! statements without waiting for each answer (pipelining). Through sqlx every statement was a
 //! round trip of its own — `BEGIN`, the fence, the steps, each statement after them, `COMMIT` —
-//! and each round trip wakes the server's process and ours: at 64 clients the two cores spent
-//! most of their time switching between them (BENCHMARKS.md, issue #19).
+//! and each round trip wakes the server's process and ours: at 64 clients much of the two cores'
+//! time went to switching between them (BENCHMARKS.md, issue #19).
 //!
 //! - [`Pipeline::transact`]: `BEGIN` and the fence go together (one round trip: the steps chain
 //!   on the hash the fence returns); then the steps, the statements after them and `COMMIT` go
