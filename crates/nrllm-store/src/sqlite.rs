@@ -5,7 +5,9 @@
 //! - [`Writer`]: the write connection carries out each [`Transition`] whole — `BEGIN
 //!   IMMEDIATE`, the fence, the steps, the rest, `COMMIT` — with statements it prepared once. At
 //!   `synchronous=FULL` a commit waits for the disk, so a thread of its own does that and the
-//!   caller waits for one reply. At `NORMAL` a commit is some tens of microseconds of work that
+//!   caller waits for one reply; the transitions that queued while it waited for the disk go
+//!   together in the next transaction, each under a savepoint of its own (one that fails is
+//!   rolled back alone), so that they share one sync of the log — group commit. At `NORMAL` a commit is some tens of microseconds of work that
 //!   never waits for the disk — less than handing it to another thread and back — so the
 //!   caller's thread does it, unless another process holds the file's write lock: then the
 //!   writer thread waits for it, not the caller. Either way it takes the process's write turn
@@ -33,7 +35,14 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::transition::{Row, Statement, Transition, Value};
 
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
+/// A transition waiting for the writer thread, and where its outcome goes.
+struct Job {
+    transition: Transition,
+    reply: tokio::sync::oneshot::Sender<Result<Option<Row>, StoreError>>,
+}
+
+/// Transitions the writer thread commits together at most.
+const MAX_BATCH: usize = 64;
 
 /// The write connection, shared by the caller's thread and the writer thread (one at a time:
 /// both hold the process's write turn first).
@@ -96,13 +105,17 @@ impl Writer {
         std::thread::Builder::new()
             .name("nrllm-sqlite-writer".into())
             .spawn(move || {
-                for job in inbox {
+                while let Ok(first) = inbox.recv() {
                     let _turn = thread_turn.blocking_lock();
+                    // What queued meanwhile commits with it: one sync of the log for all.
+                    let mut batch = vec![first];
+                    batch.extend(inbox.try_iter().take(MAX_BATCH - 1));
                     let mut conn = locked(&thread_conn);
-                    // A panic in one transition (a bug) fails that one — its transaction rolls
-                    // back as it unwinds and its caller hears the writer stopped mid-write — not
-                    // every write after it.
-                    let done = std::panic::catch_unwind(AssertUnwindSafe(|| job(&mut conn)));
+                    // A panic (a bug) fails that batch — its transaction rolls back as it
+                    // unwinds and its callers hear the writer stopped mid-write — not every
+                    // write after it.
+                    let done =
+                        std::panic::catch_unwind(AssertUnwindSafe(|| together(&mut conn, batch)));
                     if done.is_err() {
                         tracing::error!("a transition panicked on the SQLite writer thread");
                     }
@@ -136,17 +149,8 @@ impl Writer {
             transition
         };
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move |conn| {
-            let done = match carry_out(conn, transition, BUSY_TIMEOUT) {
-                Attempt::Done(done) => done,
-                Attempt::Busy(_) => Err(StoreError::Backend(
-                    "the SQLite file stayed locked by another process".into(),
-                )),
-            };
-            let _ = reply.send(done);
-        });
         self.jobs
-            .send(job)
+            .send(Job { transition, reply })
             .map_err(|_| StoreError::Backend("the SQLite writer thread has stopped".into()))?;
         answer
             .await
@@ -196,6 +200,61 @@ fn checkpointer(
     Ok(wake)
 }
 
+/// Carries out `batch` in one transaction, each transition under a savepoint of its own: one
+/// whose fence matches nothing or that fails is rolled back alone, the others commit together —
+/// one sync of the log at `FULL` for all of them. Each caller hears its outcome once the commit
+/// did (or that it failed: then nothing of the batch was written).
+fn together(conn: &mut Connection, batch: Vec<Job>) {
+    type Reply = tokio::sync::oneshot::Sender<Result<Option<Row>, StoreError>>;
+    let fail_all = |replies: Vec<Reply>, why: &str| {
+        for reply in replies {
+            let _ = reply.send(Err(StoreError::Backend(why.to_owned().into())));
+        }
+    };
+    let (transitions, replies): (Vec<_>, Vec<_>) = batch
+        .into_iter()
+        .map(|job| (job.transition, job.reply))
+        .unzip();
+    if let Err(err) = conn.busy_timeout(BUSY_TIMEOUT) {
+        tracing::error!(error = %err, "the SQLite write connection refused its busy timeout");
+        return fail_all(replies, "the SQLite write connection failed");
+    }
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(err) => {
+            tracing::error!(error = %err, "an SQLite write transaction could not begin");
+            return fail_all(
+                replies,
+                "the SQLite file stayed locked or could not be written",
+            );
+        }
+    };
+    let mut outcomes = Vec::with_capacity(transitions.len());
+    for transition in transitions {
+        let outcome = tx.savepoint().map_err(sqlite).and_then(|savepoint| {
+            let written = write(&savepoint, transition)?;
+            if written.is_some() {
+                savepoint.commit().map_err(sqlite)?;
+            }
+            Ok(written)
+        });
+        // Some errors (a full disk, an I/O error) end the whole transaction, not only the
+        // savepoint: nothing of the batch is kept then.
+        if tx.is_autocommit() {
+            tracing::error!("an SQLite write transaction ended under a failed transition");
+            return fail_all(replies, "the SQLite file could not be written");
+        }
+        outcomes.push(outcome);
+    }
+    if let Err(err) = tx.commit() {
+        tracing::error!(error = %err, "an SQLite commit failed");
+        return fail_all(replies, "the SQLite commit failed");
+    }
+    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+        let _ = reply.send(outcome);
+    }
+}
+
 /// What a transaction on the write connection came to.
 enum Attempt {
     Done(Result<Option<Row>, StoreError>),
@@ -218,20 +277,26 @@ fn carry_out(conn: &mut Connection, transition: Transition, wait: Duration) -> A
         }
         Err(err) => return Attempt::Done(Err(sqlite(err))),
     };
-    Attempt::Done((|| {
-        let Some(row) = rows(&tx, &transition.fence, 1)?.pop() else {
-            return Ok(None);
-        };
-        let (statements, point) = transition.follow(&row)?;
-        for statement in &statements {
-            rows(&tx, statement, 0)?;
-        }
-        if let Some(point) = point {
-            failpoint::reach(point);
-        }
+    Attempt::Done(write(&tx, transition).and_then(|written| {
         tx.commit().map_err(sqlite)?;
-        Ok(Some(row))
-    })())
+        Ok(written)
+    }))
+}
+
+/// `transition`'s statements, in a transaction open on `conn`, up to its crash point before the
+/// commit: the row its fence returned, or `None` (then nothing was written).
+fn write(conn: &Connection, transition: Transition) -> Result<Option<Row>, StoreError> {
+    let Some(row) = rows(conn, &transition.fence, 1)?.pop() else {
+        return Ok(None);
+    };
+    let (statements, point) = transition.follow(&row)?;
+    for statement in &statements {
+        rows(conn, statement, 0)?;
+    }
+    if let Some(point) = point {
+        failpoint::reach(point);
+    }
+    Ok(Some(row))
 }
 
 /// Read-only connections to the file, used one at a time on the caller's thread.
@@ -350,6 +415,84 @@ mod tests {
 
     use crate::db::{Database, DbOptions, SqliteSync};
     use crate::transition::{Cells, Statement, Transition};
+
+    fn bump(id: &str, expected: i64) -> Transition {
+        let fence = Statement::new(
+            "UPDATE batch_t SET version = version + 1 WHERE id = $1 AND version = $2 \
+             RETURNING version",
+        )
+        .bind(id)
+        .bind(expected);
+        Transition::new(fence, id.to_owned())
+    }
+
+    #[tokio::test]
+    async fn transitions_queued_together_commit_together_and_fail_alone() {
+        let test = crate::testing::sqlite().await;
+        let db = &test.db;
+        sqlx::query("CREATE TABLE batch_t (id TEXT PRIMARY KEY, version BIGINT NOT NULL)")
+            .execute(db.pool())
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO batch_t (id, version) VALUES ('a', 1), ('b', 1), ('c', 1), ('d', 1)",
+        )
+        .execute(db.pool())
+        .await
+        .unwrap();
+        let mut failing = bump("c", 1);
+        failing
+            .then
+            .push(Statement::new("INSERT INTO batch_t (id, version) VALUES ($1, 0)").bind("a"));
+        // While this test holds the process's write turn, the writer thread waits for it with
+        // the first transition and the others queue behind: then it takes them all at once.
+        let turn = db.write_turn().await;
+        let writes: Vec<_> = [bump("a", 1), bump("b", 7), failing, bump("d", 1)]
+            .into_iter()
+            .map(|transition| {
+                let db = db.clone();
+                tokio::spawn(async move { db.transact(transition).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(turn);
+        let mut outcomes = Vec::new();
+        for write in writes {
+            outcomes.push(write.await.unwrap());
+        }
+        let version = |outcome: &Result<Option<crate::transition::Row>, _>| {
+            outcome
+                .as_ref()
+                .ok()
+                .and_then(Option::as_ref)
+                .map(|row| row.required_int("version").unwrap())
+        };
+        assert_eq!(version(&outcomes[0]), Some(2), "a committed");
+        assert!(matches!(outcomes[1], Ok(None)), "b's fence matched nothing");
+        assert!(outcomes[2].is_err(), "c failed");
+        assert_eq!(version(&outcomes[3]), Some(2), "d committed");
+        let rows = db
+            .query(&Statement::new(
+                "SELECT id, version FROM batch_t ORDER BY id",
+            ))
+            .await
+            .unwrap();
+        let stored: Vec<(String, i64)> = rows
+            .iter()
+            .map(|row| {
+                (
+                    row.required_text("id").unwrap(),
+                    row.required_int("version").unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            stored,
+            [("a", 2), ("b", 1), ("c", 1), ("d", 2)].map(|(id, v)| (id.to_owned(), v)),
+            "c's bump went back with its failing statement, nothing else did"
+        );
+        test.cleanup().await;
+    }
 
     /// On this test's runtime — one thread — a caller that waited for the lock itself would
     /// stop the timer below until SQLite gave up.
