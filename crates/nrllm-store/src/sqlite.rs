@@ -3,17 +3,17 @@
 //! the scheduler (BENCHMARKS.md, issue #19).
 //!
 //! - [`Writer`]: the write connection carries out each [`Transition`] whole — `BEGIN
-//!   IMMEDIATE`, the fence, the steps, the rest, `COMMIT` — with statements it prepared once. At
-//!   `synchronous=FULL` a commit waits for the disk, so a thread of its own does that and the
-//!   caller waits for one reply; the transitions that queued while it waited for the disk go
-//!   together in the next transaction, each under a savepoint of its own (one that fails is
-//!   rolled back alone), so that they share one sync of the log — group commit. At `NORMAL` a commit is some tens of microseconds of work that
-//!   never waits for the disk — less than handing it to another thread and back — so the
-//!   caller's thread does it, unless another process holds the file's write lock: then the
-//!   writer thread waits for it, not the caller. Either way it takes the process's write turn
-//!   ([`crate::db::Database::write_turn`]) for each transaction, so that it and the writes
-//!   still made through sqlx take turns in order rather than meeting in SQLite's sleeping busy
-//!   handler.
+//!   IMMEDIATE`, the fence, the steps, the rest, `COMMIT` — with statements it prepared once.
+//!   A thread of its own holds it, and the caller waits for one reply; the transitions that
+//!   queued meanwhile go together in its next transaction, each under a savepoint of its own
+//!   (one that fails is rolled back alone), so that they share one commit and one sync of the
+//!   log — group commit. At `synchronous=NORMAL`, when no other writer of the process is under
+//!   way, the caller's thread does it instead: there a commit never waits for the disk and is
+//!   some tens of microseconds of work, less than handing it to another thread and back —
+//!   unless another process holds the file's write lock: then the writer thread waits for it,
+//!   not the caller. Either way it takes the process's write turn
+//!   ([`crate::db::Database::write_turn`]), so that it and the writes still made through sqlx
+//!   take turns in order rather than meeting in SQLite's sleeping busy handler.
 //! - A checkpointer thread copies the write-ahead log into the database file beside the writer
 //!   (`PRAGMA wal_checkpoint(PASSIVE)` after commits), so that no commit waits for that copy and
 //!   its `fsync`s — SQLite would otherwise have the committing connection do it every 1,000
@@ -134,19 +134,22 @@ impl Writer {
     /// Carries out `transition` in one transaction: the row its fence returned, or `None` (then
     /// nothing was written).
     pub(crate) async fn transact(&self, transition: Transition) -> Result<Option<Row>, StoreError> {
-        let transition = if self.inline {
-            let _turn = self.turn.lock().await;
-            let mut conn = locked(&self.conn);
-            match carry_out(&mut conn, transition, Duration::ZERO) {
-                Attempt::Done(done) => {
-                    checkpoint_due(&self.wake);
-                    return done;
+        // Inline only when no other writer of this process is under way: under load the
+        // writer thread commits what queued together.
+        let turn = self.inline.then(|| self.turn.try_lock().ok()).flatten();
+        let transition = match turn {
+            Some(_turn) => {
+                let mut conn = locked(&self.conn);
+                match carry_out(&mut conn, transition, Duration::ZERO) {
+                    Attempt::Done(done) => {
+                        checkpoint_due(&self.wake);
+                        return done;
+                    }
+                    // Another process holds the file's write lock: the thread waits for it.
+                    Attempt::Busy(transition) => transition,
                 }
-                // Another process holds the file's write lock: the thread waits for it.
-                Attempt::Busy(transition) => transition,
             }
-        } else {
-            transition
+            None => transition,
         };
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.jobs
