@@ -617,10 +617,10 @@ async fn tool_failures_become_error_results_without_internal_detail() {
     assert!(results[2].1.contains("not valid JSON"), "{}", results[2].1);
 }
 
-#[tokio::test]
-async fn long_results_are_cut_on_a_character_boundary() {
+/// What a `read_note` call with `text` answered the model.
+async fn read_note_result(text: &str) -> String {
     let f = fixture(vec![
-        call_turn("a", "read_note", json!({"text": "huge"}), usage(1, 1)),
+        call_turn("a", "read_note", json!({ "text": text }), usage(1, 1)),
         ChatResponse::text("ok", usage(1, 1)),
     ]);
     let done = completed(
@@ -629,7 +629,12 @@ async fn long_results_are_cut_on_a_character_boundary() {
             .await
             .unwrap(),
     );
-    let (_, result) = &tool_messages(&done.messages)[0];
+    tool_messages(&done.messages).remove(0).1
+}
+
+#[tokio::test]
+async fn long_results_are_cut_on_a_character_boundary() {
+    let result = read_note_result("huge").await;
     assert!(
         result.contains("[result truncated: 49999 of 80001 bytes shown]"),
         "{}",
@@ -641,22 +646,7 @@ async fn long_results_are_cut_on_a_character_boundary() {
 
 #[tokio::test]
 async fn long_error_texts_are_cut_like_results() {
-    let f = fixture(vec![
-        call_turn(
-            "a",
-            "read_note",
-            json!({"text": "huge refusal"}),
-            usage(1, 1),
-        ),
-        ChatResponse::text("ok", usage(1, 1)),
-    ]);
-    let done = completed(
-        f.tool_loop
-            .run(input("x"), &ctx("alice"), &VecSink::default())
-            .await
-            .unwrap(),
-    );
-    let (_, result) = &tool_messages(&done.messages)[0];
+    let result = read_note_result("huge refusal").await;
     assert!(result.starts_with("Error: nnn"), "{}", &result[..20]);
     assert!(
         result.ends_with("[result truncated: 50000 of 80007 bytes shown]"),

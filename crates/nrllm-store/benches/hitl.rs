@@ -333,19 +333,21 @@ async fn bench(args: Args) -> Result<(), String> {
             .await
             .map_err(|err| format!("dropping the scratch database: {err}"))?;
     }
-    if let (Some(fsyncs), false) = (fsyncs, args.concurrency == 1) {
-        // The writer commits the transitions that queued together in one transaction.
-        println!(
-            "disk fsyncs_per_s={fsyncs:.0} (several clients' transitions share commits: the \
-             one-client limit does not apply)"
-        );
-    } else if let Some(fsyncs) = fsyncs {
-        let limit = fsyncs / commits_per_cycle;
-        println!(
-            "disk fsyncs_per_s={fsyncs:.0} -> limit_cycles_per_s={limit:.1} ({commits_per_cycle:.1} commits a cycle); \
-             reached {:.0}% of it",
-            100.0 * cycles_per_s / limit
-        );
+    if let Some(fsyncs) = fsyncs {
+        if args.concurrency == 1 {
+            let limit = fsyncs / commits_per_cycle;
+            println!(
+                "disk fsyncs_per_s={fsyncs:.0} -> limit_cycles_per_s={limit:.1} ({commits_per_cycle:.1} commits a cycle); \
+                 reached {:.0}% of it",
+                100.0 * cycles_per_s / limit
+            );
+        } else {
+            // The writer commits the transitions that queued together in one transaction.
+            println!(
+                "disk fsyncs_per_s={fsyncs:.0} (several clients' transitions share commits: the \
+                 one-client limit does not apply)"
+            );
+        }
     }
     Ok(())
 }

@@ -53,6 +53,19 @@ pub enum SqliteSync {
     Normal,
 }
 
+impl SqliteSync {
+    /// Its value of SQLite's `synchronous` pragma.
+    pub(crate) fn pragma(self) -> &'static str {
+        match self {
+            SqliteSync::Full => "FULL",
+            SqliteSync::Normal => "NORMAL",
+        }
+    }
+}
+
+/// Connections a pool keeps to Postgres unless told otherwise (sqlx's, and the hot path's).
+const POSTGRES_CONNECTIONS: u32 = 16;
+
 /// How to open the database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DbOptions {
@@ -84,16 +97,20 @@ pub enum DatabaseError {
     InMemory,
     #[error("cannot open the SQLite file for writing: {0}")]
     Writer(Box<dyn std::error::Error + Send + Sync>),
-    #[error("cannot set up the Postgres connections of the write path: {0}")]
+    #[error("cannot use the Postgres URL for the run store's connections: {0}")]
     Pipeline(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// What carries out the hot path's transitions and point reads, past sqlx.
 #[derive(Debug)]
 enum Direct {
-    /// The thread that carries out transitions whole, and the connections point reads use on
-    /// the caller's thread.
-    Sqlite { writer: Writer, readers: Readers },
+    /// The write connection and its thread, the connections point reads use on the caller's
+    /// thread, and this process's turn to write (SQLite takes one writer at a time).
+    Sqlite {
+        writer: Writer,
+        readers: Readers,
+        turn: Arc<tokio::sync::Mutex<()>>,
+    },
     /// Pipelining connections, and what tells the other instances of commits.
     Postgres {
         pipeline: Pipeline,
@@ -105,9 +122,6 @@ enum Direct {
 #[derive(Clone, Debug)]
 pub struct Database {
     pool: AnyPool,
-    backend: Backend,
-    /// SQLite takes one writer at a time: this process's writers take turns here first.
-    write_turn: Arc<tokio::sync::Mutex<()>>,
     /// The hot path's own connections: transitions and point reads.
     direct: Arc<Direct>,
 }
@@ -132,10 +146,7 @@ impl Database {
                 .collect(),
         })?;
         let connect_error = |source| DatabaseError::Connect { backend, source };
-        let synchronous = match options.sqlite_sync {
-            SqliteSync::Full => "FULL",
-            SqliteSync::Normal => "NORMAL",
-        };
+        let synchronous = options.sqlite_sync.pragma();
         let mut sqlite_file = None;
         let pool = match backend {
             Backend::Sqlite => {
@@ -166,7 +177,7 @@ impl Database {
             Backend::Postgres => {
                 let connect = AnyConnectOptions::from_str(url).map_err(connect_error)?;
                 AnyPoolOptions::new()
-                    .max_connections(options.max_connections.unwrap_or(16))
+                    .max_connections(options.max_connections.unwrap_or(POSTGRES_CONNECTIONS))
                     .acquire_timeout(Duration::from_secs(10))
                     .connect_with(connect)
                     .await
@@ -177,23 +188,26 @@ impl Database {
             Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
             Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
         }
-        let write_turn = Arc::default();
         let direct = match sqlite_file {
-            Some(path) => Direct::Sqlite {
-                writer: Writer::open(Path::new(&path), synchronous, Arc::clone(&write_turn))
-                    .map_err(DatabaseError::Writer)?,
-                readers: Readers::new(Path::new(&path)),
-            },
-            None => Direct::Postgres {
-                pipeline: Pipeline::new(url, options.max_connections.unwrap_or(16) as usize)
-                    .map_err(DatabaseError::Pipeline)?,
-                announcer: Announcer::start(url.to_owned()),
-            },
+            Some(path) => {
+                let turn = Arc::default();
+                Direct::Sqlite {
+                    writer: Writer::open(Path::new(&path), options.sqlite_sync, Arc::clone(&turn))
+                        .map_err(DatabaseError::Writer)?,
+                    readers: Readers::new(Path::new(&path)),
+                    turn,
+                }
+            }
+            None => {
+                let size = options.max_connections.unwrap_or(POSTGRES_CONNECTIONS);
+                Direct::Postgres {
+                    pipeline: Pipeline::new(url, size as usize).map_err(DatabaseError::Pipeline)?,
+                    announcer: Announcer::start(url.to_owned()),
+                }
+            }
         };
         Ok(Database {
             pool,
-            backend,
-            write_turn,
             direct: Arc::new(direct),
         })
     }
@@ -232,15 +246,18 @@ impl Database {
     /// queue here in order rather than in SQLite's busy handler, which sleeps and retries. `None`
     /// on Postgres, where writers of different rows go ahead together.
     pub(crate) async fn write_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        match self.backend {
-            Backend::Sqlite => Some(Arc::clone(&self.write_turn).lock_owned().await),
-            Backend::Postgres => None,
+        match &*self.direct {
+            Direct::Sqlite { turn, .. } => Some(Arc::clone(turn).lock_owned().await),
+            Direct::Postgres { .. } => None,
         }
     }
 
     /// The SQL dialect behind the pool.
     pub fn backend(&self) -> Backend {
-        self.backend
+        match *self.direct {
+            Direct::Sqlite { .. } => Backend::Sqlite,
+            Direct::Postgres { .. } => Backend::Postgres,
+        }
     }
 
     /// Whether the database answers with every migration of this build applied: how many are
@@ -250,7 +267,7 @@ impl Database {
             sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success")
                 .fetch_one(&self.pool)
                 .await?;
-        let known = match self.backend {
+        let known = match self.backend() {
             Backend::Sqlite => SQLITE_MIGRATIONS.iter().count(),
             Backend::Postgres => POSTGRES_MIGRATIONS.iter().count(),
         };

@@ -283,16 +283,8 @@ fn read_row(row: &tokio_postgres::Row) -> Result<Row, StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use crate::transition::{Cells, Statement, Transition};
-
-    /// Row `id`'s version in a table of the test's own.
-    async fn version(db: &crate::db::Database, id: &str) -> i64 {
-        let rows = db
-            .query(&Statement::new("SELECT version FROM pipeline_t WHERE id = $1").bind(id))
-            .await
-            .unwrap();
-        rows[0].required_int("version").unwrap()
-    }
+    use crate::transition::scratch;
+    use crate::transition::{Statement, Transition};
 
     /// Bumps row `id` from `expected`; the fence takes `sleep` seconds.
     fn bump(id: &str, expected: i64, sleep: &str) -> Transition {
@@ -313,21 +305,10 @@ mod tests {
     #[tokio::test]
     async fn a_transition_dropped_mid_transaction_never_commits_through_the_next_user() {
         let Some(test) = crate::testing::postgres_from_env().await else {
-            eprintln!("skipped: TEST_DATABASE_URL is not set");
             return;
         };
         let db = test.open(1).await;
-        sqlx::query(
-            "CREATE TABLE pipeline_t (id TEXT PRIMARY KEY, version BIGINT NOT NULL, \
-             touched BIGINT NOT NULL DEFAULT 0)",
-        )
-        .execute(db.pool())
-        .await
-        .unwrap();
-        sqlx::query("INSERT INTO pipeline_t (id, version) VALUES ('a', 1), ('b', 1)")
-            .execute(db.pool())
-            .await
-            .unwrap();
+        scratch::table(&db, "pipeline_t", &["a", "b"]).await;
         // Its caller gives up while the fence runs: `BEGIN` and the fence were sent, no
         // `COMMIT` yet.
         let dropped = tokio::time::timeout(
@@ -344,8 +325,8 @@ mod tests {
         // Long after the fence's sleep: the dropped transition's write never committed, by
         // itself or inside another's transaction.
         tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-        assert_eq!(version(&db, "a").await, 1);
-        assert_eq!(version(&db, "b").await, 7);
+        assert_eq!(scratch::version(&db, "pipeline_t", "a").await, 1);
+        assert_eq!(scratch::version(&db, "pipeline_t", "b").await, 7);
         drop(db);
         test.cleanup().await;
     }

@@ -33,6 +33,7 @@ use nrllm_core::store::StoreError;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
+use crate::db::SqliteSync;
 use crate::transition::{Row, Statement, Transition, Value};
 
 /// A transition waiting for the writer thread, and where its outcome goes.
@@ -84,9 +85,10 @@ impl Writer {
     /// pool's settings, and starts the thread.
     pub(crate) fn open(
         path: &Path,
-        synchronous: &'static str,
+        sync: SqliteSync,
         turn: Arc<tokio::sync::Mutex<()>>,
     ) -> Result<Writer, Box<dyn std::error::Error + Send + Sync>> {
+        let synchronous = sync.pragma();
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -124,7 +126,7 @@ impl Writer {
             })?;
         Ok(Writer {
             conn,
-            inline: synchronous == "NORMAL",
+            inline: sync == SqliteSync::Normal,
             turn,
             jobs,
             wake,
@@ -140,7 +142,7 @@ impl Writer {
         let transition = match turn {
             Some(_turn) => {
                 let mut conn = locked(&self.conn);
-                match carry_out(&mut conn, transition, Duration::ZERO) {
+                match carry_out_now(&mut conn, transition) {
                     Attempt::Done(done) => {
                         checkpoint_due(&self.wake);
                         return done;
@@ -261,14 +263,14 @@ fn together(conn: &mut Connection, batch: Vec<Job>) {
 /// What a transaction on the write connection came to.
 enum Attempt {
     Done(Result<Option<Row>, StoreError>),
-    /// The file's write lock stayed with another process for `wait`: nothing was done.
+    /// Another process holds the file's write lock: nothing was done.
     Busy(Transition),
 }
 
-/// One transaction on the write connection, waiting up to `wait` for the file's write lock. Any
-/// error rolls it back (the transaction's drop).
-fn carry_out(conn: &mut Connection, transition: Transition, wait: Duration) -> Attempt {
-    if let Err(err) = conn.busy_timeout(wait) {
+/// One transaction on the write connection if the file's write lock is free now (no waiting
+/// for it). Any error rolls it back (the transaction's drop).
+fn carry_out_now(conn: &mut Connection, transition: Transition) -> Attempt {
+    if let Err(err) = conn.busy_timeout(Duration::ZERO) {
         return Attempt::Done(Err(sqlite(err)));
     }
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
@@ -416,54 +418,41 @@ fn rows(conn: &Connection, statement: &Statement, keep: usize) -> Result<Vec<Row
 mod tests {
     use std::time::Duration;
 
-    use crate::db::{Database, DbOptions, SqliteSync};
-    use crate::transition::{Cells, Statement, Transition};
-
-    fn bump(id: &str, expected: i64) -> Transition {
-        let fence = Statement::new(
-            "UPDATE batch_t SET version = version + 1 WHERE id = $1 AND version = $2 \
-             RETURNING version",
-        )
-        .bind(id)
-        .bind(expected);
-        Transition::new(fence, id.to_owned())
-    }
+    use crate::db::SqliteSync;
+    use crate::transition::scratch::{self, bump};
+    use crate::transition::{Cells, Row, Statement};
 
     #[tokio::test]
     async fn transitions_queued_together_commit_together_and_fail_alone() {
         let test = crate::testing::sqlite().await;
         let db = &test.db;
-        sqlx::query("CREATE TABLE batch_t (id TEXT PRIMARY KEY, version BIGINT NOT NULL)")
-            .execute(db.pool())
-            .await
-            .unwrap();
-        sqlx::query(
-            "INSERT INTO batch_t (id, version) VALUES ('a', 1), ('b', 1), ('c', 1), ('d', 1)",
-        )
-        .execute(db.pool())
-        .await
-        .unwrap();
-        let mut failing = bump("c", 1);
+        scratch::table(db, "batch_t", &["a", "b", "c", "d"]).await;
+        let mut failing = bump("batch_t", "c", 1);
         failing
             .then
             .push(Statement::new("INSERT INTO batch_t (id, version) VALUES ($1, 0)").bind("a"));
         // While this test holds the process's write turn, the writer thread waits for it with
         // the first transition and the others queue behind: then it takes them all at once.
         let turn = db.write_turn().await;
-        let writes: Vec<_> = [bump("a", 1), bump("b", 7), failing, bump("d", 1)]
-            .into_iter()
-            .map(|transition| {
-                let db = db.clone();
-                tokio::spawn(async move { db.transact(transition).await })
-            })
-            .collect();
+        let writes: Vec<_> = [
+            bump("batch_t", "a", 1),
+            bump("batch_t", "b", 7),
+            failing,
+            bump("batch_t", "d", 1),
+        ]
+        .into_iter()
+        .map(|transition| {
+            let db = db.clone();
+            tokio::spawn(async move { db.transact(transition).await })
+        })
+        .collect();
         tokio::time::sleep(Duration::from_millis(200)).await;
         drop(turn);
         let mut outcomes = Vec::new();
         for write in writes {
             outcomes.push(write.await.unwrap());
         }
-        let version = |outcome: &Result<Option<crate::transition::Row>, _>| {
+        let version = |outcome: &Result<Option<Row>, _>| {
             outcome
                 .as_ref()
                 .ok()
@@ -474,26 +463,20 @@ mod tests {
         assert!(matches!(outcomes[1], Ok(None)), "b's fence matched nothing");
         assert!(outcomes[2].is_err(), "c failed");
         assert_eq!(version(&outcomes[3]), Some(2), "d committed");
-        let rows = db
-            .query(&Statement::new(
-                "SELECT id, version FROM batch_t ORDER BY id",
-            ))
-            .await
-            .unwrap();
-        let stored: Vec<(String, i64)> = rows
-            .iter()
-            .map(|row| {
-                (
-                    row.required_text("id").unwrap(),
-                    row.required_int("version").unwrap(),
-                )
-            })
-            .collect();
+        let mut stored = Vec::new();
+        for id in ["a", "b", "c", "d"] {
+            stored.push(scratch::version(db, "batch_t", id).await);
+        }
         assert_eq!(
             stored,
-            [("a", 2), ("b", 1), ("c", 1), ("d", 2)].map(|(id, v)| (id.to_owned(), v)),
+            [2, 1, 1, 2],
             "c's bump went back with its failing statement, nothing else did"
         );
+        let rows = db
+            .query(&Statement::new("SELECT id FROM batch_t"))
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 4, "c's failing insert left nothing");
         test.cleanup().await;
     }
 
@@ -502,35 +485,16 @@ mod tests {
     #[tokio::test]
     async fn a_write_lock_held_elsewhere_is_waited_for_off_the_callers_thread() {
         for sync in [SqliteSync::Normal, SqliteSync::Full] {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("locked.db");
-            let db = Database::connect_with(
-                &format!("sqlite:{}", path.display()),
-                DbOptions {
-                    sqlite_sync: sync,
-                    max_connections: None,
-                },
-            )
-            .await
-            .unwrap();
-            sqlx::query("CREATE TABLE locked_t (id TEXT PRIMARY KEY, version BIGINT NOT NULL)")
-                .execute(db.pool())
-                .await
-                .unwrap();
-            sqlx::query("INSERT INTO locked_t (id, version) VALUES ('a', 1)")
-                .execute(db.pool())
-                .await
-                .unwrap();
+            let test = crate::testing::sqlite_with(sync).await;
+            let db = &test.db;
+            scratch::table(db, "locked_t", &["a"]).await;
             // Another connection, as another process would, holds the file's write lock.
-            let other = rusqlite::Connection::open(&path).unwrap();
+            let path = test.url.trim_start_matches("sqlite:");
+            let other = rusqlite::Connection::open(path).unwrap();
             other.execute_batch("BEGIN IMMEDIATE").unwrap();
-            let fence = Statement::new(
-                "UPDATE locked_t SET version = version + 1 WHERE id = $1 RETURNING version",
-            )
-            .bind("a");
             let write = tokio::spawn({
                 let db = db.clone();
-                async move { db.transact(Transition::new(fence, "a".into())).await }
+                async move { db.transact(bump("locked_t", "a", 1)).await }
             });
             let asleep = std::time::Instant::now();
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -550,6 +514,7 @@ mod tests {
                 .unwrap_or_else(|err| panic!("{sync:?}: {err}"))
                 .expect("the fence matched");
             assert_eq!(row.required_int("version").unwrap(), 2, "{sync:?}");
+            test.cleanup().await;
         }
     }
 }

@@ -290,6 +290,53 @@ fn insert_steps(run: &str, rows: &[ChainRow]) -> Statement {
     Statement { sql, args }
 }
 
+/// A table of a test's own — `id`, `version` (1 to start), `touched` — so that tests of how
+/// transitions are carried out do not depend on the run schema.
+#[cfg(test)]
+pub(crate) mod scratch {
+    use super::{Cells, Statement, Transition};
+    use crate::db::Database;
+
+    /// Makes table `name` with a row at version 1 for each of `ids`.
+    pub(crate) async fn table(db: &Database, name: &str, ids: &[&str]) {
+        sqlx::query(&format!(
+            "CREATE TABLE {name} (id TEXT PRIMARY KEY, version BIGINT NOT NULL, \
+             touched BIGINT NOT NULL DEFAULT 0)"
+        ))
+        .execute(db.pool())
+        .await
+        .unwrap();
+        for id in ids {
+            sqlx::query(&format!("INSERT INTO {name} (id, version) VALUES ($1, 1)"))
+                .bind(*id)
+                .execute(db.pool())
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Row `id`'s version.
+    pub(crate) async fn version(db: &Database, name: &str, id: &str) -> i64 {
+        let rows = db
+            .query(&Statement::new(format!("SELECT version FROM {name} WHERE id = $1")).bind(id))
+            .await
+            .unwrap();
+        rows[0].required_int("version").unwrap()
+    }
+
+    /// Bumps row `id` from version `expected`, returning its `version` and `id` (its parameters
+    /// written out of order: they are bound by number).
+    pub(crate) fn bump(name: &str, id: &str, expected: i64) -> Transition {
+        let fence = Statement::new(format!(
+            "UPDATE {name} SET version = version + 1 WHERE id = $2 AND version = $1 \
+             RETURNING version, id"
+        ))
+        .bind(expected)
+        .bind(id);
+        Transition::new(fence, id.to_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,75 +448,44 @@ mod tests {
             .contains("`missing`"));
     }
 
-    /// A table of our own, so the test does not depend on the run schema.
-    async fn scratch(db: &crate::db::Database) {
-        sqlx::query("CREATE TABLE scratch_t (id TEXT PRIMARY KEY, version BIGINT NOT NULL)")
-            .execute(db.pool())
-            .await
-            .unwrap();
-        sqlx::query("INSERT INTO scratch_t (id, version) VALUES ('a', 1)")
-            .execute(db.pool())
-            .await
-            .unwrap();
-    }
-
-    async fn version(db: &crate::db::Database) -> i64 {
-        let rows = db
-            .query(&Statement::new("SELECT version FROM scratch_t WHERE id = $1").bind("a"))
-            .await
-            .unwrap();
-        rows[0].required_int("version").unwrap()
-    }
-
-    fn bump(expected: i64) -> Statement {
-        Statement::new(
-            "UPDATE scratch_t SET version = version + 1 WHERE id = $2 AND version = $1 \
-             RETURNING version, id",
-        )
-        .bind(expected)
-        .bind("a")
-    }
-
     #[tokio::test]
     async fn a_transition_commits_whole_is_refused_whole_or_rolls_back_whole() {
         let mut backends = crate::testing::backends().await;
         backends.push(crate::testing::sqlite_with(crate::db::SqliteSync::Normal).await);
         for test in backends {
             let db = &test.db;
-            scratch(db).await;
+            scratch::table(db, "scratch_t", &["a"]).await;
+            let bump = |expected| scratch::bump("scratch_t", "a", expected);
+            let version = || scratch::version(db, "scratch_t", "a");
             // The fence matches: its row comes back (numbered parameters bound by number).
             let row = db
-                .transact(Transition::new(bump(1), "a".into()))
+                .transact(bump(1))
                 .await
                 .unwrap()
                 .expect("the fence matched");
             assert_eq!(row.required_int("version").unwrap(), 2, "{}", test.name);
             assert_eq!(row.required_text("id").unwrap(), "a");
             // A stale fence matches nothing, and what follows it never runs.
-            let mut stale = Transition::new(bump(1), "a".into());
+            let mut stale = bump(1);
             stale.then.push(
                 Statement::new("INSERT INTO scratch_t (id, version) VALUES ($1, 0)").bind("b"),
             );
             assert_eq!(db.transact(stale).await.unwrap(), None, "{}", test.name);
             // A statement that fails after the fence takes the fence's write back with it.
-            let mut failing = Transition::new(bump(2), "a".into());
+            let mut failing = bump(2);
             failing.then.push(
                 Statement::new("INSERT INTO scratch_t (id, version) VALUES ($1, 0)").bind("a"),
             );
             assert!(db.transact(failing).await.is_err(), "{}", test.name);
-            assert_eq!(version(db).await, 2, "{}: rolled back", test.name);
+            assert_eq!(version().await, 2, "{}: rolled back", test.name);
             let rows = db
                 .query(&Statement::new("SELECT id FROM scratch_t ORDER BY id"))
                 .await
                 .unwrap();
             assert_eq!(rows.len(), 1, "{}: nothing else was written", test.name);
             // The writer is still there for the next transition.
-            assert!(db
-                .transact(Transition::new(bump(2), "a".into()))
-                .await
-                .unwrap()
-                .is_some());
-            assert_eq!(version(db).await, 3, "{}", test.name);
+            assert!(db.transact(bump(2)).await.unwrap().is_some());
+            assert_eq!(version().await, 3, "{}", test.name);
             test.cleanup().await;
         }
     }
