@@ -133,7 +133,7 @@ for (const javaScript of [true, false]) {
       expect(started.status()).toBe(200);
       const runId: string = await started.json();
       await page.goto(`/runs/${runId}`);
-      await waitFor(page, "run-error", true);
+      await waitFor(page, "run-error", !javaScript);
       await expectInert(page, dialogs);
       await expect(page.getByTestId("run-error")).toContainText(`bad request: ${ALL_PAYLOADS}`);
       await expect(page.getByTestId("run-prompt")).toHaveText(`hostile error ${mode} ${ALL_PAYLOADS}`);
