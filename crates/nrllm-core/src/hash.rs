@@ -10,10 +10,7 @@ pub fn short_hash<'a>(parts: impl IntoIterator<Item = &'a [u8]>, bytes: usize) -
         hasher.update(part);
         hasher.update([0]);
     }
-    hasher.finalize()[..bytes.min(32)]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&hasher.finalize()[..bytes.min(32)])
 }
 
 #[cfg(test)]

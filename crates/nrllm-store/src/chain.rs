@@ -40,15 +40,11 @@ pub fn row_hash(run_id: &str, prev_hash: &str, row: &ChainRow) -> String {
     field(optional(row.duration_ms).as_bytes());
     field(row.payload.as_bytes());
     field(&row.created_at_ms.to_be_bytes());
-    hex(&hasher.finalize())
+    hex::encode(hasher.finalize())
 }
 
 fn optional(value: Option<i64>) -> String {
     value.map(|v| v.to_string()).unwrap_or_default()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What verifying one run's log found.
