@@ -186,7 +186,7 @@ impl SqlRunStore {
     }
 
     /// How the database answers the queries that grow with the number of runs: the inbox's and
-    /// the runs page's first pages, as `EXPLAIN QUERY PLAN` (SQLite) or `EXPLAIN` (Postgres)
+    /// the runs page's first pages and the two sweeps for overdue runs, as `EXPLAIN QUERY PLAN` (SQLite) or `EXPLAIN` (Postgres)
     /// prints them. For the benchmark of many waiting runs.
     pub async fn query_plans(&self) -> Result<Vec<(&'static str, Vec<String>)>, StoreError> {
         let explain = match self.db.backend() {
@@ -204,6 +204,9 @@ impl SqlRunStore {
         };
         let waiting = format!("{explain} {}", waiting_sql(self.db.backend()));
         let list = format!("{explain} {}", list_sql());
+        let deadlines = format!("{explain} {}", Sweep::Deadlines.sql(self.db.backend()));
+        let leases = format!("{explain} {}", Sweep::Leases.sql(self.db.backend()));
+        let sweep = |sql| sqlx::query(sql).bind(0_i64).bind(50_i64);
         let mut plans = Vec::new();
         for (name, query) in [
             (
@@ -214,6 +217,8 @@ impl SqlRunStore {
                 "runs list, first page",
                 bind_list(sqlx::query(&list), &runs),
             ),
+            ("approval deadline sweep", sweep(&deadlines)),
+            ("lease sweep", sweep(&leases)),
         ] {
             let rows = query.fetch_all(self.db.pool()).await.map_err(backend)?;
             let lines = rows
@@ -344,23 +349,19 @@ impl SqlRunStore {
         Ok(())
     }
 
-    /// Runs in one of `statuses` whose time `column` is `now_ms` or earlier, the longest overdue first.
+    /// The runs `sweep` finds overdue at `now_ms`, the longest overdue first.
     async fn overdue(
         &self,
-        statuses: &[RunStatus],
-        column: &'static str,
+        sweep: Sweep,
         now_ms: i64,
         limit: u32,
     ) -> Result<Vec<Uuid>, StoreError> {
-        let ids: Vec<String> = sqlx::query_scalar(&format!(
-            "SELECT id FROM agent_run WHERE status IN ({}) AND {column} <= $1 ORDER BY {column} LIMIT $2",
-            RunStatus::sql_list(statuses)
-        ))
-        .bind(now_ms)
-        .bind(i64::from(limit))
-        .fetch_all(self.db.pool())
-        .await
-        .map_err(backend)?;
+        let ids: Vec<String> = sqlx::query_scalar(&sweep.sql(self.db.backend()))
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(self.db.pool())
+            .await
+            .map_err(backend)?;
         Ok(ids
             .iter()
             .filter_map(|id| Uuid::parse_str(id).ok())
@@ -579,6 +580,44 @@ fn bind_list<'q>(query: AnyQuery<'q>, filter: &'q RunFilter) -> AnyQuery<'q> {
         .bind(filter.status.map(RunStatus::as_str))
         .bind(filter.created_before_ms.unwrap_or(i64::MAX))
         .bind(i64::from(filter.limit.clamp(1, 500)))
+}
+
+/// A periodic look for overdue runs: running runs whose lease ran out, waiting runs whose
+/// approval deadline passed.
+#[derive(Debug, Clone, Copy)]
+enum Sweep {
+    Leases,
+    Deadlines,
+}
+
+impl Sweep {
+    /// Its query: ids of runs past their time at `$1`, the longest overdue first, `$2` of them.
+    fn sql(self, backend: Backend) -> String {
+        let (statuses, column, index): (&[RunStatus], _, _) = match self {
+            // Running runs are the few being driven now.
+            Sweep::Leases => (
+                &[RunStatus::Running],
+                "lease_until_ms",
+                "agent_run_status_created",
+            ),
+            Sweep::Deadlines => (
+                &RunStatus::WAITING,
+                "approval_deadline_ms",
+                "agent_run_deadline",
+            ),
+        };
+        // SQLite without statistics would read the deadline sweep through the status index: every
+        // waiting run, each sweep (~100 ms at 100k waiting runs).
+        let index = match backend {
+            Backend::Sqlite => format!("INDEXED BY {index}"),
+            Backend::Postgres => String::new(),
+        };
+        format!(
+            "SELECT id FROM agent_run {index} WHERE status IN ({}) AND {column} <= $1 \
+             ORDER BY {column} LIMIT $2",
+            RunStatus::sql_list(statuses)
+        )
+    }
 }
 
 /// The inbox's query: waiting runs, oldest wait first, after a cursor (a row-value comparison,
@@ -1348,13 +1387,11 @@ impl RunStore for SqlRunStore {
     }
 
     async fn expired_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {
-        self.overdue(&RunStatus::WAITING, "approval_deadline_ms", now_ms, limit)
-            .await
+        self.overdue(Sweep::Deadlines, now_ms, limit).await
     }
 
     async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {
-        self.overdue(&[RunStatus::Running], "lease_until_ms", now_ms, limit)
-            .await
+        self.overdue(Sweep::Leases, now_ms, limit).await
     }
 
     async fn take_lease(&self, id: Uuid, now_ms: i64, force: bool) -> Result<bool, StoreError> {

@@ -1915,3 +1915,61 @@ async fn a_state_above_the_limit_is_refused_when_the_run_would_wait() {
         db.cleanup().await;
     }
 }
+
+#[tokio::test]
+async fn the_overdue_sweeps_find_only_overdue_runs_through_their_indexes() {
+    for db in backends().await {
+        // Waiting runs without a deadline outnumber the one with a deadline.
+        let turns =
+            (0..31).map(|_| call_turn("c1", "write_note", json!({"text": "hi"}), usage(1, 1)));
+        let s = setup(&db.db, turns.collect());
+        for _ in 0..30 {
+            s.service
+                .start(configuration("no deadline"), "alice")
+                .await
+                .unwrap();
+        }
+        let mut patient = configuration("deadline");
+        patient.approval_timeout_ms = Some(1_000);
+        let run = s.service.start(patient, "alice").await.unwrap();
+        let deadline = run.approval_deadline_ms.expect("a deadline");
+        assert_eq!(
+            s.store.expired_approvals(i64::MAX, 100).await.unwrap(),
+            [run.id],
+            "{}",
+            db.name
+        );
+        // None of them is running: the lease sweep finds nothing.
+        assert!(s
+            .store
+            .expired_leases(deadline, 100)
+            .await
+            .unwrap()
+            .is_empty());
+
+        // SQLite without statistics picks its own index unless told: the deadline sweep would
+        // read every waiting run through the status index.
+        if db.db.backend() == nrllm_store::db::Backend::Sqlite {
+            let plans = s.store.query_plans().await.unwrap();
+            let plan = |name: &str| {
+                plans
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, lines)| lines.join(" / "))
+                    .unwrap_or_else(|| panic!("no plan for {name}"))
+            };
+            let deadlines = plan("approval deadline sweep");
+            assert!(
+                deadlines.contains("USING INDEX agent_run_deadline")
+                    && !deadlines.contains("TEMP B-TREE"),
+                "{deadlines}"
+            );
+            let leases = plan("lease sweep");
+            assert!(
+                leases.contains("USING INDEX agent_run_status_created (status=?)"),
+                "{leases}"
+            );
+        }
+        db.cleanup().await;
+    }
+}
