@@ -14,6 +14,10 @@
 //! drops it at the end.
 //! Any failure of any client (a "database is locked" included) ends the bench with exit code 1.
 
+// The allocator the server runs with (src/main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
