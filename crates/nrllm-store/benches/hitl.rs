@@ -186,16 +186,11 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let runtime = if args.concurrency == 1 {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-    }
-    .expect("a tokio runtime");
+    // The server's runtime: one worker thread a core.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
     if let Err(message) = runtime.block_on(bench(args)) {
         eprintln!("hitl: {message}");
         std::process::exit(1);

@@ -252,6 +252,15 @@ impl Database {
         }
     }
 
+    /// SQLite's writer, for tests of its paths.
+    #[cfg(test)]
+    pub(crate) fn sqlite_writer(&self) -> Option<&Writer> {
+        match &*self.direct {
+            Direct::Sqlite { writer, .. } => Some(writer),
+            Direct::Postgres { .. } => None,
+        }
+    }
+
     /// The SQL dialect behind the pool.
     pub fn backend(&self) -> Backend {
         match *self.direct {

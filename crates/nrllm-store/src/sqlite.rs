@@ -7,11 +7,12 @@
 //!   A thread of its own holds it, and the caller waits for one reply; the transitions that
 //!   queued meanwhile go together in its next transaction, each under a savepoint of its own
 //!   (one that fails is rolled back alone), so that they share one commit and one sync of the
-//!   log — group commit. At `synchronous=NORMAL`, when no other writer of the process is under
-//!   way, the caller's thread does it instead: there a commit never waits for the disk and is
-//!   some tens of microseconds of work, less than handing it to another thread and back —
-//!   unless another process holds the file's write lock: then the writer thread waits for it,
-//!   not the caller. Either way it takes the process's write turn
+//!   log — group commit. When no other writer of the process is under way, the caller's thread
+//!   does it instead: a commit is some tens of microseconds of work, less than handing it to
+//!   another thread and back — at `synchronous=NORMAL` always, at `FULL` (where it also waits
+//!   for the flush) only on a multi-threaded runtime, inside `block_in_place`, so that the
+//!   runtime's other tasks go on on another thread. Unless another process holds the file's
+//!   write lock: then the writer thread waits for it, not the caller. Either way it takes the process's write turn
 //!   ([`crate::db::Database::write_turn`]), so that it and the writes still made through sqlx
 //!   take turns in order rather than meeting in SQLite's sleeping busy handler.
 //! - A checkpointer thread copies the write-ahead log into the database file beside the writer
@@ -73,11 +74,15 @@ fn sqlite(err: rusqlite::Error) -> StoreError {
 #[derive(Debug)]
 pub(crate) struct Writer {
     conn: Shared,
-    /// Whether transitions are carried out on the caller's thread (`synchronous=NORMAL`).
-    inline: bool,
+    /// Whether a commit waits for the disk (then the caller's thread commits only where the
+    /// runtime can lend its other tasks to another thread meanwhile).
+    sync: SqliteSync,
     turn: Arc<tokio::sync::Mutex<()>>,
     jobs: mpsc::Sender<Job>,
     wake: mpsc::SyncSender<()>,
+    /// Transitions the caller's thread committed, for the tests of which path a commit takes.
+    #[cfg(test)]
+    inline_commits: std::sync::atomic::AtomicUsize,
 }
 
 impl Writer {
@@ -126,11 +131,26 @@ impl Writer {
             })?;
         Ok(Writer {
             conn,
-            inline: sync == SqliteSync::Normal,
+            sync,
             turn,
             jobs,
             wake,
+            #[cfg(test)]
+            inline_commits: std::sync::atomic::AtomicUsize::new(0),
         })
+    }
+
+    /// Whether the caller's thread may commit by itself: at `NORMAL` a commit is some tens of
+    /// microseconds of work; at `FULL` it waits for the flush, which only a multi-threaded
+    /// runtime can wait out on a thread of its own (`block_in_place`) — on a one-thread runtime
+    /// every other task would wait too, so there the writer thread commits.
+    fn inline(&self) -> bool {
+        match self.sync {
+            SqliteSync::Normal => true,
+            SqliteSync::Full => tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
+                runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+            }),
+        }
     }
 
     /// Carries out `transition` in one transaction: the row its fence returned, or `None` (then
@@ -138,13 +158,24 @@ impl Writer {
     pub(crate) async fn transact(&self, transition: Transition) -> Result<Option<Row>, StoreError> {
         // Inline only when no other writer of this process is under way: under load the
         // writer thread commits what queued together.
-        let turn = self.inline.then(|| self.turn.try_lock().ok()).flatten();
+        let turn = self.inline().then(|| self.turn.try_lock().ok()).flatten();
         let transition = match turn {
             Some(_turn) => {
                 let mut conn = locked(&self.conn);
-                match carry_out_now(&mut conn, transition) {
+                let attempt = match self.sync {
+                    SqliteSync::Normal => carry_out_now(&mut conn, transition),
+                    // The commit waits for the flush: the runtime hands this thread's other
+                    // tasks to another thread meanwhile.
+                    SqliteSync::Full => {
+                        tokio::task::block_in_place(|| carry_out_now(&mut conn, transition))
+                    }
+                };
+                match attempt {
                     Attempt::Done(done) => {
                         checkpoint_due(&self.wake);
+                        #[cfg(test)]
+                        self.inline_commits
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return done;
                     }
                     // Another process holds the file's write lock: the thread waits for it.
@@ -416,6 +447,7 @@ fn rows(conn: &Connection, statement: &Statement, keep: usize) -> Result<Vec<Row
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
     use std::time::Duration;
 
     use crate::db::SqliteSync;
@@ -478,6 +510,41 @@ mod tests {
             .unwrap();
         assert_eq!(rows.len(), 4, "c's failing insert left nothing");
         test.cleanup().await;
+    }
+
+    /// At `FULL` the caller's thread commits only on a multi-threaded runtime, which can lend
+    /// its other tasks to another thread while the commit waits for the flush; on a one-thread
+    /// runtime the writer thread does (`block_in_place` would panic there).
+    #[test]
+    fn at_full_the_callers_thread_commits_only_on_a_multi_threaded_runtime() {
+        for (multi_threaded, inline) in [(true, 3), (false, 0)] {
+            let runtime = if multi_threaded {
+                tokio::runtime::Builder::new_multi_thread()
+            } else {
+                tokio::runtime::Builder::new_current_thread()
+            }
+            .enable_all()
+            .build()
+            .unwrap();
+            runtime.block_on(async {
+                let test = crate::testing::sqlite_with(SqliteSync::Full).await;
+                let db = &test.db;
+                scratch::table(db, "full_t", &["a"]).await;
+                let writer = db.sqlite_writer().unwrap();
+                let before = writer.inline_commits.load(Ordering::Relaxed);
+                for version in 1..=3 {
+                    let row = db.transact(bump("full_t", "a", version)).await.unwrap();
+                    assert!(row.is_some(), "bump {version} committed");
+                }
+                assert_eq!(scratch::version(db, "full_t", "a").await, 4);
+                assert_eq!(
+                    writer.inline_commits.load(Ordering::Relaxed) - before,
+                    inline,
+                    "multi-threaded: {multi_threaded}"
+                );
+                test.cleanup().await;
+            });
+        }
     }
 
     /// On this test's runtime — one thread — a caller that waited for the lock itself would
