@@ -186,8 +186,8 @@ impl SqlRunStore {
     }
 
     /// How the database answers the queries that grow with the number of runs: the inbox's and
-    /// the runs page's first pages and the two sweeps for overdue runs, as `EXPLAIN QUERY PLAN` (SQLite) or `EXPLAIN` (Postgres)
-    /// prints them. For the benchmark of many waiting runs.
+    /// the runs page's first pages and the two sweeps for overdue runs, as `EXPLAIN QUERY PLAN`
+    /// (SQLite) or `EXPLAIN` (Postgres) prints them. For the benchmark of many waiting runs.
     pub async fn query_plans(&self) -> Result<Vec<(&'static str, Vec<String>)>, StoreError> {
         let explain = match self.db.backend() {
             Backend::Sqlite => "EXPLAIN QUERY PLAN",

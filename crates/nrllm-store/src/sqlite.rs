@@ -12,9 +12,9 @@
 //!   another thread and back — at `synchronous=NORMAL` always, at `FULL` (where it also waits
 //!   for the flush) only on a multi-threaded runtime, inside `block_in_place`, so that the
 //!   runtime's other tasks go on on another thread. Unless another process holds the file's
-//!   write lock: then the writer thread waits for it, not the caller. Either way it takes the process's write turn
-//!   ([`crate::db::Database::write_turn`]), so that it and the writes still made through sqlx
-//!   take turns in order rather than meeting in SQLite's sleeping busy handler.
+//!   write lock: then the writer thread waits for it, not the caller. Either way it takes the
+//!   process's write turn ([`crate::db::Database::write_turn`]), so that it and the writes still
+//!   made through sqlx take turns in order rather than meeting in SQLite's sleeping busy handler.
 //! - A checkpointer thread copies the write-ahead log into the database file beside the writer
 //!   (`PRAGMA wal_checkpoint(PASSIVE)` after commits), so that no commit waits for that copy and
 //!   its `fsync`s — SQLite would otherwise have the committing connection do it every 1,000
