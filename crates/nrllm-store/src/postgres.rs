@@ -139,26 +139,25 @@ impl Pipeline {
             ));
             // The first poll sends every statement, unless one fails before it is sent (it
             // could not be encoded, the connection is gone): then no `COMMIT` may follow.
-            match writes.as_mut().now_or_never() {
-                Some(Err(err)) => Err(err),
-                // A crash test that stops the process before the commit needs the commit held
-                // back until the point is reached; otherwise it goes with the writes.
-                _ => match point.filter(|_| failpoint::armed()) {
-                    Some(point) => match writes.await {
-                        Err(err) => Err(err),
-                        Ok(_) => {
-                            failpoint::reach(point);
-                            Ok(open.client().batch_execute("COMMIT").await)
-                        }
-                    },
-                    // An error the server meets makes it skip the rest of the transaction and
-                    // answer the `COMMIT` by rolling it back: nothing is half-written.
-                    None => {
-                        let (written, committed) =
-                            tokio::join!(writes, open.client().batch_execute("COMMIT"));
-                        Ok(written.and(committed))
+            let sent = writes.as_mut().now_or_never();
+            // A crash test that stops the process before the commit needs the commit held back
+            // until the point is reached; otherwise it goes with the writes.
+            match (sent, point.filter(|_| failpoint::armed())) {
+                (Some(Err(err)), _) => Err(err),
+                (_, Some(point)) => match writes.await {
+                    Err(err) => Err(err),
+                    Ok(_) => {
+                        failpoint::reach(point);
+                        Ok(open.client().batch_execute("COMMIT").await)
                     }
                 },
+                // An error the server meets makes it skip the rest of the transaction and
+                // answer the `COMMIT` by rolling it back: nothing is half-written.
+                (_, None) => {
+                    let (written, committed) =
+                        tokio::join!(writes, open.client().batch_execute("COMMIT"));
+                    Ok(written.and(committed))
+                }
             }
         };
         match ended {

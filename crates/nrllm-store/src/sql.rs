@@ -582,6 +582,15 @@ fn bind_list<'q>(query: AnyQuery<'q>, filter: &'q RunFilter) -> AnyQuery<'q> {
         .bind(i64::from(filter.limit.clamp(1, 500)))
 }
 
+/// The clause that has SQLite read a query through `index` (SQLite keeps no statistics here, so
+/// its planner guesses); nothing on Postgres, whose planner has them.
+fn indexed_by(backend: Backend, index: &str) -> String {
+    match backend {
+        Backend::Sqlite => format!("INDEXED BY {index}"),
+        Backend::Postgres => String::new(),
+    }
+}
+
 /// A periodic look for overdue runs: running runs whose lease ran out, waiting runs whose
 /// approval deadline passed.
 #[derive(Debug, Clone, Copy)]
@@ -608,10 +617,7 @@ impl Sweep {
         };
         // SQLite without statistics would read the deadline sweep through the status index: every
         // waiting run, each sweep (~100 ms at 100k waiting runs).
-        let index = match backend {
-            Backend::Sqlite => format!("INDEXED BY {index}"),
-            Backend::Postgres => String::new(),
-        };
+        let index = indexed_by(backend, index);
         format!(
             "SELECT id FROM agent_run {index} WHERE status IN ({}) AND {column} <= $1 \
              ORDER BY {column} LIMIT $2",
@@ -624,10 +630,7 @@ impl Sweep {
 /// so that the page is a range of the waiting index rather than a sort of every waiting run).
 fn waiting_sql(backend: Backend) -> String {
     // SQLite without statistics would pick the status index and sort every waiting run.
-    let index = match backend {
-        Backend::Sqlite => "INDEXED BY agent_run_waiting",
-        Backend::Postgres => "",
-    };
+    let index = indexed_by(backend, "agent_run_waiting");
     format!(
         "SELECT {RUN_COLUMNS} FROM agent_run {index} WHERE status IN ({}) \
          AND ($1 IS NULL OR provider = $1) AND ($2 IS NULL OR pending_tools LIKE $2) \

@@ -37,10 +37,13 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use crate::db::SqliteSync;
 use crate::transition::{Row, Statement, Transition, Value};
 
+/// Where a transition's outcome goes.
+type Reply = tokio::sync::oneshot::Sender<Result<Option<Row>, StoreError>>;
+
 /// A transition waiting for the writer thread, and where its outcome goes.
 struct Job {
     transition: Transition,
-    reply: tokio::sync::oneshot::Sender<Result<Option<Row>, StoreError>>,
+    reply: Reply,
 }
 
 /// Transitions the writer thread commits together at most.
@@ -241,7 +244,6 @@ fn checkpointer(
 /// one sync of the log at `FULL` for all of them. Each caller hears its outcome once the commit
 /// did (or that it failed: then nothing of the batch was written).
 fn together(conn: &mut Connection, batch: Vec<Job>) {
-    type Reply = tokio::sync::oneshot::Sender<Result<Option<Row>, StoreError>>;
     let fail_all = |replies: Vec<Reply>, why: &str| {
         for reply in replies {
             let _ = reply.send(Err(StoreError::Backend(why.to_owned().into())));
