@@ -103,7 +103,10 @@ impl Probe {
 
     /// How many times `name` ran.
     pub fn count(&self, name: &str) -> usize {
-        self.calls().iter().filter(|(n, _)| n == name).count()
+        self.calls
+            .lock()
+            .map(|calls| calls.iter().filter(|(n, _)| n == name).count())
+            .unwrap_or_default()
     }
 
     fn record(&self, name: &str, args: serde_json::Value) {

@@ -213,10 +213,15 @@ impl Database {
     }
 
     /// The rows a point read returns (a run by id, a run's rules): on SQLite read on this
-    /// thread (see [`crate::sqlite`]), on Postgres on a pipelining connection.
+    /// thread, on the write connection if it is free (see [`crate::sqlite`]); on Postgres on a
+    /// pipelining connection.
     pub(crate) async fn query(&self, statement: &Statement) -> Result<Vec<Row>, StoreError> {
         match &*self.direct {
-            Direct::Sqlite { readers, .. } => readers.query(statement),
+            Direct::Sqlite {
+                writer, readers, ..
+            } => writer
+                .query_if_idle(statement)
+                .unwrap_or_else(|| readers.query(statement)),
             Direct::Postgres { pipeline, .. } => pipeline.query(statement).await,
         }
     }

@@ -19,9 +19,12 @@
 //!   (`PRAGMA wal_checkpoint(PASSIVE)` after commits), so that no commit waits for that copy and
 //!   its `fsync`s — SQLite would otherwise have the committing connection do it every 1,000
 //!   pages, which was most of a cycle's p99.
-//! - [`Readers`]: the point reads of the hot path (a run by id, its rules) run on the caller's
-//!   thread on an idle read-only connection. Such a read takes microseconds; a trip to another
-//!   thread and back costs more than the read. Pages and scans stay on sqlx's pool.
+//! - The point reads of the hot path (a run by id, its rules) run on the caller's thread: on the
+//!   write connection when no writer of the process is under way ([`Writer::query_if_idle`]: its
+//!   page cache holds what the process last wrote), else on an idle read-only connection
+//!   ([`Readers`]), whose page cache starts over after each commit of another connection. Such a
+//!   read takes microseconds; a trip to another thread and back costs more than the read. Pages
+//!   and scans stay on sqlx's pool.
 
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -86,6 +89,9 @@ pub(crate) struct Writer {
     /// Transitions the caller's thread committed, for the tests of which path a commit takes.
     #[cfg(test)]
     inline_commits: std::sync::atomic::AtomicUsize,
+    /// Point reads made on the write connection, for the test of which connection reads.
+    #[cfg(test)]
+    writer_reads: std::sync::atomic::AtomicUsize,
 }
 
 impl Writer {
@@ -140,6 +146,8 @@ impl Writer {
             wake,
             #[cfg(test)]
             inline_commits: std::sync::atomic::AtomicUsize::new(0),
+            #[cfg(test)]
+            writer_reads: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -194,6 +202,24 @@ impl Writer {
         answer
             .await
             .map_err(|_| StoreError::Backend("the SQLite writer thread stopped mid-write".into()))?
+    }
+}
+
+impl Writer {
+    /// The rows `statement` returns, read on the write connection on this thread — if no
+    /// writer of this process is under way; `None` otherwise (nothing was read). That
+    /// connection's page cache holds what this process last wrote, where a read connection
+    /// starts its cache over after every commit of another and reads each page again.
+    pub(crate) fn query_if_idle(
+        &self,
+        statement: &Statement,
+    ) -> Option<Result<Vec<Row>, StoreError>> {
+        let _turn = self.turn.try_lock().ok()?;
+        let conn = locked(&self.conn);
+        #[cfg(test)]
+        self.writer_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(rows(&conn, statement, usize::MAX))
     }
 }
 
@@ -547,6 +573,39 @@ mod tests {
                 test.cleanup().await;
             });
         }
+    }
+
+    /// A point read goes to the write connection, whose page cache is warm, when no writer of
+    /// the process is under way; while one is, to a read connection — without waiting for it.
+    #[tokio::test]
+    async fn point_reads_use_the_write_connection_only_while_no_writer_is_under_way() {
+        let test = crate::testing::sqlite().await;
+        let db = &test.db;
+        scratch::table(db, "read_t", &["a"]).await;
+        let writer = db.sqlite_writer().unwrap();
+        let read = Statement::new("SELECT version FROM read_t WHERE id = $1").bind("a");
+        let version = |rows: Vec<Row>| rows[0].required_int("version").unwrap();
+        db.transact(bump("read_t", "a", 1)).await.unwrap();
+        let before = writer.writer_reads.load(Ordering::Relaxed);
+        assert_eq!(version(db.query(&read).await.unwrap()), 2);
+        assert_eq!(
+            writer.writer_reads.load(Ordering::Relaxed) - before,
+            1,
+            "read on the write connection"
+        );
+        let turn = db.write_turn().await;
+        let rows = tokio::time::timeout(Duration::from_secs(2), db.query(&read))
+            .await
+            .expect("the read did not wait for the writer")
+            .unwrap();
+        assert_eq!(version(rows), 2);
+        assert_eq!(
+            writer.writer_reads.load(Ordering::Relaxed) - before,
+            1,
+            "read on a read connection while the write turn was taken"
+        );
+        drop(turn);
+        test.cleanup().await;
     }
 
     /// On this test's runtime — one thread — a caller that waited for the lock itself would
