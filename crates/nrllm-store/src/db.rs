@@ -266,6 +266,15 @@ impl Database {
         }
     }
 
+    /// Postgres's pipelining connections, for tests of their paths.
+    #[cfg(test)]
+    pub(crate) fn postgres_pipeline(&self) -> Option<&Pipeline> {
+        match &*self.direct {
+            Direct::Postgres { pipeline, .. } => Some(pipeline),
+            Direct::Sqlite { .. } => None,
+        }
+    }
+
     /// The SQL dialect behind the pool.
     pub fn backend(&self) -> Backend {
         match *self.direct {

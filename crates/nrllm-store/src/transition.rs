@@ -181,7 +181,7 @@ impl Cells for Row {
 /// back and nothing else runs (another writer moved the run on). Otherwise the run's steps are
 /// chained on the `chain_head` column the fence returned (none: the run's first step) and
 /// written, then the other statements run, and all of it commits.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Transition {
     pub(crate) fence: Statement,
     /// The run the steps belong to (its id as stored).
