@@ -933,8 +933,8 @@ impl RunService {
         &self,
         run: &RunRecord,
     ) -> Result<(SuspendedState, RunConfiguration), ResumeError> {
-        let raw = run.suspended_state.clone().unwrap_or_default();
-        match (SuspendedState::from_json(&raw), run.configuration.clone()) {
+        let raw = run.suspended_state.as_deref().unwrap_or_default();
+        match (SuspendedState::from_json(raw), run.configuration.clone()) {
             (Ok(state), Some(configuration)) => Ok((state, configuration)),
             (Err(StateError::UnsupportedVersion { found }), Some(_))
                 if found > u64::from(crate::state::STATE_SCHEMA_VERSION) =>

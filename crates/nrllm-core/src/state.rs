@@ -175,15 +175,21 @@ impl SuspendedState {
     /// Reads stored state of this or an older version (migrating it), refusing versions this
     /// build does not know and states that break the transcript rules.
     pub fn from_json(text: &str) -> Result<SuspendedState, StateError> {
-        let value: serde_json::Value =
-            serde_json::from_str(text).map_err(|err| StateError::Malformed(err.to_string()))?;
-        let version = match value.get("schema_version").and_then(|v| v.as_u64()) {
+        // The version first, skimming past the rest: a state of another version may not read
+        // as this one. Then the state itself, straight from the text rather than through a
+        // `serde_json::Value` built first (its maps and strings made twice).
+        #[derive(Deserialize)]
+        struct Versioned {
+            schema_version: Option<serde_json::Value>,
+        }
+        let malformed = |err: serde_json::Error| StateError::Malformed(err.to_string());
+        let versioned: Versioned = serde_json::from_str(text).map_err(malformed)?;
+        let version = match versioned.schema_version.as_ref().and_then(|v| v.as_u64()) {
             Some(version @ 1..=2) => version,
             Some(found) => return Err(StateError::UnsupportedVersion { found }),
             None => return Err(StateError::Malformed("no schema_version".to_owned())),
         };
-        let mut state: SuspendedState =
-            serde_json::from_value(value).map_err(|err| StateError::Malformed(err.to_string()))?;
+        let mut state: SuspendedState = serde_json::from_str(text).map_err(malformed)?;
         if version < 2 {
             for message in &mut state.messages {
                 if let Message::Tool {
