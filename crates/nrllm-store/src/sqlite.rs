@@ -164,6 +164,27 @@ impl Writer {
         }
     }
 
+    /// The rows `statement` returns, read on the write connection on this thread — if no
+    /// writer of this process is under way; `None` otherwise (nothing was read). That
+    /// connection's page cache holds what this process last wrote, where a read connection
+    /// starts its cache over after every commit of another and reads each page again.
+    pub(crate) fn query_if_idle(
+        &self,
+        statement: &Statement,
+    ) -> Option<Result<Vec<Row>, StoreError>> {
+        let _turn = self.turn.try_lock().ok()?;
+        let conn = locked(&self.conn);
+        #[cfg(test)]
+        self.writer_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A commit on this thread left the connection not waiting for locks at all; a read
+        // waits as long as one on a read connection would.
+        if let Err(err) = conn.busy_timeout(BUSY_TIMEOUT) {
+            return Some(Err(sqlite(err)));
+        }
+        Some(rows(&conn, statement, usize::MAX))
+    }
+
     /// Carries out `transition` in one transaction: the row its fence returned, or `None` (then
     /// nothing was written).
     pub(crate) async fn transact(&self, transition: Transition) -> Result<Option<Row>, StoreError> {
@@ -202,24 +223,6 @@ impl Writer {
         answer
             .await
             .map_err(|_| StoreError::Backend("the SQLite writer thread stopped mid-write".into()))?
-    }
-}
-
-impl Writer {
-    /// The rows `statement` returns, read on the write connection on this thread — if no
-    /// writer of this process is under way; `None` otherwise (nothing was read). That
-    /// connection's page cache holds what this process last wrote, where a read connection
-    /// starts its cache over after every commit of another and reads each page again.
-    pub(crate) fn query_if_idle(
-        &self,
-        statement: &Statement,
-    ) -> Option<Result<Vec<Row>, StoreError>> {
-        let _turn = self.turn.try_lock().ok()?;
-        let conn = locked(&self.conn);
-        #[cfg(test)]
-        self.writer_reads
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Some(rows(&conn, statement, usize::MAX))
     }
 }
 
