@@ -321,36 +321,12 @@ async fn batch(client: Object, jobs: &[Job]) -> Batch {
         }
         rows.push(row);
     }
-    let prepared = match try_join_all(
-        statements
-            .iter()
-            .map(|statement| prepare(open.client(), statement)),
-    )
-    .await
-    {
-        Ok(prepared) => prepared,
-        Err(err) => return undone(open, err).await,
-    };
-    let args: Vec<_> = statements.iter().map(|s| params(&s.args)).collect();
-    // `Err`: a statement could not be sent, and no `COMMIT` may follow (as for one alone).
-    let ended = {
-        let mut writes = std::pin::pin!(try_join_all(
-            prepared
-                .iter()
-                .zip(&args)
-                .map(|(statement, args)| open.client().execute(statement, args)),
-        ));
-        match writes.as_mut().now_or_never() {
-            Some(Err(err)) => Err(err),
-            _ => Ok(tokio::join!(writes, open.client().batch_execute("COMMIT"))),
-        }
-    };
-    match ended {
-        Err(err) => undone(open, postgres(err)).await,
+    match write_and_commit(&open, &statements, None).await {
+        Err(err) => undone(open, err).await,
         Ok((written, committed)) => {
             open.close();
             match (written, committed) {
-                (Ok(_), Ok(())) => Batch::Done(rows),
+                (Ok(()), Ok(())) => Batch::Done(rows),
                 // A statement failed: the server answered the `COMMIT` by rolling back.
                 (Err(err), Ok(())) => Batch::Undone(postgres(err)),
                 (_, Err(err)) => Batch::Failed(err.to_string()),
@@ -398,54 +374,60 @@ async fn alone(client: Object, transition: Transition) -> Result<Option<Row>, St
         Ok(follow) => follow,
         Err(err) => return open.roll_back().await.and(Err(err)),
     };
-    let prepared = match try_join_all(
+    match write_and_commit(&open, &statements, point).await {
+        Err(err) => open.roll_back().await.and(Err(err)),
+        Ok((written, committed)) => {
+            open.close();
+            written.and(committed).map_err(postgres)?;
+            Ok(Some(row))
+        }
+    }
+}
+
+/// Sends `statements` on `open`'s transaction and, with them, `COMMIT` — held back until
+/// `point` is reached when a crash test waits there. `Err`: nothing was committed and the
+/// transaction is still open (a statement could not be prepared or sent: roll it back).
+/// `Ok`: the transaction ended — how the statements went, and how the `COMMIT` did (after an
+/// error the server meets, it skips the rest and answers the `COMMIT` by rolling back:
+/// nothing is half-written).
+async fn write_and_commit(
+    open: &Open,
+    statements: &[Statement],
+    point: Option<&'static str>,
+) -> Result<
+    (
+        Result<(), tokio_postgres::Error>,
+        Result<(), tokio_postgres::Error>,
+    ),
+    StoreError,
+> {
+    let prepared = try_join_all(
         statements
             .iter()
             .map(|statement| prepare(open.client(), statement)),
     )
-    .await
-    {
-        Ok(prepared) => prepared,
-        Err(err) => return open.roll_back().await.and(Err(err)),
-    };
+    .await?;
     let args: Vec<_> = statements.iter().map(|s| params(&s.args)).collect();
-    // `Err`: the transaction is still open (roll it back); `Ok`: it ended, and how.
-    let ended = {
-        let mut writes = std::pin::pin!(try_join_all(
-            prepared
-                .iter()
-                .zip(&args)
-                .map(|(statement, args)| open.client().execute(statement, args)),
-        ));
-        // The first poll sends every statement, unless one fails before it is sent (it
-        // could not be encoded, the connection is gone): then no `COMMIT` may follow.
-        let sent = writes.as_mut().now_or_never();
-        // A crash test that stops the process before the commit needs the commit held back
-        // until the point is reached; otherwise it goes with the writes.
-        match (sent, point.filter(|_| failpoint::armed())) {
-            (Some(Err(err)), _) => Err(err),
-            (_, Some(point)) => match writes.await {
-                Err(err) => Err(err),
-                Ok(_) => {
-                    failpoint::reach(point);
-                    Ok(open.client().batch_execute("COMMIT").await)
-                }
-            },
-            // An error the server meets makes it skip the rest of the transaction and
-            // answer the `COMMIT` by rolling it back: nothing is half-written.
-            (_, None) => {
-                let (written, committed) =
-                    tokio::join!(writes, open.client().batch_execute("COMMIT"));
-                Ok(written.and(committed))
-            }
+    let mut writes = std::pin::pin!(try_join_all(
+        prepared
+            .iter()
+            .zip(&args)
+            .map(|(statement, args)| open.client().execute(statement, args)),
+    ));
+    // The first poll sends every statement, unless one fails before it is sent (it could not
+    // be encoded, the connection is gone): then no `COMMIT` may follow.
+    if let Some(Err(err)) = writes.as_mut().now_or_never() {
+        return Err(postgres(err));
+    }
+    match point.filter(|_| failpoint::armed()) {
+        Some(point) => {
+            writes.await.map_err(postgres)?;
+            failpoint::reach(point);
+            Ok((Ok(()), open.client().batch_execute("COMMIT").await))
         }
-    };
-    match ended {
-        Err(err) => open.roll_back().await.and(Err(postgres(err))),
-        Ok(closed) => {
-            open.close();
-            closed.map_err(postgres)?;
-            Ok(Some(row))
+        None => {
+            let (written, committed) = tokio::join!(writes, open.client().batch_execute("COMMIT"));
+            Ok((written.map(drop), committed))
         }
     }
 }
