@@ -177,11 +177,6 @@ impl Writer {
         #[cfg(test)]
         self.writer_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // A commit on this thread left the connection not waiting for locks at all; a read
-        // waits as long as one on a read connection would.
-        if let Err(err) = conn.busy_timeout(BUSY_TIMEOUT) {
-            return Some(Err(sqlite(err)));
-        }
         Some(rows(&conn, statement, usize::MAX))
     }
 
@@ -282,10 +277,6 @@ fn together(conn: &mut Connection, batch: Vec<Job>) {
         .into_iter()
         .map(|job| (job.transition, job.reply))
         .unzip();
-    if let Err(err) = conn.busy_timeout(BUSY_TIMEOUT) {
-        tracing::error!(error = %err, "the SQLite write connection refused its busy timeout");
-        return fail_all(replies, "the SQLite write connection failed");
-    }
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(err) => {
@@ -330,11 +321,21 @@ enum Attempt {
 }
 
 /// One transaction on the write connection if the file's write lock is free now (no waiting
-/// for it). Any error rolls it back (the transaction's drop).
+/// for it). Any error rolls it back (the transaction's drop). The connection then waits for
+/// locks again as it does at rest — for the writer thread's transactions and the point reads.
 fn carry_out_now(conn: &mut Connection, transition: Transition) -> Attempt {
     if let Err(err) = conn.busy_timeout(Duration::ZERO) {
         return Attempt::Done(Err(sqlite(err)));
     }
+    let attempt = begin_now(conn, transition);
+    if let Err(err) = conn.busy_timeout(BUSY_TIMEOUT) {
+        tracing::error!(error = %err, "the SQLite write connection refused its busy timeout");
+    }
+    attempt
+}
+
+/// [`carry_out_now`] on a connection that does not wait for locks.
+fn begin_now(conn: &mut Connection, transition: Transition) -> Attempt {
     let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(rusqlite::Error::SqliteFailure(err, _))
@@ -481,6 +482,7 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::time::Duration;
 
+    use super::BUSY_TIMEOUT;
     use crate::db::SqliteSync;
     use crate::transition::scratch::{self, bump};
     use crate::transition::{Cells, Row, Statement};
@@ -611,6 +613,34 @@ mod tests {
             "read on a read connection while the write turn was taken"
         );
         drop(turn);
+        test.cleanup().await;
+    }
+
+    /// A commit on the caller's thread, which tries the file's lock without waiting, leaves the
+    /// write connection waiting for locks again — for the writer thread's transactions and the
+    /// point reads made on it.
+    #[tokio::test]
+    async fn a_commit_on_the_callers_thread_leaves_the_write_connection_waiting_for_locks() {
+        let test = crate::testing::sqlite_with(SqliteSync::Normal).await;
+        let db = &test.db;
+        scratch::table(db, "timeout_t", &["a"]).await;
+        let writer = db.sqlite_writer().unwrap();
+        let before = writer.inline_commits.load(Ordering::Relaxed);
+        db.transact(bump("timeout_t", "a", 1)).await.unwrap();
+        assert_eq!(
+            writer.inline_commits.load(Ordering::Relaxed) - before,
+            1,
+            "committed on the caller's thread"
+        );
+        let rows = writer
+            .query_if_idle(&Statement::new("PRAGMA busy_timeout"))
+            .expect("no writer under way")
+            .unwrap();
+        let waits = rows[0].cells[0].1.clone();
+        assert_eq!(
+            waits,
+            crate::transition::Value::Int(Some(BUSY_TIMEOUT.as_millis() as i64))
+        );
         test.cleanup().await;
     }
 
