@@ -383,4 +383,94 @@ mod tests {
         .unwrap();
         assert_eq!(tables, 1);
     }
+
+    /// Migration 18 builds the effect table again (without the unique index on the key): a file
+    /// written before it keeps every effect, done or not, and the primary key still refuses a
+    /// call dispatched twice.
+    #[tokio::test]
+    async fn effects_written_before_the_effect_table_was_rebuilt_are_kept() {
+        use nrllm_core::store::RunStore as _;
+        use nrllm_core::transcript::ToolOutcome;
+        use uuid::Uuid;
+
+        let dir = tempfile::tempdir().unwrap();
+        let earlier = dir.path().join("migrations");
+        std::fs::create_dir(&earlier).unwrap();
+        let all = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations/sqlite");
+        for entry in std::fs::read_dir(&all).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+            if name.as_str() < "20261130000018" {
+                std::fs::copy(&path, earlier.join(&name)).unwrap();
+            }
+        }
+        let path = dir.path().join("old.db");
+        let url = format!("sqlite:{}?mode=rwc", path.display());
+        let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+        sqlx::migrate::Migrator::new(earlier.as_path())
+            .await
+            .unwrap()
+            .run(&pool)
+            .await
+            .unwrap();
+        let run = Uuid::now_v7();
+        for (call, result) in [("c1", Some("written")), ("c2", None)] {
+            sqlx::query(
+                "INSERT INTO agent_run_effect (run_id, round, call_id, tool, arguments, \
+                 effect_key, dispatched_at_ms, result, outcome, completed_at_ms) \
+                 VALUES (?, 1, ?, 'write_note', '{}', ?, 5, ?, ?, ?)",
+            )
+            .bind(run.to_string())
+            .bind(call)
+            .bind(format!("{run}/1/{call}"))
+            .bind(result)
+            .bind(result.map(|_| "ok"))
+            .bind(result.map(|_| 6))
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        pool.close().await;
+
+        let db = Database::connect(&format!("sqlite:{}", path.display()))
+            .await
+            .unwrap();
+        let (applied, known) = db.migrations().await.unwrap();
+        assert_eq!(applied, known);
+        let effects = crate::SqlRunStore::new(db.clone())
+            .effects(run)
+            .await
+            .unwrap();
+        let kept: Vec<_> = effects
+            .iter()
+            .map(|e| (e.call_id.as_str(), e.effect_key.clone(), e.result.clone()))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                (
+                    "c1",
+                    format!("{run}/1/c1"),
+                    Some(("written".to_owned(), ToolOutcome::Ok))
+                ),
+                ("c2", format!("{run}/1/c2"), None),
+            ]
+        );
+        let again = sqlx::query(
+            "INSERT INTO agent_run_effect (run_id, round, call_id, tool, arguments, effect_key, \
+             dispatched_at_ms) VALUES ($1, 1, 'c1', 'write_note', '{}', 'k', 7)",
+        )
+        .bind(run.to_string())
+        .execute(db.pool())
+        .await;
+        assert!(again.is_err(), "a call dispatched twice was stored twice");
+        let (indexes,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' \
+             AND tbl_name = 'agent_run_effect'",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        assert_eq!(indexes, 1, "only the primary key's index is left");
+    }
 }
