@@ -13,6 +13,7 @@ mod sqlite;
 pub mod testing;
 pub mod tool_settings;
 mod transition;
+mod wal_writes;
 pub mod webhooks;
 
 pub use sql::SqlRunStore;

@@ -103,9 +103,11 @@ impl Writer {
         turn: Arc<tokio::sync::Mutex<()>>,
     ) -> Result<Writer, Box<dyn std::error::Error + Send + Sync>> {
         let synchronous = sync.pragma();
-        let conn = Connection::open_with_flags(
+        crate::wal_writes::register()?;
+        let conn = Connection::open_with_flags_and_vfs(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            crate::wal_writes::NAME,
         )?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
