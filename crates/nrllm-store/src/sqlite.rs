@@ -15,6 +15,8 @@
 //!   write lock: then the writer thread waits for it, not the caller. Either way it takes the
 //!   process's write turn ([`crate::db::Database::write_turn`]), so that it and the writes still
 //!   made through sqlx take turns in order rather than meeting in SQLite's sleeping busy handler.
+//! - The write connection opens the file through [`crate::wal_writes`], which writes each
+//!   commit's log frames in one write where SQLite's own layer makes two a frame.
 //! - A checkpointer thread copies the write-ahead log into the database file beside the writer
 //!   (`PRAGMA wal_checkpoint(PASSIVE)` after commits), so that no commit waits for that copy and
 //!   its `fsync`s — SQLite would otherwise have the committing connection do it every 1,000
