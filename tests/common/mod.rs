@@ -86,15 +86,25 @@ pub async fn start(settings: &str, env: &[(&str, &str)]) -> Server {
     for (name, value) in env {
         command.env(name, value);
     }
-    let child = command.spawn().unwrap();
+    let mut child = command.spawn().unwrap();
+    // Ready when this server says so: a port that merely accepts a connection may be another
+    // process's (the port was free when picked, not necessarily when the server bound it).
     let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
+    let ready = format!("http://127.0.0.1:{port}/readyz");
+    loop {
+        if let Ok(Some(exit)) = child.try_wait() {
+            panic!(
+                "the server ended before it was ready ({exit}): {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        let answer = client().get(&ready).send().await;
+        if answer.is_ok_and(|answer| answer.status() == StatusCode::OK) {
+            break;
+        }
         assert!(
             Instant::now() < deadline,
-            "the server listens: {}",
+            "the server is ready: {}",
             std::fs::read_to_string(&log).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
