@@ -91,6 +91,7 @@ pub async fn start(settings: &str, env: &[(&str, &str)]) -> Server {
     // process's (the port was free when picked, not necessarily when the server bound it).
     let deadline = Instant::now() + Duration::from_secs(30);
     let ready = format!("http://127.0.0.1:{port}/readyz");
+    let probe = client();
     loop {
         if let Ok(Some(exit)) = child.try_wait() {
             panic!(
@@ -98,7 +99,7 @@ pub async fn start(settings: &str, env: &[(&str, &str)]) -> Server {
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
         }
-        let answer = client().get(&ready).send().await;
+        let answer = probe.get(&ready).send().await;
         if answer.is_ok_and(|answer| answer.status() == StatusCode::OK) {
             break;
         }
