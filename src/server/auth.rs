@@ -340,7 +340,7 @@ pub fn hmac_hex(key: &[u8], message: &str) -> String {
     use hmac::{Hmac, Mac};
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key length");
     mac.update(message.as_bytes());
-    hex::encode(mac.finalize().into_bytes())
+    const_hex::encode(mac.finalize().into_bytes())
 }
 
 /// Whether `signature` is this server's for the banner `encoded`.

@@ -10,7 +10,7 @@ pub fn short_hash<'a>(parts: impl IntoIterator<Item = &'a [u8]>, bytes: usize) -
         hasher.update(part);
         hasher.update([0]);
     }
-    hex::encode(&hasher.finalize()[..bytes.min(32)])
+    const_hex::encode(&hasher.finalize()[..bytes.min(32)])
 }
 
 #[cfg(test)]

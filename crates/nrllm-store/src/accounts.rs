@@ -20,12 +20,12 @@ fn backend(err: sqlx::Error) -> StoreError {
 pub fn new_secret() -> String {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).expect("the operating system's random source");
-    hex::encode(bytes)
+    const_hex::encode(bytes)
 }
 
 /// The stored form of a secret.
 pub fn secret_hash(secret: &str) -> String {
-    hex::encode(Sha256::digest(secret.as_bytes()))
+    const_hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
 /// Names are short, printable and never look like a token's (`token:`).

@@ -40,7 +40,7 @@ pub fn row_hash(run_id: &str, prev_hash: &str, row: &ChainRow) -> String {
     field(optional(row.duration_ms).as_bytes());
     field(row.payload.as_bytes());
     field(&row.created_at_ms.to_be_bytes());
-    hex::encode(hasher.finalize())
+    const_hex::encode(hasher.finalize())
 }
 
 fn optional(value: Option<i64>) -> String {
