@@ -340,7 +340,7 @@ fn carry_out_now(conn: &mut Connection, transition: Transition) -> Attempt {
 
 /// [`carry_out_now`] on a connection that does not wait for locks.
 fn begin_now(conn: &mut Connection, transition: Transition) -> Attempt {
-    let tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+    let tx = match Immediate::begin(conn) {
         Ok(tx) => tx,
         Err(rusqlite::Error::SqliteFailure(err, _))
             if err.code == rusqlite::ErrorCode::DatabaseBusy =>
@@ -353,6 +353,49 @@ fn begin_now(conn: &mut Connection, transition: Transition) -> Attempt {
         tx.commit().map_err(sqlite)?;
         Ok(written)
     }))
+}
+
+/// A write transaction begun and committed by statements the connection keeps prepared, where
+/// rusqlite's `Transaction` parses `BEGIN` and `COMMIT` again each time (two of a commit's
+/// parses); dropped uncommitted, it rolls back.
+struct Immediate<'c> {
+    conn: &'c Connection,
+    committed: bool,
+}
+
+impl<'c> Immediate<'c> {
+    fn begin(conn: &'c Connection) -> rusqlite::Result<Immediate<'c>> {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Immediate {
+            conn,
+            committed: false,
+        })
+    }
+
+    fn commit(mut self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for Immediate<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for Immediate<'_> {
+    fn drop(&mut self) {
+        // Some errors (a full disk, say) end the transaction by themselves.
+        if !self.committed && !self.conn.is_autocommit() {
+            if let Err(err) = self.conn.execute_batch("ROLLBACK") {
+                tracing::error!(error = %err, "an SQLite write transaction could not be rolled back");
+            }
+        }
+    }
 }
 
 /// `transition`'s statements, in a transaction open on `conn`, up to its crash point before the
