@@ -507,7 +507,7 @@ fn params(args: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
 
 /// A returned row, column by column.
 fn read_row(row: &tokio_postgres::Row) -> Result<Row, StoreError> {
-    let mut cells = Vec::with_capacity(row.len());
+    let mut values = Vec::with_capacity(row.len());
     for (i, column) in row.columns().iter().enumerate() {
         let value = match *column.type_() {
             Type::INT8 => Value::Int(row.try_get(i).map_err(postgres)?),
@@ -536,9 +536,10 @@ fn read_row(row: &tokio_postgres::Row) -> Result<Row, StoreError> {
                 )))
             }
         };
-        cells.push((column.name().to_owned(), value));
+        values.push(value);
     }
-    Ok(Row { cells })
+    let columns = row.columns().iter().map(|c| c.name().to_owned()).collect();
+    Ok(Row::new(columns, values))
 }
 
 #[cfg(test)]

@@ -56,7 +56,94 @@ const MAX_BATCH: usize = 64;
 
 /// The write connection, shared by the caller's thread and the writer thread (one at a time:
 /// both hold the process's write turn first).
-type Shared = Arc<Mutex<Connection>>;
+type Shared = Arc<Mutex<Conn>>;
+
+/// A connection and what it learned of the statements it ran.
+pub(crate) struct Conn {
+    db: Connection,
+    shapes: Shapes,
+}
+
+impl Conn {
+    fn new(db: Connection) -> Conn {
+        Conn {
+            db,
+            shapes: Shapes::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("db", &self.db)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What binding a statement and reading its rows needs of its SQL text: the argument each of
+/// SQLite's parameters takes (SQLite numbers `$n` parameters in the order they first appear,
+/// not by `n`) and the names of the columns it returns. Read once a connection: each run of a
+/// statement read every parameter's and column's name from SQLite again, some 280 names an
+/// approve cycle (BENCHMARKS.md). A statement's columns change only with the schema, which
+/// stays as the migrations left it while the store is open.
+struct Shape {
+    /// For SQLite's parameter `i + 1`, the index of its value in [`Statement::args`].
+    args: Box<[usize]>,
+    columns: Arc<[String]>,
+}
+
+impl Shape {
+    fn read(prepared: &rusqlite::Statement<'_>) -> Result<Shape, StoreError> {
+        let args = (1..=prepared.parameter_count())
+            .map(|index| {
+                prepared
+                    .parameter_name(index)
+                    .and_then(|name| name.strip_prefix('$'))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .and_then(|n| n.checked_sub(1))
+                    .ok_or_else(|| {
+                        StoreError::Backend(
+                            format!("parameter {index} of a statement is not written `$n`").into(),
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        let columns: Vec<String> = prepared
+            .column_names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        Ok(Shape {
+            args,
+            columns: columns.into(),
+        })
+    }
+}
+
+/// A connection's statements' shapes, by SQL text (through a fast hash: the texts are long).
+#[derive(Default)]
+struct Shapes(foldhash::HashMap<Box<str>, Arc<Shape>>);
+
+impl Shapes {
+    fn of(
+        &mut self,
+        sql: &str,
+        prepared: &rusqlite::Statement<'_>,
+    ) -> Result<Arc<Shape>, StoreError> {
+        if let Some(shape) = self.0.get(sql) {
+            return Ok(Arc::clone(shape));
+        }
+        let shape = Arc::new(Shape::read(prepared)?);
+        // As many as the connection keeps statements prepared: a text made with values in it
+        // would otherwise grow the map without end.
+        if self.0.len() >= PREPARED {
+            self.0.clear();
+        }
+        self.0.insert(sql.into(), Arc::clone(&shape));
+        Ok(shape)
+    }
+}
 
 /// How long a connection waits for a lock another process holds.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -116,7 +203,7 @@ impl Writer {
         conn.pragma_update(None, "synchronous", synchronous)?;
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
         conn.set_prepared_statement_cache_capacity(PREPARED);
-        let conn: Shared = Arc::new(Mutex::new(conn));
+        let conn: Shared = Arc::new(Mutex::new(Conn::new(conn)));
         let wake = checkpointer(path, synchronous)?;
         let (jobs, inbox) = mpsc::channel::<Job>();
         let thread_conn = Arc::clone(&conn);
@@ -177,11 +264,12 @@ impl Writer {
         statement: &Statement,
     ) -> Option<Result<Vec<Row>, StoreError>> {
         let _turn = self.turn.try_lock().ok()?;
-        let conn = locked(&self.conn);
+        let mut conn = locked(&self.conn);
         #[cfg(test)]
         self.writer_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Some(rows(&conn, statement, usize::MAX))
+        let Conn { db, shapes } = &mut *conn;
+        Some(rows(db, shapes, statement, usize::MAX))
     }
 
     /// Carries out `transition` in one transaction: the row its fence returned, or `None` (then
@@ -227,7 +315,7 @@ impl Writer {
 
 /// The write connection. One that a panicking transition left poisoned is still sound: the
 /// transaction rolled back as it unwound.
-fn locked(conn: &Mutex<Connection>) -> std::sync::MutexGuard<'_, Connection> {
+fn locked(conn: &Mutex<Conn>) -> std::sync::MutexGuard<'_, Conn> {
     conn.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -271,7 +359,7 @@ fn checkpointer(
 /// whose fence matches nothing or that fails is rolled back alone, the others commit together —
 /// one sync of the log at `FULL` for all of them. Each caller hears its outcome once the commit
 /// did (or that it failed: then nothing of the batch was written).
-fn together(conn: &mut Connection, batch: Vec<Job>) {
+fn together(conn: &mut Conn, batch: Vec<Job>) {
     let fail_all = |replies: Vec<Reply>, why: &str| {
         for reply in replies {
             let _ = reply.send(Err(StoreError::Backend(why.to_owned().into())));
@@ -281,7 +369,8 @@ fn together(conn: &mut Connection, batch: Vec<Job>) {
         .into_iter()
         .map(|job| (job.transition, job.reply))
         .unzip();
-    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+    let Conn { db, shapes } = conn;
+    let mut tx = match db.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(err) => {
             tracing::error!(error = %err, "an SQLite write transaction could not begin");
@@ -294,7 +383,7 @@ fn together(conn: &mut Connection, batch: Vec<Job>) {
     let mut outcomes = Vec::with_capacity(transitions.len());
     for transition in transitions {
         let outcome = tx.savepoint().map_err(sqlite).and_then(|savepoint| {
-            let written = write(&savepoint, transition)?;
+            let written = write(&savepoint, shapes, transition)?;
             if written.is_some() {
                 savepoint.commit().map_err(sqlite)?;
             }
@@ -327,20 +416,21 @@ enum Attempt {
 /// One transaction on the write connection if the file's write lock is free now (no waiting
 /// for it). Any error rolls it back (the transaction's drop). The connection then waits for
 /// locks again as it does at rest — for the writer thread's transactions and the point reads.
-fn carry_out_now(conn: &mut Connection, transition: Transition) -> Attempt {
-    if let Err(err) = conn.busy_timeout(Duration::ZERO) {
+fn carry_out_now(conn: &mut Conn, transition: Transition) -> Attempt {
+    if let Err(err) = conn.db.busy_timeout(Duration::ZERO) {
         return Attempt::Done(Err(sqlite(err)));
     }
     let attempt = begin_now(conn, transition);
-    if let Err(err) = conn.busy_timeout(BUSY_TIMEOUT) {
+    if let Err(err) = conn.db.busy_timeout(BUSY_TIMEOUT) {
         tracing::error!(error = %err, "the SQLite write connection refused its busy timeout");
     }
     attempt
 }
 
 /// [`carry_out_now`] on a connection that does not wait for locks.
-fn begin_now(conn: &mut Connection, transition: Transition) -> Attempt {
-    let tx = match Immediate::begin(conn) {
+fn begin_now(conn: &mut Conn, transition: Transition) -> Attempt {
+    let Conn { db, shapes } = conn;
+    let tx = match Immediate::begin(db) {
         Ok(tx) => tx,
         Err(rusqlite::Error::SqliteFailure(err, _))
             if err.code == rusqlite::ErrorCode::DatabaseBusy =>
@@ -349,7 +439,7 @@ fn begin_now(conn: &mut Connection, transition: Transition) -> Attempt {
         }
         Err(err) => return Attempt::Done(Err(sqlite(err))),
     };
-    Attempt::Done(write(&tx, transition).and_then(|written| {
+    Attempt::Done(write(&tx, shapes, transition).and_then(|written| {
         tx.commit().map_err(sqlite)?;
         Ok(written)
     }))
@@ -400,13 +490,17 @@ impl Drop for Immediate<'_> {
 
 /// `transition`'s statements, in a transaction open on `conn`, up to its crash point before the
 /// commit: the row its fence returned, or `None` (then nothing was written).
-fn write(conn: &Connection, transition: Transition) -> Result<Option<Row>, StoreError> {
-    let Some(row) = rows(conn, &transition.fence, 1)?.pop() else {
+fn write(
+    conn: &Connection,
+    shapes: &mut Shapes,
+    transition: Transition,
+) -> Result<Option<Row>, StoreError> {
+    let Some(row) = rows(conn, shapes, &transition.fence, 1)?.pop() else {
         return Ok(None);
     };
     let (statements, point) = transition.follow(&row)?;
     for statement in &statements {
-        rows(conn, statement, 0)?;
+        rows(conn, shapes, statement, 0)?;
     }
     if let Some(point) = point {
         failpoint::reach(point);
@@ -418,7 +512,7 @@ fn write(conn: &Connection, transition: Transition) -> Result<Option<Row>, Store
 #[derive(Debug)]
 pub(crate) struct Readers {
     path: PathBuf,
-    idle: Mutex<Vec<Connection>>,
+    idle: Mutex<Vec<Conn>>,
 }
 
 /// Idle read connections kept open.
@@ -435,11 +529,11 @@ impl Readers {
     /// The rows `statement` returns, read on this thread.
     pub(crate) fn query(&self, statement: &Statement) -> Result<Vec<Row>, StoreError> {
         let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
-        let conn = match idle {
+        let mut conn = match idle {
             Some(conn) => conn,
-            None => self.open().map_err(sqlite)?,
+            None => Conn::new(self.open().map_err(sqlite)?),
         };
-        let found = rows(&conn, statement, usize::MAX);
+        let found = rows(&conn.db, &mut conn.shapes, statement, usize::MAX);
         if let Ok(mut idle) = self.idle.lock() {
             if idle.len() < IDLE_READERS {
                 idle.push(conn);
@@ -460,49 +554,33 @@ impl Readers {
 }
 
 /// Runs `statement` to its end; the first `keep` rows it returned.
-fn rows(conn: &Connection, statement: &Statement, keep: usize) -> Result<Vec<Row>, StoreError> {
+fn rows(
+    conn: &Connection,
+    shapes: &mut Shapes,
+    statement: &Statement,
+    keep: usize,
+) -> Result<Vec<Row>, StoreError> {
     let mut prepared = conn.prepare_cached(&statement.sql).map_err(sqlite)?;
-    // Parameters are `$1`, `$2`, …: SQLite numbers named parameters in order of first
-    // appearance, so each is bound by the number in its name.
-    for index in 1..=prepared.parameter_count() {
-        let number = prepared
-            .parameter_name(index)
-            .and_then(|name| name.strip_prefix('$'))
-            .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| {
-                StoreError::Backend(
-                    format!("parameter {index} of a statement is not written `$n`").into(),
-                )
-            })?;
-        let value = number
-            .checked_sub(1)
-            .and_then(|i| statement.args.get(i))
-            .ok_or_else(|| {
-                StoreError::Backend(format!("no value for parameter ${number}").into())
-            })?;
+    let shape = shapes.of(&statement.sql, &prepared)?;
+    for (index, &arg) in shape.args.iter().enumerate() {
+        let value = statement.args.get(arg).ok_or_else(|| {
+            StoreError::Backend(format!("no value for parameter ${}", arg + 1).into())
+        })?;
         match value {
-            Value::Int(v) => prepared.raw_bind_parameter(index, v),
-            Value::Text(v) => prepared.raw_bind_parameter(index, v),
+            Value::Int(v) => prepared.raw_bind_parameter(index + 1, v),
+            Value::Text(v) => prepared.raw_bind_parameter(index + 1, v),
         }
         .map_err(sqlite)?;
     }
-    let names: Vec<String> = if keep == 0 {
-        Vec::new()
-    } else {
-        prepared
-            .column_names()
-            .into_iter()
-            .map(str::to_owned)
-            .collect()
-    };
+    let columns = &shape.columns;
     let mut found = Vec::new();
     let mut cursor = prepared.raw_query();
     while let Some(row) = cursor.next().map_err(sqlite)? {
         if found.len() >= keep {
             continue;
         }
-        let mut cells = Vec::with_capacity(names.len());
-        for (i, name) in names.iter().enumerate() {
+        let mut values = Vec::with_capacity(columns.len());
+        for (i, name) in columns.iter().enumerate() {
             let value = match row.get_ref(i).map_err(sqlite)? {
                 ValueRef::Null => Value::Text(None),
                 ValueRef::Integer(n) => Value::Int(Some(n)),
@@ -517,9 +595,9 @@ fn rows(conn: &Connection, statement: &Statement, keep: usize) -> Result<Vec<Row
                     )))
                 }
             };
-            cells.push((name.clone(), value));
+            values.push(value);
         }
-        found.push(Row { cells });
+        found.push(Row::new(Arc::clone(columns), values));
     }
     Ok(found)
 }
@@ -663,6 +741,45 @@ mod tests {
         test.cleanup().await;
     }
 
+    /// Each run of a statement binds its values by their `$n` numbers and names its columns as
+    /// the first run did — read from the write connection, from a read connection, and after
+    /// more texts than a connection keeps have come and gone.
+    #[tokio::test]
+    async fn statements_bind_by_number_and_name_their_columns_on_every_run() {
+        let test = crate::testing::sqlite().await;
+        let db = &test.db;
+        // `$2` appears first: SQLite numbers it parameter 1.
+        let swapped = |n: i64| {
+            Statement::new(format!("SELECT $2 AS second, $1 AS first, {n} AS n"))
+                .bind(n)
+                .bind(format!("text {n}"))
+        };
+        let check = |rows: Vec<Row>, n: i64| {
+            assert_eq!(rows.len(), 1);
+            assert_eq!(rows[0].required_int("first").unwrap(), n);
+            assert_eq!(
+                rows[0].required_text("second").unwrap(),
+                format!("text {n}")
+            );
+            assert_eq!(rows[0].required_int("n").unwrap(), n);
+        };
+        for _ in 0..2 {
+            check(db.query(&swapped(7)).await.unwrap(), 7);
+            let turn = db.write_turn().await;
+            check(db.query(&swapped(7)).await.unwrap(), 7);
+            drop(turn);
+        }
+        for n in 0..(super::PREPARED as i64 + 10) {
+            check(db.query(&swapped(n)).await.unwrap(), n);
+        }
+        check(db.query(&swapped(7)).await.unwrap(), 7);
+        // A value missing for a number the text uses is a clear error, not a wrong binding.
+        let short = Statement::new("SELECT $2 AS second, $1 AS first").bind(1);
+        let err = db.query(&short).await.unwrap_err().to_string();
+        assert!(err.contains("no value for parameter $2"), "{err}");
+        test.cleanup().await;
+    }
+
     /// A commit on the caller's thread, which tries the file's lock without waiting, leaves the
     /// write connection waiting for locks again — for the writer thread's transactions and the
     /// point reads made on it.
@@ -683,7 +800,7 @@ mod tests {
             .query_if_idle(&Statement::new("PRAGMA busy_timeout"))
             .expect("no writer under way")
             .unwrap();
-        let waits = rows[0].cells[0].1.clone();
+        let waits = rows[0].values[0].clone();
         assert_eq!(
             waits,
             crate::transition::Value::Int(Some(BUSY_TIMEOUT.as_millis() as i64))

@@ -8,6 +8,8 @@
 //! (BENCHMARKS.md, issue #19). On Postgres, pipelined ([`crate::postgres`]): two round trips,
 //! where sqlx made one per statement.
 
+use std::sync::Arc;
+
 use nrllm_core::store::StoreError;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row as _};
@@ -134,23 +136,57 @@ impl Cells for AnyRow {
     }
 }
 
-/// A row a transition's fence returned, by column name.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// A row a transition's fence returned, by column name. The rows of one statement share their
+/// column names.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Row {
-    pub(crate) cells: Vec<(String, Value)>,
+    pub(crate) columns: Arc<[String]>,
+    /// One a column, in the columns' order.
+    pub(crate) values: Vec<Value>,
+    /// Where the search for the next column asked for starts: just after the last one found.
+    /// Rows are read mostly in their columns' order, so most searches end at their first look.
+    next: std::cell::Cell<usize>,
+}
+
+impl PartialEq for Row {
+    fn eq(&self, other: &Row) -> bool {
+        self.columns == other.columns && self.values == other.values
+    }
 }
 
 impl Row {
+    /// A row of `columns` holding `values`, one a column.
+    pub(crate) fn new(columns: Arc<[String]>, values: Vec<Value>) -> Row {
+        debug_assert_eq!(columns.len(), values.len());
+        Row {
+            columns,
+            values,
+            next: std::cell::Cell::new(0),
+        }
+    }
+
+    /// A row from its cells, name and value.
+    #[cfg(test)]
+    pub(crate) fn of(cells: Vec<(String, Value)>) -> Row {
+        let (columns, values): (Vec<String>, Vec<Value>) = cells.into_iter().unzip();
+        Row::new(columns.into(), values)
+    }
+
     /// Whether the row has `column` at all.
     fn has(&self, column: &str) -> bool {
-        self.cells.iter().any(|(name, _)| name == column)
+        self.columns.iter().any(|name| name == column)
     }
 
     fn get(&self, column: &str) -> Result<&Value, StoreError> {
-        self.cells
-            .iter()
-            .find(|(name, _)| name == column)
-            .map(|(_, value)| value)
+        let count = self.columns.len();
+        let start = self.next.get();
+        (start..count)
+            .chain(0..start.min(count))
+            .find(|&i| self.columns[i] == column)
+            .and_then(|i| {
+                self.next.set(i + 1);
+                self.values.get(i)
+            })
             .ok_or_else(|| StoreError::Corrupt(format!("no column `{column}` in the row")))
     }
 }
@@ -359,9 +395,7 @@ mod tests {
         let mut transition = Transition::new(Statement::new("UPDATE x"), "run-1".into());
         transition.steps = vec![step(1), step(2)];
         transition.then = vec![Statement::new("SELECT 1")];
-        let row = Row {
-            cells: vec![("chain_head".into(), Value::from("abc"))],
-        };
+        let row = Row::of(vec![("chain_head".into(), Value::from("abc"))]);
         let (statements, _) = transition.follow(&row).unwrap();
         assert_eq!(
             statements.len(),
@@ -392,9 +426,7 @@ mod tests {
         transition.steps = vec![step(1)];
         // A null head (no step yet), and a fence without the column at all (a new run).
         for row in [
-            Row {
-                cells: vec![("chain_head".into(), Value::Text(None))],
-            },
+            Row::of(vec![("chain_head".into(), Value::Text(None))]),
             Row::default(),
         ] {
             let mut t = Transition::new(transition.fence.clone(), transition.run.clone());
@@ -409,12 +441,10 @@ mod tests {
         let mut transition = Transition::new(Statement::new("UPDATE x"), "run-4".into());
         transition.steps = vec![step(0), step(0)];
         transition.numbered_by_fence = true;
-        let row = Row {
-            cells: vec![
-                ("last_sequence".into(), Value::from(7)),
-                ("chain_head".into(), Value::Text(None)),
-            ],
-        };
+        let row = Row::of(vec![
+            ("last_sequence".into(), Value::from(7)),
+            ("chain_head".into(), Value::Text(None)),
+        ]);
         let (statements, _) = transition.follow(&row).unwrap();
         assert_eq!(statements[0].args[1], Value::from(6));
         assert_eq!(statements[0].args[10], Value::from(7));
@@ -430,14 +460,32 @@ mod tests {
     }
 
     #[test]
-    fn a_cell_of_the_wrong_kind_is_a_clear_error() {
-        let row = Row {
-            cells: vec![
-                ("version".into(), Value::from(3)),
-                ("name".into(), Value::from("x")),
-                ("nothing".into(), Value::Text(None)),
-            ],
+    fn columns_are_found_in_any_order_the_row_is_read_in() {
+        let row = Row::of(
+            (0..5)
+                .map(|i| (format!("c{i}"), Value::from(i * 10)))
+                .collect(),
+        );
+        let read = |order: &[i64]| {
+            order
+                .iter()
+                .map(|i| row.required_int(&format!("c{i}")).unwrap())
+                .collect::<Vec<_>>()
         };
+        assert_eq!(read(&[0, 1, 2, 3, 4]), [0, 10, 20, 30, 40]);
+        assert_eq!(read(&[4, 3, 2, 1, 0]), [40, 30, 20, 10, 0]);
+        assert_eq!(read(&[2, 2, 4, 0, 4, 1]), [20, 20, 40, 0, 40, 10]);
+        assert!(row.int("c5").is_err());
+        assert_eq!(read(&[3]), [30], "a miss leaves the row readable");
+    }
+
+    #[test]
+    fn a_cell_of_the_wrong_kind_is_a_clear_error() {
+        let row = Row::of(vec![
+            ("version".into(), Value::from(3)),
+            ("name".into(), Value::from("x")),
+            ("nothing".into(), Value::Text(None)),
+        ]);
         assert_eq!(row.required_int("version").unwrap(), 3);
         assert_eq!(row.int("nothing").unwrap(), None);
         assert!(row.int("name").unwrap_err().to_string().contains("`name`"));
