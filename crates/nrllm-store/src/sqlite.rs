@@ -59,7 +59,7 @@ const MAX_BATCH: usize = 64;
 type Shared = Arc<Mutex<Conn>>;
 
 /// A connection and what it learned of the statements it ran.
-pub(crate) struct Conn {
+struct Conn {
     db: Connection,
     shapes: Shapes,
 }
