@@ -59,6 +59,7 @@ const MAX_BATCH: usize = 64;
 type Shared = Arc<Mutex<Conn>>;
 
 /// A connection and what it learned of the statements it ran.
+#[derive(Debug)]
 struct Conn {
     db: Connection,
     shapes: Shapes,
@@ -73,20 +74,13 @@ impl Conn {
     }
 }
 
-impl std::fmt::Debug for Conn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Conn")
-            .field("db", &self.db)
-            .finish_non_exhaustive()
-    }
-}
-
 /// What binding a statement and reading its rows needs of its SQL text: the argument each of
 /// SQLite's parameters takes (SQLite numbers `$n` parameters in the order they first appear,
 /// not by `n`) and the names of the columns it returns. Read once a connection: each run of a
 /// statement read every parameter's and column's name from SQLite again, some 280 names an
 /// approve cycle (BENCHMARKS.md). A statement's columns change only with the schema, which
 /// stays as the migrations left it while the store is open.
+#[derive(Debug)]
 struct Shape {
     /// For SQLite's parameter `i + 1`, the index of its value in [`Statement::args`].
     args: Box<[usize]>,
@@ -122,7 +116,7 @@ impl Shape {
 }
 
 /// A connection's statements' shapes, by SQL text (through a fast hash: the texts are long).
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Shapes(foldhash::HashMap<Box<str>, Arc<Shape>>);
 
 impl Shapes {

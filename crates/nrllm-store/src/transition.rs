@@ -140,7 +140,7 @@ impl Cells for AnyRow {
 /// column names.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Row {
-    pub(crate) columns: Arc<[String]>,
+    columns: Arc<[String]>,
     /// One a column, in the columns' order.
     pub(crate) values: Vec<Value>,
     /// Where the search for the next column asked for starts: just after the last one found.
