@@ -130,17 +130,19 @@ for (const javaScript of [true, false]) {
 
     test("the inbox decides per call, with arguments and previews shown", async ({ page }) => {
       acceptDialogs(page);
-      const url = await startRun(page, `Publish the contact page and tell inbox-${mode}@example.com`);
+      // The inbox lists every waiting run: a retry's run is told apart from the first attempt's.
+      const to = `inbox-${mode}-${test.info().retry}@example.com`;
+      const url = await startRun(page, `Publish the contact page and tell ${to}`);
       await waitFor(page, "approval-panel", reload);
       await page.goto("/approvals?tool=send_message");
-      const item = page.getByTestId("inbox-item").filter({ hasText: `inbox-${mode}@example.com` });
+      const item = page.getByTestId("inbox-item").filter({ hasText: to });
       await expect(item).toHaveCount(1);
       await expect(item.getByTestId("inbox-facts")).toContainText("started by operator at");
       const publish = item.locator('[data-testid="pending-call"][data-tool="publish_page"]');
       await expect(publish.getByTestId("preview")).toContainText("Effect on page contact");
       const message = item.locator('[data-testid="pending-call"][data-tool="send_message"]');
-      await expect(message.getByTestId("call-arguments")).toContainText(`inbox-${mode}@example.com`);
-      await expect(message.getByTestId("preview")).toContainText(`To: inbox-${mode}@example.com`);
+      await expect(message.getByTestId("call-arguments")).toContainText(to);
+      await expect(message.getByTestId("preview")).toContainText(`To: ${to}`);
       await message.getByLabel("Deny", { exact: true }).check();
       await message.getByLabel(/^Reason if denied/).fill(`announce it later ${mode}`);
       await item.getByRole("button", { name: "Apply the choices above" }).click();
@@ -151,7 +153,7 @@ for (const javaScript of [true, false]) {
       await expect(answer).toContainText(`announce it later ${mode}`);
       // Filtered by a configuration it is not in, the run is not listed.
       await page.goto("/approvals?configuration=hostile");
-      await expect(page.getByTestId("inbox-item").filter({ hasText: `inbox-${mode}@example.com` })).toHaveCount(0);
+      await expect(page.getByTestId("inbox-item").filter({ hasText: to })).toHaveCount(0);
     });
 
     test("a target that changed after the preview is refused with the new diff, and nothing is written", async ({
