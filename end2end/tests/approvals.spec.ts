@@ -194,10 +194,12 @@ test.describe("the API", () => {
 
 test.describe("the approvals inbox", () => {
   test("lists waiting runs with their pending tools and decides from there", async ({ page }) => {
-    const url = await startRun(page, 'Change the body of the home page to "We build careful tools."');
+    // The inbox lists every waiting run: a retry's run is told apart from the first attempt's.
+    const prompt = `Change the body of the home page to "We build careful tools (${test.info().retry})."`;
+    const url = await startRun(page, prompt);
     await waitFor(page, "approval-panel", false);
     await page.goto("/approvals");
-    const item = page.getByTestId("inbox-item").filter({ hasText: "Change the body of the home page" });
+    const item = page.getByTestId("inbox-item").filter({ hasText: prompt });
     await expect(item).toHaveCount(1);
     await expect(item.getByTestId("inbox-tools")).toHaveText("update_page");
     await expect(item.getByTestId("deadline")).toContainText("left)");
@@ -206,6 +208,6 @@ test.describe("the approvals inbox", () => {
     await waitFor(page, "final-answer", false);
     await expect(page.getByTestId("final-answer")).toContainText("body changed");
     await page.goto("/approvals");
-    await expect(page.getByTestId("inbox-item").filter({ hasText: "Change the body of the home page" })).toHaveCount(0);
+    await expect(page.getByTestId("inbox-item").filter({ hasText: prompt })).toHaveCount(0);
   });
 });
