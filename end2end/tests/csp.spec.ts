@@ -8,6 +8,9 @@ const NONCE_POLICY = /script-src 'nonce-([A-Za-z0-9_-]+)' 'strict-dynamic' 'wasm
 
 test("pages carry a nonce policy that matches their script, and refuse framing", async ({ page, request }) => {
   const runUrl = await startRun(page, "List the pages");
+  // Until the run stops, its page reloads itself when it does; that reload would abort the next
+  // navigation below.
+  await waitFor(page, "final-answer", false);
   const runPath = new URL(runUrl).pathname;
   for (const path of ["/", runPath, "/approvals", "/runs"]) {
     const response = await page.goto(path);
