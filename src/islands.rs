@@ -45,7 +45,8 @@ pub fn StepRow(run_id: String, step: StepView, #[prop(optional)] selected: bool)
 /// The step list. The steps the page was rendered with are its children (server-rendered, sent
 /// once); while the run is running, later steps arrive from the server's event stream and are
 /// added here, and the page reloads when the run stops running (to show the answer or the
-/// approval panel).
+/// approval panel) — unless the operator is leaving the page: a reload would cancel their
+/// navigation.
 #[island]
 pub fn LiveSteps(run_id: String, after: i64, live: bool, children: Children) -> impl IntoView {
     let added = RwSignal::new(Vec::<StepView>::new());
@@ -70,13 +71,21 @@ pub fn LiveSteps(run_id: String, after: i64, live: bool, children: Children) -> 
 
 #[cfg(feature = "hydrate")]
 fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
+    use std::cell::Cell;
+    use std::rc::Rc;
     use wasm_bindgen::closure::Closure;
     use wasm_bindgen::JsCast;
 
+    let Some(window) = web_sys::window() else {
+        return;
+    };
     let Ok(source) = web_sys::EventSource::new(&format!("/api/runs/{run_id}/events?after={after}"))
     else {
         return;
     };
+    // Set once the operator leaves the page: from then on nothing here reloads it, since a reload
+    // would cancel the navigation they started.
+    let leaving = Rc::new(Cell::new(false));
     let on_step =
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
             let Some(text) = event.data().as_string() else {
@@ -94,12 +103,21 @@ fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
         });
     let _ = source.add_event_listener_with_callback("step", on_step.as_ref().unchecked_ref());
     on_step.forget();
-    let on_status =
-        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |_event: web_sys::MessageEvent| {
+    let reload = {
+        let leaving = Rc::clone(&leaving);
+        move || {
+            if leaving.get() {
+                return;
+            }
             if let Some(window) = web_sys::window() {
                 let _ = window.location().reload();
             }
-        });
+        }
+    };
+    let on_status = Closure::<dyn FnMut(web_sys::MessageEvent)>::new({
+        let reload = reload.clone();
+        move |_event: web_sys::MessageEvent| reload()
+    });
     let _ = source.add_event_listener_with_callback("status", on_status.as_ref().unchecked_ref());
     on_status.forget();
     // A stream the server refused (503: too many streams) is closed for good: poll by reloading
@@ -112,11 +130,7 @@ fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
         let Some(window) = web_sys::window() else {
             return;
         };
-        let reload = Closure::<dyn FnMut()>::new(move || {
-            if let Some(window) = web_sys::window() {
-                let _ = window.location().reload();
-            }
-        });
+        let reload = Closure::<dyn FnMut()>::new(reload.clone());
         let _ = window.set_timeout_with_callback_and_timeout_and_arguments_0(
             reload.as_ref().unchecked_ref(),
             3_000,
@@ -125,7 +139,40 @@ fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
     });
     source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
     on_error.forget();
+    // Leaving the page: stop listening at once. The page stays up until the next one arrives,
+    // and a status in between must not reload it. If it stays after all (the navigation was
+    // cancelled, or answered with a download), listen again from the last step it shows.
+    let run_id = run_id.to_owned();
+    let on_leave = Closure::<dyn FnMut(web_sys::Event)>::new(move |_event: web_sys::Event| {
+        leaving.set(true);
+        source.close();
+        let Some(window) = web_sys::window() else {
+            return;
+        };
+        let run_id = run_id.clone();
+        let again = Closure::<dyn FnMut()>::new(move || {
+            let last = added.with_untracked(|list| list.last().map(|s| s.sequence));
+            listen(&run_id, last.unwrap_or(after), added);
+        });
+        let _ = window.set_timeout_with_callback_and_timeout_and_arguments_0(
+            again.as_ref().unchecked_ref(),
+            STAY_AFTER_LEAVING_MS,
+        );
+        again.forget();
+    });
+    let once = web_sys::AddEventListenerOptions::new();
+    once.set_once(true);
+    let _ = window.add_event_listener_with_callback_and_add_event_listener_options(
+        "beforeunload",
+        on_leave.as_ref().unchecked_ref(),
+        &once,
+    );
+    on_leave.forget();
 }
+
+/// How long a page whose navigation away did not happen waits before it listens again.
+#[cfg(feature = "hydrate")]
+const STAY_AFTER_LEAVING_MS: i32 = 10_000;
 
 /// Guards the page's approval forms (`form[data-approval-form]`): before a button drops text the
 /// operator typed — a reason for a call that is approved, edits of a call that is denied — it

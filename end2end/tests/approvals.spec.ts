@@ -116,6 +116,55 @@ test.describe("with JavaScript", () => {
     await waitFor(page, "final-answer", false);
   });
 
+  test("leaving a running run's page: the run stopping meanwhile does not cancel the navigation", async ({ page }) => {
+    // The run page's event stream is held until the run has stopped; the next page's request is
+    // held too, and the whole stream, its final status included, reaches the run page while the
+    // next page is still on its way. A page that reloaded on that status would cancel the
+    // operator's navigation.
+    let streamed!: () => void;
+    const stopped = new Promise<void>((resolve) => (streamed = resolve));
+    let deliver: () => Promise<void> = async () => undefined;
+    await page.route(
+      "**/api/runs/*/events*",
+      async (route) => {
+        const response = await route.fetch();
+        deliver = () => route.fulfill({ response }).catch(() => undefined);
+        streamed();
+      },
+      { times: 1 },
+    );
+    await page.route(
+      "**/approvals",
+      async (route) => {
+        await deliver();
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+        await route.continue().catch(() => undefined);
+      },
+      { times: 1 },
+    );
+    await startRun(page, "List the pages");
+    await stopped;
+    // The page was rendered before the run stopped, and has heard nothing since.
+    await expect(page.getByTestId("status")).toHaveText(/^(Queued|Running)$/);
+    await page.locator('header a[href="/approvals"]').click();
+    await page.waitForURL(/\/approvals$/, { timeout: 10_000 });
+    await expect(page.getByRole("heading", { level: 1 })).toHaveText("Approvals");
+  });
+
+  test("a navigation away that does not happen: the run's page listens again and shows its end", async ({ page }) => {
+    // The next page answers 204: the browser stays on the run's page, which stopped listening
+    // when the operator clicked away.
+    await page.route("**/approvals", (route) => route.fulfill({ status: 204 }), { times: 1 });
+    const listening = page.waitForRequest(/\/api\/runs\/[0-9a-f-]{36}\/events/);
+    await startRun(page, "List the pages");
+    await listening;
+    await expect(page.getByTestId("status")).toHaveText(/^(Queued|Running)$/);
+    await page.locator('header a[href="/approvals"]').click();
+    await expect(page.getByTestId("final-answer")).toBeVisible({ timeout: 20_000 });
+    await expect(page.getByTestId("status")).toHaveText("Completed");
+    expect(new URL(page.url()).pathname).toMatch(/^\/runs\//);
+  });
+
   test("keyboard: a approves all", async ({ page }) => {
     await startRun(page, 'Rename the contact page to "Talk to us"');
     await waitFor(page, "approval-panel", false);
