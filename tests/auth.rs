@@ -519,6 +519,32 @@ async fn metrics_need_a_token_and_count_what_happened_and_request_logs_keep_no_q
         done.contains("nrllm_runs{status=\"completed\"} 1"),
         "{done}"
     );
+    assert!(done.contains("nrllm_waiting_age_seconds_count 0"), "{done}");
+
+    // A run waiting for an answer waits for a person too.
+    let (_, asking) = call(
+        &server,
+        &olga,
+        "nrllm_tool_run",
+        json!({ "prompt": "Publish a page — ask me which one" }),
+    )
+    .await;
+    wait_for(
+        &server,
+        &olga,
+        asking.as_str().unwrap(),
+        "waiting_for_input",
+    )
+    .await;
+    let asked = scrape().await;
+    assert!(
+        asked.contains("nrllm_runs{status=\"waiting_for_input\"} 1"),
+        "{asked}"
+    );
+    assert!(
+        asked.contains("nrllm_waiting_age_seconds_count 1"),
+        "{asked}"
+    );
 
     // A request log line names the path, never the query (where login links carry a token).
     let _ = client()

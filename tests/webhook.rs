@@ -2,7 +2,8 @@
 //! decision is announced with a body that names its calls, signed with HMAC-SHA256 over the
 //! timestamp and the body; a receiver that answers 500 twice gets the third attempt; a receiver
 //! that never answers well is given up after the last attempt; the run page shows both; the
-//! secret is in neither the log nor the database.
+//! secret is in neither the log nor the database. A run that asks the operator a question is
+//! announced too, as waiting for input.
 
 #![cfg(feature = "ssr")]
 
@@ -36,7 +37,8 @@ impl Received {
     }
 }
 
-/// `/flaky` answers 500 to its first two deliveries and 204 after; `/down` always 500.
+/// `/flaky` answers 500 to its first two deliveries and 204 after; `/ok` always 204; `/down`
+/// always 500.
 async fn receiver() -> (String, Received) {
     let received = Received::default();
     async fn hook(
@@ -50,6 +52,7 @@ async fn receiver() -> (String, Received) {
         let seen = all.iter().filter(|(p, _, _)| *p == path).count();
         match path.as_str() {
             "flaky" if seen > 2 => StatusCode::NO_CONTENT,
+            "ok" => StatusCode::NO_CONTENT,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -207,6 +210,72 @@ async fn a_waiting_run_is_announced_signed_and_retried_until_delivered() {
         !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
         "the secret reached the database"
     );
+}
+
+#[tokio::test]
+async fn a_question_is_announced_as_waiting_for_input_and_the_next_turn_as_approval() {
+    let (hooks, received) = receiver().await;
+    let server = start(
+        &format!("log_level = \"info\"\nwebhook_url = \"{hooks}/ok\"\n"),
+        &[("NRLLM_WEBHOOK_SECRET", SECRET)],
+    )
+    .await;
+    let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
+    let (status, run) = call(
+        &server,
+        &admin,
+        "nrllm_tool_run",
+        json!({ "prompt": "Publish a page — ask me which one" }),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{run}");
+    let run_id = run.as_str().unwrap().to_owned();
+    wait_for(&server, &admin, &run_id, "waiting_for_input").await;
+    let view = wait_until(&server, &admin, &run_id, "announced its question", |view| {
+        view["webhooks"][0]["state"] == "delivered"
+    })
+    .await;
+    let deliveries = received.on("ok");
+    assert_eq!(deliveries.len(), 1);
+    let (headers, body) = &deliveries[0];
+    assert!(signature_holds(headers, body), "{headers:?}");
+    assert_eq!(headers["x-nrllm-event"], "run.waiting_for_input");
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["event"], "run.waiting_for_input");
+    assert_eq!(body["run_id"], run_id);
+    assert_eq!(body["calls"][0]["tool"], "ask_operator", "{body}");
+    assert_eq!(
+        body["calls"][0]["arguments"]["question"], "Which page should I publish?",
+        "{body}"
+    );
+    assert_eq!(body["digest"], view["digest"], "the turn the page shows");
+
+    // Answered, the run waits for a decision on the call the answer led to: announced as such.
+    let (status, _) = call(
+        &server,
+        &admin,
+        "nrllm_input_answer",
+        json!({ "run_id": run_id, "answer": "careers" }),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::OK);
+    wait_for(&server, &admin, &run_id, "waiting_for_approval").await;
+    wait_until(&server, &admin, &run_id, "announced its calls", |view| {
+        view["webhooks"]
+            .as_array()
+            .is_some_and(|all| all.len() == 2 && all.iter().all(|d| d["state"] == "delivered"))
+    })
+    .await;
+    let deliveries = received.on("ok");
+    assert_eq!(deliveries.len(), 2);
+    let (headers, body) = deliveries
+        .iter()
+        .find(|(_, body)| body.contains("publish_page"))
+        .expect("the second turn's delivery");
+    assert_eq!(headers["x-nrllm-event"], "run.waiting_for_approval");
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["event"], "run.waiting_for_approval");
+    assert_eq!(body["calls"][0]["tool"], "publish_page", "{body}");
 }
 
 #[tokio::test]

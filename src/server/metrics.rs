@@ -1,6 +1,6 @@
 //! `GET /metrics` in the Prometheus text format, for a scraper with an API token (any role):
 //! - from the database, as they are at the scrape: runs by status, and the ages of the runs
-//!   waiting for a decision (a histogram);
+//!   waiting for a person — a decision or an answer (a histogram);
 //! - counted by this instance since it started, from the steps its runs emit: decisions, model
 //!   calls with their latency, provider retries, failed model calls; and runs its reaper took
 //!   over;
@@ -103,10 +103,10 @@ pub async fn render(state: &AppState) -> Result<String, Box<dyn std::error::Erro
     registry.register("runs", "Runs by status", runs);
 
     let waiting_age = Histogram::new(exponential_buckets(60.0, 4.0, 8));
-    let waiting_since: Vec<i64> = sqlx::query_scalar(
-        "SELECT updated_at_ms FROM agent_run WHERE status = $1 ORDER BY updated_at_ms LIMIT $2",
-    )
-    .bind(RunStatus::WaitingForApproval.as_str())
+    let waiting_since: Vec<i64> = sqlx::query_scalar(&format!(
+        "SELECT updated_at_ms FROM agent_run WHERE status IN ({}) ORDER BY updated_at_ms LIMIT $1",
+        RunStatus::sql_list(&RunStatus::WAITING)
+    ))
     .bind(MAX_WAITING_SAMPLED)
     .fetch_all(state.db.pool())
     .await?;
@@ -116,7 +116,7 @@ pub async fn render(state: &AppState) -> Result<String, Box<dyn std::error::Erro
     }
     registry.register(
         "waiting_age_seconds",
-        "How long the runs waiting for a decision have waited",
+        "How long the runs waiting for a decision or an answer have waited",
         waiting_age,
     );
 

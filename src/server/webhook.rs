@@ -1,5 +1,6 @@
-//! A signed webhook when a run needs a decision, the way GitHub and Stripe send theirs: a JSON
-//! POST whose `X-Nrllm-Signature-256` header is `sha256=` and the hex HMAC-SHA256, under the
+//! A signed webhook when a run needs a person — a decision on its calls
+//! (`run.waiting_for_approval`) or an answer to its question (`run.waiting_for_input`) — the way
+//! GitHub and Stripe send theirs: a JSON POST whose `X-Nrllm-Signature-256` header is `sha256=` and the hex HMAC-SHA256, under the
 //! target's secret, of `<timestamp>.<body>`, with the timestamp (Unix seconds) in
 //! `X-Nrllm-Timestamp`: a receiver checks the signature, and refuses old timestamps so that a
 //! recorded delivery cannot be replayed later.
@@ -199,7 +200,27 @@ fn preview_summary(outcome: &PreviewOutcome) -> Option<String> {
     }
 }
 
-/// The JSON body announcing that `run` waits on `pending`.
+/// The event a delivery announces: what its run began to wait for.
+fn event_name(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::WaitingForInput => "run.waiting_for_input",
+        _ => "run.waiting_for_approval",
+    }
+}
+
+/// The event named in a delivery's body (which this module wrote).
+fn event_of(body: &str) -> String {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        event: String,
+    }
+    serde_json::from_str::<Head>(body)
+        .map(|head| head.event)
+        .unwrap_or_else(|_| event_name(RunStatus::WaitingForApproval).to_owned())
+}
+
+/// The JSON body announcing that `run` waits on `pending` (for a question, the pending call is
+/// `ask_operator` and its arguments hold the question).
 pub fn body(run: &RunRecord, pending: &PendingTurn, public_url: &str, waiting_days: u32) -> String {
     let calls: Vec<Value> = pending
         .state
@@ -230,7 +251,7 @@ pub fn body(run: &RunRecord, pending: &PendingTurn, public_url: &str, waiting_da
             .saturating_add(i64::from(waiting_days) * 24 * 3_600_000)
     });
     json!({
-        "event": "run.waiting_for_approval",
+        "event": event_name(run.status),
         "run_id": run.id.to_string(),
         "configuration": run.configuration.as_ref().map(|c| c.provider.as_str()),
         "requested_by": run.requested_by,
@@ -287,7 +308,7 @@ impl RunListener for Bell {
     fn event(&self, _run_id: Uuid, _event: &SequencedEvent) {}
 
     fn status(&self, _run_id: Uuid, status: RunStatus) {
-        if status == RunStatus::WaitingForApproval {
+        if RunStatus::WAITING.contains(&status) {
             self.0.notify_one();
         }
     }
@@ -459,7 +480,7 @@ impl Webhooks {
             .client
             .post(&target.url)
             .header("content-type", "application/json")
-            .header("x-nrllm-event", "run.waiting_for_approval")
+            .header("x-nrllm-event", event_of(&delivery.body))
             .header("x-nrllm-delivery", delivery.id.to_string())
             .header("x-nrllm-timestamp", timestamp.to_string())
             .header(

@@ -12,7 +12,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 use uuid::Uuid;
 
-use crate::db::Database;
+use crate::db::{Backend, Database};
 
 fn backend(err: sqlx::Error) -> StoreError {
     StoreError::Backend(Box::new(err))
@@ -158,13 +158,19 @@ impl WebhookStore {
         since_ms: i64,
         limit: u32,
     ) -> Result<Vec<Unannounced>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT r.id, r.version, r.provider FROM agent_run r \
-             WHERE r.status = $1 AND r.updated_at_ms >= $2 AND NOT EXISTS \
+        // The waiting runs' own index, on SQLite too (without statistics it would pick the
+        // status index and sort).
+        let index = match self.db.backend() {
+            Backend::Sqlite => "INDEXED BY agent_run_waiting",
+            Backend::Postgres => "",
+        };
+        let rows = sqlx::query(&format!(
+            "SELECT r.id, r.version, r.provider FROM agent_run r {index} \
+             WHERE r.status IN ({}) AND r.updated_at_ms >= $1 AND NOT EXISTS \
              (SELECT 1 FROM webhook_delivery d WHERE d.run_id = r.id AND d.run_version = r.version) \
-             ORDER BY r.updated_at_ms LIMIT $3",
-        )
-        .bind(RunStatus::WaitingForApproval.as_str())
+             ORDER BY r.updated_at_ms LIMIT $2",
+            RunStatus::sql_list(&RunStatus::WAITING)
+        ))
         .bind(since_ms)
         .bind(i64::from(limit))
         .fetch_all(self.db.pool())
@@ -252,13 +258,14 @@ impl WebhookStore {
                 continue;
             }
             delivery.lease_until_ms = lease_until_ms;
-            let still_waiting: Option<i64> =
-                sqlx::query_scalar("SELECT version FROM agent_run WHERE id = $1 AND status = $2")
-                    .bind(delivery.run_id.to_string())
-                    .bind(RunStatus::WaitingForApproval.as_str())
-                    .fetch_optional(self.db.pool())
-                    .await
-                    .map_err(backend)?;
+            let still_waiting: Option<i64> = sqlx::query_scalar(&format!(
+                "SELECT version FROM agent_run WHERE id = $1 AND status IN ({})",
+                RunStatus::sql_list(&RunStatus::WAITING)
+            ))
+            .bind(delivery.run_id.to_string())
+            .fetch_optional(self.db.pool())
+            .await
+            .map_err(backend)?;
             claimed.push(Claimed {
                 still_waiting: still_waiting == Some(delivery.run_version),
                 delivery,
