@@ -10,8 +10,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    call, client, form, html, log_in, metrics_text, start as start_server, wait_for, Server,
-    Session, ADMIN_PASSWORD,
+    call, client, form, html, log_in, metrics_text, start as start_server, start_run, wait_for,
+    Server, Session, ADMIN_PASSWORD,
 };
 use reqwest::header::{HeaderValue, COOKIE, LOCATION, SET_COOKIE};
 use reqwest::StatusCode;
@@ -522,20 +522,13 @@ async fn metrics_need_a_token_and_count_what_happened_and_request_logs_keep_no_q
     assert!(done.contains("nrllm_waiting_age_seconds_count 0"), "{done}");
 
     // A run waiting for an answer waits for a person too.
-    let (_, asking) = call(
+    let asking = start_run(
         &server,
         &olga,
-        "nrllm_tool_run",
         json!({ "prompt": "Publish a page — ask me which one" }),
     )
     .await;
-    wait_for(
-        &server,
-        &olga,
-        asking.as_str().unwrap(),
-        "waiting_for_input",
-    )
-    .await;
+    wait_for(&server, &olga, &asking, "waiting_for_input").await;
     let asked = scrape().await;
     assert!(
         asked.contains("nrllm_runs{status=\"waiting_for_input\"} 1"),

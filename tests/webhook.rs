@@ -15,7 +15,7 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use common::{call, log_in, start, wait_for, wait_until, ADMIN_PASSWORD};
+use common::{call, log_in, start, start_run, wait_for, wait_until, ADMIN_PASSWORD};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 
@@ -221,15 +221,12 @@ async fn a_question_is_announced_as_waiting_for_input_and_the_next_turn_as_appro
     )
     .await;
     let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
-    let (status, run) = call(
+    let run_id = start_run(
         &server,
         &admin,
-        "nrllm_tool_run",
         json!({ "prompt": "Publish a page — ask me which one" }),
     )
     .await;
-    assert_eq!(status, reqwest::StatusCode::OK, "{run}");
-    let run_id = run.as_str().unwrap().to_owned();
     wait_for(&server, &admin, &run_id, "waiting_for_input").await;
     let view = wait_until(&server, &admin, &run_id, "announced its question", |view| {
         view["webhooks"][0]["state"] == "delivered"
