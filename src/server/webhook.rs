@@ -1,9 +1,9 @@
 //! A signed webhook when a run needs a person — a decision on its calls
 //! (`run.waiting_for_approval`) or an answer to its question (`run.waiting_for_input`) — the way
-//! GitHub and Stripe send theirs: a JSON POST whose `X-Nrllm-Signature-256` header is `sha256=` and the hex HMAC-SHA256, under the
-//! target's secret, of `<timestamp>.<body>`, with the timestamp (Unix seconds) in
-//! `X-Nrllm-Timestamp`: a receiver checks the signature, and refuses old timestamps so that a
-//! recorded delivery cannot be replayed later.
+//! GitHub and Stripe send theirs: a JSON POST whose `X-Nrllm-Signature-256` header is `sha256=`
+//! and the hex HMAC-SHA256, under the target's secret, of `<timestamp>.<body>`, with the
+//! timestamp (Unix seconds) in `X-Nrllm-Timestamp`: a receiver checks the signature, and refuses
+//! old timestamps so that a recorded delivery cannot be replayed later.
 //!
 //! Deliveries live in the database ([`WebhookStore`]): the run waiting is announced even if the
 //! server stopped just after it began to wait (every waiting run without a delivery gets one), a
