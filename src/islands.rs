@@ -143,22 +143,22 @@ fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
     // and a status in between must not reload it. If it stays after all (the navigation was
     // cancelled, or answered with a download), listen again from the last step it shows.
     let run_id = run_id.to_owned();
-    let on_leave = Closure::<dyn FnMut(web_sys::Event)>::new(move |_event: web_sys::Event| {
-        leaving.set(true);
-        source.close();
-        let Some(window) = web_sys::window() else {
-            return;
-        };
-        let run_id = run_id.clone();
-        let again = Closure::<dyn FnMut()>::new(move || {
-            let last = added.with_untracked(|list| list.last().map(|s| s.sequence));
-            listen(&run_id, last.unwrap_or(after), added);
-        });
-        let _ = window.set_timeout_with_callback_and_timeout_and_arguments_0(
-            again.as_ref().unchecked_ref(),
-            STAY_AFTER_LEAVING_MS,
-        );
-        again.forget();
+    let on_leave = Closure::<dyn FnMut(web_sys::Event)>::new({
+        let window = window.clone();
+        move |_event: web_sys::Event| {
+            leaving.set(true);
+            source.close();
+            let run_id = run_id.clone();
+            let again = Closure::<dyn FnMut()>::new(move || {
+                let last = added.with_untracked(|list| list.last().map(|s| s.sequence));
+                listen(&run_id, last.unwrap_or(after), added);
+            });
+            let _ = window.set_timeout_with_callback_and_timeout_and_arguments_0(
+                again.as_ref().unchecked_ref(),
+                STAY_AFTER_LEAVING_MS,
+            );
+            again.forget();
+        }
     });
     let once = web_sys::AddEventListenerOptions::new();
     once.set_once(true);

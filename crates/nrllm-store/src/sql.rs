@@ -584,7 +584,7 @@ fn bind_list<'q>(query: AnyQuery<'q>, filter: &'q RunFilter) -> AnyQuery<'q> {
 
 /// The clause that has SQLite read a query through `index` (SQLite keeps no statistics here, so
 /// its planner guesses); nothing on Postgres, whose planner has them.
-fn indexed_by(backend: Backend, index: &str) -> String {
+pub(crate) fn indexed_by(backend: Backend, index: &str) -> String {
     match backend {
         Backend::Sqlite => format!("INDEXED BY {index}"),
         Backend::Postgres => String::new(),

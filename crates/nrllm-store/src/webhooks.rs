@@ -12,7 +12,8 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 use uuid::Uuid;
 
-use crate::db::{Backend, Database};
+use crate::db::Database;
+use crate::sql::indexed_by;
 
 fn backend(err: sqlx::Error) -> StoreError {
     StoreError::Backend(Box::new(err))
@@ -158,12 +159,9 @@ impl WebhookStore {
         since_ms: i64,
         limit: u32,
     ) -> Result<Vec<Unannounced>, StoreError> {
-        // The waiting runs' own index, on SQLite too (without statistics it would pick the
-        // status index and sort).
-        let index = match self.db.backend() {
-            Backend::Sqlite => "INDEXED BY agent_run_waiting",
-            Backend::Postgres => "",
-        };
+        // The waiting runs' own index (without statistics SQLite would pick the status index and
+        // sort).
+        let index = indexed_by(self.db.backend(), "agent_run_waiting");
         let rows = sqlx::query(&format!(
             "SELECT r.id, r.version, r.provider FROM agent_run r {index} \
              WHERE r.status IN ({}) AND r.updated_at_ms >= $1 AND NOT EXISTS \
@@ -240,6 +238,10 @@ impl WebhookStore {
         .fetch_all(self.db.pool())
         .await
         .map_err(backend)?;
+        let still_waiting_sql = format!(
+            "SELECT version FROM agent_run WHERE id = $1 AND status IN ({})",
+            RunStatus::sql_list(&RunStatus::WAITING)
+        );
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             let mut delivery = read_delivery(row)?;
@@ -258,14 +260,11 @@ impl WebhookStore {
                 continue;
             }
             delivery.lease_until_ms = lease_until_ms;
-            let still_waiting: Option<i64> = sqlx::query_scalar(&format!(
-                "SELECT version FROM agent_run WHERE id = $1 AND status IN ({})",
-                RunStatus::sql_list(&RunStatus::WAITING)
-            ))
-            .bind(delivery.run_id.to_string())
-            .fetch_optional(self.db.pool())
-            .await
-            .map_err(backend)?;
+            let still_waiting: Option<i64> = sqlx::query_scalar(&still_waiting_sql)
+                .bind(delivery.run_id.to_string())
+                .fetch_optional(self.db.pool())
+                .await
+                .map_err(backend)?;
             claimed.push(Claimed {
                 still_waiting: still_waiting == Some(delivery.run_version),
                 delivery,
