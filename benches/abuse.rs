@@ -3,7 +3,8 @@
 //! - 20,000 live-step streams for unknown run ids;
 //! - 1,100 streams held open at once on one running run (the per-run cap refuses most: 503);
 //! - 5,000 streams on that run that connect and drop at once;
-//! - a 50 MB request body (with its Content-Length, and chunked without one).
+//! - a 50 MB request body (with its Content-Length, and chunked without one);
+//! - 1,000 logins with 900 KB random names, from 250 loopback addresses (127.0.0.2 to .251).
 //!
 //! Every case must end within 20 MB of where it started; the bench exits 1 if one does not.
 //!
@@ -49,10 +50,10 @@ async fn start(binary: &str) -> Server {
         .await
         .expect("the database");
     let token = nrllm_store::accounts::AccountStore::new(db.clone())
-        .create_token(
-            "abuse-bench",
-            nrllm_types::Role::Operator,
+        .create_program_token(
             "bench",
+            nrllm_types::Role::Operator,
+            "abuse-bench",
             nrllm_core::clock::now_ms(),
         )
         .await
@@ -128,6 +129,61 @@ async fn many(count: usize, head: impl Fn(usize) -> String) -> Vec<(u16, usize)>
             status.unwrap_or(0)
         }));
     }
+    tally(tasks).await
+}
+
+/// `count` wrong logins, `AT_ONCE` at a time, each for a random name of `name_bytes` letters,
+/// spread over 250 loopback addresses; counts the answers by status.
+async fn logins(count: usize, name_bytes: usize) -> Vec<(u16, usize)> {
+    let clients: Arc<Vec<reqwest::Client>> = Arc::new(
+        (2..=251u8)
+            .map(|last| {
+                reqwest::Client::builder()
+                    .local_address(std::net::IpAddr::from([127, 0, 0, last]))
+                    .build()
+                    .expect("an HTTP client")
+            })
+            .collect(),
+    );
+    let gate = Arc::new(Semaphore::new(AT_ONCE));
+    let mut tasks = Vec::with_capacity(count);
+    for i in 0..count {
+        let permit = Arc::clone(&gate).acquire_owned().await.expect("the gate");
+        let clients = Arc::clone(&clients);
+        tasks.push(tokio::spawn(async move {
+            let name = random_letters(i as u64 + 1, name_bytes);
+            let body = format!(r#"{{"name":"{name}","password":"not the password"}}"#);
+            let status = clients[i % clients.len()]
+                .post(format!("http://{ADDR}/api/nrllm_login"))
+                .header("Host", ADDR)
+                .header("Content-Type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .map(|response| response.status().as_u16())
+                .unwrap_or(0);
+            drop(permit);
+            status
+        }));
+    }
+    tally(tasks).await
+}
+
+/// `len` letters from a generator seeded by `seed` (xorshift: different seeds, different names).
+fn random_letters(seed: u64, len: usize) -> String {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            char::from(b'a' + (state % 26) as u8)
+        })
+        .collect()
+}
+
+/// The statuses `tasks` ended with, counted (0: no answer).
+async fn tally(tasks: Vec<tokio::task::JoinHandle<u16>>) -> Vec<(u16, usize)> {
     let mut counts: Vec<(u16, usize)> = Vec::new();
     for task in tasks {
         let status = task.await.unwrap_or(0);
@@ -267,6 +323,12 @@ async fn main() {
             );
             let streamed = request(head, &chunked).await.map(|(s, _)| s);
             format!("with length: {sized:?}, chunked: {streamed:?}")
+        })
+        .await;
+
+    report
+        .case(&server, "1,000 logins with 900 KB random names", async {
+            format!("{:?}", logins(1_000, 900 * 1024).await)
         })
         .await;
 

@@ -318,10 +318,10 @@ async fn main() {
     .await
     .expect("the database");
     let token = nrllm_store::accounts::AccountStore::new(db.clone())
-        .create_token(
-            "fill-bench",
-            nrllm_types::Role::Admin,
+        .create_program_token(
             "bench",
+            nrllm_types::Role::Admin,
+            "fill-bench",
             nrllm_core::clock::now_ms(),
         )
         .await

@@ -75,10 +75,10 @@ async fn main() {
     let router = routes::router(state.clone(), &settings);
     // Pages answer a signed-in reader under the server's own host name.
     let token = nrllm_store::accounts::AccountStore::new(db.clone())
-        .create_token(
-            "long-run-bench",
-            nrllm_types::Role::Viewer,
+        .create_program_token(
             "bench",
+            nrllm_types::Role::Viewer,
+            "long-run-bench",
             nrllm_core::clock::now_ms(),
         )
         .await

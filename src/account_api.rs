@@ -25,11 +25,13 @@ pub struct UserView {
     pub created: String,
 }
 
-/// An API token as the admin page lists it.
+/// An API token as the admin and account pages list it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenView {
     pub name: String,
     pub role: String,
+    /// The user it acts as (empty: nobody, it works no more).
+    pub user: String,
     pub created_by: String,
     pub created: String,
     pub last_used: Option<String>,
@@ -47,6 +49,15 @@ pub struct AdminView {
     pub tools: Vec<crate::model::ToolView>,
 }
 
+/// One's own account page: one's API tokens, the roles there are, and a token created a moment
+/// ago (shown once, to whoever created it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountView {
+    pub tokens: Vec<TokenView>,
+    pub roles: Vec<(String, String)>,
+    pub new_token: Option<(String, String)>,
+}
+
 /// Logs in with a name and password; a browser is sent on to `next` (a path of this site).
 #[server(endpoint = "nrllm_login")]
 pub async fn nrllm_login(
@@ -56,15 +67,10 @@ pub async fn nrllm_login(
 ) -> Result<String, AppError> {
     use crate::server::{caller, state};
     let state = state()?;
-    let name = name.trim().to_owned();
+    // Cut before it keys a limiter, reaches the log or the database.
+    let name = crate::server::auth::login_name(&name);
     let peer = caller().and_then(|c| c.peer);
-    let over_limit = state
-        .limits
-        .logins_per_user
-        .check_key(&name.to_lowercase())
-        .is_err()
-        || peer.is_some_and(|ip| state.limits.logins_per_address.check_key(&ip).is_err());
-    if over_limit {
+    if !state.limits.login_allowed(&name, peer) {
         tracing::warn!(%name, ?peer, "refused: too many login attempts");
         return Err(AppError::TooManyRequests(
             "Too many login attempts; wait a minute and try again.".to_owned(),
@@ -190,7 +196,7 @@ pub async fn nrllm_admin_get(shown: Option<String>) -> Result<AdminView, AppErro
         .map_err(|err| AppError::internal("listing users", err))?;
     let tokens = state
         .accounts
-        .tokens()
+        .tokens(None)
         .await
         .map_err(|err| AppError::internal("listing tokens", err))?;
     Ok(AdminView {
@@ -204,22 +210,28 @@ pub async fn nrllm_admin_get(shown: Option<String>) -> Result<AdminView, AppErro
                 created: format_utc(u.created_at_ms),
             })
             .collect(),
-        tokens: tokens
-            .into_iter()
-            .map(|t| TokenView {
-                name: t.name,
-                role: t.role.to_string(),
-                created_by: t.created_by,
-                created: format_utc(t.created_at_ms),
-                last_used: t.last_used_at_ms.map(format_utc),
-            })
-            .collect(),
-        roles: nrllm_types::Role::ALL
-            .into_iter()
-            .map(|r| (r.to_string(), r.describe().to_owned()))
-            .collect(),
+        tokens: tokens.into_iter().map(ssr::token_view).collect(),
+        roles: ssr::roles(),
         new_token: shown.and_then(|id| state.shown_tokens.get(&id, &who.name)),
         tools: crate::server::views::tool_views(&state.registry),
+    })
+}
+
+/// One's own API tokens, and one created a moment ago (shown once).
+#[server(endpoint = "nrllm_account_get")]
+pub async fn nrllm_account_get(shown: Option<String>) -> Result<AccountView, AppError> {
+    use crate::server::{require, state};
+    let who = require(nrllm_types::Role::Viewer)?;
+    let state = state()?;
+    let tokens = state
+        .accounts
+        .tokens(Some(&who.name))
+        .await
+        .map_err(|err| AppError::internal("listing tokens", err))?;
+    Ok(AccountView {
+        tokens: tokens.into_iter().map(ssr::token_view).collect(),
+        roles: ssr::roles(),
+        new_token: shown.and_then(|id| state.shown_tokens.get(&id, &who.name)),
     })
 }
 
@@ -302,46 +314,67 @@ pub async fn nrllm_user_update(
     Ok(())
 }
 
-/// Creates an API token with a role (admins only). The token is returned once; a browser is
-/// sent to the admin page, which shows it once.
+/// Creates an API token that acts as user `user` (default: the caller) with role `role`: any
+/// user for themselves, an admin for anyone. It acts with the lower of its role and its user's,
+/// and stops working when its user is disabled. The token is returned once; a browser is sent to
+/// the page it was made on (`/admin` for an admin, else `/account`), which shows it once.
 #[server(endpoint = "nrllm_token_create")]
-pub async fn nrllm_token_create(name: String, role: String) -> Result<String, AppError> {
+pub async fn nrllm_token_create(
+    name: String,
+    role: String,
+    user: Option<String>,
+) -> Result<String, AppError> {
     use crate::server::{require, state, wants_html};
-    let who = require(nrllm_types::Role::Admin)?;
+    let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let role = ssr::role(&role)?;
     let name = name.trim().to_owned();
+    let user = user
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| who.name.clone());
+    if user != who.name {
+        require(nrllm_types::Role::Admin).map_err(|_| {
+            AppError::Forbidden("Only an administrator can make a token for another user.".into())
+        })?;
+    }
     let token = state
         .accounts
-        .create_token(&name, role, &who.name, nrllm_core::clock::now_ms())
+        .create_token(&name, role, &user, &who.name, nrllm_core::clock::now_ms())
         .await
         .map_err(ssr::account_error)?;
-    tracing::info!(by = %who.name, token = %name, %role, "API token created");
+    tracing::info!(by = %who.label(), token = %name, %user, %role, "API token created");
     if wants_html() {
         let shown = state.shown_tokens.put(&who.name, &name, &token);
-        leptos_axum::redirect(&format!("/admin?shown={shown}"));
+        let page = match who.role == nrllm_types::Role::Admin {
+            true => "/admin",
+            false => "/account",
+        };
+        leptos_axum::redirect(&format!("{page}?shown={shown}"));
     }
     Ok(token)
 }
 
-/// Revokes an API token (admins only).
+/// Revokes an API token: an admin any, a user their own.
 #[server(endpoint = "nrllm_token_revoke")]
 pub async fn nrllm_token_revoke(name: String) -> Result<(), AppError> {
     use crate::server::{require, state};
-    let who = require(nrllm_types::Role::Admin)?;
+    let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
+    let admin = who.role == nrllm_types::Role::Admin;
     let revoked = state
         .accounts
-        .revoke_token(&name)
+        .revoke_token(&name, (!admin).then_some(who.name.as_str()))
         .await
         .map_err(|err| AppError::internal("revoking a token", err))?;
     if !revoked {
         return Err(AppError::NotFound(format!(
-            "There is no token named {name}."
+            "You have no token named {}.",
+            name.chars().take(64).collect::<String>()
         )));
     }
-    tracing::info!(by = %who.name, token = %name, "API token revoked");
-    ssr::go("/admin");
+    tracing::info!(by = %who.label(), token = %name, "API token revoked");
+    ssr::go(if admin { "/admin" } else { "/account" });
     Ok(())
 }
 
@@ -379,11 +412,18 @@ mod ssr {
         Ok(())
     }
 
-    /// A path of this site to go on to (anything else: `/`).
+    /// A path of this site to go on to (anything else: `/`). Browsers drop tabs and line breaks
+    /// from a URL and read a backslash as a slash, so `/\t/evil.example` would become
+    /// `//evil.example`, another site: a path with any control character or backslash, or one
+    /// that starts with `//`, is not followed (and so never reaches a header it cannot be put
+    /// in).
     pub fn local_path(next: Option<&str>) -> String {
         match next {
             Some(path)
-                if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') =>
+                if path.starts_with('/')
+                    && !path.starts_with("//")
+                    && !path.contains('\\')
+                    && !path.chars().any(char::is_control) =>
             {
                 path.to_owned()
             }
@@ -395,6 +435,26 @@ mod ssr {
     pub fn go(path: &str) {
         if crate::server::wants_html() {
             leptos_axum::redirect(path);
+        }
+    }
+
+    /// Every role with what it adds, least first.
+    pub fn roles() -> Vec<(String, String)> {
+        nrllm_types::Role::ALL
+            .into_iter()
+            .map(|r| (r.to_string(), r.describe().to_owned()))
+            .collect()
+    }
+
+    pub fn token_view(token: nrllm_store::accounts::ApiToken) -> super::TokenView {
+        use nrllm_core::clock::format_utc;
+        super::TokenView {
+            name: token.name,
+            role: token.role.to_string(),
+            user: token.user.unwrap_or_default(),
+            created_by: token.created_by,
+            created: format_utc(token.created_at_ms),
+            last_used: token.last_used_at_ms.map(format_utc),
         }
     }
 
@@ -435,6 +495,10 @@ mod ssr {
                 "https://evil.example",
                 "/\\evil.example",
                 "runs",
+                "/\t/evil.example",
+                "/\n/evil.example",
+                "/runs\r\nSet-Cookie: x=1",
+                "/\u{7f}x",
             ] {
                 assert_eq!(local_path(Some(bad)), "/", "{bad}");
             }

@@ -1,6 +1,8 @@
 //! The server functions: the app's API, each at a fixed endpoint under `/api/` (DESIGN §6). They
 //! take form posts (answered with a redirect, errors carried back in the URL) and JSON (answered
-//! with JSON and a status code). They are thin: validation, then the run service.
+//! with JSON and a status code). They are thin: validation, then the run service. Whether the
+//! caller may decide, answer, fork, retry or cancel a run is the core's authority to say (the run
+//! service asks it, `nrllm_core::authority`); here a caller only has to be logged in.
 
 // A server function's arguments are its form fields, one per field; the client stubs the macro
 // generates for them cannot carry an attribute of their own.
@@ -32,6 +34,13 @@ pub struct CallForm {
     /// With `respond`: the result the model reads instead of running the tool.
     #[serde(default)]
     pub result: Option<String>,
+    /// For a question of the turn (`ask_operator`), with the choice `answer`: the answer's text,
+    /// or one of the question's choices …
+    #[serde(default)]
+    pub answer: Option<String>,
+    /// … or, for a question with a form, each field's text by name.
+    #[serde(default)]
+    pub fields: Option<std::collections::BTreeMap<String, String>>,
     /// With an approving choice: `run` — always approve this tool for this run from now on;
     /// `configuration` — for every run of the run's configuration (administrators only). With a
     /// denying choice: `never_run`, `never_configuration` — never allow it there.
@@ -78,13 +87,7 @@ pub async fn nrllm_tool_run(
     let state = state()?;
     ssr::accepting(&state)?;
     let configuration = form.validate(&state)?;
-    if state.limits.run_starts.check_key(&who.name).is_err() {
-        tracing::warn!(who = %who.name, "refused: run starts over the limit");
-        return Err(AppError::TooManyRequests(format!(
-            "{} has started too many runs in the last minute (the limit is {} a minute); try again shortly.",
-            who.name, state.limits.run_starts_per_minute
-        )));
-    }
+    ssr::run_start_allowed(&state, &who)?;
     let run = state.runs.create(configuration, &who.name).await?;
     state.queue.wake();
     let id = run.id.to_string();
@@ -108,7 +111,7 @@ pub async fn nrllm_tool_resume(
     acknowledge_discard: Option<String>,
 ) -> Result<ResumeAccepted, AppError> {
     use crate::server::{require, state, wants_html};
-    let who = require(nrllm_types::Role::Approver)?;
+    let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     ssr::accepting(&state)?;
     let id = ssr::parse_run_id(&run_id)?;
@@ -119,9 +122,8 @@ pub async fn nrllm_tool_resume(
                 .to_owned(),
         ));
     }
-    ssr::four_eyes(&state, id, &who.name).await?;
     let calls = calls.unwrap_or_default();
-    let scopes = ssr::rule_scopes(&state, id, &who, &calls).await?;
+    let scopes = ssr::rule_scopes(&calls)?;
     let mut submission = ssr::submission(
         &decision,
         reason,
@@ -131,10 +133,11 @@ pub async fn nrllm_tool_resume(
     for (call, remember) in submission.calls.iter_mut().zip(scopes) {
         call.remember = remember;
     }
-    // The claim queues the decision; this instance's worker (or another's) carries it out.
+    // The claim checks who may decide (the core's authority) and queues the decision; this
+    // instance's worker (or another's) carries it out.
     state
         .runs
-        .claim_submission(id, &submission, &who.name, digest.as_deref())
+        .claim_submission(id, &submission, &who, digest.as_deref())
         .await?;
     Ok(ssr::queued(&state, id))
 }
@@ -144,7 +147,9 @@ pub async fn nrllm_tool_resume(
 /// numbers and yes/no are read as the form's schema says). The answer is checked against the
 /// question (`400` naming the field if it does not fit) and becomes the call's result. Claimed
 /// like any decision: exactly one answer wins. `call_id` picks the question when a turn asks
-/// several (default: the first).
+/// several (default: the first). An answer decides only its question: on a turn whose other
+/// calls wait for a decision too it is refused (`409`, naming them); such a turn is decided
+/// whole with `nrllm_tool_resume` (`per_call`, the question's entry carrying the answer).
 #[server(endpoint = "nrllm_input_answer")]
 pub async fn nrllm_input_answer(
     run_id: String,
@@ -154,27 +159,15 @@ pub async fn nrllm_input_answer(
     fields: Option<std::collections::BTreeMap<String, String>>,
 ) -> Result<ResumeAccepted, AppError> {
     use crate::server::{require, state};
-    let who = require(nrllm_types::Role::Approver)?;
+    let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     ssr::accepting(&state)?;
     let id = ssr::parse_run_id(&run_id)?;
     let digest = digest.filter(|d| !d.is_empty());
-    ssr::four_eyes(&state, id, &who.name).await?;
-    ssr::at_most(
-        "answer",
-        answer.as_deref(),
-        nrllm_core::question::MAX_ANSWER_CHARS,
-    )?;
-    let answer = ssr::answer_value(&state, id, call_id.as_deref(), answer, fields).await?;
+    let answer = nrllm_core::question::FormAnswer { answer, fields };
     state
         .runs
-        .claim_answer(
-            id,
-            call_id.as_deref(),
-            &answer,
-            &who.name,
-            digest.as_deref(),
-        )
+        .claim_answer(id, call_id.as_deref(), &answer, &who, digest.as_deref())
         .await?;
     Ok(ssr::queued(&state, id))
 }
@@ -211,7 +204,7 @@ pub async fn nrllm_run_get(
         .verify_log(id)
         .await
         .map_err(|err| AppError::internal("verifying a run's log", err))?;
-    view.decide_block = ssr::decide_block(&state, &run, &who);
+    view.decide_block = ssr::decide_block(&state, &run, &who).await?;
     view.rules_for_configuration = who.role.allows(nrllm_types::Role::Admin);
     view.children = state
         .store
@@ -243,6 +236,7 @@ pub async fn nrllm_run_get(
         .map_err(|err| AppError::internal("reading a run's webhook deliveries", err))?;
     view.log = verdict.map(|verdict| crate::model::LogCheck {
         verified: verdict.is_verified(),
+        failed: verdict.is_failure(),
         text: verdict.describe(),
     });
     // A running segment's steps are not committed yet; show what this server has seen of them.
@@ -342,20 +336,20 @@ pub async fn nrllm_approvals_list(
                 .map(|r| format!("{}.{}", r.updated_at_ms, r.id))
         })
         .flatten();
-    let runs = futures::stream::iter(waiting)
+    let runs: Vec<_> = futures::stream::iter(waiting)
         .map(|run| {
-            let runs = std::sync::Arc::clone(&state.runs);
-            let block = ssr::decide_block(&state, &run, &who);
+            let (state, who) = (&state, &who);
             async move {
-                let pending = runs.pending(&run).await;
+                let pending = state.runs.pending(&run).await;
                 let mut view = views::run_view(&run, &[], None, pending.as_ref(), None);
-                view.decide_block = block;
-                view
+                view.decide_block = ssr::decide_block(state, &run, who).await?;
+                Ok::<_, AppError>(view)
             }
         })
         .buffered(ssr::INBOX_PREVIEWS_AT_ONCE)
         .collect()
         .await;
+    let runs = runs.into_iter().collect::<Result<_, _>>()?;
     let mut tools: Vec<String> = state
         .registry
         .specs()
@@ -379,14 +373,14 @@ pub async fn nrllm_run_cancel(
     reason: Option<String>,
 ) -> Result<crate::model::RunStatus, AppError> {
     use crate::server::{require, state, wants_html};
-    let who = require(nrllm_types::Role::Operator)?;
+    let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let id = ssr::parse_run_id(&run_id)?;
     let reason = reason
         .map(|r| r.trim().to_owned())
         .filter(|r| !r.is_empty());
     ssr::at_most("reason", reason.as_deref(), crate::model::MAX_REASON_CHARS)?;
-    let run = state.runs.cancel(id, &who.name, reason.as_deref()).await?;
+    let run = state.runs.cancel(id, &who, reason.as_deref()).await?;
     if wants_html() {
         leptos_axum::redirect(&format!("/runs/{id}"));
     }
@@ -398,11 +392,13 @@ pub async fn nrllm_run_cancel(
 #[server(endpoint = "nrllm_run_retry")]
 pub async fn nrllm_run_retry(run_id: String) -> Result<String, AppError> {
     use crate::server::{require, state, wants_html};
-    let who = require(nrllm_types::Role::Operator)?;
+    let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     ssr::accepting(&state)?;
     let id = ssr::parse_run_id(&run_id)?;
-    let run = state.runs.retry(id, &who.name).await?;
+    // A retry starts a run: it counts toward the caller's starts a minute.
+    ssr::run_start_allowed(&state, &who)?;
+    let run = state.runs.retry(id, &who).await?;
     state.queue.wake();
     let new_id = run.id.to_string();
     if wants_html() {
@@ -424,7 +420,7 @@ pub async fn nrllm_run_fork(
 ) -> Result<String, AppError> {
     use crate::server::{require, state, wants_html};
     use nrllm_core::service::ForkError;
-    let who = require(nrllm_types::Role::Operator)?;
+    let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     ssr::accepting(&state)?;
     let id = ssr::parse_run_id(&run_id)?;
@@ -434,9 +430,11 @@ pub async fn nrllm_run_fork(
         .map_err(|_| AppError::invalid("step", "a step's number"))?;
     let prompt = prompt.filter(|p| !p.trim().is_empty());
     ssr::at_most("prompt", prompt.as_deref(), ssr::MAX_PROMPT_CHARS)?;
+    // A fork starts a run: it counts toward the caller's starts a minute.
+    ssr::run_start_allowed(&state, &who)?;
     let run = state
         .runs
-        .fork(id, at, prompt.as_deref(), &who.name, false)
+        .fork(id, at, prompt.as_deref(), &who, false)
         .await
         .map_err(|err| match err {
             ForkError::NotFound(_) => AppError::NotFound(format!("There is no run {id}.")),
@@ -485,6 +483,7 @@ pub async fn nrllm_system_status() -> Result<SystemView, AppError> {
     }
     let live = state.live.stats();
     let tools = state.registry.specs();
+    let admin = who.role.allows(nrllm_types::Role::Admin);
     Ok(SystemView {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         database: match state.db.backend() {
@@ -505,9 +504,9 @@ pub async fn nrllm_system_status() -> Result<SystemView, AppError> {
             .mcp
             .statuses()
             .into_iter()
-            .map(crate::server::views::mcp_server_view)
+            .map(|status| crate::server::views::mcp_server_view(status, admin))
             .collect(),
-        can_reconnect: who.role.allows(nrllm_types::Role::Admin),
+        can_reconnect: admin,
     })
 }
 
@@ -537,10 +536,11 @@ pub(crate) mod ssr {
     //! Validation and error mapping for the server functions above.
 
     use nrllm_core::assembly::Skill;
-    use nrllm_core::decision::{Action, Remember, Submission, SubmittedCall};
+    use nrllm_core::decision::{Action, Remember, RememberScope, Submission, SubmittedCall};
     use nrllm_core::provider::ModelOptions;
+    use nrllm_core::question::FormAnswer;
     use nrllm_core::registry::AllowList;
-    use nrllm_core::rules::{RuleEffect, RuleScope};
+    use nrllm_core::rules::RuleEffect;
     use nrllm_core::store::RunConfiguration;
     use nrllm_core::RunSettings;
     use uuid::Uuid;
@@ -556,40 +556,37 @@ pub(crate) mod ssr {
     /// More tool names than any registry holds.
     pub const MAX_TOOLS: usize = 200;
 
-    /// Why `who` cannot decide `run`, if they cannot: their role, or four-eyes.
-    pub fn decide_block(
+    /// Why `who` cannot decide `run`, if they cannot: their role, or four-eyes (the core's
+    /// authority says; the page only shows it).
+    pub async fn decide_block(
         state: &AppState,
         run: &nrllm_core::store::RunRecord,
         who: &nrllm_store::accounts::Principal,
-    ) -> Option<String> {
-        if !who.role.allows(nrllm_types::Role::Approver) {
-            return Some(format!(
-                "Deciding needs the approver role; {} is {}.",
-                who.name, who.role
-            ));
-        }
-        let configuration = run.configuration.as_ref().map(|c| c.provider.as_str());
-        (run.requested_by == who.name
-            && configuration.is_none_or(|c| state.configurations.four_eyes(c)))
-        .then(|| four_eyes_text(&who.name))
-    }
-
-    fn four_eyes_text(who: &str) -> String {
-        format!("Four-eyes: {who} started this run, so another approver must decide it.")
-    }
-
-    /// Under four-eyes (the run's configuration says so), the user who started a run cannot
-    /// decide it.
-    pub async fn four_eyes(state: &AppState, id: uuid::Uuid, who: &str) -> Result<(), AppError> {
-        let Some(run) = state.store.get(id).await? else {
-            return Err(AppError::NotFound(format!("There is no run {id}.")));
-        };
-        let configuration = run.configuration.as_ref().map(|c| c.provider.as_str());
-        if run.requested_by == who
-            && configuration.is_none_or(|c| state.configurations.four_eyes(c))
+    ) -> Result<Option<String>, AppError> {
+        use nrllm_core::authority::{Act, Refusal};
+        match state
+            .runs
+            .may(who, Act::Decide, run)
+            .await
+            .map_err(|err| AppError::internal("reading a run's lineage", err))?
         {
-            tracing::warn!(%who, run_id = %id, "refused: four-eyes");
-            return Err(AppError::Forbidden(four_eyes_text(who)));
+            // A run that does not wait has no panel; nothing to explain.
+            Ok(()) | Err(Refusal::State(_)) => Ok(None),
+            Err(refusal) => Ok(Some(AppError::from(refusal).to_string())),
+        }
+    }
+
+    /// Refuses a run start (a new run, a fork, a retry) past the caller's starts a minute.
+    pub fn run_start_allowed(
+        state: &AppState,
+        who: &nrllm_store::accounts::Principal,
+    ) -> Result<(), AppError> {
+        if state.limits.run_starts.check_key(&who.name).is_err() {
+            tracing::warn!(who = %who.label(), "refused: run starts over the limit");
+            return Err(AppError::TooManyRequests(format!(
+                "{} has started too many runs in the last minute (the limit is {} a minute); try again shortly.",
+                who.name, state.limits.run_starts_per_minute
+            )));
         }
         Ok(())
     }
@@ -855,6 +852,10 @@ pub(crate) mod ssr {
                     reason: call.reason,
                     result: call.result,
                     remember: None,
+                    answer: FormAnswer {
+                        answer: call.answer,
+                        fields: call.fields,
+                    },
                 })
                 .collect(),
             acknowledge_discard,
@@ -873,83 +874,10 @@ pub(crate) mod ssr {
         }
     }
 
-    /// The answer a question form sends, as the question takes it: with a schema, an object of
-    /// the fields (a number or yes/no field read as such; an empty optional field left out);
-    /// else the text.
-    pub async fn answer_value(
-        state: &AppState,
-        id: Uuid,
-        call_id: Option<&str>,
-        answer: Option<String>,
-        fields: Option<std::collections::BTreeMap<String, String>>,
-    ) -> Result<serde_json::Value, AppError> {
-        use serde_json::Value;
-        let run = state
-            .store
-            .get(id)
-            .await?
-            .ok_or_else(|| AppError::NotFound(format!("There is no run {id}.")))?;
-        // The stored state says what was asked; no preview is needed for that.
-        let question = run
-            .suspended_state
-            .as_deref()
-            .and_then(|text| nrllm_core::SuspendedState::from_json(text).ok())
-            .and_then(|state| {
-                state
-                    .question(call_id)
-                    .and_then(nrllm_core::question::Question::of)
-            });
-        let Some(schema) = question.and_then(|q| q.schema) else {
-            return Ok(Value::String(answer.unwrap_or_default()));
-        };
-        let fields = fields.unwrap_or_default();
-        let required: Vec<&str> = schema["required"]
-            .as_array()
-            .map(|list| list.iter().filter_map(|v| v.as_str()).collect())
-            .unwrap_or_default();
-        let mut object = serde_json::Map::new();
-        if let Some(properties) = schema["properties"].as_object() {
-            for (name, property) in properties {
-                let text = fields.get(name).map(|t| t.trim().to_owned());
-                at_most(
-                    name,
-                    text.as_deref(),
-                    nrllm_core::question::MAX_ANSWER_CHARS,
-                )?;
-                let value = match (property["type"].as_str(), text) {
-                    (Some("boolean"), text) => Value::Bool(
-                        text.is_some_and(|t| matches!(t.as_str(), "true" | "on" | "1" | "yes")),
-                    ),
-                    (_, None) => continue,
-                    (_, Some(text)) if text.is_empty() && !required.contains(&name.as_str()) => {
-                        continue
-                    }
-                    (Some("integer"), Some(text)) => text
-                        .parse::<i64>()
-                        .map(Value::from)
-                        .unwrap_or(Value::String(text)),
-                    (Some("number"), Some(text)) => text
-                        .parse::<f64>()
-                        .ok()
-                        .and_then(serde_json::Number::from_f64)
-                        .map(Value::Number)
-                        .unwrap_or(Value::String(text)),
-                    (_, Some(text)) => Value::String(text),
-                };
-                object.insert(name.clone(), value);
-            }
-        }
-        Ok(Value::Object(object))
-    }
-
     /// The approval rule each call of a form asks for ("always approve …"), in form order: its
-    /// scope — this run, or (administrators only) the run's configuration — and condition.
-    pub async fn rule_scopes(
-        state: &AppState,
-        id: uuid::Uuid,
-        who: &nrllm_store::accounts::Principal,
-        calls: &[CallForm],
-    ) -> Result<Vec<Option<Remember>>, AppError> {
+    /// scope — this run, or the run's configuration (whether the decider may add it is the
+    /// claim's to check) — and condition.
+    pub fn rule_scopes(calls: &[CallForm]) -> Result<Vec<Option<Remember>>, AppError> {
         let mut scopes = Vec::with_capacity(calls.len());
         for (i, call) in calls.iter().enumerate() {
             let remember = call.remember.as_deref().map(str::trim).unwrap_or_default();
@@ -959,22 +887,8 @@ pub(crate) mod ssr {
             };
             let scope = match scope {
                 "" => None,
-                "run" => Some(RuleScope::Run(id)),
-                "configuration" if who.role.allows(nrllm_types::Role::Admin) => {
-                    let run = state.store.get(id).await?;
-                    let name = run
-                        .and_then(|r| r.configuration)
-                        .map(|c| c.provider)
-                        .ok_or_else(|| AppError::NotFound(format!("There is no run {id}.")))?;
-                    Some(RuleScope::Configuration(name))
-                }
-                "configuration" => {
-                    return Err(AppError::Forbidden(
-                        "Only an administrator can add a rule for a whole configuration; \
-                         choose “for this run”."
-                            .to_owned(),
-                    ))
-                }
+                "run" => Some(RememberScope::Run),
+                "configuration" => Some(RememberScope::Configuration),
                 _ => {
                     return Err(AppError::invalid(
                         &format!("calls[{i}].remember"),

@@ -170,11 +170,7 @@ fn PendingCall(
             {call.preview.clone().map(|preview| view! { <Preview preview /> })}
             {match call.state.clone() {
                 CallState::Pending if call.question.is_some() => view! {
-                    <input type="hidden" name=name(field!(CallForm, choice)) value="respond" />
-                    <label for=id("result") class="mt-2 block text-sm font-medium" data-testid="question">
-                        {format!("The run asks: {}", call.question.clone().map(|q| q.text).unwrap_or_default())}
-                    </label>
-                    <TextArea id=id("result") name=name(field!(CallForm, result)) rows=2 class=INPUT maxlength=crate::model::MAX_EDIT_CHARS />
+                    <QuestionInCall prefix=prefix.clone() index question=call.question.clone().unwrap_or_default() />
                 }.into_any(),
                 CallState::Pending if refused.is_some() => view! {
                     <input type="hidden" name=name(field!(CallForm, choice)) value="deny" />
@@ -247,11 +243,49 @@ fn PendingCall(
     }
 }
 
-/// One field of a question's form.
+/// A question asked in a turn whose other calls wait for a decision too: answered in the same
+/// decision, by the call's entry (choice `answer`; a choice from a list, the fields of its form,
+/// or free text), checked against the question when the decision is claimed.
 #[component]
-fn QuestionField(prefix: String, field: FieldView) -> impl IntoView {
+fn QuestionInCall(prefix: String, index: usize, question: QuestionView) -> impl IntoView {
+    let name = |field: &str| list_field(field!(NrllmToolResume, calls), index, field);
+    let id = format!("{prefix}-call-{index}-answer");
+    let answer = if !question.choices.is_empty() {
+        view! {
+            <select id=id.clone() name=name(field!(CallForm, answer)) class=INPUT data-testid="question-choice">
+                <option value="">"— choose an answer —"</option>
+                {question.choices.iter().map(|choice| view! { <option value=choice.clone()>{choice.clone()}</option> }).collect_view()}
+            </select>
+        }
+        .into_any()
+    } else if !question.fields.is_empty() {
+        let base = name(field!(CallForm, fields));
+        view! {
+            <div class="grid gap-2 sm:grid-cols-2">
+                {question.fields.iter().cloned().map(|field| view! {
+                    <QuestionField prefix=format!("{prefix}-call-{index}") base=base.clone() field />
+                }).collect_view()}
+            </div>
+        }
+        .into_any()
+    } else {
+        view! { <TextArea id=id.clone() name=name(field!(CallForm, answer)) rows=2 class=INPUT maxlength=20_000 /> }.into_any()
+    };
+    view! {
+        <input type="hidden" name=name(field!(CallForm, choice)) value="answer" />
+        <label for=id class="mt-2 block text-sm font-medium" data-testid="question">
+            {format!("The run asks: {}", question.text)}
+        </label>
+        <p class="text-xs text-slate-500">"Your answer is this call's result; it decides nothing else of the turn."</p>
+        {answer}
+    }
+}
+
+/// One field of a question's form; its value is posted as `<base>[<field name>]`.
+#[component]
+fn QuestionField(prefix: String, base: String, field: FieldView) -> impl IntoView {
     let id = format!("{prefix}-field-{}", field.name);
-    let name = format!("{}[{}]", field!(NrllmInputAnswer, fields), field.name);
+    let name = format!("{base}[{}]", field.name);
     let label = view! { <label for=id.clone() class="block text-sm font-medium">{field.label.clone()}{field.required.then_some(" *")}</label> };
     let input = match field.kind.as_str() {
         "boolean" => view! { <input type="checkbox" id=id.clone() name=name value="true" /> }.into_any(),
@@ -312,7 +346,9 @@ pub fn QuestionPanel(run: RunView) -> impl IntoView {
     } else if !question.fields.is_empty() {
         view! {
             <div class="grid gap-2 sm:grid-cols-2">
-                {question.fields.iter().cloned().map(|field| view! { <QuestionField prefix=prefix.clone() field /> }).collect_view()}
+                {question.fields.iter().cloned().map(|field| view! {
+                    <QuestionField prefix=prefix.clone() base=field!(NrllmInputAnswer, fields).to_owned() field />
+                }).collect_view()}
             </div>
             <button type="submit" class=BUTTON_PRIMARY data-testid="answer-submit">"Answer"</button>
         }

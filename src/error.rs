@@ -126,7 +126,9 @@ impl FromServerFnError for AppError {
 /// [`AppError`] (and so to one HTTP status) here, and nowhere else. Internal causes are logged.
 #[cfg(feature = "ssr")]
 mod from_runtime {
+    use nrllm_core::authority::Refusal;
     use nrllm_core::decision::DecisionError;
+    use nrllm_core::rules::RuleError;
     use nrllm_core::service::{ResumeError, RetryError, ServiceError};
     use nrllm_core::store::StoreError;
 
@@ -150,9 +152,9 @@ mod from_runtime {
                     &format!("arguments of {tool} ({call_id})"),
                     format!("not valid JSON ({message})"),
                 ),
-                ResumeError::InvalidDecision(DecisionError::NoQuestion) => {
-                    AppError::Conflict(err.to_string())
-                }
+                ResumeError::InvalidDecision(
+                    DecisionError::NoQuestion | DecisionError::UndecidedCalls { .. },
+                ) => AppError::Conflict(err.to_string()),
                 ResumeError::InvalidDecision(DecisionError::WouldDiscard(_)) => {
                     AppError::BadRequest(err.to_string())
                 }
@@ -172,6 +174,7 @@ mod from_runtime {
                     AppError::invalid("calls", other.to_string())
                 }
                 ResumeError::Unavailable(message) => AppError::Conflict(message),
+                ResumeError::Refused(refusal) => AppError::from(refusal),
                 ResumeError::Store(store) => AppError::from(store),
             }
         }
@@ -193,7 +196,24 @@ mod from_runtime {
         fn from(err: ServiceError) -> AppError {
             match err {
                 ServiceError::Configuration(message) => AppError::invalid("configuration", message),
+                ServiceError::NotFound(message) => AppError::NotFound(message),
+                ServiceError::InvalidRule(RuleError::Invalid { field, message }) => {
+                    AppError::invalid(&field, message)
+                }
+                ServiceError::Refused(refusal) => AppError::from(refusal),
                 ServiceError::Store(store) => AppError::from(store),
+            }
+        }
+    }
+
+    /// The authority's refusals: the caller's role or four-eyes is `403`; a run in the wrong
+    /// state for the act, `409`.
+    impl From<Refusal> for AppError {
+        fn from(refusal: Refusal) -> AppError {
+            match refusal {
+                refusal @ Refusal::State(_) => AppError::Conflict(format!("{refusal}.")),
+                refusal @ Refusal::Role { .. } => AppError::Forbidden(format!("{refusal}.")),
+                refusal @ Refusal::FourEyes { .. } => AppError::Forbidden(refusal.to_string()),
             }
         }
     }

@@ -38,8 +38,8 @@ enum Command {
         /// The user's name.
         user: String,
     },
-    /// Check every run's log against its hash chain; name the first broken link of each run
-    /// whose log does not hold (the exit status is then 2).
+    /// Check every run's log against its chain under the audit key; name the first broken link
+    /// of each run whose log does not hold (the exit status is then 2).
     Verify,
     /// Serve the demo MCP server (a notebook with `read_note` and `write_note`) on stdin and
     /// stdout, or over Streamable HTTP with `--http`. Connect it with `[[mcp_servers]]`.
@@ -104,9 +104,10 @@ async fn open_database(
         sqlite_sync: settings.sqlite_synchronous,
         max_connections: None,
     };
-    nrllm_store::db::Database::connect_with(&settings.database_url, options)
+    let db = nrllm_store::db::Database::connect_with(&settings.database_url, options)
         .await
-        .map_err(|err| format!("setting `database_url`: {err}"))
+        .map_err(|err| format!("setting `database_url`: {err}"))?;
+    nrllm_playground::server::audit::with_audit_key(db, settings, |name| std::env::var(name).ok())
 }
 
 /// `nrllm-playground purge`: one purge with the configured windows.
@@ -114,12 +115,17 @@ async fn open_database(
 async fn purge() -> Result<(), String> {
     use nrllm_store::SqlRunStore;
     let settings = load_settings()?;
-    let store = SqlRunStore::new(open_database(&settings).await?);
+    let db = open_database(&settings).await?;
+    let store = SqlRunStore::new(db.clone());
     let report = nrllm_playground::server::retention::purge_once(&store, &settings)
         .await
         .map_err(|err| format!("the purge failed: {err}"))?;
+    let (sessions, links) = nrllm_store::accounts::AccountStore::new(db)
+        .purge_expired(nrllm_core::clock::now_ms())
+        .await
+        .map_err(|err| format!("the purge failed: {err}"))?;
     println!(
-        "purged {} runs and {} events (finished more than {} days ago, or waiting more than {} days)",
+        "purged {} runs and {} events (finished more than {} days ago, or waiting more than {} days), {sessions} expired sessions and {links} expired login links",
         report.runs, report.events, settings.retention_terminal_days, settings.retention_waiting_days
     );
     Ok(())
@@ -146,31 +152,50 @@ async fn login_link(user: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `nrllm-playground verify`: every run's log against its hash chain.
+/// `nrllm-playground verify`: every run's log against its chain under the audit key.
 #[cfg(feature = "ssr")]
 async fn verify() -> Result<(), String> {
     use nrllm_store::chain::ChainVerdict;
     use nrllm_store::SqlRunStore;
     let settings = load_settings()?;
     let store = SqlRunStore::new(open_database(&settings).await?);
-    let (mut broken, mut unchained) = (0usize, 0usize);
+    let key = store.database().audit_key().id().to_owned();
+    let (mut failed, mut verified, mut unkeyed, mut unchained) = (0usize, 0usize, 0usize, 0usize);
+    let mut keyed_steps = false;
     let checked = store
         .verify_all(200, |id, verdict| match verdict {
-            ChainVerdict::Verified { .. } => {}
+            ChainVerdict::Verified { events } => {
+                verified += 1;
+                keyed_steps |= *events > 0;
+            }
+            ChainVerdict::Unkeyed { .. } => unkeyed += 1,
             ChainVerdict::Unchained { .. } => unchained += 1,
             other => {
-                broken += 1;
+                failed += 1;
                 println!("run {id}: {}", other.describe());
             }
         })
         .await
         .map_err(|err| format!("reading the runs failed: {err}"))?;
+    let anchored = store
+        .audit_since()
+        .await
+        .map_err(|err| format!("reading the audit key's anchor failed: {err}"))?
+        .is_some();
     println!(
-        "{checked} runs checked: {} verified, {broken} broken, {unchained} written before the log was chained",
-        checked - broken - unchained
+        "{checked} runs checked with audit key {key}: {verified} verified, {failed} broken, \
+         {unkeyed} chained before the audit key (checked by the older, unkeyed rule), \
+         {unchained} written before the log was chained"
     );
-    if broken > 0 {
-        return Err(format!("{broken} run logs do not verify (listed above)"));
+    if keyed_steps && !anchored {
+        println!(
+            "the audit key's anchor is missing or does not hold: runs in the older forms cannot \
+             be told from rewritten ones"
+        );
+        failed += 1;
+    }
+    if failed > 0 {
+        return Err(format!("{failed} run logs do not verify (listed above)"));
     }
     Ok(())
 }
@@ -190,7 +215,11 @@ async fn serve() -> Result<(), String> {
 
     let db = open_database(&settings).await?;
     let state = AppState::open(leptos_options, db, &settings).await?;
-    retention::spawn_hourly(state.store.clone(), settings.clone());
+    retention::spawn_hourly(
+        state.store.clone(),
+        state.accounts.clone(),
+        settings.clone(),
+    );
     state.start_background();
 
     let app = routes::router(state.clone(), &settings);

@@ -117,7 +117,7 @@ pub struct PendingCallView {
 }
 
 /// A question the run asks the operator.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuestionView {
     pub text: String,
     /// Answer with one of these (buttons)…
@@ -275,6 +275,8 @@ pub struct WebhookView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogCheck {
     pub verified: bool,
+    /// The log shows tampering (or another key): said in red. Neither: an older form.
+    pub failed: bool,
     /// `log verified (12 steps)`, or where and why it does not hold.
     pub text: String,
 }

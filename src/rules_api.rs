@@ -1,7 +1,8 @@
 //! The server functions of approval rules (`nrllm_rules_list`, `nrllm_rule_add`,
 //! `nrllm_rule_remove`). A run's rule may be added and removed by whoever may decide that run; a
-//! configuration's rule only by an administrator. Rules asked for from the approval panel arrive
-//! with the decision instead (`nrllm_tool_resume`, [`ssr::remember`]).
+//! configuration's rule only by an administrator — the core's authority says, through the run
+//! service. Rules asked for from the approval panel arrive with the decision instead
+//! (`nrllm_tool_resume`).
 
 // A server function's arguments are its form fields, one per field.
 #![allow(clippy::too_many_arguments)]
@@ -56,17 +57,13 @@ pub async fn nrllm_rule_add(
 ) -> Result<i64, AppError> {
     use crate::server::{require, state};
     use nrllm_core::rules::{RuleDraft, RuleEffect, RuleScope};
-    let who = require(nrllm_types::Role::Approver)?;
+    let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let scope = match scope.trim() {
-        "run" => {
-            let id = crate::api::ssr::parse_run_id(run_id.as_deref().unwrap_or_default())?;
-            // Whoever may not decide the run may not decide its calls in advance either.
-            crate::api::ssr::four_eyes(&state, id, &who.name).await?;
-            RuleScope::Run(id)
-        }
+        "run" => RuleScope::Run(crate::api::ssr::parse_run_id(
+            run_id.as_deref().unwrap_or_default(),
+        )?),
         "configuration" => {
-            require(nrllm_types::Role::Admin)?;
             let name = configuration.unwrap_or_default().trim().to_owned();
             if !state.configurations.names().contains(&name) {
                 return Err(AppError::invalid(
@@ -89,17 +86,9 @@ pub async fn nrllm_rule_add(
             .ok_or_else(|| AppError::invalid("effect", "allow or deny"))?,
         conditions: ssr::conditions(argument, op, value, "")?,
     };
-    draft
-        .check()
-        .map_err(|nrllm_core::rules::RuleError::Invalid { field, message }| {
-            AppError::invalid(&field, message)
-        })?;
-    let rule = state
-        .store
-        .add_rule(&draft, &who.name, nrllm_core::clock::now_ms())
-        .await
-        .map_err(|err| AppError::internal("saving an approval rule", err))?;
-    tracing::info!(by = %who.name, rule = rule.id, what = %rule.describe(), "approval rule added");
+    // Whoever may not decide the run may not decide its calls in advance either: the run
+    // service asks the core's authority.
+    let rule = state.runs.add_rule(&who, &draft).await?;
     ssr::back_to(&rule);
     Ok(rule.id)
 }
@@ -109,35 +98,13 @@ pub async fn nrllm_rule_add(
 #[server(endpoint = "nrllm_rule_remove")]
 pub async fn nrllm_rule_remove(id: String) -> Result<(), AppError> {
     use crate::server::{require, state};
-    let who = require(nrllm_types::Role::Approver)?;
+    let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let id: i64 = id
         .trim()
         .parse()
         .map_err(|_| AppError::invalid("id", "a rule's number"))?;
-    let Some(rule) = state
-        .store
-        .rule(id)
-        .await
-        .map_err(|err| AppError::internal("reading an approval rule", err))?
-    else {
-        return Err(AppError::NotFound(format!("There is no rule {id}.")));
-    };
-    if !ssr::may_change(&who, &rule) {
-        return Err(AppError::Forbidden(format!(
-            "Rule {id} holds for a whole configuration: only an administrator can remove it."
-        )));
-    }
-    if let nrllm_core::rules::RuleScope::Run(run) = &rule.scope {
-        crate::api::ssr::four_eyes(&state, *run, &who.name).await?;
-    }
-    let removed = state
-        .store
-        .remove_rule(id)
-        .await
-        .map_err(|err| AppError::internal("removing an approval rule", err))?
-        .ok_or_else(|| AppError::NotFound(format!("There is no rule {id}.")))?;
-    tracing::info!(by = %who.name, rule = id, what = %removed.describe(), "approval rule removed");
+    let removed = state.runs.remove_rule(&who, id).await?;
     ssr::back_to(&removed);
     Ok(())
 }
@@ -147,17 +114,15 @@ pub mod ssr {
     use crate::error::AppError;
     use nrllm_core::rules::{ApprovalRule, Condition, MatchOp, RuleScope};
     use nrllm_store::accounts::Principal;
-    use nrllm_types::Role;
 
     /// The most rules listed at once.
     pub const LISTED: u32 = 1000;
 
-    /// Whether `who` may remove `rule`.
+    /// Whether `who`'s role lets them remove `rule` (for showing the button; removing it asks
+    /// the authority, four-eyes included).
     pub fn may_change(who: &Principal, rule: &ApprovalRule) -> bool {
-        match rule.scope {
-            RuleScope::Run(_) => who.role.allows(Role::Approver),
-            RuleScope::Configuration(_) => who.role.allows(Role::Admin),
-        }
+        who.role
+            .allows(nrllm_core::authority::Act::Rule(&rule.scope).needs())
     }
 
     /// A browser goes back to where the rule shows: its run's page, or the rules page.

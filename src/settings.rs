@@ -41,6 +41,9 @@ pub struct Settings {
     pub stream_limit_total: u32,
     /// Where the demo's `export_page` tool writes pages.
     pub export_dir: PathBuf,
+    /// The audit key's file (made on first start); none: beside an SQLite database, or
+    /// `data/audit.key` for Postgres. `NRLLM_AUDIT_KEY` (the key itself) wins over it.
+    pub audit_key_file: Option<PathBuf>,
     /// On SIGTERM or Ctrl-C, how long running segments may take to reach their next journaled
     /// step before the server exits anyway.
     pub shutdown_grace_secs: u32,
@@ -189,6 +192,7 @@ impl Default for Settings {
             stream_limit_per_run: 50,
             stream_limit_total: 1000,
             export_dir: PathBuf::from("data/exports"),
+            audit_key_file: None,
             shutdown_grace_secs: 10,
             configurations: Vec::new(),
             allowed_hosts: default_hosts(SocketAddr::from(([127, 0, 0, 1], 3000))),
@@ -294,6 +298,7 @@ struct SettingsFile {
     stream_limit_per_run: Option<i64>,
     stream_limit_total: Option<i64>,
     export_dir: Option<String>,
+    audit_key_file: Option<String>,
     shutdown_grace_secs: Option<i64>,
     configurations: Option<Vec<ModelConfiguration>>,
     allowed_hosts: Option<Vec<String>>,
@@ -504,6 +509,17 @@ impl Settings {
             }
             Some((value, _)) => PathBuf::from(value),
             None => defaults.export_dir,
+        };
+        let audit_key_file = match pick("NRLLM_AUDIT_KEY_FILE", file.audit_key_file) {
+            Some((value, source_name)) if value.is_empty() => {
+                return Err(SettingsError::Invalid {
+                    setting: "audit_key_file",
+                    source_name,
+                    message: "give a file".to_owned(),
+                })
+            }
+            Some((value, _)) => Some(PathBuf::from(value)),
+            None => defaults.audit_key_file,
         };
         let run_starts_per_minute = number(
             "run_starts_per_minute",
@@ -753,6 +769,7 @@ impl Settings {
             stream_limit_per_run,
             stream_limit_total,
             export_dir,
+            audit_key_file,
             shutdown_grace_secs,
             configurations: configurations_out,
             allowed_hosts,

@@ -10,8 +10,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    call, client, form, html, log_in, metrics_text, start as start_server, start_run, wait_for,
-    Server, Session, ADMIN_PASSWORD,
+    call, client, form, html, log_in, metrics_text, start as start_server, start_run, users,
+    wait_for, Server, Session, ADMIN_PASSWORD,
 };
 use reqwest::header::{HeaderValue, COOKIE, LOCATION, SET_COOKIE};
 use reqwest::StatusCode;
@@ -40,26 +40,17 @@ async fn runs_count(server: &Server) -> i64 {
 
 /// The admin makes users: `olga` (operator), `vic` (viewer), `bert` and `ann` (approvers).
 async fn team(server: &Server) -> (Session, Session, Session, Session) {
-    let admin = log_in(server, "admin", ADMIN_PASSWORD).await;
-    for (name, role) in [
-        ("olga", "operator"),
-        ("vic", "viewer"),
-        ("bert", "approver"),
-        ("ann", "approver"),
-    ] {
-        let (status, body) = call(
-            server,
-            &admin,
-            "nrllm_user_create",
-            json!({ "name": name, "password": format!("{name}-password-1"), "role": role }),
-        )
-        .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-    }
-    let olga = log_in(server, "olga", "olga-password-1").await;
-    let vic = log_in(server, "vic", "vic-password-1").await;
-    let bert = log_in(server, "bert", "bert-password-1").await;
-    let ann = log_in(server, "ann", "ann-password-1").await;
+    let team = users(
+        server,
+        &[
+            ("olga", "operator"),
+            ("vic", "viewer"),
+            ("bert", "approver"),
+            ("ann", "approver"),
+        ],
+    )
+    .await;
+    let [olga, vic, bert, ann] = <[Session; 4]>::try_from(team).ok().unwrap();
     (olga, vic, bert, ann)
 }
 

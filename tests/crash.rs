@@ -66,10 +66,10 @@ impl Site {
         let url = format!("sqlite:{}", dir.path().join("crash.db").display());
         let db = nrllm_store::db::Database::connect(&url).await.unwrap();
         let token = nrllm_store::accounts::AccountStore::new(db.clone())
-            .create_token(
-                "crash-harness",
-                nrllm_types::Role::Approver,
+            .create_program_token(
                 "test",
+                nrllm_types::Role::Approver,
+                "crash-harness",
                 nrllm_core::clock::now_ms(),
             )
             .await

@@ -393,3 +393,128 @@ async fn queued_runs_across_two_instances_each_run_once_within_each_instances_li
     drop(b);
     pg.cleanup().await;
 }
+
+/// A lost lease stops the run before its next effect: the instance driving a run stalls (SIGSTOP)
+/// during a model call, the other takes the run over and finishes it, and the stalled one, woken,
+/// neither runs the tool its model call asked for nor asks the model again — it stops where it
+/// stands and writes nothing. (The scripted model answers every call after 1.5 s: first a
+/// read-only tool call, then, once it has a tool result, a final text.)
+#[tokio::test]
+async fn a_stalled_instance_takes_no_step_after_its_lease_is_gone() {
+    use wiremock::matchers::{body_string_contains, method};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let Some(pg) = nrllm_store::testing::postgres_from_env().await else {
+        return;
+    };
+    let model = MockServer::start().await;
+    let completion = |message: serde_json::Value| {
+        ResponseTemplate::new(200)
+            .set_delay(Duration::from_millis(1500))
+            .set_body_json(
+                json!({"id": "c", "object": "chat.completion", "model": "scripted",
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 2}}),
+            )
+    };
+    Mock::given(method("POST"))
+        .and(body_string_contains("tool_call_id"))
+        .respond_with(completion(
+            json!({"role": "assistant", "content": "Listed."}),
+        ))
+        .mount(&model)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(completion(json!({"role": "assistant", "content": null,
+            "tool_calls": [{"id": "l1", "type": "function",
+                "function": {"name": "list_pages", "arguments": "{}"}}]})))
+        .mount(&model)
+        .await;
+    let settings = format!(
+        "log_level = \"info\"\n\n[[configurations]]\nname = \"scripted\"\nkind = \"openai\"\n\
+         model = \"scripted\"\nbase_url = \"{}/v1\"\napi_key_env = \"TEST_WIRE_KEY\"\n",
+        model.uri()
+    );
+    let env = [
+        ("NRLLM_DATABASE_URL", pg.url.as_str()),
+        ("NRLLM_LEASE_SECS", "2"),
+        ("TEST_WIRE_KEY", "key-1"),
+    ];
+    let a = start(&settings, &env).await;
+    let b = start(&settings, &env).await;
+    let admin = log_in(&a, "admin", ADMIN_PASSWORD).await;
+    let requests = || async { model.received_requests().await.unwrap_or_default().len() };
+
+    let id = start_run(
+        &a,
+        &admin,
+        json!({ "prompt": "List the pages", "configuration": "scripted" }),
+    )
+    .await;
+    let owner = held(&pg.db, &id).await;
+    let (stalled, other) = holder(&owner, &a, &b);
+    // Stalled while its first model call is in flight.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while requests().await == 0 {
+        assert!(Instant::now() < deadline, "the model was never asked");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stalled.signal("STOP");
+    // The other takes it over, asks the model again, runs the tool and finishes.
+    let done = wait_until_long(other, &admin, &id, "completed").await;
+    assert_eq!(done["summary"]["final_answer"], "Listed.");
+    let asked = requests().await;
+    assert_eq!(
+        asked, 3,
+        "one call by the stalled instance, two by the other"
+    );
+
+    // Woken, the stalled instance's model call returns a tool call: it does not run it, does
+    // not ask the model again, and says why.
+    stalled.signal("CONT");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !stalled.log_text().contains("lost the run's lease") {
+        assert!(
+            Instant::now() < deadline,
+            "the stalled instance never stopped: {}",
+            stalled.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Give a wrongly continuing instance time to show itself.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(
+        requests().await,
+        asked,
+        "no model call after the lease was gone"
+    );
+    let (status, kinds, _, _) = row(&pg.db, &id).await;
+    assert_eq!(status, "completed");
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "tool").count(),
+        1,
+        "{kinds:?}: the tool ran once, by the other instance"
+    );
+    drop((a, b));
+    pg.cleanup().await;
+}
+
+/// Polls a run on `server` until it has `status`, for up to 30 s (a takeover waits for a lease).
+async fn wait_until_long(
+    server: &Server,
+    session: &common::Session,
+    id: &str,
+    status: &str,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, view) = call(server, session, "nrllm_run_get", json!({ "run_id": id })).await;
+        if code == reqwest::StatusCode::OK && view["summary"]["status"] == status {
+            return view;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run {id} never became {status}: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -5,8 +5,9 @@ import { startRun, waitFor } from "../helpers";
 // Operator power tools in the browser: a tool that decides per call lets an internal message
 // through; "Answer it myself" gives the model the operator's words and runs nothing; "Approve
 // without asking from now on" adds a rule that decides the next matching call, whose step names
-// the rule, and the rules page removes it. Each with JavaScript on and off. The rules these tests
-// add match only their own addresses, so other tests running meanwhile are not affected.
+// the rule, and the rules page removes it; a question asked beside a call that needs approval is
+// answered in the same decision. Each with JavaScript on and off. The rules these tests add match
+// only their own addresses, so other tests running meanwhile are not affected.
 
 /** Accepts every confirmation the page asks. */
 function acceptDialogs(page: Page) {
@@ -112,6 +113,24 @@ for (const javaScript of [true, false]) {
       await expect(page.getByTestId("call-arguments")).toContainText(`asked-${mode}`);
     });
 
+    test("a question beside a call that needs approval is answered in the same decision", async ({ page }) => {
+      acceptDialogs(page);
+      // A page nobody else touches (it does not exist: the rename is denied anyway).
+      await startRun(page, `Rename the asking-${mode} page to "Asked" and ask me how to announce it`);
+      // One turn: it waits for approval, and its question is part of the decision.
+      await waitFor(page, "approval-panel", reload);
+      await expect(page.getByTestId("question-panel")).toHaveCount(0);
+      const question = page.locator('[data-testid="pending-call"][data-tool="ask_operator"]');
+      await expect(question.getByTestId("question")).toContainText("How should I announce");
+      await question.getByTestId("question-choice").selectOption("loudly");
+      const rename = page.locator('[data-testid="pending-call"][data-tool="update_page"]');
+      await rename.getByLabel("Deny").check();
+      await page.getByRole("button", { name: "Apply the choices above" }).click();
+      await waitFor(page, "final-answer", reload);
+      await expect(page.getByTestId("final-answer")).toContainText("announce it loudly");
+      await expect(page.getByTestId("final-answer")).not.toContainText("Updated page");
+    });
+
     test("forking a run at its waiting step and deciding it differently", async ({ page }) => {
       acceptDialogs(page);
       const to = `fork-${mode}@example.com`;
@@ -130,6 +149,8 @@ for (const javaScript of [true, false]) {
       await page.waitForURL((url) => url.toString() !== parent && /\/runs\/[0-9a-f-]{36}$/.test(url.toString()));
       await waitFor(page, "approval-panel", reload);
       await expect(page.getByTestId("parent")).toContainText("forked at step");
+      // The parent ran the call after that step: the fork shows it may have taken effect.
+      await expect(page.getByTestId("outcome-unknown")).toBeVisible();
       await page.getByRole("button", { name: "Deny all (d)" }).click();
       await waitFor(page, "final-answer", reload);
       await expect(page.getByTestId("final-answer")).toContainText("I did not run `send_message`");

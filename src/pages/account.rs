@@ -7,8 +7,9 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::account_api::{
-    nrllm_admin_get, nrllm_me, AdminView, NrllmLogin, NrllmLoginLink, NrllmPasswordSet,
-    NrllmTokenCreate, NrllmTokenRevoke, NrllmToolSet, NrllmUserCreate, NrllmUserUpdate,
+    nrllm_account_get, nrllm_admin_get, nrllm_me, AccountView, AdminView, NrllmLogin,
+    NrllmLoginLink, NrllmPasswordSet, NrllmTokenCreate, NrllmTokenRevoke, NrllmToolSet,
+    NrllmUserCreate, NrllmUserUpdate,
 };
 use crate::components::{
     url_error, Card, ErrorBanner, FieldError, BUTTON_PRIMARY, BUTTON_SECONDARY, INPUT,
@@ -71,10 +72,12 @@ pub fn LoginOncePage() -> impl IntoView {
     }
 }
 
-/// One's own account: who, which role, and a new password.
+/// One's own account: who, which role, a new password, and one's API tokens.
 #[component]
 pub fn AccountPage() -> impl IntoView {
     let me = Resource::new(|| (), |_| nrllm_me());
+    let shown = use_query_map().read_untracked().get("shown");
+    let account = Resource::new(move || shown.clone(), nrllm_account_get);
     let error = url_error();
     view! {
         <Title text="Account — nrllm playground" />
@@ -101,6 +104,74 @@ pub fn AccountPage() -> impl IntoView {
             </div>
             <button type="submit" class=BUTTON_PRIMARY>"Set password"</button>
         </form>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                account.await.ok().map(|view| view! { <OwnTokens view /> })
+            })}
+        </Suspense>
+    }
+}
+
+/// A token made a moment ago, shown this once.
+#[component]
+fn NewToken(token: Option<(String, String)>) -> impl IntoView {
+    token.map(|(name, token)| view! {
+        <div role="status" class="mt-4 rounded-md border border-emerald-300 bg-emerald-50 p-3 dark:border-emerald-800 dark:bg-emerald-950">
+            <p class="text-sm">{format!("The token {name}, shown this once — copy it now; only its hash is kept:")}</p>
+            <code class="mt-1 block break-all font-mono text-sm" data-testid="new-token">{token}</code>
+        </div>
+    })
+}
+
+/// One token's line: name, role, whose, when; and its revoke button.
+#[component]
+fn TokenLine(token: crate::account_api::TokenView) -> impl IntoView {
+    let user = match token.user.is_empty() {
+        true => "nobody (it works no more)".to_owned(),
+        false => token.user.clone(),
+    };
+    view! {
+        <li class="flex flex-wrap items-center gap-2 py-2" data-testid="token">
+            <span class="font-mono">{token.name.clone()}</span>
+            <span class="text-sm">{token.role.clone()}</span>
+            <span class="text-xs text-slate-500">{format!(
+                "acts as {user}; by {} on {}; {}",
+                token.created_by,
+                token.created,
+                token.last_used.clone().map(|at| format!("last used {at}")).unwrap_or_else(|| "never used".to_owned())
+            )}</span>
+            <form method="post" action={action::<NrllmTokenRevoke>()}>
+                <CsrfField />
+                <input type="hidden" name=field!(NrllmTokenRevoke, name) value=token.name.clone() />
+                <button type="submit" class=BUTTON_SECONDARY>"Revoke"</button>
+            </form>
+        </li>
+    }
+}
+
+/// One's own API tokens, and a form for a new one.
+#[component]
+fn OwnTokens(view: AccountView) -> impl IntoView {
+    let tokens = view
+        .tokens
+        .into_iter()
+        .map(|token| view! { <TokenLine token /> })
+        .collect_view();
+    let token_roles = role_options(&view.roles, "viewer");
+    view! {
+        <NewToken token=view.new_token />
+        <div class="mt-6 max-w-3xl">
+            <Card title="Your API tokens">
+                <p class="text-sm text-slate-600 dark:text-slate-400">"A script sends a token as Authorization: Bearer <token>. It acts as you, with the lower of its role and yours, and stops working if your account is disabled."</p>
+                <ul class="divide-y divide-slate-100 dark:divide-slate-800">{tokens}</ul>
+                <form method="post" action={action::<NrllmTokenCreate>()} class="mt-4 flex flex-wrap items-end gap-2" data-testid="own-token-form">
+                    <CsrfField />
+                    <label class="text-sm">"Name" <input name=field!(NrllmTokenCreate, name) required=true class=INPUT maxlength=64 /></label>
+                    <label class="text-sm">"Role" <select name=field!(NrllmTokenCreate, role) class=INPUT>{token_roles}</select></label>
+                    <button type="submit" class=BUTTON_PRIMARY>"Create token"</button>
+                </form>
+            </Card>
+        </div>
     }
 }
 
@@ -165,25 +236,7 @@ fn Admin(view: AdminView) -> impl IntoView {
     let tokens = view
         .tokens
         .into_iter()
-        .map(|token| {
-            view! {
-                <li class="flex flex-wrap items-center gap-2 py-2" data-testid="token">
-                    <span class="font-mono">{token.name.clone()}</span>
-                    <span class="text-sm">{token.role.clone()}</span>
-                    <span class="text-xs text-slate-500">{format!(
-                        "by {} on {}; {}",
-                        token.created_by,
-                        token.created,
-                        token.last_used.clone().map(|at| format!("last used {at}")).unwrap_or_else(|| "never used".to_owned())
-                    )}</span>
-                    <form method="post" action={action::<NrllmTokenRevoke>()}>
-                        <CsrfField />
-                        <input type="hidden" name=field!(NrllmTokenRevoke, name) value=token.name.clone() />
-                        <button type="submit" class=BUTTON_SECONDARY>"Revoke"</button>
-                    </form>
-                </li>
-            }
-        })
+        .map(|token| view! { <TokenLine token /> })
         .collect_view();
     let tools = view
         .tools
@@ -212,12 +265,7 @@ fn Admin(view: AdminView) -> impl IntoView {
     let new_user_roles = role_options(&roles, "operator");
     let token_roles = role_options(&roles, "viewer");
     view! {
-        {view.new_token.map(|(name, token)| view! {
-            <div role="status" class="mt-4 rounded-md border border-emerald-300 bg-emerald-50 p-3 dark:border-emerald-800 dark:bg-emerald-950">
-                <p class="text-sm">{format!("The token {name}, shown this once — copy it now; only its hash is kept:")}</p>
-                <code class="mt-1 block break-all font-mono text-sm" data-testid="new-token">{token}</code>
-            </div>
-        })}
+        <NewToken token=view.new_token />
         <div class="mt-4 grid gap-4">
             <Card title="Users">
                 <ul class="divide-y divide-slate-100 dark:divide-slate-800">{users}</ul>
@@ -230,12 +278,13 @@ fn Admin(view: AdminView) -> impl IntoView {
                 </form>
             </Card>
             <Card title="API tokens">
-                <p class="text-sm text-slate-600 dark:text-slate-400">"Scripts send a token as Authorization: Bearer <token>; it acts with its role, and decisions are recorded as token:<name>."</p>
+                <p class="text-sm text-slate-600 dark:text-slate-400">"Scripts send a token as Authorization: Bearer <token>. A token acts as its user, with the lower of its role and theirs, and stops working when that user is disabled; decisions are recorded under the user's name, with the token's beside it."</p>
                 <ul class="divide-y divide-slate-100 dark:divide-slate-800">{tokens}</ul>
                 <form method="post" action={action::<NrllmTokenCreate>()} class="mt-4 flex flex-wrap items-end gap-2" data-testid="new-token-form">
                     <CsrfField />
                     <label class="text-sm">"Name" <input name=field!(NrllmTokenCreate, name) required=true class=INPUT maxlength=64 /></label>
                     <label class="text-sm">"Role" <select name=field!(NrllmTokenCreate, role) class=INPUT>{token_roles}</select></label>
+                    <label class="text-sm">"For user (empty: you)" <input name=field!(NrllmTokenCreate, user) class=INPUT maxlength=64 data-testid="token-user" /></label>
                     <button type="submit" class=BUTTON_PRIMARY>"Create token"</button>
                 </form>
             </Card>

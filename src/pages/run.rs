@@ -174,7 +174,7 @@ fn RunDetail(run: RunView) -> impl IntoView {
                     <div class="flex items-center gap-3 text-sm">
                         {run.log.clone().map(|log| view! {
                             <span data-testid="log-check" data-verified=log.verified.to_string()
-                                class=if log.verified { "text-emerald-700 dark:text-emerald-400" } else { "font-semibold text-rose-700 dark:text-rose-400" }>
+                                class=if log.verified { "text-emerald-700 dark:text-emerald-400" } else if log.failed { "font-semibold text-rose-700 dark:text-rose-400" } else { "text-slate-500 dark:text-slate-400" }>
                                 {log.text}
                             </span>
                         })}

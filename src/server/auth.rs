@@ -363,7 +363,11 @@ pub fn banner_signed(key: &[u8], encoded: &str, signature: Option<&str>) -> bool
     mac.verify_slice(&bytes).is_ok()
 }
 
-/// A form post's error redirect carries its error in `__err`: sign it (`__sig`).
+/// A form post's error redirect carries its error in `__err`: sign it (`__sig`). The redirect
+/// goes back to the form's page, named by the request's `Referer`, with server_fn's `__path` and
+/// `__err` appended last. Whatever `__err`, `__path` or `__sig` the Referer carried came from the
+/// client and is dropped, so only the error this server chose is signed; and the redirect names
+/// only a path of this site, whatever host the Referer named.
 fn sign_error_redirect(response: &mut Response, key: &[u8]) {
     let Some(location) = response
         .headers()
@@ -372,27 +376,77 @@ fn sign_error_redirect(response: &mut Response, key: &[u8]) {
     else {
         return;
     };
-    let Some((_, query)) = location.split_once('?') else {
+    let Some((target, query)) = location.split_once('?') else {
         return;
     };
-    let Some(encoded) = form_urlencoded::parse(query.as_bytes())
-        .find(|(name, _)| name == "__err")
-        .map(|(_, value)| value.into_owned())
-    else {
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
+    let last = |name: &str| {
+        pairs
+            .iter()
+            .rev()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.clone())
+    };
+    let Some(encoded) = last("__err") else {
         return;
     };
-    let signed = format!("{location}&__sig={}", hmac_hex(key, &encoded));
+    let mut rebuilt = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in pairs
+        .iter()
+        .filter(|(name, _)| !matches!(name.as_str(), "__err" | "__path" | "__sig"))
+    {
+        rebuilt.append_pair(name, value);
+    }
+    if let Some(path) = last("__path") {
+        rebuilt.append_pair("__path", &path);
+    }
+    rebuilt.append_pair("__err", &encoded);
+    rebuilt.append_pair("__sig", &hmac_hex(key, &encoded));
+    let signed = format!("{}?{}", site_path(target), rebuilt.finish());
     if let Ok(value) = HeaderValue::from_str(&signed) {
         response.headers_mut().insert(header::LOCATION, value);
     }
 }
 
-/// Rate limits: logins per user name and per client address, run starts per user.
+/// The path part of `target` (an absolute URL or a path), if it is a plain path of this site;
+/// else `/`.
+fn site_path(target: &str) -> &str {
+    let path = match target.split_once("://") {
+        Some((_, rest)) => rest.find('/').map_or("/", |at| &rest[at..]),
+        None => target,
+    };
+    match path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') {
+        true => path,
+        false => "/",
+    }
+}
+
+/// Rate limits: logins per client address and per user name from one address, run starts per
+/// user. Nothing an unauthenticated caller sends keys a limiter unbounded: names are cut to
+/// [`LOGIN_NAME_CHARS`] first, the address is checked first, and idle keys are forgotten
+/// ([`Limits::forget_idle`], every [`FORGET_IDLE_EVERY`]).
 pub struct Limits {
     pub run_starts: DefaultKeyedRateLimiter<String>,
     pub run_starts_per_minute: u32,
-    pub logins_per_user: DefaultKeyedRateLimiter<String>,
-    pub logins_per_address: DefaultKeyedRateLimiter<std::net::IpAddr>,
+    /// By the name tried and the address it came from: failures from elsewhere never lock a
+    /// user out.
+    logins_per_user: DefaultKeyedRateLimiter<(String, Option<std::net::IpAddr>)>,
+    logins_per_address: DefaultKeyedRateLimiter<std::net::IpAddr>,
+}
+
+/// The longest login name kept (a user's name is at most 64 characters; a longer one matches
+/// nobody): what keys a limiter and reaches the log.
+pub const LOGIN_NAME_CHARS: usize = 64;
+
+/// How often the limiters forget keys whose limits have refilled.
+pub const FORGET_IDLE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A login name as the server keeps it: trimmed, and cut to [`LOGIN_NAME_CHARS`] characters
+/// (one character more, so that a longer name never equals a real one).
+pub fn login_name(name: &str) -> String {
+    name.trim().chars().take(LOGIN_NAME_CHARS + 1).collect()
 }
 
 /// Login attempts one user name, or one client address, may make per minute.
@@ -408,6 +462,17 @@ impl Limits {
             logins_per_user: RateLimiter::keyed(per_minute(LOGINS_PER_MINUTE_PER_USER)),
             logins_per_address: RateLimiter::keyed(per_minute(LOGINS_PER_MINUTE_PER_ADDRESS)),
         }
+    }
+
+    /// Whether a login attempt for `name` (as [`login_name`] keeps it) from `peer` may go on:
+    /// the address's limit first, then the name's from that address.
+    pub fn login_allowed(&self, name: &str, peer: Option<std::net::IpAddr>) -> bool {
+        if peer.is_some_and(|ip| self.logins_per_address.check_key(&ip).is_err()) {
+            return false;
+        }
+        self.logins_per_user
+            .check_key(&(name.to_lowercase(), peer))
+            .is_ok()
     }
 
     /// Forgets keys whose limits have refilled, so names tried by a guesser do not pile up.
@@ -469,10 +534,19 @@ pub async fn first_admin(
     }
     let now = nrllm_core::clock::now_ms();
     let password = password.filter(|p| !p.is_empty());
-    accounts
+    match accounts
         .create_user("admin", password.as_deref(), Role::Admin, now)
         .await
-        .map_err(|err| format!("cannot create the first user: {err} (NRLLM_ADMIN_PASSWORD)"))?;
+    {
+        Ok(_) => {}
+        // Another instance starting at the same moment on the same database made it first.
+        Err(nrllm_store::accounts::AccountError::Exists(_)) => return Ok(()),
+        Err(err) => {
+            return Err(format!(
+                "cannot create the first user: {err} (NRLLM_ADMIN_PASSWORD)"
+            ))
+        }
+    }
     if password.is_some() {
         tracing::info!(
             "first start: created the user `admin` with the password in NRLLM_ADMIN_PASSWORD"
@@ -510,6 +584,49 @@ mod tests {
             map.append(*name, HeaderValue::from_str(value).unwrap());
         }
         map
+    }
+
+    #[test]
+    fn only_the_error_the_server_appended_is_signed_and_the_redirect_stays_on_this_site() {
+        let key = b"banner key";
+        let redirect = |location: &str| {
+            let mut response = Response::new(Body::empty());
+            response
+                .headers_mut()
+                .insert(header::LOCATION, HeaderValue::from_str(location).unwrap());
+            sign_error_redirect(&mut response, key);
+            response.headers()[header::LOCATION]
+                .to_str()
+                .unwrap()
+                .to_owned()
+        };
+        // A Referer that carried its own banner (and signature): the client's are dropped.
+        let signed = redirect(
+            "http://evil.example/runs/1?step=2&__err=Q0xJRU5U&__sig=00&__path=%2Fx&__path=%2Fapi%2Fnrllm_tool_resume&__err=U0VSVkVS",
+        );
+        let query: Vec<(String, String)> =
+            form_urlencoded::parse(signed.split_once('?').unwrap().1.as_bytes())
+                .into_owned()
+                .collect();
+        assert!(signed.starts_with("/runs/1?"), "{signed}");
+        let values = |name: &str| -> Vec<&str> {
+            query
+                .iter()
+                .filter(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+                .collect()
+        };
+        assert_eq!(values("__err"), ["U0VSVkVS"]);
+        assert_eq!(values("__path"), ["/api/nrllm_tool_resume"]);
+        assert_eq!(values("step"), ["2"]);
+        let sig = values("__sig");
+        assert_eq!(sig.len(), 1);
+        assert!(banner_signed(key, "U0VSVkVS", Some(sig[0])));
+        assert!(!banner_signed(key, "Q0xJRU5U", Some(sig[0])));
+        // A redirect that carries no error is left alone.
+        assert_eq!(redirect("/runs/2"), "/runs/2");
+        assert_eq!(site_path("//evil.example/x"), "/");
+        assert_eq!(site_path("https://h.example"), "/");
     }
 
     #[test]

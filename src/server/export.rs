@@ -1,24 +1,84 @@
-//! Downloads: `GET /runs/{id}/export.json`, a run with its whole event stream, as a JSON file;
-//! `GET /runs/{id}/calls/{call_id}/preview.diff`, a pending call's whole diff.
+//! Downloads: `GET /runs/{id}/export.json`, a run with its whole event stream, as a JSON file
+//! streamed page by page ([`EVENTS_PAGE`] events at a time, so a long run's export never sits in
+//! memory whole); `GET /runs/{id}/calls/{call_id}/preview.diff`, a pending call's whole diff.
 
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use nrllm_core::preview::PreviewOutcome;
+use nrllm_core::store::{RunRecord, RunStore};
 use nrllm_core::tool::Effect;
 use uuid::Uuid;
 
 use super::{diff, views, AppState};
+
+/// Events read from the database at a time by exports and replays.
+pub const EVENTS_PAGE: u32 = 500;
+
+/// The export of `run` as a streamed JSON body: `{"run": …, "configuration": …, "events": [`,
+/// then its events read `page` at a time, then `]}`. A read that fails midway ends the body
+/// early (the download is cut short) and is logged.
+pub fn export_body(store: Arc<dyn RunStore>, run: &RunRecord, page: u32) -> Body {
+    let head = serde_json::json!({
+        "run": views::summary(run),
+        "configuration": run.configuration,
+    })
+    .to_string();
+    // The head object without its closing brace, and the events array opened.
+    let opening = format!("{},\"events\":[", head.strip_suffix('}').unwrap_or(&head));
+    let id = run.id;
+    let events = futures::stream::unfold(Some((0i64, true)), move |state| {
+        let store = Arc::clone(&store);
+        async move {
+            let (after, first) = state?;
+            match store.events_page(id, after, page).await {
+                Ok(events) if events.is_empty() => Some((Ok(Bytes::from_static(b"]}")), None)),
+                Ok(events) => {
+                    let mut chunk = String::new();
+                    for (i, e) in events.iter().enumerate() {
+                        if !(first && i == 0) {
+                            chunk.push(',');
+                        }
+                        chunk.push_str(
+                            &serde_json::json!({
+                                "sequence": e.sequence, "kind": e.kind,
+                                "created_at_ms": e.created_at_ms, "payload": e.payload,
+                            })
+                            .to_string(),
+                        );
+                    }
+                    let last = events.last().map_or(after, |e| e.sequence);
+                    Some((Ok(Bytes::from(chunk)), Some((last, false))))
+                }
+                Err(err) => {
+                    tracing::error!(%err, run_id = %id, "exporting a run's steps");
+                    Some((
+                        Err(std::io::Error::other("the run's steps could not be read")),
+                        None,
+                    ))
+                }
+            }
+        }
+    });
+    Body::from_stream(
+        futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(opening)) })
+            .chain(events),
+    )
+}
 
 /// The run's summary and every event's payload, in order.
 pub async fn run_export(State(state): State<AppState>, Path(id): Path<String>) -> Response {
     let Ok(id) = Uuid::parse_str(&id) else {
         return (StatusCode::NOT_FOUND, "There is no such run.").into_response();
     };
-    let (run, events) = match (state.store.get(id).await, state.store.events(id, 0).await) {
-        (Ok(Some(run)), Ok(events)) => (run, events),
-        (Ok(None), _) => return (StatusCode::NOT_FOUND, "There is no such run.").into_response(),
-        (Err(err), _) | (_, Err(err)) => {
+    let run = match state.store.get(id).await {
+        Ok(Some(run)) => run,
+        Ok(None) => return (StatusCode::NOT_FOUND, "There is no such run.").into_response(),
+        Err(err) => {
             tracing::error!(%err, run_id = %id, "exporting a run");
             return (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -27,13 +87,7 @@ pub async fn run_export(State(state): State<AppState>, Path(id): Path<String>) -
                 .into_response();
         }
     };
-    let body = serde_json::json!({
-        "run": views::summary(&run),
-        "configuration": run.configuration,
-        "events": events.iter().map(|e| serde_json::json!({
-            "sequence": e.sequence, "kind": e.kind, "created_at_ms": e.created_at_ms, "payload": e.payload,
-        })).collect::<Vec<_>>(),
-    });
+    let body = export_body(Arc::clone(&state.store), &run, EVENTS_PAGE);
     (
         [
             (header::CONTENT_TYPE, "application/json".to_owned()),
@@ -42,7 +96,7 @@ pub async fn run_export(State(state): State<AppState>, Path(id): Path<String>) -
                 format!("attachment; filename=\"run-{id}.json\""),
             ),
         ],
-        serde_json::to_string_pretty(&body).unwrap_or_default(),
+        body,
     )
         .into_response()
 }
@@ -114,4 +168,41 @@ fn sanitize(text: &str) -> String {
         .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
         .take(64)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nrllm_store::db::Database;
+    use nrllm_store::SqlRunStore;
+
+    #[tokio::test]
+    async fn an_export_streams_every_step_in_order_across_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::connect(&format!("sqlite:{}/export.db", dir.path().display()))
+            .await
+            .unwrap();
+        let store: Arc<dyn RunStore> = Arc::new(SqlRunStore::new(db));
+        let done = nrllm_store::testing::completed_run(store.as_ref(), 7, 1).await;
+        for page in [1, 2, 3, 7, 500] {
+            let body = export_body(Arc::clone(&store), &done, page);
+            let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+            let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            let steps: Vec<(i64, String)> = json["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    (
+                        e["sequence"].as_i64().unwrap(),
+                        e["payload"]["resumes_at"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect();
+            let expected: Vec<(i64, String)> = (1..=7).map(|n| (n, format!("step {n}"))).collect();
+            assert_eq!(steps, expected, "page {page}");
+            assert_eq!(json["run"]["final_answer"], "done");
+            assert_eq!(json["configuration"]["prompt"], "p");
+        }
+    }
 }

@@ -14,11 +14,19 @@
 //!
 //! On the embedded SQLite database this process is the only instance: at start it takes over
 //! every run the last stop left `running` at once, without waiting for their leases to run out.
+//!
+//! An instance that stalls (a stopped process, a machine that froze) may wake after its lease ran
+//! out and another instance took the run over. So it keeps, for each lease, a deadline by its own
+//! monotonic clock ([`LeaseClock`]) — three quarters of a lease after the lease was last taken or
+//! renewed — and the run's loop asks it before every model request and tool call: past the
+//! deadline, or once the heartbeat finds the lease gone, the run's segment stops and writes
+//! nothing. What remains is an effect outside our database already in flight when the process
+//! stalled (README, "Several instances").
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nrllm_core::clock::now_ms;
 use nrllm_core::service::{ResumeError, RunService};
@@ -30,6 +38,49 @@ use uuid::Uuid;
 
 /// Runs recovered per reaper pass.
 const REAP_BATCH: u32 = 50;
+
+/// The deadline of each lease this instance holds, by its monotonic clock: what the run loop
+/// asks before each model request and tool call ([`nrllm_core::lease::LeaseWatch`]).
+pub struct LeaseClock {
+    deadlines: Mutex<HashMap<Uuid, Instant>>,
+    /// How long a lease holds after it is taken or renewed, less a margin for the time between
+    /// the database's write and this clock's reading (and for clocks that disagree).
+    holds_for: Duration,
+}
+
+impl LeaseClock {
+    /// A clock for leases of `lease`.
+    pub fn new(lease: Duration) -> LeaseClock {
+        LeaseClock {
+            deadlines: Mutex::default(),
+            holds_for: lease.mul_f64(0.75),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Instant>> {
+        self.deadlines
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The lease on `run` was taken or renewed as of `at`.
+    fn renewed(&self, run: Uuid, at: Instant) {
+        self.lock().insert(run, at + self.holds_for);
+    }
+
+    /// This instance holds no lease on `run` (any more).
+    fn forget(&self, run: Uuid) {
+        self.lock().remove(&run);
+    }
+}
+
+impl nrllm_core::lease::LeaseWatch for LeaseClock {
+    fn holds(&self, run: Uuid) -> bool {
+        self.lock()
+            .get(&run)
+            .is_some_and(|deadline| Instant::now() < *deadline)
+    }
+}
 
 /// This instance's leases: the runs its tasks drive, their heartbeat, and the reaper.
 pub struct Leases {
@@ -50,6 +101,8 @@ pub struct Leases {
     peak: std::sync::atomic::AtomicUsize,
     /// Rung when a run's task ends (room for queued work) or something is queued here.
     bell: Notify,
+    /// Each held lease's deadline by this process's clock.
+    clock: Arc<LeaseClock>,
 }
 
 /// Holds a run in [`Leases::driving`] while its task lives; dropping it (the task ended, or
@@ -66,6 +119,7 @@ impl Drop for Driving {
             *count -= 1;
             if *count == 0 {
                 driving.remove(&self.id);
+                self.leases.clock.forget(self.id);
             }
         }
         drop(driving);
@@ -78,7 +132,7 @@ impl Leases {
         store: Arc<dyn RunStore>,
         runs: Arc<RunService>,
         tasks: TaskTracker,
-        lease: Duration,
+        (lease, clock): (Duration, Arc<LeaseClock>),
         live: Arc<super::live::LiveHub>,
         capacity: usize,
     ) -> Leases {
@@ -93,6 +147,7 @@ impl Leases {
             capacity: capacity.max(1),
             peak: Default::default(),
             bell: Notify::new(),
+            clock,
         }
     }
 
@@ -135,6 +190,8 @@ impl Leases {
         F: Future<Output = ()> + Send + 'static,
     {
         {
+            // The run's lease was taken just now (by the claim, the queue or a takeover).
+            self.clock.renewed(id, Instant::now());
             let mut driving = self.lock();
             *driving.entry(id).or_default() += 1;
             let busy: usize = driving.values().sum();
@@ -183,9 +240,11 @@ impl Leases {
     pub async fn heartbeat(&self) {
         let now = now_ms();
         for id in self.driving() {
+            let asked = Instant::now();
             match self.store.renew_lease(id, now).await {
-                Ok(Renewal::Held(None)) => {}
+                Ok(Renewal::Held(None)) => self.clock.renewed(id, asked),
                 Ok(Renewal::Held(Some(request))) => {
+                    self.clock.renewed(id, asked);
                     // An operator asked (through another instance) to cancel it.
                     self.runs.interrupt(id, request);
                 }
@@ -196,7 +255,9 @@ impl Leases {
                     // tasks: a claim here may already hold the run again.)
                     if let Ok(Some(run)) = self.store.get(id).await {
                         if run.status == nrllm_core::store::RunStatus::Running {
-                            tracing::warn!(run_id = %id, "another instance took this run over");
+                            tracing::warn!(run_id = %id, "another instance took this run over; its task here stops before its next step");
+                            self.clock.forget(id);
+                            self.runs.abandon(id);
                             self.live.forget(id);
                         }
                     }

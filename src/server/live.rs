@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -74,7 +75,10 @@ pub struct LiveHub {
 #[derive(Default)]
 struct Hub {
     runs: HashMap<Uuid, LiveRun>,
+    /// Every stream open here: live ones and those waiting for a queued run.
     subscribers: usize,
+    /// Streams waiting for a queued run to be taken, by run.
+    waiting: HashMap<Uuid, usize>,
 }
 
 #[derive(Default)]
@@ -110,17 +114,27 @@ pub struct Subscription {
     slot: Slot,
 }
 
-/// A subscriber's place in the hub's counts, given back when it is dropped.
-struct Slot {
+/// A stream's place in the hub's counts, given back when it is dropped: a live subscriber's,
+/// or (`waiting`) that of a stream waiting for a queued run to be taken.
+pub struct Slot {
     hub: Arc<LiveHub>,
     run_id: Uuid,
+    waiting: bool,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut hub = self.hub.lock();
+        let mut guard = self.hub.lock();
+        let hub = &mut *guard;
         hub.subscribers = hub.subscribers.saturating_sub(1);
-        if let Some(run) = hub.runs.get_mut(&self.run_id) {
+        if self.waiting {
+            if let Some(count) = hub.waiting.get_mut(&self.run_id) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    hub.waiting.remove(&self.run_id);
+                }
+            }
+        } else if let Some(run) = hub.runs.get_mut(&self.run_id) {
             run.subscribers = run.subscribers.saturating_sub(1);
             if run.subscribers == 0 {
                 run.channel = None;
@@ -130,6 +144,24 @@ impl Drop for Slot {
 }
 
 impl LiveHub {
+    /// Holds a place for a stream of queued run `id` until it is taken: it counts toward the
+    /// caps (in total, and per run) like a live stream.
+    pub fn wait_slot(self: &Arc<Self>, id: Uuid) -> Result<Slot, Refused> {
+        let mut guard = self.lock();
+        let hub = &mut *guard;
+        let waiting = hub.waiting.get(&id).copied().unwrap_or_default();
+        if hub.subscribers >= self.limits.total || waiting >= self.limits.per_run {
+            return Err(Refused::Full);
+        }
+        *hub.waiting.entry(id).or_default() += 1;
+        hub.subscribers += 1;
+        Ok(Slot {
+            hub: Arc::clone(self),
+            run_id: id,
+            waiting: true,
+        })
+    }
+
     /// A hub with these stream caps.
     pub fn new(limits: StreamLimits) -> LiveHub {
         LiveHub {
@@ -170,6 +202,7 @@ impl LiveHub {
             slot: Slot {
                 hub: Arc::clone(self),
                 run_id: id,
+                waiting: false,
             },
         })
     }
@@ -293,13 +326,15 @@ pub fn event_stream(
             .await
             .map_err(read)?
             .ok_or(StreamError::NotFound)?;
+        let page = super::export::EVENTS_PAGE;
+        let last = Arc::new(AtomicI64::new(after));
+        let retry = futures::stream::once(ready(SseEvent::default().retry(RECONNECT_AFTER)));
         if run.status == RunStatus::Queued {
             // Its steps so far (a claimed decision's); once a worker takes it, the stream goes
-            // on as a stream of the run as it is then, from the last step sent.
-            let stored = store.events(id, after).await.map_err(read)?;
-            let mut last = after;
-            let mut replay = vec![SseEvent::default().retry(RECONNECT_AFTER)];
-            replay.extend(stored_steps(&stored, &mut last));
+            // on as a stream of the run as it is then, from the last step sent. It holds a
+            // place under the caps while it waits.
+            let slot = hub.wait_slot(id).map_err(|_| StreamError::Full)?;
+            let replay = paged_steps(Arc::clone(&store), id, page, Arc::clone(&last));
             let taken = async move {
                 loop {
                     tokio::time::sleep(QUEUE_RECHECK).await;
@@ -310,76 +345,50 @@ pub fn event_stream(
                         _ => return futures::stream::empty().boxed(),
                     }
                 }
-                match event_stream(store, hub, remote, id, last).await {
+                // The stream of the taken run holds a place of its own.
+                drop(slot);
+                match event_stream(store, hub, remote, id, last.load(Ordering::Acquire)).await {
                     // Without the reconnection hint it sent already.
                     Ok(stream) => stream.skip(1).boxed(),
                     Err(_) => futures::stream::empty().boxed(),
                 }
             };
-            return Ok(futures::stream::iter(replay)
+            return Ok(retry
+                .chain(replay)
                 .chain(futures::stream::once(taken).flatten())
                 .boxed());
         }
-        // Subscribe before reading the events: nothing emitted in between is missed.
-        let subscription = match run.status {
-            RunStatus::Running => match hub.subscribe(id) {
-                Ok(subscription) => Some(subscription),
-                Err(Refused::Full) => return Err(StreamError::Full),
-                Err(Refused::NotRunningHere) => None,
-            },
+        if !matches!(run.status, RunStatus::Running) {
+            return Ok(settled_replay(store, id, after, page));
+        }
+        // Subscribe before reading the events: nothing emitted in between is missed. A run
+        // running elsewhere is followed through the commits that instance announces (Postgres).
+        let subscription = match hub.subscribe(id) {
+            Ok(subscription) => Some(subscription),
+            Err(Refused::Full) => return Err(StreamError::Full),
+            Err(Refused::NotRunningHere) => None,
+        };
+        let elsewhere = match (&subscription, &remote) {
+            (None, Some(feed)) => Some(feed.subscribe().ok_or(StreamError::Full)?),
             _ => None,
         };
-        let stored = store.events(id, after).await.map_err(read)?;
-        let mut replay = vec![SseEvent::default().retry(RECONNECT_AFTER)];
-        let mut last = after;
-        replay.extend(stored_steps(&stored, &mut last));
-        let mut elsewhere = None;
-        let tail = match subscription {
-            Some(subscription) => {
-                for event in &subscription.unpersisted {
+        let replay = paged_steps(Arc::clone(&store), id, page, Arc::clone(&last));
+        let tail = async move {
+            let mut last = last.load(Ordering::Acquire);
+            if let Some(subscription) = subscription {
+                let Subscription {
+                    receiver,
+                    slot,
+                    unpersisted,
+                } = subscription;
+                let mut head = Vec::new();
+                for event in &unpersisted {
                     if event.sequence > last {
                         last = event.sequence;
-                        replay.push(step_event(event));
+                        head.push(step_event(event));
                     }
                 }
-                Some((subscription, last))
-            }
-            None => {
-                // Not running here: say how it ended, if it did (read again: it may have stopped
-                // since). A run still running in another instance is followed through the commits
-                // that instance announces (Postgres); without them the stream ends and the browser
-                // reconnects.
-                let now = store.get(id).await.map_err(read)?.map(|r| r.status);
-                match now {
-                    Some(RunStatus::Running) => {
-                        if let Some(feed) = remote {
-                            let store = Arc::clone(&store);
-                            let (receiver, slot) = feed.subscribe().ok_or(StreamError::Full)?;
-                            elsewhere = Some(RemoteTail {
-                                store,
-                                id,
-                                last,
-                                receiver,
-                                _slot: slot,
-                                done: false,
-                            });
-                        }
-                    }
-                    Some(status) => {
-                        // It may have stopped since the steps were read: its last steps first.
-                        let stored = store.events(id, last).await.map_err(read)?;
-                        replay.extend(stored_steps(&stored, &mut last));
-                        replay.push(status_event(status));
-                    }
-                    None => {}
-                }
-                None
-            }
-        };
-        let live = match tail {
-            Some((subscription, last)) => {
-                let Subscription { receiver, slot, .. } = subscription;
-                BroadcastStream::new(receiver)
+                let live = BroadcastStream::new(receiver)
                     // Fell behind: the stream ends and the browser reconnects from its last id.
                     .take_while(|message| ready(message.is_ok()))
                     // The slot lives as long as the stream: dropping the stream gives it back.
@@ -396,19 +405,123 @@ pub fn event_stream(
                         };
                         ready(Some(event))
                     })
-                    .filter_map(ready)
-                    .left_stream()
+                    .filter_map(ready);
+                return futures::stream::iter(head).chain(live).boxed();
             }
-            None => match elsewhere {
-                Some(tail) => futures::stream::unfold(tail, RemoteTail::next_batch)
-                    .flat_map(futures::stream::iter)
-                    .left_stream()
-                    .right_stream(),
-                None => futures::stream::empty().right_stream().right_stream(),
-            },
+            // Not running here: if it still runs (elsewhere), follow its commits; else say how
+            // it ended, its last steps first. Without announcements the stream ends and the
+            // browser reconnects.
+            let still_running = matches!(
+                store.get(id).await,
+                Ok(Some(run)) if run.status == RunStatus::Running
+            );
+            match (still_running, elsewhere) {
+                (true, Some((receiver, slot))) => futures::stream::unfold(
+                    RemoteTail {
+                        store,
+                        id,
+                        last,
+                        receiver,
+                        _slot: slot,
+                        done: false,
+                    },
+                    RemoteTail::next_batch,
+                )
+                .flat_map(futures::stream::iter)
+                .boxed(),
+                (true, None) => futures::stream::empty().boxed(),
+                (false, _) => futures::stream::iter(settle(store, id, last).await).boxed(),
+            }
         };
-        Ok(futures::stream::iter(replay).chain(live).boxed())
+        Ok(retry
+            .chain(replay)
+            .chain(futures::stream::once(tail).flatten())
+            .boxed())
     })
+}
+
+/// The stream of a run that does not run (it waits, or it ended): its steps after `after`, read
+/// `page` at a time as the client takes them, then how it stands ([`settle`]).
+fn settled_replay(
+    store: Arc<dyn RunStore>,
+    id: Uuid,
+    after: i64,
+    page: u32,
+) -> futures::stream::BoxStream<'static, SseEvent> {
+    let last = Arc::new(AtomicI64::new(after));
+    let replay = paged_steps(Arc::clone(&store), id, page, Arc::clone(&last));
+    let settled = async move { settle(store, id, last.load(Ordering::Acquire)).await };
+    futures::stream::once(ready(SseEvent::default().retry(RECONNECT_AFTER)))
+        .chain(replay)
+        .chain(futures::stream::once(settled).flat_map(futures::stream::iter))
+        .boxed()
+}
+
+/// Run `id`'s stored steps after `last`, read `page` at a time as the client takes them (a long
+/// run's replay never sits in memory whole); `last` follows the last step sent. The stream ends
+/// at the last stored step (or at an error, logged: the browser reconnects from its last id).
+fn paged_steps(
+    store: Arc<dyn RunStore>,
+    id: Uuid,
+    page: u32,
+    last: Arc<AtomicI64>,
+) -> impl futures::Stream<Item = SseEvent> + Send + 'static {
+    futures::stream::unfold(true, move |more| {
+        let (store, last) = (Arc::clone(&store), Arc::clone(&last));
+        async move {
+            if !more {
+                return None;
+            }
+            let after = last.load(Ordering::Acquire);
+            match store.events_page(id, after, page).await {
+                Ok(events) if !events.is_empty() => {
+                    let mut sent = after;
+                    let steps = stored_steps(&events, &mut sent);
+                    let read = events.last().map_or(after, |e| e.sequence);
+                    last.store(read.max(sent), Ordering::Release);
+                    Some((steps, true))
+                }
+                Ok(_) => None,
+                Err(err) => {
+                    tracing::error!(%err, run_id = %id, "reading a run's steps for its stream");
+                    Some((Vec::new(), false))
+                }
+            }
+        }
+    })
+    .flat_map(futures::stream::iter)
+}
+
+/// How a run that does not run (it waits, or it ended) stands, after its steps up to `last`
+/// were sent: the steps it took since, then its status. Nothing if it runs or is queued again
+/// (the stream ends and the browser reconnects to follow it) or cannot be read.
+async fn settle(store: Arc<dyn RunStore>, id: Uuid, mut last: i64) -> Vec<SseEvent> {
+    let mut out = Vec::new();
+    loop {
+        let run = match store.get(id).await {
+            Ok(run) => run,
+            Err(err) => {
+                tracing::error!(%err, run_id = %id, "reading a run for its stream");
+                return out;
+            }
+        };
+        let status = match run.map(|run| run.status) {
+            None | Some(RunStatus::Running | RunStatus::Queued) => return out,
+            Some(status) => status,
+        };
+        match store.events(id, last).await {
+            Ok(more) if more.is_empty() => {
+                out.push(status_event(status));
+                return out;
+            }
+            // Steps it took meanwhile (few: the replay read the rest): sent, then look again.
+            Ok(more) => out.extend(stored_steps(&more, &mut last)),
+            Err(err) => {
+                tracing::error!(%err, run_id = %id, "reading a run's steps for its stream");
+                return out;
+            }
+        }
+    }
 }
 
 /// How long a stream of a run driven elsewhere waits for a commit before it reads the run again
@@ -631,7 +744,7 @@ pub async fn run_events(
 mod tests {
     use super::*;
     use futures::StreamExt;
-    use nrllm_core::store::{NewRun, RunConfiguration};
+    use nrllm_core::store::NewRun;
     use nrllm_store::db::Database;
     use nrllm_store::SqlRunStore;
 
@@ -644,22 +757,119 @@ mod tests {
     }
 
     async fn running_run(store: &SqlRunStore) -> Uuid {
+        new_run(store, true).await
+    }
+
+    /// A run stored as running under this store's lease, or (`running` false) queued.
+    async fn new_run(store: &SqlRunStore, running: bool) -> Uuid {
         let run = NewRun {
             id: Uuid::now_v7(),
-            configuration: RunConfiguration {
-                continues: None,
-                approval_timeout_ms: None,
-                provider: "demo".into(),
-                model: "demo-1".into(),
-                prompt: "p".into(),
-                system_prompt: None,
-                skills: Vec::new(),
-                settings: Default::default(),
-            },
+            configuration: nrllm_store::testing::demo_configuration("p"),
             requested_by: "operator".into(),
             copied: Vec::new(),
         };
-        store.create(&run, 1, true).await.unwrap().id
+        store.create(&run, 1, running).await.unwrap().id
+    }
+
+    #[tokio::test]
+    async fn streams_of_a_queued_run_count_toward_the_caps_until_they_end() {
+        let (_dir, store) = store().await;
+        let hub = Arc::new(LiveHub::new(StreamLimits {
+            per_run: 5,
+            total: 2,
+        }));
+        // Queued: nothing in this process takes it.
+        let id = new_run(&store, false).await;
+        let open = || event_stream(store.clone(), hub.clone(), None, id, 0);
+        let first = open().await.unwrap();
+        let second = open().await.unwrap();
+        assert_eq!(hub.stats().subscribers, 2);
+        assert_eq!(open().await.err(), Some(StreamError::Full));
+        drop(first);
+        assert_eq!(hub.stats().subscribers, 1);
+        let third = open().await.unwrap();
+        drop((second, third));
+        assert_eq!(hub.stats(), HubStats::default());
+    }
+
+    #[tokio::test]
+    async fn a_finished_run_replays_every_step_a_page_at_a_time_then_its_status() {
+        let (_dir, store) = store().await;
+        let id = nrllm_store::testing::completed_run(store.as_ref(), 7, 1)
+            .await
+            .id;
+        for (page, after) in [(1, 0), (2, 0), (3, 4), (500, 0)] {
+            let sent: Vec<SseEvent> = settled_replay(store.clone(), id, after, page)
+                .collect()
+                .await;
+            let text: Vec<String> = sent.iter().map(|e| format!("{e:?}")).collect();
+            // The reconnect hint, each step after `after` in order, the status.
+            assert_eq!(
+                sent.len(),
+                1 + (7 - after as usize) + 1,
+                "page {page}: {text:?}"
+            );
+            for (i, sequence) in (after + 1..=7).enumerate() {
+                assert!(
+                    text[1 + i].contains(&format!("step {sequence}")),
+                    "page {page}: {text:?}"
+                );
+            }
+            assert!(text.last().unwrap().contains("completed"), "{text:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_running_run_replays_its_stored_steps_in_pages_then_follows_live() {
+        let (_dir, store) = store().await;
+        let hub = Arc::new(LiveHub::default());
+        let step = |sequence: i64| SequencedEvent {
+            sequence,
+            event: nrllm_core::events::Event::Recovered {
+                resumes_at: format!("step {sequence}"),
+            },
+            created_at_ms: 1,
+        };
+        // Running here, with the steps of an earlier segment stored (a fork's, copied).
+        let run = NewRun {
+            id: Uuid::now_v7(),
+            configuration: nrllm_store::testing::demo_configuration("p"),
+            requested_by: "operator".into(),
+            copied: (1..=7).map(step).collect(),
+        };
+        let id = store.create(&run, 1, true).await.unwrap().id;
+        let last = Arc::new(AtomicI64::new(2));
+        let paged: Vec<SseEvent> = paged_steps(store.clone(), id, 2, Arc::clone(&last))
+            .collect()
+            .await;
+        assert_eq!(paged.len(), 5, "steps 3 to 7, two at a time");
+        assert_eq!(last.load(Ordering::Acquire), 7);
+
+        hub.status(id, RunStatus::Running);
+        let stream = event_stream(store.clone(), hub.clone(), None, id, 0)
+            .await
+            .unwrap();
+        hub.event(id, &step(8));
+        hub.status(id, RunStatus::Completed);
+        let text: Vec<String> = stream
+            .collect::<Vec<SseEvent>>()
+            .await
+            .iter()
+            .map(|e| format!("{e:?}"))
+            .collect();
+        assert_eq!(
+            text.len(),
+            1 + 8 + 1,
+            "hint, 7 stored, 1 live, status: {text:?}"
+        );
+        for sequence in 1..=8 {
+            assert!(
+                text[sequence].contains(&format!("step {sequence}")),
+                "{text:?}"
+            );
+        }
+        assert!(text[9].contains("completed"), "{text:?}");
+        assert_eq!(hub.stats(), HubStats::default());
     }
 
     #[tokio::test]

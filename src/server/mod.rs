@@ -2,6 +2,7 @@
 //! tools and their settings, the configurations and the live event hub, once, at start. Every
 //! piece lives in a module of its own, named for what it does.
 
+pub mod audit;
 pub mod auth;
 pub mod configurations;
 pub mod diff;
@@ -124,8 +125,17 @@ impl AppState {
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
         let lease = std::time::Duration::from_secs(u64::from(settings.lease_secs));
+        let lease_clock = Arc::new(leases::LeaseClock::new(lease));
         let sql_store =
             SqlRunStore::new(db.clone()).with_lease(&instance, lease.as_millis() as i64);
+        sql_store
+            .anchor_audit_key(nrllm_core::clock::now_ms())
+            .await
+            .map_err(|err| format!("cannot record the audit key's anchor: {err}"))?;
+        tracing::info!(
+            key = sql_store.database().audit_key().id(),
+            "runs' logs are chained by the audit key with this id"
+        );
         let store: Arc<dyn RunStore> = Arc::new(sql_store.clone());
         let mut registry = builtin_registry(site.clone(), Arc::clone(&store));
         registry
@@ -165,7 +175,13 @@ impl AppState {
                     bell.clone(),
                     counters.clone(),
                 ])))
-                .with_state_limit(settings.max_state_bytes as usize),
+                .with_state_limit(settings.max_state_bytes as usize)
+                .with_lease_watch(lease_clock.clone())
+                .with_four_eyes({
+                    // An unreadable configuration: the safe answer, four-eyes.
+                    let configurations = Arc::clone(&configurations);
+                    move |name| name.is_none_or(|name| configurations.four_eyes(name))
+                }),
         );
         let webhook_store = WebhookStore::new(db.clone());
         let webhooks = match targets.is_empty() {
@@ -194,7 +210,7 @@ impl AppState {
             Arc::clone(&store),
             Arc::clone(&runs),
             tasks.clone(),
-            lease,
+            (lease, lease_clock),
             live.clone(),
             settings.max_running_runs as usize,
         ));
@@ -253,6 +269,17 @@ impl AppState {
     /// for other instances' commits and tool settings.
     pub fn start_background(&self) {
         tokio::spawn(Arc::clone(&self.leases).run(self.shutdown.clone()));
+        // The rate limiters forget the keys whose limits refilled: what failed logins and run
+        // starts leave behind does not pile up.
+        let (limits, shutdown) = (Arc::clone(&self.limits), self.shutdown.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(auth::FORGET_IDLE_EVERY) => limits.forget_idle(),
+                }
+            }
+        });
         tokio::spawn(Arc::clone(&self.queue).run(self.remote.clone(), self.shutdown.clone()));
         if let Some(remote) = &self.remote {
             tokio::spawn(Arc::clone(remote).run(self.shutdown.clone()));

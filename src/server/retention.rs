@@ -28,12 +28,24 @@ pub async fn purge_once(
         .await
 }
 
-/// Runs the purge every hour for as long as the server lives, logging what it removed.
-pub fn spawn_hourly(store: std::sync::Arc<dyn RunStore>, settings: Settings) {
+/// Runs the purge every hour for as long as the server lives, logging what it removed: old runs,
+/// and the sessions and login links that expired.
+pub fn spawn_hourly(
+    store: std::sync::Arc<dyn RunStore>,
+    accounts: nrllm_store::accounts::AccountStore,
+    settings: Settings,
+) {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(Duration::from_secs(3600));
         loop {
             ticker.tick().await;
+            match accounts.purge_expired(now_ms()).await {
+                Ok((sessions, links)) if sessions + links > 0 => {
+                    tracing::info!(sessions, links, "purged expired sessions and login links")
+                }
+                Ok(_) => {}
+                Err(err) => tracing::error!(%err, "purging expired sessions failed"),
+            }
             match purge_once(store.as_ref(), &settings).await {
                 Ok(report) if report.runs > 0 => {
                     tracing::info!(

@@ -1,14 +1,16 @@
 //! Response headers that keep a page safe even if a bug let markup through: a Content-Security-
 //! Policy on every HTML response (scripts only with the page's nonce, no inline event handlers,
-//! no framing by other sites), and the usual hardening headers on everything.
+//! no framing by other sites), the usual hardening headers on everything, and
+//! `Cache-Control: no-store` on everything but the built assets (a new API token is shown once on
+//! a page; no cache between the server and the browser may keep it).
 //!
 //! Pages get a policy with the nonce Leptos generated for that response (its hydration script
 //! carries it); any other HTML the server sends (a bare error page) gets one that allows no script.
 
 use axum::extract::Request;
 use axum::http::header::{
-    HeaderValue, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
-    X_FRAME_OPTIONS,
+    HeaderValue, CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY,
+    X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 use axum::middleware::Next;
 use axum::response::Response;
@@ -47,8 +49,17 @@ pub fn set_page_policy() {
 /// The middleware: hardening headers on every response, and a no-script policy on any HTML
 /// response that has no policy of its own.
 pub async fn security_headers(request: Request, next: Next) -> Response {
+    // Pages, API answers and downloads are the caller's own (a new API token shows once on a
+    // page): no cache keeps them. The built assets are the same for everyone.
+    let static_asset = {
+        let path = request.uri().path();
+        path.starts_with("/pkg/") || path == "/favicon.ico"
+    };
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
+    if !static_asset && !headers.contains_key(CACHE_CONTROL) {
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));

@@ -293,6 +293,7 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
         ),
         Event::ApprovalDecided {
             decided_by,
+            through_token,
             choices,
             ..
         } => {
@@ -300,7 +301,11 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
                 .iter()
                 .map(|c| format!("{} {}", c.tool, choice_words(&c.choice)))
                 .collect();
-            format!("decided by {decided_by}: {}", list.join(", "))
+            let token = through_token
+                .as_deref()
+                .map(|t| format!(" (token {t})"))
+                .unwrap_or_default();
+            format!("decided by {decided_by}{token}: {}", list.join(", "))
         }
         Event::ApprovalExpired { choices, .. } => {
             view.ok = false;
@@ -616,7 +621,9 @@ pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView
 }
 
 /// An MCP server's status for the system page.
-pub fn mcp_server_view(status: nrllm_mcp::hub::Status) -> crate::model::McpServerView {
+/// An MCP server as the system page shows it; its command, arguments or URL (which may hold a
+/// secret) only to an administrator (`admin`).
+pub fn mcp_server_view(status: nrllm_mcp::hub::Status, admin: bool) -> crate::model::McpServerView {
     use nrllm_mcp::hub::State;
     use nrllm_types::McpState;
     let (state, reason, retry_at_ms) = match status.state {
@@ -629,9 +636,16 @@ pub fn mcp_server_view(status: nrllm_mcp::hub::Status) -> crate::model::McpServe
     };
     crate::model::McpServerView {
         name: status.name,
-        endpoint: status.endpoint,
+        endpoint: match admin {
+            true => status.endpoint,
+            false => "(its command or address is shown to administrators)".to_owned(),
+        },
         state,
-        reason,
+        // A failure names the command or address too.
+        reason: reason.map(|reason| match admin {
+            true => reason,
+            false => "it could not be reached (an administrator sees why)".to_owned(),
+        }),
         retry_at: retry_at_ms.map(format_utc),
         server_info: status.server_info,
         tools: status.tools,
@@ -912,6 +926,7 @@ mod tests {
         let decided = Event::ApprovalDecided {
             round: Some(2),
             decided_by: "bob".into(),
+            through_token: None,
             choices: vec![nrllm_core::events::CallChoice {
                 call_id: "c1".into(),
                 tool: "update_page".into(),

@@ -83,6 +83,13 @@ pub async fn start(settings: &str, env: &[(&str, &str)]) -> Server {
         .env("NRLLM_DEMO_THINK_MS", "0")
         .stdout(log_file.try_clone().unwrap())
         .stderr(log_file);
+    // Instances sharing a Postgres database share its audit key, as their operators would.
+    if env
+        .iter()
+        .any(|(name, value)| *name == "NRLLM_DATABASE_URL" && value.starts_with("postgres"))
+    {
+        command.env("NRLLM_AUDIT_KEY", "a1".repeat(32));
+    }
     for (name, value) in env {
         command.env(name, value);
     }
@@ -167,16 +174,49 @@ pub async fn call(
     endpoint: &str,
     body: Value,
 ) -> (StatusCode, Value) {
-    let response = client()
+    let request = client()
         .post(format!("{}/api/{endpoint}", server.base))
         .header(COOKIE, &session.cookies)
-        .header("x-csrf-token", &session.csrf)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+        .header("x-csrf-token", &session.csrf);
+    answer(request.json(&body)).await
+}
+
+/// A JSON call with API token `token`.
+pub async fn call_with_token(
+    server: &Server,
+    token: &str,
+    endpoint: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    let request = client()
+        .post(format!("{}/api/{endpoint}", server.base))
+        .bearer_auth(token);
+    answer(request.json(&body)).await
+}
+
+/// The status and JSON body `request` is answered with.
+async fn answer(request: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    let response = request.send().await.unwrap();
     let status = response.status();
     (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// The admin makes users (name, role) with the password `<name>-password-1`, and logs each in.
+pub async fn users(server: &Server, team: &[(&str, &str)]) -> Vec<Session> {
+    let admin = log_in(server, "admin", ADMIN_PASSWORD).await;
+    let mut sessions = Vec::new();
+    for (name, role) in team {
+        let (status, body) = call(
+            server,
+            &admin,
+            "nrllm_user_create",
+            json!({ "name": name, "password": format!("{name}-password-1"), "role": role }),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        sessions.push(log_in(server, name, &format!("{name}-password-1")).await);
+    }
+    sessions
 }
 
 /// Polls a run until `done` holds of its page model (at most 10 s).

@@ -22,7 +22,7 @@ use crate::preview::{preview_pending, CallPreview};
 use crate::provider::{ChatResponse, Provider, ProviderError, RetryNotice, ToolChoice};
 use crate::registry::{Gate, ToolRegistry};
 use crate::rules::ApprovalRule;
-use crate::state::{Counters, RunSettings, StateError, SuspendedState};
+use crate::state::{Counters, RunSettings, StateError, SuspendedState, UnknownCall};
 use crate::tool::{ToolContext, ToolError};
 use crate::transcript::{Message, ToolCall, ToolOutcome};
 
@@ -61,6 +61,24 @@ pub struct RunContext {
     pub rules: Vec<ApprovalRule>,
     /// On `resume`: what the step of each call decided without an operator says, by call id.
     pub call_notes: BTreeMap<String, String>,
+    /// On `run` of a continued transcript (a fork): calls of its pending turn that the parent
+    /// dispatched with no result in the transcript. They wait for an operator as outcome
+    /// unknown, whatever the gate and the rules say.
+    pub inherited: Vec<UnknownCall>,
+    /// On `resume`: the effect key each pending call runs under ([`call_effect_key`]).
+    pub effect_keys: BTreeMap<String, String>,
+    /// This instance's lease on the run, asked before each model request and each tool call
+    /// (none: nobody else can take the run over, as in tests and headless programs).
+    pub lease: Option<crate::lease::LeaseGuard>,
+    /// The run's version while this instance holds it (see [`crate::lease`]), for the tools.
+    pub lease_epoch: Option<i64>,
+}
+
+impl RunContext {
+    /// Whether the run may go on here (its lease is held, or nobody leases it).
+    fn lease_held(&self) -> bool {
+        self.lease.as_ref().is_none_or(|lease| lease.holds())
+    }
 }
 
 /// One tool call answered during this segment of the loop.
@@ -135,6 +153,56 @@ pub fn split_pending_turn(transcript: &mut Vec<Message>) -> Option<(Vec<ToolCall
     Some((calls, answered))
 }
 
+/// A continued turn's next step with the calls its parent dispatched (`inherited`) marked as
+/// outcome unknown: the turn then waits for an operator, whatever the gate and the rules let
+/// through, and its step says which calls and with which effect keys.
+fn inherit(next: Next, inherited: &[UnknownCall], sink: &dyn EventSink) -> Next {
+    let (mut state, waits) = match next {
+        Next::Decided(state) => (state, false),
+        Next::Suspend(state) => (state, true),
+        // Nothing of the turn is gated today: its calls have no effect to repeat.
+        other => return other,
+    };
+    state.unknown = inherited
+        .iter()
+        .filter(|u| state.pending.iter().any(|c| c.id == u.call_id))
+        .filter(|u| !state.answered.iter().any(|a| a.call_id == u.call_id))
+        .cloned()
+        .collect();
+    if state.unknown.is_empty() {
+        return match waits {
+            true => Next::Suspend(state),
+            false => Next::Decided(state),
+        };
+    }
+    sink.emit(Event::OutcomeUnknown {
+        round: state.counters.iterations,
+        calls: state
+            .unknown
+            .iter()
+            .filter_map(|u| {
+                let call = state.pending.iter().find(|c| c.id == u.call_id)?;
+                Some(crate::events::UnknownStep {
+                    call_id: u.call_id.clone(),
+                    tool: call.name.clone(),
+                    effect_key: u.effect_key.clone(),
+                    dispatched_at_ms: u.dispatched_at_ms,
+                })
+            })
+            .collect(),
+    });
+    // Every gated call waits for the operator, those a rule let through included.
+    for unknown in &state.unknown {
+        if !state.gated.contains(&unknown.call_id) {
+            state.gated.push(unknown.call_id.clone());
+        }
+    }
+    state
+        .ruled
+        .retain(|r| !state.unknown.iter().any(|u| u.call_id == r.call_id));
+    Next::Suspend(state)
+}
+
 /// Who an automatic decision is recorded as made by.
 pub const AUTOMATIC: &str = "automatic (approval rules and the tools' own checks)";
 
@@ -190,6 +258,10 @@ pub enum LoopError {
     /// The stored state cannot be resumed; nothing happened.
     #[error(transparent)]
     State(#[from] StateError),
+    /// This instance no longer holds the run's lease (it stalled, and another instance may have
+    /// taken the run over): the segment stops before its next step, and nothing is written.
+    #[error("this instance no longer holds the run's lease")]
+    LeaseLost,
     /// The provider failed; `counters` are the run's totals up to the failure, `transcript` the
     /// messages the failed request sent, and `approved_ran` the tools that ran on the operator's
     /// approval in this segment (their effects happened).
@@ -297,6 +369,9 @@ impl ToolLoop {
                     // offered.
                     let gate = self.gate(machine.settings());
                     let ask = machine.ask(gate.specs());
+                    if !ctx.lease_held() {
+                        return Err(LoopError::LeaseLost);
+                    }
                     let response = match self.ask(&ask, sink).await {
                         Ok(response) => response,
                         Err(error) => {
@@ -320,6 +395,9 @@ impl ToolLoop {
                     let gate = self.gate(machine.settings());
                     let mut answers = Vec::with_capacity(calls.len());
                     for (call, plan) in &calls {
+                        if !ctx.lease_held() {
+                            return Err(LoopError::LeaseLost);
+                        }
                         let invocation = self
                             .answer(&gate, call, plan, round, on_resume, ctx, sink)
                             .await;
@@ -487,10 +565,16 @@ impl ToolLoop {
                     run_id: ctx.run_id.clone(),
                     actor: ctx.actor.clone(),
                     call_id: call.id.clone(),
+                    lease_epoch: ctx.lease_epoch,
                     approved_basis: ctx.approved_bases.get(&call.id).cloned(),
-                    // An approved call's effect is keyed, so that running it again after a
-                    // restart applies nothing twice.
-                    effect_key: on_resume.then(|| effect_key(&ctx.run_id, round, &call.id)),
+                    // An approved call's effect is keyed ([`call_effect_key`]), so that running
+                    // it again after a restart applies nothing twice.
+                    effect_key: on_resume.then(|| {
+                        ctx.effect_keys
+                            .get(&call.id)
+                            .cloned()
+                            .unwrap_or_else(|| effect_key(&ctx.run_id, round, &call.id))
+                    }),
                 };
                 if on_resume {
                     failpoint::reach("before_approved_tool");
@@ -588,6 +672,18 @@ pub fn effect_key(run_id: &str, round: u32, call_id: &str) -> String {
     format!("{run_id}/{round}/{call_id}")
 }
 
+/// The effect key call `call_id` of `state`'s pending turn runs under in run `run_id`: the key it
+/// was dispatched with if its outcome is unknown (a fork's: its parent's), else
+/// [`effect_key`] of the turn's round.
+pub fn call_effect_key(state: &SuspendedState, run_id: &str, call_id: &str) -> String {
+    state
+        .unknown
+        .iter()
+        .find(|u| u.call_id == call_id)
+        .map(|u| u.effect_key.clone())
+        .unwrap_or_else(|| effect_key(run_id, state.counters.iterations, call_id))
+}
+
 /// The result the model reads for a call the operator reports as failed.
 pub fn failed_text(note: Option<&str>) -> String {
     match note.map(str::trim).filter(|n| !n.is_empty()) {
@@ -610,7 +706,9 @@ impl ToolLoopService for ToolLoop {
             let mut machine = Machine::start(transcript, input.settings);
             let next = pending.map(|(calls, answered)| {
                 let gate = self.gate(machine.settings());
-                machine.pending_turn(calls, answered, |call| gate.pass(call, &ctx.rules))
+                let next =
+                    machine.pending_turn(calls, answered, |call| gate.pass(call, &ctx.rules));
+                inherit(next, &ctx.inherited, sink)
             });
             return self.drive(machine, next, ctx, sink).await;
         }
@@ -641,7 +739,7 @@ impl ToolLoopService for ToolLoop {
         let gate = self.gate(&state.settings);
         let choices = enforce_rules(state, decision.resolve(&state.pending, &gate)?);
         if !ctx.decision_recorded {
-            sink.emit(decision_event(state, &choices, &ctx.actor));
+            sink.emit(decision_event(state, &choices, &ctx.actor, None));
         }
         // Each call that a rule refuses, or that runs as a rule or its tool's check let it,
         // says so in its step.
@@ -658,6 +756,14 @@ impl ToolLoopService for ToolLoop {
                         .any(|(call, choice)| call.id == r.call_id && choice.runs())
             })
             .map(|r| (r.call_id.clone(), r.note.clone()))
+            .collect();
+        ctx.effect_keys = state
+            .pending
+            .iter()
+            .map(|call| {
+                let key = call_effect_key(state, &ctx.run_id, &call.id);
+                (call.id.clone(), key)
+            })
             .collect();
         let plans = state
             .pending
@@ -702,8 +808,13 @@ impl ToolLoopService for ToolLoop {
 }
 
 /// The `approval_decided` step of a decision on `state`'s pending turn (`approval_expired` when
-/// the deadline passed undecided).
-pub fn decision_event(state: &SuspendedState, choices: &[Choice], decided_by: &str) -> Event {
+/// the deadline passed undecided), by `decided_by` (through API token `token`, if given).
+pub fn decision_event(
+    state: &SuspendedState,
+    choices: &[Choice],
+    decided_by: &str,
+    token: Option<&str>,
+) -> Event {
     let round = Some(state.counters.iterations);
     let choices = call_choices(state, choices);
     if choices
@@ -716,6 +827,7 @@ pub fn decision_event(state: &SuspendedState, choices: &[Choice], decided_by: &s
     Event::ApprovalDecided {
         round,
         decided_by: decided_by.to_owned(),
+        through_token: token.map(str::to_owned),
         choices,
     }
 }

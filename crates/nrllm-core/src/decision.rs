@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::question::FormAnswer;
 use crate::registry::Gate;
 use crate::rules::{Condition, RuleDraft, RuleEffect, RuleError, RuleScope};
 use crate::tool::ToolError;
@@ -91,7 +92,7 @@ pub enum DecisionError {
     MissingCall { call_id: String, tool: String },
     #[error("the decision names call `{call_id}` twice")]
     DuplicateCall { call_id: String },
-    #[error("the choice `{choice}` for call `{call_id}` is not approve, deny, respond or failed")]
+    #[error("the choice `{choice}` for call `{call_id}` is not approve, deny, respond, failed or (for a question) answer")]
     InvalidChoice { call_id: String, choice: String },
     #[error("write the result the model should read for {tool} ({call_id})")]
     NoResult { call_id: String, tool: String },
@@ -128,6 +129,19 @@ pub enum DecisionError {
     /// An answer that does not fit its question (its choices or its schema).
     #[error("the answer does not fit the question: {field}: {message}")]
     InvalidAnswer { field: String, message: String },
+    /// An answer alone came for a turn whose other calls wait for a decision too: the answer
+    /// decides only its question, so the whole turn is decided in one decision.
+    #[error("this turn also waits for a decision on {}: decide them with the answer in one decision (nrllm_tool_resume, per_call, the question's call carrying the answer)", .calls.join(", "))]
+    UndecidedCalls { calls: Vec<String> },
+}
+
+impl From<crate::question::AnswerError> for DecisionError {
+    fn from(err: crate::question::AnswerError) -> DecisionError {
+        DecisionError::InvalidAnswer {
+            field: err.field,
+            message: err.message,
+        }
+    }
 }
 
 fn rule_against_choice(tool: &str, effect: RuleEffect) -> String {
@@ -179,17 +193,29 @@ pub struct SubmittedCall {
     /// "Always approve this tool …": an approval rule asked for with an approving choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remember: Option<Remember>,
+    /// For a question of the turn, with the choice `answer`: the operator's answer.
+    #[serde(default)]
+    pub answer: FormAnswer,
 }
 
 /// An approval rule asked for from the approval panel, for the tool of the call it was asked
 /// beside.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Remember {
-    pub scope: RuleScope,
+    pub scope: RememberScope,
     /// `allow` goes with a call the decision runs; `deny` with one it denies.
     pub effect: RuleEffect,
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+/// Where a rule asked for with a decision holds: the run being decided, or every run of its
+/// configuration. Never another run's or configuration's: the decision says which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RememberScope {
+    Run,
+    Configuration,
 }
 
 /// An approval form as submitted.
@@ -231,8 +257,14 @@ fn edit_of(call: &ToolCall, text: Option<&str>) -> Result<Option<Value>, Decisio
 }
 
 impl Submission {
-    /// The decision this form showed for `pending`: see the module documentation.
-    pub fn resolve(&self, pending: &[ToolCall]) -> Result<Decision, DecisionError> {
+    /// The decision this form showed for `pending`, whose calls `questions` ask the operator:
+    /// see the module documentation. A question's call is answered with the choice `answer`
+    /// (implied when an answer is typed and no choice is given), checked against the question.
+    pub fn resolve(
+        &self,
+        pending: &[ToolCall],
+        questions: &[String],
+    ) -> Result<Decision, DecisionError> {
         let pending_ids: BTreeSet<&str> = pending.iter().map(|c| c.id.as_str()).collect();
         let mut by_id: BTreeMap<&str, &SubmittedCall> = BTreeMap::new();
         for submitted in &self.calls {
@@ -255,12 +287,16 @@ impl Submission {
             let submitted = by_id.get(call.id.as_str());
             let own_reason = submitted.and_then(|s| typed(&s.reason));
             let edit = edit_of(call, submitted.and_then(|s| s.arguments.as_deref()))?;
+            let question = questions.contains(&call.id);
+            let answer = submitted.map(|s| &s.answer).filter(|a| a.is_given());
             let kind = match self.action {
                 Action::ApproveAll => "approve",
                 Action::DenyAll => "deny",
                 Action::PerCall => {
                     match submitted.and_then(|s| s.choice.as_deref()).map(str::trim) {
                         Some("edit") => "approve",
+                        Some("answer") if question => "answer",
+                        None | Some("") if question && answer.is_some() => "answer",
                         Some(kind @ ("approve" | "deny" | "respond" | "failed")) => kind,
                         Some(other) => {
                             return Err(DecisionError::InvalidChoice {
@@ -285,12 +321,30 @@ impl Submission {
             {
                 dropped.push(format!("the result typed for {}", call.name));
             }
+            if kind != "answer" && answer.is_some() {
+                dropped.push(format!("the answer typed for {}", call.name));
+            }
             let choice = match kind {
+                "answer" => {
+                    let answer = answer.ok_or_else(|| DecisionError::InvalidAnswer {
+                        field: "answer".into(),
+                        message: format!("write an answer to the question of {}", call.id),
+                    })?;
+                    Choice::Respond {
+                        result: answer.result_for(call)?,
+                    }
+                }
                 "deny" => {
                     any_denied = true;
                     Choice::Deny {
                         reason: own_reason.or(shared_reason).map(str::to_owned),
                     }
+                }
+                // A question's result is its answer, checked as one.
+                "respond" if question => {
+                    let text = submitted.and_then(|s| typed(&s.result)).unwrap_or_default();
+                    let result = FormAnswer::text(text).result_for(call)?;
+                    Choice::Respond { result }
                 }
                 "respond" => {
                     let result = submitted.and_then(|s| typed(&s.result)).ok_or_else(|| {
@@ -340,13 +394,15 @@ impl Submission {
 }
 
 impl Submission {
-    /// The approval rules the form asks for beside its calls, each for its call's tool, or why
-    /// not: an allowing rule goes only with a call that `decision` (this form's, resolved) runs,
-    /// a denying one only with a call it denies.
+    /// The approval rules the form asks for beside its calls, each for its call's tool and for
+    /// run `run` or its configuration `configuration`, or why not: an allowing rule goes only
+    /// with a call that `decision` (this form's, resolved) runs, a denying one only with a call
+    /// it denies.
     pub fn rules(
         &self,
         pending: &[ToolCall],
         decision: &Decision,
+        (run, configuration): (uuid::Uuid, &str),
     ) -> Result<Vec<RuleDraft>, DecisionError> {
         let mut drafts = Vec::new();
         for submitted in &self.calls {
@@ -382,7 +438,10 @@ impl Submission {
                 });
             }
             let draft = RuleDraft {
-                scope: remember.scope.clone(),
+                scope: match remember.scope {
+                    RememberScope::Run => RuleScope::Run(run),
+                    RememberScope::Configuration => RuleScope::Configuration(configuration.into()),
+                },
                 tool: call.name.clone(),
                 effect: remember.effect,
                 conditions: remember.conditions.clone(),
@@ -445,7 +504,7 @@ impl Decision {
                         if let Choice::Deny { reason } = choice {
                             check_reason(reason)?;
                         }
-                        Ok((*choice).clone())
+                        Ok::<_, DecisionError>((*choice).clone())
                     })
                     .collect::<Result<Vec<_>, _>>()?
             }
@@ -528,6 +587,7 @@ mod tests {
             reason: Some(reason.into()),
             result: None,
             remember: None,
+            answer: FormAnswer::default(),
         }
     }
 
@@ -561,7 +621,7 @@ mod tests {
                     submitted("b", "approve", Some(same), ""),
                 ],
             )
-            .resolve(&pending)
+            .resolve(&pending, &[])
             .unwrap();
             assert_eq!(
                 choices(decision),
@@ -578,7 +638,7 @@ mod tests {
             Action::ApproveAll,
             vec![submitted("a", "approve", Some("{oops"), "")],
         )
-        .resolve(&pending)
+        .resolve(&pending, &[])
         .unwrap_err();
         assert!(
             matches!(&not_json, DecisionError::EditNotJson { call_id, tool, .. } if call_id == "a" && tool == "update_page"),
@@ -597,7 +657,7 @@ mod tests {
         );
         form.reason = Some("ask first".into());
         assert_eq!(
-            choices(form.resolve(&turn()).unwrap()),
+            choices(form.resolve(&turn(), &[]).unwrap()),
             [
                 Choice::Deny {
                     reason: Some("not today".into())
@@ -641,13 +701,13 @@ mod tests {
         for (action, calls, reason, named) in cases {
             let mut form = submission(action, calls);
             form.reason = reason.map(str::to_owned);
-            let err = form.resolve(&pending).unwrap_err();
+            let err = form.resolve(&pending, &[]).unwrap_err();
             assert!(
                 matches!(&err, DecisionError::WouldDiscard(text) if text.contains(named)),
                 "{action:?}: {err}"
             );
             form.acknowledge_discard = true;
-            assert!(form.resolve(&pending).is_ok(), "{action:?}");
+            assert!(form.resolve(&pending, &[]).is_ok(), "{action:?}");
         }
     }
 
@@ -655,13 +715,13 @@ mod tests {
     fn per_call_forms_must_answer_every_call_with_a_known_choice() {
         let pending = turn();
         let missing = submission(Action::PerCall, vec![submitted("a", "approve", None, "")])
-            .resolve(&pending)
+            .resolve(&pending, &[])
             .unwrap_err();
         assert!(
             matches!(missing, DecisionError::MissingCall { ref call_id, .. } if call_id == "b")
         );
         let unknown = submission(Action::PerCall, vec![submitted("z", "approve", None, "")])
-            .resolve(&pending)
+            .resolve(&pending, &[])
             .unwrap_err();
         assert!(matches!(unknown, DecisionError::UnknownCall { .. }));
         let bad = submission(
@@ -671,7 +731,7 @@ mod tests {
                 submitted("b", "deny", None, "no"),
             ],
         )
-        .resolve(&pending)
+        .resolve(&pending, &[])
         .unwrap_err();
         assert!(
             matches!(bad, DecisionError::InvalidChoice { ref choice, .. } if choice == "maybe")
@@ -680,7 +740,7 @@ mod tests {
         assert_eq!(
             choices(
                 submission(Action::ApproveAll, vec![])
-                    .resolve(&pending)
+                    .resolve(&pending, &[])
                     .unwrap()
             ),
             [Choice::Approve, Choice::Approve]
@@ -692,7 +752,7 @@ mod tests {
         let pending = turn();
         let remember = |effect| {
             Some(Remember {
-                scope: RuleScope::Configuration("demo".into()),
+                scope: RememberScope::Configuration,
                 effect,
                 conditions: Vec::new(),
             })
@@ -706,8 +766,8 @@ mod tests {
             submission(action, vec![other, call])
         };
         let rules = |form: Submission| {
-            let decision = form.resolve(&pending)?;
-            form.rules(&pending, &decision)
+            let decision = form.resolve(&pending, &[])?;
+            form.rules(&pending, &decision, (uuid::Uuid::nil(), "demo"))
         };
         let allow = rules(form(Action::ApproveAll, "approve", RuleEffect::Allow)).unwrap();
         assert_eq!(allow.len(), 1);
@@ -744,5 +804,54 @@ mod tests {
             refusal_text(None),
             "denied by the operator (no reason given)"
         );
+    }
+
+    #[test]
+    fn a_question_of_the_turn_is_answered_in_the_per_call_decision_and_only_there() {
+        let pending = vec![
+            ToolCall::new(
+                "q",
+                "ask_operator",
+                &json!({"question": "Which?", "choices": ["a", "b"]}),
+            ),
+            ToolCall::new("u", "update_page", &json!({"slug": "home", "title": "Hi"})),
+        ];
+        let questions = vec!["q".to_owned()];
+        let answered = |text: &str| SubmittedCall {
+            call_id: "q".into(),
+            answer: FormAnswer::text(text),
+            ..SubmittedCall::default()
+        };
+        let deny_update = submitted("u", "deny", None, "not now");
+        let form = submission(Action::PerCall, vec![answered("b"), deny_update.clone()]);
+        assert_eq!(
+            choices(form.resolve(&pending, &questions).unwrap()),
+            vec![
+                Choice::Respond { result: "b".into() },
+                Choice::Deny {
+                    reason: Some("not now".into())
+                }
+            ]
+        );
+        // The answer is checked against the question.
+        let form = submission(Action::PerCall, vec![answered("c"), deny_update.clone()]);
+        assert!(matches!(
+            form.resolve(&pending, &questions),
+            Err(DecisionError::InvalidAnswer { .. })
+        ));
+        // "answer" is a choice for questions only.
+        let mut wrong = deny_update.clone();
+        wrong.choice = Some("answer".into());
+        let form = submission(Action::PerCall, vec![answered("a"), wrong]);
+        assert!(matches!(
+            form.resolve(&pending, &questions),
+            Err(DecisionError::InvalidChoice { .. })
+        ));
+        // A button that drops a typed answer asks first.
+        let form = submission(Action::ApproveAll, vec![answered("a")]);
+        assert!(matches!(
+            form.resolve(&pending, &questions),
+            Err(DecisionError::WouldDiscard(text)) if text.contains("the answer typed for ask_operator")
+        ));
     }
 }

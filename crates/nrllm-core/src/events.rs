@@ -119,6 +119,9 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         round: Option<u32>,
         decided_by: String,
+        /// The API token the decider acted through, if any (their name is `decided_by`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        through_token: Option<String>,
         choices: Vec<CallChoice>,
     },
     /// Nobody decided before the approval deadline: no call of the turn ran, and the model reads

@@ -2,7 +2,9 @@
 //! ([`crate::store::RunRecord::cancel_requested`]); the instance that drives it hears of it — at
 //! once if the cancel came in here, else at its next heartbeat — and the segment in progress is
 //! abandoned where it stands: a model call in flight is dropped, and an approved call in flight
-//! is journaled as outcome unknown.
+//! is journaled as outcome unknown. A segment whose instance lost the run's lease is abandoned
+//! the same way, but writes nothing: the instance that took the run over goes on from its
+//! journal.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,14 +15,23 @@ use uuid::Uuid;
 
 use crate::store::CancelRequest;
 
-/// The cancels asked for the runs this process drives now, by run id.
+/// Why a segment driven here must stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// An operator cancelled the run.
+    Cancel(CancelRequest),
+    /// This instance no longer holds the run's lease.
+    LeaseLost,
+}
+
+type Senders = HashMap<Uuid, watch::Sender<Option<Stop>>>;
+
+/// The stops asked for the runs this process drives now, by run id.
 #[derive(Default)]
-pub(crate) struct Interrupts(Mutex<HashMap<Uuid, watch::Sender<Option<CancelRequest>>>>);
+pub(crate) struct Interrupts(Mutex<Senders>);
 
 impl Interrupts {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<Uuid, watch::Sender<Option<CancelRequest>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Senders> {
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -29,7 +40,7 @@ impl Interrupts {
     /// Watches run `id` for a cancel while a segment of it is driven here (`already`: one asked
     /// for before the segment began).
     pub(crate) fn watch(&self, id: Uuid, already: Option<CancelRequest>) -> Watched<'_> {
-        let (sender, receiver) = watch::channel(already);
+        let (sender, receiver) = watch::channel(already.map(Stop::Cancel));
         self.lock().insert(id, sender);
         Watched {
             interrupts: self,
@@ -39,10 +50,10 @@ impl Interrupts {
     }
 
     /// Tells the segment driving run `id` here to stop; `false` if no segment of it runs here.
-    pub(crate) fn interrupt(&self, id: Uuid, request: CancelRequest) -> bool {
+    pub(crate) fn interrupt(&self, id: Uuid, stop: Stop) -> bool {
         match self.lock().get(&id) {
             Some(sender) => {
-                sender.send_replace(Some(request));
+                sender.send_replace(Some(stop));
                 true
             }
             None => false,
@@ -54,16 +65,13 @@ impl Interrupts {
 pub(crate) struct Watched<'a> {
     interrupts: &'a Interrupts,
     id: Uuid,
-    receiver: watch::Receiver<Option<CancelRequest>>,
+    receiver: watch::Receiver<Option<Stop>>,
 }
 
 impl Watched<'_> {
-    /// Runs `work` unless a cancel comes first: `Err` with the cancel, and `work` is dropped
+    /// Runs `work` unless a stop comes first: `Err` with the stop, and `work` is dropped
     /// wherever it stood.
-    pub(crate) async fn run<T>(
-        &mut self,
-        work: impl Future<Output = T>,
-    ) -> Result<T, CancelRequest> {
+    pub(crate) async fn run<T>(&mut self, work: impl Future<Output = T>) -> Result<T, Stop> {
         let receiver = &mut self.receiver;
         let cancelled = async move {
             loop {
@@ -84,8 +92,8 @@ impl Watched<'_> {
         }
     }
 
-    /// A cancel that came in after the work ended (the run was about to suspend).
-    pub(crate) fn requested(&self) -> Option<CancelRequest> {
+    /// A stop that came in after the work ended (the run was about to suspend).
+    pub(crate) fn requested(&self) -> Option<Stop> {
         self.receiver.borrow().clone()
     }
 }
@@ -126,11 +134,11 @@ mod tests {
         };
         let outcome = futures::future::join(watched.run(work), async {
             let _ = started_rx.await;
-            assert!(interrupts.interrupt(id, request()));
+            assert!(interrupts.interrupt(id, Stop::Cancel(request())));
         })
         .await
         .0;
-        assert_eq!(outcome, Err(request()));
+        assert_eq!(outcome, Err(Stop::Cancel(request())));
     }
 
     #[tokio::test]
@@ -143,7 +151,7 @@ mod tests {
             assert_eq!(watched.requested(), None);
         }
         assert!(
-            !interrupts.interrupt(id, request()),
+            !interrupts.interrupt(id, Stop::Cancel(request())),
             "no segment is watched any more"
         );
     }
@@ -155,7 +163,7 @@ mod tests {
         let mut watched = interrupts.watch(id, Some(request()));
         assert_eq!(
             watched.run(std::future::pending::<()>()).await,
-            Err(request())
+            Err(Stop::Cancel(request()))
         );
     }
 
@@ -166,7 +174,7 @@ mod tests {
         let old = interrupts.watch(id, None);
         let new = interrupts.watch(id, None);
         drop(old);
-        assert!(interrupts.interrupt(id, request()));
-        assert_eq!(new.requested(), Some(request()));
+        assert!(interrupts.interrupt(id, Stop::Cancel(request())));
+        assert_eq!(new.requested(), Some(Stop::Cancel(request())));
     }
 }

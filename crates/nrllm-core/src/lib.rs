@@ -8,14 +8,17 @@
 
 pub mod agent;
 pub mod assembly;
+pub mod authority;
 pub mod clock;
 pub mod decision;
 pub mod events;
 pub mod failpoint;
 pub mod hash;
 mod interrupt;
+pub mod lease;
 pub mod machine;
 pub mod mcp;
+pub mod moves;
 pub mod preview;
 pub mod provider;
 pub mod question;

@@ -7,6 +7,8 @@
 //! Everything here is pure: the tool never runs (its calls are answered by an operator), and the
 //! checks read only the call's arguments and the answer.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -113,6 +115,93 @@ impl Question {
     }
 }
 
+/// An answer as a form (or a JSON client) sends it: the text, or — for a question with a form —
+/// each field's text by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FormAnswer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<BTreeMap<String, String>>,
+}
+
+impl FormAnswer {
+    /// A text answer.
+    pub fn text(answer: impl Into<String>) -> FormAnswer {
+        FormAnswer {
+            answer: Some(answer.into()),
+            fields: None,
+        }
+    }
+
+    /// Whether anything was typed.
+    pub fn is_given(&self) -> bool {
+        self.answer.as_deref().is_some_and(|a| !a.trim().is_empty())
+            || self
+                .fields
+                .as_ref()
+                .is_some_and(|f| f.values().any(|v| !v.trim().is_empty()))
+    }
+
+    /// The answer as `question` takes it: with a schema, an object of the fields (a number or
+    /// yes/no field read as the schema says; an empty optional field left out); else the text.
+    /// A field longer than [`MAX_ANSWER_CHARS`] is refused, naming it.
+    pub fn value_for(&self, question: &Question) -> Result<Value, AnswerError> {
+        let too_long = |field: &str, text: &str| {
+            (text.chars().count() > MAX_ANSWER_CHARS)
+                .then(|| refused(field, format!("at most {MAX_ANSWER_CHARS} characters")))
+        };
+        if let Some(err) = self.answer.as_deref().and_then(|a| too_long("answer", a)) {
+            return Err(err);
+        }
+        let Some(schema) = &question.schema else {
+            return Ok(Value::String(self.answer.clone().unwrap_or_default()));
+        };
+        let empty = BTreeMap::new();
+        let fields = self.fields.as_ref().unwrap_or(&empty);
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .map(|list| list.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        let mut object = serde_json::Map::new();
+        for (name, property) in schema["properties"].as_object().into_iter().flatten() {
+            let text = fields.get(name).map(|t| t.trim().to_owned());
+            if let Some(err) = text.as_deref().and_then(|t| too_long(name, t)) {
+                return Err(err);
+            }
+            let value = match (property["type"].as_str(), text) {
+                (Some("boolean"), text) => Value::Bool(
+                    text.is_some_and(|t| matches!(t.as_str(), "true" | "on" | "1" | "yes")),
+                ),
+                (_, None) => continue,
+                (_, Some(text)) if text.is_empty() && !required.contains(&name.as_str()) => {
+                    continue
+                }
+                (Some("integer"), Some(text)) => text
+                    .parse::<i64>()
+                    .map(Value::from)
+                    .unwrap_or(Value::String(text)),
+                (Some("number"), Some(text)) => text
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(serde_json::Number::from_f64)
+                    .map(Value::Number)
+                    .unwrap_or(Value::String(text)),
+                (_, Some(text)) => Value::String(text),
+            };
+            object.insert(name.clone(), value);
+        }
+        Ok(Value::Object(object))
+    }
+
+    /// The result the model reads for this answer to `call`'s question, or why it does not fit.
+    pub fn result_for(&self, call: &ToolCall) -> Result<String, AnswerError> {
+        let question =
+            Question::of(call).ok_or_else(|| refused("answer", "the question cannot be read"))?;
+        question.check(&self.value_for(&question)?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +242,50 @@ mod tests {
         assert!(free
             .check(&json!("x".repeat(MAX_ANSWER_CHARS + 1)))
             .is_err());
+    }
+
+    #[test]
+    fn a_form_answer_is_read_as_the_questions_schema_says() {
+        let form = ToolCall::new(
+            "q",
+            "ask_operator",
+            &json!({"question": "Details?", "schema": {
+                "type": "object", "required": ["slug"],
+                "properties": {"slug": {"type": "string"}, "count": {"type": "integer"},
+                    "ok": {"type": "boolean"}, "note": {"type": "string"}}
+            }}),
+        );
+        let fields = |pairs: &[(&str, &str)]| FormAnswer {
+            answer: None,
+            fields: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+        };
+        let result = fields(&[
+            ("slug", " faq "),
+            ("count", "2"),
+            ("ok", "on"),
+            ("note", ""),
+        ])
+        .result_for(&form)
+        .unwrap();
+        assert_eq!(result, r#"{"count":2,"ok":true,"slug":"faq"}"#);
+        let err = fields(&[("slug", "a"), ("count", "two")])
+            .result_for(&form)
+            .unwrap_err();
+        assert_eq!(err.field, "count");
+        let err = fields(&[("slug", &"x".repeat(MAX_ANSWER_CHARS + 1))])
+            .result_for(&form)
+            .unwrap_err();
+        assert_eq!(err.field, "slug");
+        let free = ToolCall::new("f", "ask_operator", &json!({"question": "Why?"}));
+        assert_eq!(
+            FormAnswer::text(" because ").result_for(&free).unwrap(),
+            "because"
+        );
+        assert!(!FormAnswer::text("  ").is_given() && FormAnswer::text("x").is_given());
     }
 }

@@ -22,19 +22,22 @@ use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
 use crate::agent::{
-    automatic_decision, decision_event, effect_key, LoopError, LoopOutcome, RunContext, RunInput,
-    ToolLoopService, AUTOMATIC,
+    automatic_decision, call_effect_key, decision_event, LoopError, LoopOutcome, RunContext,
+    RunInput, ToolLoopService, AUTOMATIC,
 };
+use crate::authority::{authorize, Act, Actor, Lineage, Refusal, RunFacts, StateRefusal};
 use crate::clock::{format_utc, Clock, SystemClock};
 use crate::decision::{Choice, Decision, DecisionError, Submission};
 use crate::events::{Event, EventSink, UnknownStep};
 use crate::failpoint;
-use crate::interrupt::Interrupts;
+use crate::interrupt::{Interrupts, Stop};
+use crate::lease::{LeaseGuard, LeaseWatch};
 use crate::machine::Answer;
+use crate::moves::TurnMove;
 use crate::preview::{check_digest, pending_digest, CallPreview, DigestCheck};
 use crate::provider::Usage;
-use crate::question::Question;
-use crate::rules::RuleDraft;
+use crate::question::FormAnswer;
+use crate::rules::{ApprovalRule, RuleDraft, RuleError, RuleScope};
 use crate::state::{Counters, Kept, StateError, SuspendedState, UnknownCall};
 use crate::store::{
     CancelRequest, Claim, ClaimRecord, Continuation, Dispatch, Finish, NewRun, RunConfiguration,
@@ -124,6 +127,9 @@ pub enum ResumeError {
     /// The run's configuration cannot be driven now (for example its provider has no API key).
     #[error("{0}")]
     Unavailable(String),
+    /// The authority refused the caller ([`crate::authority`]).
+    #[error(transparent)]
+    Refused(Refusal),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -231,11 +237,20 @@ pub fn already_decided_text(run: &RunRecord) -> String {
     }
 }
 
-/// Failure to start or drive a run.
+/// Failure to start, drive, cancel or add a rule for a run.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
     #[error("{0}")]
     Configuration(String),
+    /// There is no such run (or rule).
+    #[error("{0}")]
+    NotFound(String),
+    /// The rule does not hold together (a field is named).
+    #[error(transparent)]
+    InvalidRule(RuleError),
+    /// The authority refused the caller ([`crate::authority`]).
+    #[error(transparent)]
+    Refused(Refusal),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -303,7 +318,7 @@ fn dispatches(id: Uuid, state: &SuspendedState, choices: &[Choice]) -> Vec<Dispa
                 Choice::ApproveEdited { arguments } => arguments.to_string(),
                 _ => call.arguments.clone(),
             },
-            effect_key: effect_key(&id.to_string(), round, &call.id),
+            effect_key: call_effect_key(state, &id.to_string(), &call.id),
         })
         .collect()
 }
@@ -316,9 +331,7 @@ fn last_sequence_of(events: &[SequencedEvent]) -> i64 {
 /// The largest state a waiting run keeps unless the service is told otherwise: 8 MB of JSON.
 pub const DEFAULT_MAX_STATE_BYTES: usize = 8 * 1024 * 1024;
 
-/// What the model reads for each call of a turn nobody decided in time.
-pub const EXPIRED_TEXT: &str =
-    "No operator decided on this call before the approval deadline, so it was not run.";
+pub use crate::moves::EXPIRED_TEXT;
 
 /// What an operator reads on a run that could not go on after a restart.
 pub const INTERRUPTED_SUMMARY: &str = "The server stopped while this run was running, and it \
@@ -392,7 +405,36 @@ pub struct RunService {
     interrupts: Interrupts,
     /// The largest state a run may keep while it waits, in bytes of its JSON.
     max_state_bytes: usize,
+    /// Whether four-eyes holds for runs of a configuration (by name; `None`: unreadable).
+    four_eyes: Arc<FourEyes>,
+    /// The leases this instance holds, by its own clock (none: nobody else takes runs over).
+    leases: Option<Arc<dyn LeaseWatch>>,
 }
+
+/// Whether four-eyes holds for the runs of a configuration (by its name; `None` when the run's
+/// configuration cannot be read).
+pub type FourEyes = dyn Fn(Option<&str>) -> bool + Send + Sync;
+
+/// What the authority weighs about a run besides its record ([`RunService::weigh`]).
+struct Weighed {
+    lineage: Lineage,
+    four_eyes: bool,
+}
+
+impl Weighed {
+    /// The facts the authority is given about `run`.
+    fn facts<'a>(&'a self, run: &'a RunRecord) -> RunFacts<'a> {
+        RunFacts {
+            status: run.status,
+            termination_reason: run.termination_reason.as_deref(),
+            lineage: &self.lineage,
+            four_eyes: self.four_eyes,
+        }
+    }
+}
+
+/// How far up a run's lineage four-eyes looks (forks of forks of …).
+const MAX_LINEAGE: usize = 64;
 
 /// Queued work a worker took: a new run to drive, or a claimed decision to carry out.
 pub enum Work {
@@ -420,6 +462,135 @@ impl RunService {
             clock: Arc::new(SystemClock),
             interrupts: Interrupts::default(),
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
+            four_eyes: Arc::new(|_| false),
+            leases: None,
+        }
+    }
+
+    /// Asks `leases` before each model request and tool call of a run driven here whether this
+    /// instance still holds the run's lease; once it does not, the segment stops and writes
+    /// nothing ([`crate::lease`]).
+    pub fn with_lease_watch(mut self, leases: Arc<dyn LeaseWatch>) -> RunService {
+        self.leases = Some(leases);
+        self
+    }
+
+    fn lease_guard(&self, run: Uuid) -> Option<LeaseGuard> {
+        self.leases.as_ref().map(|watch| LeaseGuard {
+            run,
+            watch: Arc::clone(watch),
+        })
+    }
+
+    /// Four-eyes as the deployment sets it: `holds` says, for a configuration's name, whether
+    /// nobody in a run's lineage may decide it (off for every run unless said).
+    pub fn with_four_eyes(
+        mut self,
+        holds: impl Fn(Option<&str>) -> bool + Send + Sync + 'static,
+    ) -> RunService {
+        self.four_eyes = Arc::new(holds);
+        self
+    }
+
+    /// Who started `run` and every run it goes on from (forks and retries, up to
+    /// [`MAX_LINEAGE`] runs up; a purged ancestor ends the walk).
+    pub async fn lineage(&self, run: &RunRecord) -> Result<Lineage, StoreError> {
+        let parent_of = |run: &RunRecord| {
+            run.configuration
+                .as_ref()
+                .and_then(|c| c.continues.as_ref())
+                .map(|c| c.parent)
+        };
+        let mut lineage = Lineage {
+            requesters: vec![run.requested_by.clone()],
+        };
+        let mut parent = parent_of(run);
+        for _ in 0..MAX_LINEAGE {
+            let Some(id) = parent else { break };
+            let Some(up) = self.store.get(id).await? else {
+                break;
+            };
+            if !lineage.includes(&up.requested_by) {
+                lineage.requesters.push(up.requested_by.clone());
+            }
+            parent = parent_of(&up);
+        }
+        Ok(lineage)
+    }
+
+    /// The authority's answer ([`crate::authority::authorize`]) for `actor` doing `act` to
+    /// `run` as the caller read it, with the run's lineage and four-eyes filled in. Pages ask
+    /// it to say why someone cannot decide; every move of a run below asks it before it acts.
+    pub async fn may(
+        &self,
+        actor: &Actor,
+        act: Act<'_>,
+        run: &RunRecord,
+    ) -> Result<Result<(), Refusal>, StoreError> {
+        let weighed = self.weigh(run, act).await?;
+        Ok(authorize(actor, act, Some(&weighed.facts(run))))
+    }
+
+    /// What the authority weighs about `run` for `act`, read once: four-eyes for its
+    /// configuration, and its lineage where four-eyes bears on the act (most runs have no
+    /// parent anyway, and the approve cycle reads nothing more).
+    async fn weigh(&self, run: &RunRecord, act: Act<'_>) -> Result<Weighed, StoreError> {
+        let four_eyes = (self.four_eyes)(run.configuration.as_ref().map(|c| c.provider.as_str()));
+        let lineage = match four_eyes && act.under_four_eyes() {
+            true => self.lineage(run).await?,
+            false => Lineage {
+                requesters: vec![run.requested_by.clone()],
+            },
+        };
+        Ok(Weighed { lineage, four_eyes })
+    }
+
+    /// Adds an approval rule for `actor`: a run's rule if they may decide that run (its lineage
+    /// may not, under four-eyes), a configuration's if they are an administrator.
+    pub async fn add_rule(
+        &self,
+        actor: &Actor,
+        draft: &RuleDraft,
+    ) -> Result<ApprovalRule, ServiceError> {
+        self.may_rule(actor, &draft.scope).await?;
+        draft.check().map_err(ServiceError::InvalidRule)?;
+        let rule = self
+            .store
+            .add_rule(draft, &actor.name, self.clock.now_ms())
+            .await?;
+        tracing::info!(by = %actor.label(), rule = rule.id, what = %rule.describe(), "approval rule added");
+        Ok(rule)
+    }
+
+    /// Removes approval rule `id` for `actor`, who must be allowed to add it; the rule as it was.
+    pub async fn remove_rule(&self, actor: &Actor, id: i64) -> Result<ApprovalRule, ServiceError> {
+        let missing = || ServiceError::NotFound(format!("There is no rule {id}."));
+        let rule = self.store.rule(id).await?.ok_or_else(missing)?;
+        self.may_rule(actor, &rule.scope).await?;
+        let removed = self.store.remove_rule(id).await?.ok_or_else(missing)?;
+        tracing::info!(by = %actor.label(), rule = id, what = %removed.describe(), "approval rule removed");
+        Ok(removed)
+    }
+
+    async fn may_rule(&self, actor: &Actor, scope: &RuleScope) -> Result<(), ServiceError> {
+        let refused = match scope {
+            RuleScope::Run(run) => {
+                let run = self
+                    .store
+                    .get(*run)
+                    .await?
+                    .ok_or_else(|| ServiceError::NotFound(format!("There is no run {run}.")))?;
+                self.may(actor, Act::Rule(scope), &run).await?.err()
+            }
+            // A configuration's rule is about no run.
+            RuleScope::Configuration(_) => authorize(actor, Act::Rule(scope), None).err(),
+        };
+        match refused {
+            Some(refusal) => {
+                tracing::warn!(who = %actor.label(), %refusal, "refused: an approval rule");
+                Err(ServiceError::Refused(refusal))
+            }
+            None => Ok(()),
         }
     }
 
@@ -599,6 +770,13 @@ impl RunService {
                 .store
                 .rules_for(run.id, &configuration.provider)
                 .await?,
+            inherited: configuration
+                .continues
+                .as_ref()
+                .map(|c| c.inherited.clone())
+                .unwrap_or_default(),
+            lease: self.lease_guard(run.id),
+            lease_epoch: Some(run.version),
             ..RunContext::default()
         };
         let tool_loop = self.loops.tool_loop(&configuration);
@@ -653,14 +831,14 @@ impl RunService {
         &self,
         id: Uuid,
         decision: &Decision,
-        decided_by: &str,
+        actor: &Actor,
         digest: Option<&str>,
     ) -> Result<RunRecord, ResumeError> {
         let claimed = self
             .claim_with(
                 id,
-                |_| Ok((decision.clone(), Vec::new())),
-                decided_by,
+                TurnMove::Decision(decision),
+                Some(actor),
                 digest,
                 Claiming::Here,
             )
@@ -690,26 +868,8 @@ impl RunService {
     /// is answered as expired — not run; the model reads `text` — and the turn's step is
     /// `approval_expired`. Refused (`NotWaiting`) if the run is not waiting or not yet due.
     pub async fn claim_expired(&self, id: Uuid) -> Result<ClaimedRun, ResumeError> {
-        self.claim_with(
-            id,
-            |state| {
-                let calls = state
-                    .pending
-                    .iter()
-                    .map(|call| crate::decision::CallDecision {
-                        call_id: call.id.clone(),
-                        choice: Choice::Expired {
-                            text: EXPIRED_TEXT.to_owned(),
-                        },
-                    })
-                    .collect();
-                Ok((Decision::PerCall { calls }, Vec::new()))
-            },
-            "deadline",
-            None,
-            Claiming::Expired,
-        )
-        .await
+        self.claim_with(id, TurnMove::Expire, None, None, Claiming::Expired)
+            .await
     }
 
     /// Checks a decision against a waiting run and claims the run for it. `digest`, when given,
@@ -720,13 +880,13 @@ impl RunService {
         &self,
         id: Uuid,
         decision: &Decision,
-        decided_by: &str,
+        actor: &Actor,
         digest: Option<&str>,
     ) -> Result<ClaimedRun, ResumeError> {
         self.claim_with(
             id,
-            |_| Ok((decision.clone(), Vec::new())),
-            decided_by,
+            TurnMove::Decision(decision),
+            Some(actor),
             digest,
             Claiming::Queue,
         )
@@ -734,22 +894,19 @@ impl RunService {
     }
 
     /// [`RunService::claim`] for a submitted approval form: the decision is what the form showed
-    /// for the pending turn ([`Submission::resolve`]).
+    /// for the pending turn ([`Submission::resolve`]), a question of the turn answered by its
+    /// call's entry. The rules asked for with it must be the decider's to add.
     pub async fn claim_submission(
         &self,
         id: Uuid,
         submission: &Submission,
-        decided_by: &str,
+        actor: &Actor,
         digest: Option<&str>,
     ) -> Result<ClaimedRun, ResumeError> {
         self.claim_with(
             id,
-            |state| {
-                let decision = submission.resolve(&state.pending)?;
-                let rules = submission.rules(&state.pending, &decision)?;
-                Ok((decision, rules))
-            },
-            decided_by,
+            TurnMove::Submit(submission),
+            Some(actor),
             digest,
             Claiming::Queue,
         )
@@ -758,72 +915,37 @@ impl RunService {
 
     /// [`RunService::claim`] for an operator's answer to a question of the pending turn
     /// (`call_id`, or the first question): the answer is checked against the question's choices
-    /// or schema, and becomes the call's result. Any other question of the turn is answered as
-    /// left unanswered; the turn's other calls go ahead as they would have.
+    /// or schema, and becomes the call's result. An answer decides only what it answers: a turn
+    /// that also waits for a decision on another call ([`SuspendedState::undecided`]) is refused
+    /// ([`DecisionError::UndecidedCalls`]), to be decided whole with
+    /// [`RunService::claim_submission`]. Any other question of the turn is answered as left
+    /// unanswered; calls the gate lets through (read-only, ruled) go ahead as they would have.
     pub async fn claim_answer(
         &self,
         id: Uuid,
         call_id: Option<&str>,
-        answer: &serde_json::Value,
-        decided_by: &str,
+        answer: &FormAnswer,
+        actor: &Actor,
         digest: Option<&str>,
     ) -> Result<ClaimedRun, ResumeError> {
         self.claim_with(
             id,
-            |state| {
-                if state.questions.is_empty() {
-                    return Err(DecisionError::NoQuestion);
-                }
-                let asked = state
-                    .question(call_id)
-                    .ok_or_else(|| DecisionError::UnknownCall {
-                        call_id: call_id.unwrap_or("(a question)").to_owned(),
-                    })?;
-                let question = Question::of(asked).ok_or_else(|| DecisionError::InvalidAnswer {
-                    field: "answer".into(),
-                    message: "the question cannot be read".into(),
-                })?;
-                let result =
-                    question
-                        .check(answer)
-                        .map_err(|err| DecisionError::InvalidAnswer {
-                            field: err.field,
-                            message: err.message,
-                        })?;
-                let calls = state
-                    .pending
-                    .iter()
-                    .map(|call| crate::decision::CallDecision {
-                        call_id: call.id.clone(),
-                        choice: if call.id == asked.id {
-                            Choice::Respond {
-                                result: result.clone(),
-                            }
-                        } else if state.questions.contains(&call.id) {
-                            Choice::Respond {
-                                result: "(The operator answered another question of this turn \
-                                         and left this one unanswered.)"
-                                    .into(),
-                            }
-                        } else {
-                            Choice::Approve
-                        },
-                    })
-                    .collect();
-                Ok((Decision::PerCall { calls }, Vec::new()))
-            },
-            decided_by,
+            TurnMove::Answer { call_id, answer },
+            Some(actor),
             digest,
             Claiming::Queue,
         )
         .await
     }
 
+    /// Claims waiting run `id` for `turn_move`, made by `actor` (none: the deadline's): the
+    /// authority first, then the digest, then the decision checked against the turn, then the
+    /// claim itself (exactly one claimer wins).
     async fn claim_with(
         &self,
         id: Uuid,
-        decide: impl FnOnce(&SuspendedState) -> Result<(Decision, Vec<RuleDraft>), DecisionError>,
-        decided_by: &str,
+        turn_move: TurnMove<'_>,
+        actor: Option<&Actor>,
         digest: Option<&str>,
         claiming: Claiming,
     ) -> Result<ClaimedRun, ResumeError> {
@@ -832,6 +954,27 @@ impl RunService {
         if !RunStatus::WAITING.contains(&run.status) {
             return Err(ResumeError::NotWaiting(Box::new(run)));
         }
+        // The one authority: who may decide this run (the deadline needs nobody's leave). What
+        // it weighs is read once, for the decision and for the rules asked with it.
+        let weighed = match (actor, turn_move.act()) {
+            (Some(_), Some(act)) => Some(self.weigh(&run, act).await?),
+            _ => None,
+        };
+        if let (Some(actor), Some(act), Some(weighed)) = (actor, turn_move.act(), &weighed) {
+            if let Err(refusal) = authorize(actor, act, Some(&weighed.facts(&run))) {
+                tracing::warn!(who = %actor.label(), run_id = %id, %refusal, "refused: a decision");
+                return Err(match refusal {
+                    Refusal::State(StateRefusal::NotWaiting(_)) => {
+                        ResumeError::NotWaiting(Box::new(run))
+                    }
+                    refusal => ResumeError::Refused(refusal),
+                });
+            }
+        }
+        let (decided_by, token) = match actor {
+            Some(actor) => (actor.name.as_str(), actor.token.as_deref()),
+            None => ("deadline", None),
+        };
         match run.approval_deadline_ms {
             // Too late for an operator: the deadline decides (the sweeper, or this instance's
             // next pass).
@@ -864,7 +1007,17 @@ impl RunService {
                 DigestCheck::TargetChanged(tools) => return Err(ResumeError::TargetChanged(tools)),
             }
         }
-        let (decision, rules) = decide(&state)?;
+        let (decision, rules) = turn_move.decide(&state, (id, &configuration.provider))?;
+        // Rules asked for with the decision are the decider's to add (a configuration's is an
+        // administrator's).
+        if let (Some(actor), Some(weighed)) = (actor, &weighed) {
+            for rule in &rules {
+                let facts = weighed.facts(&run);
+                if let Err(refusal) = authorize(actor, Act::Rule(&rule.scope), Some(&facts)) {
+                    return Err(ResumeError::Refused(refusal));
+                }
+            }
+        }
         // A bad decision is refused before the claim: the run stays waiting.
         let choices = match tool_loop.resolve_decision(&state, &decision) {
             Err(LoopError::Decision(err)) => return Err(err.into()),
@@ -886,7 +1039,7 @@ impl RunService {
             decision: serde_json::to_string(&decision).unwrap_or_default(),
             events: vec![SequencedEvent {
                 sequence,
-                event: decision_event(&state, &choices, decided_by),
+                event: decision_event(&state, &choices, decided_by, token),
                 created_at_ms: now,
             }],
             dispatched: dispatches(id, &state, &choices),
@@ -1016,7 +1169,9 @@ impl RunService {
                 .store
                 .rules_for(id, &claimed.configuration.provider)
                 .await?,
-            call_notes: BTreeMap::new(),
+            lease: self.lease_guard(id),
+            lease_epoch: Some(claimed.version),
+            ..RunContext::default()
         };
         let work = claimed
             .tool_loop
@@ -1195,16 +1350,25 @@ impl RunService {
 
     /// Starts a new run that goes on from a failed run's journal: the transcript its last model
     /// call sent, so the model is asked again and no tool of the failed run runs again.
-    pub async fn retry(&self, id: Uuid, requested_by: &str) -> Result<RunRecord, RetryError> {
+    /// The new run is `actor`'s: four-eyes keeps them, and the failed run's lineage, from
+    /// deciding it.
+    pub async fn retry(&self, id: Uuid, actor: &Actor) -> Result<RunRecord, RetryError> {
         let run = self
             .store
             .get(id)
             .await
             .map_err(ServiceError::from)?
             .ok_or(RetryError::NotFound(id))?;
-        if run.termination_reason.as_deref() != Some(TerminationReason::ProviderFailed.as_str()) {
-            return Err(RetryError::NotRetryable(run.status));
+        match self
+            .may(actor, Act::Retry, &run)
+            .await
+            .map_err(ServiceError::from)?
+        {
+            Ok(()) => {}
+            Err(Refusal::State(_)) => return Err(RetryError::NotRetryable(run.status)),
+            Err(refusal) => return Err(RetryError::Service(ServiceError::Refused(refusal))),
         }
+        let requested_by = actor.name.as_str();
         let events = self.store.events(id, 0).await.map_err(ServiceError::from)?;
         let requests: Vec<Event> = events
             .iter()
@@ -1220,6 +1384,7 @@ impl RunService {
             parent: id,
             transcript,
             note: "the model call that failed is asked again".to_owned(),
+            inherited: Vec::new(),
         });
         let retried = self.create(configuration, requested_by).await?;
         Ok(retried)
@@ -1231,13 +1396,14 @@ impl RunService {
     /// answered by `at` is decided again (the gate and the rules apply as to any turn; calls
     /// answered before `at` keep their answers), else the model is asked, with `prompt` added as
     /// a new user message if given. Nothing the parent ran runs again: its steps are copied, not
-    /// replayed. `drive_here`: the caller drives it at once (headless programs, tests).
+    /// replayed. `drive_here`: the caller drives it at once (headless programs, tests). The new
+    /// run is `actor`'s: four-eyes keeps them, and the parent's lineage, from deciding it.
     pub async fn fork(
         &self,
         id: Uuid,
         at: i64,
         prompt: Option<&str>,
-        requested_by: &str,
+        actor: &Actor,
         drive_here: bool,
     ) -> Result<RunRecord, ForkError> {
         let parent = self
@@ -1246,6 +1412,14 @@ impl RunService {
             .await
             .map_err(ServiceError::from)?
             .ok_or(ForkError::NotFound(id))?;
+        if let Err(refusal) = self
+            .may(actor, Act::Fork, &parent)
+            .await
+            .map_err(ServiceError::from)?
+        {
+            return Err(ForkError::Service(ServiceError::Refused(refusal)));
+        }
+        let requested_by = actor.name.as_str();
         let events = self.store.events(id, 0).await.map_err(ServiceError::from)?;
         if !events.iter().any(|e| e.sequence == at) {
             return Err(ForkError::NoStep(at));
@@ -1265,7 +1439,36 @@ impl RunService {
         if transcript.is_empty() {
             return Err(ForkError::BeforeFirstRequest);
         }
-        let waiting = crate::agent::split_pending_turn(&mut transcript.clone()).is_some();
+        let mut turn = transcript.clone();
+        let pending = crate::agent::split_pending_turn(&mut turn);
+        let waiting = pending.is_some();
+        // The parent's calls of that turn that it dispatched after step `at` (approved by an
+        // operator, a rule or the tool's own check) may have taken effect: the fork never runs
+        // them on its own.
+        let inherited = match &pending {
+            Some((calls, answered)) => {
+                let round = copied
+                    .iter()
+                    .rev()
+                    .find(|e| matches!(e.event, Event::Llm { .. }))
+                    .and_then(|e| e.event.round());
+                self.store
+                    .effects(id)
+                    .await
+                    .map_err(ServiceError::from)?
+                    .into_iter()
+                    .filter(|e| Some(e.round) == round)
+                    .filter(|e| calls.iter().any(|c| c.id == e.call_id))
+                    .filter(|e| !answered.iter().any(|a| a.call_id == e.call_id))
+                    .map(|e| UnknownCall {
+                        call_id: e.call_id,
+                        effect_key: e.effect_key,
+                        dispatched_at_ms: e.dispatched_at_ms,
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
         let note = match (prompt, waiting) {
             (Some(_), true) => return Err(ForkError::PromptOnPendingTurn),
             (Some(prompt), false) => {
@@ -1286,22 +1489,37 @@ impl RunService {
             parent: id,
             transcript,
             note,
+            inherited,
         });
         Ok(self
             .insert_copying(configuration, requested_by, drive_here, copied)
             .await?)
     }
 
-    /// Cancels a queued or waiting run, with who and why in its steps.
+    /// Cancels a queued or waiting run, with who and why in its steps (a running one stops at
+    /// its next step).
     pub async fn cancel(
         &self,
         id: Uuid,
-        by: &str,
+        actor: &Actor,
         reason: Option<&str>,
-    ) -> Result<RunRecord, StoreError> {
+    ) -> Result<RunRecord, ServiceError> {
+        let run = self.store.get(id).await?.ok_or(StoreError::NotFound(id))?;
+        match self.may(actor, Act::Cancel, &run).await? {
+            Ok(()) => {}
+            Err(Refusal::State(_)) => {
+                return Err(StoreError::InvalidTransition {
+                    id,
+                    status: run.status,
+                    action: "cancelled",
+                }
+                .into())
+            }
+            Err(refusal) => return Err(ServiceError::Refused(refusal)),
+        }
         let run = self
             .store
-            .cancel(id, by, reason, self.clock.now_ms())
+            .cancel(id, &actor.name, reason, self.clock.now_ms())
             .await?;
         match (run.status, run.cancel_requested.clone()) {
             (RunStatus::Running, Some(request)) => {
@@ -1317,7 +1535,13 @@ impl RunService {
     /// Stops the segment of run `id` that runs here, if one does, at its next step; `false` if
     /// none does.
     pub fn interrupt(&self, id: Uuid, request: CancelRequest) -> bool {
-        self.interrupts.interrupt(id, request)
+        self.interrupts.interrupt(id, Stop::Cancel(request))
+    }
+
+    /// Stops the segment of run `id` that runs here, if one does, writing nothing: this instance
+    /// lost the run's lease (another instance took it over). `false` if none runs here.
+    pub fn abandon(&self, id: Uuid) -> bool {
+        self.interrupts.interrupt(id, Stop::LeaseLost)
     }
 
     /// Drives a segment with `work`, unless a cancel comes first (`already`: asked before it
@@ -1333,10 +1557,21 @@ impl RunService {
         let late = watched.requested();
         drop(watched);
         match (outcome, late) {
+            // The lease is gone: whatever the segment did is not this instance's to write.
+            (Err(Stop::LeaseLost), _)
+            | (Ok(Err(LoopError::LeaseLost)), _)
+            | (_, Some(Stop::LeaseLost)) => {
+                let _ = segment.sink.take();
+                tracing::warn!(run_id = %segment.id, "this instance lost the run's lease: its segment stops here and writes nothing; the instance that took the run over goes on from its journal");
+                Err(StoreError::LeaseLost { id: segment.id })
+            }
             // Asked to stop as it was about to wait for a person (or to carry out a decision):
             // it stops instead.
-            (Ok(Ok(LoopOutcome::Suspended(_) | LoopOutcome::Decided(_))), Some(request))
-            | (Err(request), _) => {
+            (
+                Ok(Ok(LoopOutcome::Suspended(_) | LoopOutcome::Decided(_))),
+                Some(Stop::Cancel(request)),
+            )
+            | (Err(Stop::Cancel(request)), _) => {
                 let events = segment.sink.take();
                 self.end_cancelled(&segment, events, request).await
             }
@@ -1452,7 +1687,7 @@ impl RunService {
             let verdict = verdict_of(&decision);
             segment
                 .sink
-                .emit(decision_event(&state, &choices, AUTOMATIC));
+                .emit(decision_event(&state, &choices, AUTOMATIC, None));
             let claim = ClaimRecord {
                 approved_bases: "{}".to_owned(),
                 decided_by: AUTOMATIC.to_owned(),

@@ -144,17 +144,30 @@ pub enum StateError {
 
 impl SuspendedState {
     /// What the run waits for: `waiting_for_input` when the turn asks the operator questions
-    /// and nothing else of it needs approval; else `waiting_for_approval`.
+    /// and nothing else of it waits for a decision ([`SuspendedState::undecided`]); else
+    /// `waiting_for_approval`.
     pub fn waiting_for(&self) -> crate::store::RunStatus {
-        let asks_approval = self
-            .gated
-            .iter()
-            .any(|id| !self.ruled.iter().any(|r| &r.call_id == id));
-        if !self.questions.is_empty() && !asks_approval {
+        if !self.questions.is_empty() && self.undecided().is_empty() {
             crate::store::RunStatus::WaitingForInput
         } else {
             crate::store::RunStatus::WaitingForApproval
         }
+    }
+
+    /// The calls of the pending turn, other than its questions, that only an operator's decision
+    /// lets run: calls of tools that need approval which no rule or tool check decided, and
+    /// calls whose outcome is unknown after a restart. Calls answered already are not among
+    /// them.
+    pub fn undecided(&self) -> Vec<&ToolCall> {
+        self.pending
+            .iter()
+            .filter(|call| !self.answered.iter().any(|a| a.call_id == call.id))
+            .filter(|call| {
+                let gated = self.gated.contains(&call.id)
+                    && !self.ruled.iter().any(|r| r.call_id == call.id);
+                gated || self.unknown.iter().any(|u| u.call_id == call.id)
+            })
+            .collect()
     }
 
     /// The pending call that asks the operator question `call_id` (the first question when

@@ -51,6 +51,12 @@ pub struct Continuation {
     pub transcript: Vec<crate::transcript::Message>,
     /// Why, in a few words (for its first step).
     pub note: String,
+    /// Calls of the transcript's pending turn that the parent dispatched (an operator, a rule or
+    /// the tool's own check let them run) and whose results the transcript does not hold: they
+    /// may have taken effect, so the new run never runs them on its own — they wait for an
+    /// operator as outcome unknown, and run again only with the parent's effect key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inherited: Vec<crate::state::UnknownCall>,
 }
 
 /// A run to create.
@@ -397,6 +403,14 @@ pub trait RunStore: Send + Sync {
     async fn waiting(&self, filter: &WaitingFilter) -> Result<Vec<RunRecord>, StoreError>;
     /// A run's events with a sequence above `after`, in order.
     async fn events(&self, id: Uuid, after: i64) -> Result<Vec<StoredEvent>, StoreError>;
+    /// At most `limit` of a run's events with a sequence above `after`, in order: one page, for
+    /// readers that go through a long run's log with bounded memory.
+    async fn events_page(
+        &self,
+        id: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StoreError>;
     /// Deletes terminal runs finished before `terminal_before_ms` and waiting runs last changed
     /// before `waiting_before_ms`, with their events, `chunk` runs per transaction.
     async fn purge(

@@ -93,6 +93,8 @@ pub fn call_turn(id: &str, name: &str, arguments: serde_json::Value, usage: Usag
 #[derive(Debug, Default, Clone)]
 pub struct Probe {
     calls: Arc<Mutex<Vec<(String, serde_json::Value)>>>,
+    /// The effect key each `write_note` execution was given, in order.
+    keys: Arc<Mutex<Vec<Option<String>>>>,
 }
 
 impl Probe {
@@ -107,6 +109,11 @@ impl Probe {
             .lock()
             .map(|calls| calls.iter().filter(|(n, _)| n == name).count())
             .unwrap_or_default()
+    }
+
+    /// The effect key each `write_note` execution was given, in order.
+    pub fn effect_keys(&self) -> Vec<Option<String>> {
+        self.keys.lock().map(|k| k.clone()).unwrap_or_default()
     }
 
     fn record(&self, name: &str, args: serde_json::Value) {
@@ -165,8 +172,11 @@ impl Tool for WriteNote {
     const DESCRIPTION: &'static str = "Writes a note (a side effect).";
     const REQUIRES_APPROVAL: bool = true;
 
-    async fn call(&self, args: NoteArgs, _ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(&self, args: NoteArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         self.0.record(Self::NAME, json!({"text": args.text}));
+        if let Ok(mut keys) = self.0.keys.lock() {
+            keys.push(ctx.effect_key.clone());
+        }
         if args.text == "hang" {
             // An effect that never finishes (until the run is cancelled).
             std::future::pending::<()>().await;

@@ -30,6 +30,11 @@ pub struct ToolContext {
     /// guarantees that declares [`Tool::IDEMPOTENT_BY_KEY`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect_key: Option<String>,
+    /// The run's version while the instance calling the tool holds it ([`crate::lease`]): a
+    /// tool that writes in the run's own database refuses, in its transaction, when the run is
+    /// no longer at this version (another instance took it over).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_epoch: Option<i64>,
 }
 
 /// A tool's description as offered to the model and shown to operators.

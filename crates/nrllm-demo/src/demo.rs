@@ -24,6 +24,7 @@ pub const DEMO_PROMPTS: &[&str] = &[
     "Export the pricing page",
     "Publish a page — ask me which one",
     "Create a page — ask me for its details",
+    "Rename the home page to \"Hello\" and ask me how to announce it",
     "Send a message to team@example.com saying the site is live",
     "Search for pricing",
     "List the pages",
@@ -94,6 +95,12 @@ enum Task {
     PublishAsked,
     /// Create a page from details the operator fills in (asked with a schema form).
     CreateAsked,
+    /// Rename a page and, in the same turn, ask the operator a question: one turn that waits for
+    /// an approval and an answer together.
+    RenameAsking {
+        slug: String,
+        title: String,
+    },
     /// Write a note through a connected MCP notes server (`<server>__write_note`).
     WriteNote {
         name: String,
@@ -188,6 +195,17 @@ fn parse_task(prompt: &str) -> Task {
         }
         if starts(&["create", "add"]) {
             return Task::CreateAsked;
+        }
+        if starts(&["rename"]) {
+            // "Rename the home page to "X" and ask me …": the rename is what comes before.
+            let cut = lower.find("ask me").unwrap_or(lower.len());
+            let head = text[..cut]
+                .trim_end()
+                .trim_end_matches([',', '—', '-', ' ']);
+            let head = head.strip_suffix(" and").unwrap_or(head);
+            if let Task::Rename { slug, title } = parse_task(head) {
+                return Task::RenameAsking { slug, title };
+            }
         }
     }
     if starts(&["rename", "retitle"]) || lower.starts_with("change the title") {
@@ -559,6 +577,7 @@ fn next(task: &Task, done: &[Step], offered: &[String]) -> Next {
         ),
         Task::PublishAsked => publish_asked(done, &has),
         Task::CreateAsked => create_asked(done, &has),
+        Task::RenameAsking { slug, title } => rename_asking(done, slug, title, &has),
         Task::Unknown => Next::Answer(capabilities()),
     }
 }
@@ -621,6 +640,39 @@ fn publish_asked(done: &[Step], has: &dyn Fn(&str) -> bool) -> Next {
         },
         _ => Next::Answer(outcome_sentence(last)),
     }
+}
+
+/// Renames a page and asks how to announce it, both in one turn; then says what came of each.
+fn rename_asking(done: &[Step], slug: &str, title: &str, has: &dyn Fn(&str) -> bool) -> Next {
+    if done.is_empty() {
+        if !has("ask_operator") || !has("update_page") {
+            return Next::Answer(
+                "I cannot do that here: `ask_operator` and `update_page` are not both available \
+                 to this run."
+                    .into(),
+            );
+        }
+        return Next::Call(vec![
+            (
+                "ask_operator",
+                json!({ "question": format!("How should I announce the new title of {slug}?"),
+                        "choices": ["quietly", "loudly"] }),
+            ),
+            ("update_page", json!({ "slug": slug, "title": title })),
+        ]);
+    }
+    let answer = done
+        .iter()
+        .find_map(answer_of)
+        .filter(|a| !a.starts_with('('))
+        .map(|a| format!(" You asked me to announce it {a}."))
+        .unwrap_or_else(|| " You did not say how to announce it.".to_owned());
+    let renamed = done
+        .iter()
+        .find(|step| step.tool == "update_page")
+        .map(outcome_sentence)
+        .unwrap_or_default();
+    Next::Answer(format!("{renamed}{answer}"))
 }
 
 /// Asks for a new page's details with a form, then creates it.

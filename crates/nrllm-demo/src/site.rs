@@ -92,6 +92,10 @@ pub struct Author {
     /// The key the change is applied under (an approved call's effect key): the same key again
     /// changes nothing and returns the first result.
     pub effect_key: Option<String>,
+    /// The run's version while the instance applying the change holds it (its lease's epoch):
+    /// if the run has moved on (another instance took it over), nothing is written
+    /// ([`SiteError::LeaseLost`]). Checked in the change's own transaction.
+    pub lease_epoch: Option<i64>,
 }
 
 /// The version of a page that a preview was computed from: its slug and a hash of its content
@@ -116,6 +120,11 @@ pub enum SiteError {
     AlreadyExists(String),
     #[error("the page `{0}` changed after the operator approved this change; nothing was written")]
     Changed(String),
+    /// The instance applying the change no longer drives the run: another one took it over.
+    #[error(
+        "this server no longer drives the run (another instance took it over); nothing was written"
+    )]
+    LeaseLost,
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
 }
@@ -348,6 +357,35 @@ impl SiteStore {
             .collect()
     }
 
+    /// Refuses, in the change's transaction, an author whose run is no longer at the version the
+    /// applying instance holds it at (a takeover moved it on). On Postgres the run's row stays
+    /// locked until the change commits, so a takeover waits for it and then finds its effect.
+    async fn still_holds(
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        backend: Backend,
+        author: &Author,
+    ) -> Result<(), SiteError> {
+        let (Some(run), Some(epoch)) = (author.run_id.as_deref(), author.lease_epoch) else {
+            return Ok(());
+        };
+        let sql = match backend {
+            Backend::Postgres => {
+                "SELECT version FROM agent_run WHERE id = $1 AND status = $2 FOR UPDATE"
+            }
+            // Writers are serialized already (BEGIN IMMEDIATE).
+            Backend::Sqlite => "SELECT version FROM agent_run WHERE id = $1 AND status = $2",
+        };
+        let version: Option<i64> = sqlx::query_scalar(sql)
+            .bind(run)
+            .bind(nrllm_core::store::RunStatus::Running.as_str())
+            .fetch_optional(&mut **tx)
+            .await?;
+        match version {
+            Some(version) if version == epoch => Ok(()),
+            _ => Err(SiteError::LeaseLost),
+        }
+    }
+
     /// The result of the effect applied under `key` before, if one was.
     async fn applied_before(
         tx: &mut sqlx::Transaction<'static, sqlx::Any>,
@@ -397,6 +435,7 @@ impl SiteStore {
     ) -> Result<String, SiteError> {
         let key = author.effect_key.as_deref();
         let mut tx = self.begin().await?;
+        Self::still_holds(&mut tx, self.db.backend(), author).await?;
         if let Some(result) = Self::applied_before(&mut tx, key).await? {
             return Ok(result);
         }
@@ -584,6 +623,7 @@ impl SiteStore {
     ) -> Result<String, SiteError> {
         let key = author.effect_key.as_deref();
         let mut tx = self.begin().await?;
+        Self::still_holds(&mut tx, self.db.backend(), author).await?;
         if let Some(result) = Self::applied_before(&mut tx, key).await? {
             return Ok(result);
         }

@@ -51,9 +51,10 @@ pub fn builtin_registry(site: SiteStore, runs: Arc<dyn RunStore>) -> ToolRegistr
 
 fn site_error(err: SiteError) -> ToolError {
     match err {
-        SiteError::NotFound(_) | SiteError::AlreadyExists(_) | SiteError::Changed(_) => {
-            ToolError::Refused(err.to_string())
-        }
+        SiteError::NotFound(_)
+        | SiteError::AlreadyExists(_)
+        | SiteError::Changed(_)
+        | SiteError::LeaseLost => ToolError::Refused(err.to_string()),
         SiteError::Database(cause) => ToolError::internal(cause),
     }
 }
@@ -64,6 +65,7 @@ fn author(ctx: &ToolContext) -> Author {
         run_id: (!ctx.run_id.is_empty()).then(|| ctx.run_id.clone()),
         approved_basis: ctx.approved_basis.clone(),
         effect_key: ctx.effect_key.clone(),
+        lease_epoch: ctx.lease_epoch,
     }
 }
 
@@ -663,17 +665,21 @@ pub const INTERNAL_DOMAIN: &str = "internal.example";
 /// Slugs of scratch pages begin with this: `create_page` of one needs no approval.
 pub const SCRATCH_PREFIX: &str = "scratch-";
 
-/// Whether `to` is one address at [`INTERNAL_DOMAIN`] (case ignored; nothing else around it).
+/// Whether `to` is one address at [`INTERNAL_DOMAIN`] (case ignored; nothing else around it):
+/// exactly one `@`, a local part of letters, digits and `. _ + -`, and no space, control
+/// character, list separator or bracket anywhere — `a@evil.com@internal.example` and an address
+/// with a line break in it are not internal.
 pub fn is_internal_address(to: &str) -> bool {
     let to = to.trim();
-    match to.rsplit_once('@') {
-        Some((local, domain)) => {
-            !local.is_empty()
-                && domain.eq_ignore_ascii_case(INTERNAL_DOMAIN)
-                && !to.contains([',', ';', ' ', '<', '>'])
-        }
-        None => false,
-    }
+    let mut parts = to.split('@');
+    let (Some(local), Some(domain), None) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    !local.is_empty()
+        && local
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-'))
+        && domain.eq_ignore_ascii_case(INTERNAL_DOMAIN)
 }
 
 /// Arguments of `send_message`.

@@ -36,6 +36,7 @@ fn ctx() -> ToolContext {
         call_id: "call_1".into(),
         approved_basis: None,
         effect_key: None,
+        lease_epoch: None,
     }
 }
 
@@ -118,6 +119,10 @@ async fn two_tools_decide_per_call_from_their_arguments() {
         "a@internal.example, b@example.com",
         "@internal.example",
         "internal.example",
+        "a@evil.com@internal.example",
+        "ops\n@internal.example",
+        "ops@internal.example\nBcc: x@evil.com",
+        "\"ops\"@internal.example",
     ] {
         assert_eq!(pass("send_message", message(to)), Pass::Ask, "{to}");
     }

@@ -2,6 +2,7 @@
 //! rename (approve), delete (deny with a reason), a two-call turn decided per call, and edited
 //! arguments — on both backends.
 
+use nrllm_core::authority::Actor;
 use nrllm_store::testing as common;
 
 use std::sync::Arc;
@@ -74,7 +75,7 @@ async fn rename_a_page_with_approval() {
 
         let done = p
             .service
-            .resume(run.id, &Decision::ApproveAll, "bob", None)
+            .resume(run.id, &Decision::ApproveAll, &Actor::headless("bob"), None)
             .await
             .unwrap();
         assert_eq!(done.status, RunStatus::Completed, "{}", db.name);
@@ -108,7 +109,7 @@ async fn deleting_a_page_denied_with_a_reason() {
         };
         let done = p
             .service
-            .resume(run.id, &decision, "bob", None)
+            .resume(run.id, &decision, &Actor::headless("bob"), None)
             .await
             .unwrap();
         assert_eq!(done.status, RunStatus::Completed, "{}", db.name);
@@ -154,7 +155,7 @@ async fn a_two_call_turn_decided_per_call() {
         };
         let done = p
             .service
-            .resume(run.id, &decision, "bob", None)
+            .resume(run.id, &decision, &Actor::headless("bob"), None)
             .await
             .unwrap();
         assert_eq!(done.status, RunStatus::Completed);
@@ -197,7 +198,7 @@ async fn edited_arguments_change_what_is_written() {
             .resume(
                 run.id,
                 &edit(json!({"slug": "about", "title": 7})),
-                "bob",
+                &Actor::headless("bob"),
                 None,
             )
             .await
@@ -208,7 +209,7 @@ async fn edited_arguments_change_what_is_written() {
             .resume(
                 run.id,
                 &edit(json!({"slug": "about", "title": "Who we are"})),
-                "bob",
+                &Actor::headless("bob"),
                 None,
             )
             .await
@@ -233,5 +234,130 @@ async fn an_unknown_prompt_gets_the_list_of_things_the_demo_can_do() {
     let answer = done.final_answer.unwrap();
     for prompt in nrllm_demo::demo::DEMO_PROMPTS {
         assert!(answer.contains(prompt), "{answer}");
+    }
+}
+
+/// A turn that renames a page and asks the operator a question waits for approval; the answer
+/// alone is refused and renames nothing; one decision answers the question and approves the
+/// rename.
+#[tokio::test]
+async fn a_rename_asked_beside_a_question_is_decided_whole() {
+    use nrllm_core::decision::{Action, DecisionError, Submission, SubmittedCall};
+    use nrllm_core::question::FormAnswer;
+    use nrllm_core::service::ResumeError;
+    for db in backends().await {
+        let p = playground(&db.db).await;
+        let run = p
+            .service
+            .start(
+                ask("Rename the home page to \"Hello\" and ask me how to announce it"),
+                "alice",
+            )
+            .await
+            .unwrap();
+        assert_eq!(run.status, RunStatus::WaitingForApproval, "{}", db.name);
+        let state = pending(&run);
+        let tools: Vec<&str> = state.pending.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(tools, ["ask_operator", "update_page"]);
+        let bob = Actor::headless("bob");
+        let refused = p
+            .service
+            .claim_answer(run.id, None, &FormAnswer::text("loudly"), &bob, None)
+            .await;
+        assert!(matches!(
+            refused,
+            Err(ResumeError::InvalidDecision(
+                DecisionError::UndecidedCalls { .. }
+            ))
+        ));
+        assert_eq!(p.site.get_page("home").await.unwrap().title, "Welcome");
+        let submission = Submission {
+            action: Action::PerCall,
+            reason: None,
+            calls: vec![
+                SubmittedCall {
+                    call_id: state.pending[0].id.clone(),
+                    choice: Some("answer".into()),
+                    answer: FormAnswer::text("loudly"),
+                    ..SubmittedCall::default()
+                },
+                SubmittedCall {
+                    call_id: state.pending[1].id.clone(),
+                    choice: Some("approve".into()),
+                    ..SubmittedCall::default()
+                },
+            ],
+            acknowledge_discard: false,
+        };
+        let claimed = p
+            .service
+            .claim_submission(run.id, &submission, &bob, None)
+            .await
+            .unwrap();
+        let done = p.service.continue_claimed(claimed).await.unwrap();
+        assert_eq!(done.status, RunStatus::Completed, "{}", db.name);
+        let answer = done.final_answer.unwrap();
+        assert!(
+            answer.contains("You asked me to announce it loudly."),
+            "{answer}"
+        );
+        assert_eq!(p.site.get_page("home").await.unwrap().title, "Hello");
+        db.cleanup().await;
+    }
+}
+
+/// A change the demo site applies for a run is refused, in its own transaction, when the run is
+/// no longer at the version the applying instance holds it at (another instance took it over):
+/// the lease's epoch reaches the tool, and nothing is written.
+#[tokio::test]
+async fn a_change_under_a_stale_lease_epoch_writes_nothing() {
+    use nrllm_core::tool::ToolContext;
+    for db in backends().await {
+        let p = playground(&db.db).await;
+        let run = p
+            .service
+            .start(ask("Rename the home page to \"Stale\""), "alice")
+            .await
+            .unwrap();
+        let store = SqlRunStore::new(db.db.clone());
+        let claimed = p
+            .service
+            .claim(run.id, &Decision::ApproveAll, &Actor::headless("bob"), None)
+            .await
+            .unwrap();
+        drop(claimed);
+        let taken = store
+            .take_run(run.id, nrllm_core::clock::now_ms())
+            .await
+            .unwrap()
+            .unwrap();
+        let site = nrllm_demo::tools::builtin_registry(p.site.clone(), Arc::new(store.clone()));
+        let update = site.get("update_page").unwrap();
+        let args = json!({"slug": "home", "title": "Stale"});
+        let at = |epoch: i64| ToolContext {
+            run_id: run.id.to_string(),
+            actor: "bob".into(),
+            call_id: "c1".into(),
+            lease_epoch: Some(epoch),
+            ..ToolContext::default()
+        };
+        // Another instance took the run over: its version moved on.
+        assert!(store
+            .take_lease(run.id, nrllm_core::clock::now_ms(), true)
+            .await
+            .unwrap());
+        let refused = update.execute(&args, &at(taken.version)).await.unwrap_err();
+        assert!(
+            refused.model_text().contains("no longer drives the run"),
+            "{}: {}",
+            db.name,
+            refused.model_text()
+        );
+        assert_eq!(p.site.get_page("home").await.unwrap().title, "Welcome");
+        // At the run's version now, the change goes through.
+        let now = store.get(run.id).await.unwrap().unwrap().version;
+        update.execute(&args, &at(now)).await.unwrap();
+        assert_eq!(p.site.get_page("home").await.unwrap().title, "Stale");
+        db.cleanup().await;
     }
 }

@@ -5,6 +5,7 @@
 //! success (each retry a step), the retry cap, a timeout, invalid JSON and a truncated body.
 //! Finally: a run's stored steps, state and error never hold the API key. Nothing leaves 127.0.0.1.
 
+use nrllm_core::authority::Actor;
 use nrllm_store::testing as common;
 mod mock_http;
 
@@ -724,7 +725,12 @@ async fn a_stored_run_never_holds_the_api_key() {
         let waiting = store.get(run.id).await.unwrap().unwrap();
         assert!(!waiting.suspended_state.unwrap().contains(KEY));
         let run = service
-            .resume(run.id, &Decision::ApproveAll, "alice", None)
+            .resume(
+                run.id,
+                &Decision::ApproveAll,
+                &Actor::headless("alice"),
+                None,
+            )
             .await
             .unwrap();
         assert_eq!(run.status, RunStatus::Failed, "{format:?}");

@@ -18,6 +18,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use nrllm_core::authority::Actor;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -165,7 +166,12 @@ async fn client(
         out.state_bytes = run.suspended_state.as_deref().map_or(0, str::len);
         let approved = Instant::now();
         let done = service
-            .resume(run.id, &Decision::ApproveAll, "operator", None)
+            .resume(
+                run.id,
+                &Decision::ApproveAll,
+                &Actor::headless("operator"),
+                None,
+            )
             .await
             .map_err(|err| format!("resume: {err}"))?;
         if done.status != RunStatus::Completed {

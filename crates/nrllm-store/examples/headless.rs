@@ -10,6 +10,7 @@
 //! cargo run -p nrllm-store --example headless -- resume sqlite:runs.db notes.txt RUN_ID deny "not now"
 //! ```
 
+use nrllm_core::authority::Actor;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -173,7 +174,7 @@ async fn resume(
     };
     let run = service(db_url, notes)
         .await?
-        .resume(id, &decision, "operator", None)
+        .resume(id, &decision, &Actor::headless("operator"), None)
         .await
         .map_err(|err| err.to_string())?;
     Ok(describe(&run))

@@ -59,18 +59,17 @@ pub struct User {
 pub struct ApiToken {
     pub name: String,
     pub role: Role,
+    /// The user it acts as (`None`: a token from before tokens had users, whose creator is gone;
+    /// it works no more).
+    pub user: Option<String>,
     pub created_by: String,
     pub created_at_ms: i64,
     pub last_used_at_ms: Option<i64>,
 }
 
-/// Who a request acts as.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    /// The user's name, or `token:<name>` for an API token.
-    pub name: String,
-    pub role: Role,
-}
+/// Who a request acts as: a user, through their session or one of their API tokens (the core's
+/// [`nrllm_core::authority::Actor`], which every move of a run is checked for).
+pub use nrllm_core::authority::Actor as Principal;
 
 /// Why an account change was refused.
 #[derive(Debug, thiserror::Error)]
@@ -94,10 +93,23 @@ pub struct AccountStore {
     db: Database,
 }
 
+/// Password hashes computed at once. Each argon2id hash (default parameters) takes 19 MiB while
+/// it runs, and logins come from anyone: unbounded, a burst of them would take gigabytes.
+static HASHING: std::sync::LazyLock<tokio::sync::Semaphore> = std::sync::LazyLock::new(|| {
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    tokio::sync::Semaphore::new(cores.clamp(2, 8))
+});
+
+/// Runs `hash` (an argon2 computation) off the async threads, at most [`HASHING`] at once.
+async fn hashing<T: Send + 'static>(hash: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let _slot = HASHING.acquire().await.ok()?;
+    tokio::task::spawn_blocking(hash).await.ok()
+}
+
 /// Hashes a password with argon2id (default parameters), off the async threads.
 async fn hash_password(password: &str) -> Result<String, StoreError> {
     let password = password.to_owned();
-    tokio::task::spawn_blocking(move || {
+    hashing(move || {
         let mut salt = [0u8; 16];
         getrandom::fill(&mut salt).expect("the operating system's random source");
         let salt = SaltString::encode_b64(&salt).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -107,13 +119,13 @@ async fn hash_password(password: &str) -> Result<String, StoreError> {
             .map_err(|e| StoreError::Corrupt(e.to_string()))
     })
     .await
-    .map_err(|e| StoreError::Corrupt(e.to_string()))?
+    .ok_or_else(|| StoreError::Corrupt("hashing a password was cut off".into()))?
 }
 
 /// Checks a password against a stored argon2 hash, off the async threads.
 async fn password_matches(password: &str, stored: &str) -> bool {
     let (password, stored) = (password.to_owned(), stored.to_owned());
-    tokio::task::spawn_blocking(move || {
+    hashing(move || {
         PasswordHash::new(&stored).is_ok_and(|hash| {
             Argon2::default()
                 .verify_password(password.as_bytes(), &hash)
@@ -201,8 +213,9 @@ impl AccountStore {
         })
     }
 
-    /// Changes a user's role, password (if given) or whether they may log in. Disabling or
-    /// re-roling ends their sessions.
+    /// Changes a user's role, password (if given) or whether they may log in. It ends their
+    /// sessions and voids their unused login links (a link made before a password was set, or
+    /// for a user now disabled, logs nobody in).
     pub async fn update_user(
         &self,
         name: &str,
@@ -229,13 +242,29 @@ impl AccountStore {
         if updated.rows_affected() == 0 {
             return Err(AccountError::NoUser(name.to_owned()));
         }
-        sqlx::query("DELETE FROM app_session WHERE user_name = $1")
-            .bind(name)
-            .execute(&mut *tx)
-            .await
-            .map_err(backend)?;
+        for table in ["app_session", "login_link"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE user_name = $1"))
+                .bind(name)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        }
         tx.commit().await.map_err(backend)?;
         Ok(())
+    }
+
+    /// Deletes the sessions and login links that expired before `now_ms`; how many of each.
+    pub async fn purge_expired(&self, now_ms: i64) -> Result<(u64, u64), StoreError> {
+        let mut counts = [0; 2];
+        for (count, table) in counts.iter_mut().zip(["app_session", "login_link"]) {
+            *count = sqlx::query(&format!("DELETE FROM {table} WHERE expires_at_ms <= $1"))
+                .bind(now_ms)
+                .execute(self.db.pool())
+                .await
+                .map_err(backend)?
+                .rows_affected();
+        }
+        Ok((counts[0], counts[1]))
     }
 
     /// The user, if `name` and `password` match an enabled user.
@@ -308,7 +337,13 @@ impl AccountStore {
         .fetch_optional(self.db.pool())
         .await
         .map_err(backend)?;
-        principal_from(row, |name| name)
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some(Principal::user(
+            row.try_get::<String, _>("name").map_err(backend)?,
+            role_of(&row, "role")?,
+        )))
     }
 
     /// Ends a session.
@@ -321,11 +356,14 @@ impl AccountStore {
         Ok(())
     }
 
-    /// Creates an API token with `role`: the token, to be shown once.
+    /// Creates an API token with `role` that acts as user `user` (made by `created_by`: the
+    /// user themselves, or an admin): the token, to be shown once. It acts with the lower of its
+    /// role and its user's.
     pub async fn create_token(
         &self,
         name: &str,
         role: Role,
+        user: &str,
         created_by: &str,
         now_ms: i64,
     ) -> Result<String, AccountError> {
@@ -334,29 +372,59 @@ impl AccountStore {
             message,
         })?;
         let secret = format!("nrllm_{}", new_secret());
+        // Only for a user who exists; the insert says nothing when one does not.
         let inserted = sqlx::query(
-            "INSERT INTO api_token (name, token_hash, role, created_by, created_at_ms) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING",
+            "INSERT INTO api_token (name, token_hash, role, user_name, created_by, created_at_ms) \
+             SELECT $1, $2, $3, name, $5, $6 FROM app_user WHERE name = $4 \
+             ON CONFLICT (name) DO NOTHING",
         )
         .bind(name)
         .bind(secret_hash(&secret))
         .bind(role.as_str())
+        .bind(user)
         .bind(created_by)
         .bind(now_ms)
         .execute(self.db.pool())
         .await
         .map_err(backend)?;
         if inserted.rows_affected() == 0 {
-            return Err(AccountError::Exists(format!("a token named {name}")));
+            let users: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM app_user WHERE name = $1")
+                .bind(user)
+                .fetch_one(self.db.pool())
+                .await
+                .map_err(backend)?;
+            return Err(match users {
+                0 => AccountError::NoUser(user.to_owned()),
+                _ => AccountError::Exists(format!("a token named {name}")),
+            });
         }
         Ok(secret)
     }
 
-    /// Every API token, by name.
-    pub async fn tokens(&self) -> Result<Vec<ApiToken>, StoreError> {
+    /// A token with `role` for a program (a test harness, a scraper) that acts as user `user`,
+    /// who is made with `role` and no password (nobody logs in as them) if there is no such user
+    /// yet: the token, to be shown once.
+    pub async fn create_program_token(
+        &self,
+        user: &str,
+        role: Role,
+        name: &str,
+        now_ms: i64,
+    ) -> Result<String, AccountError> {
+        match self.create_user(user, None, role, now_ms).await {
+            Ok(_) | Err(AccountError::Exists(_)) => {}
+            Err(err) => return Err(err),
+        }
+        self.create_token(name, role, user, user, now_ms).await
+    }
+
+    /// Every API token, by name (`of`: only those that act as this user).
+    pub async fn tokens(&self, of: Option<&str>) -> Result<Vec<ApiToken>, StoreError> {
         let rows = sqlx::query(
-            "SELECT name, role, created_by, created_at_ms, last_used_at_ms FROM api_token ORDER BY name",
+            "SELECT name, role, user_name, created_by, created_at_ms, last_used_at_ms \
+             FROM api_token WHERE $1 IS NULL OR user_name = $1 ORDER BY name",
         )
+        .bind(of)
         .fetch_all(self.db.pool())
         .await
         .map_err(backend)?;
@@ -367,6 +435,7 @@ impl AccountStore {
                     name: row.try_get("name").map_err(backend)?,
                     role: Role::parse(&role)
                         .ok_or_else(|| StoreError::Corrupt(format!("role {role}")))?,
+                    user: row.try_get("user_name").map_err(backend)?,
                     created_by: row.try_get("created_by").map_err(backend)?,
                     created_at_ms: row.try_get("created_at_ms").map_err(backend)?,
                     last_used_at_ms: row.try_get("last_used_at_ms").map_err(backend)?,
@@ -375,25 +444,31 @@ impl AccountStore {
             .collect()
     }
 
-    /// Revokes a token; whether there was one.
-    pub async fn revoke_token(&self, name: &str) -> Result<bool, StoreError> {
-        let deleted = sqlx::query("DELETE FROM api_token WHERE name = $1")
-            .bind(name)
-            .execute(self.db.pool())
-            .await
-            .map_err(backend)?;
+    /// Revokes a token (`of`: only if it acts as this user); whether there was one.
+    pub async fn revoke_token(&self, name: &str, of: Option<&str>) -> Result<bool, StoreError> {
+        let deleted =
+            sqlx::query("DELETE FROM api_token WHERE name = $1 AND ($2 IS NULL OR user_name = $2)")
+                .bind(name)
+                .bind(of)
+                .execute(self.db.pool())
+                .await
+                .map_err(backend)?;
         Ok(deleted.rows_affected() > 0)
     }
 
-    /// Who an `Authorization: Bearer` token acts as (`token:<name>`).
+    /// Who an `Authorization: Bearer` token acts as: its user, with the lower of the token's
+    /// role and theirs, while that user is enabled.
     pub async fn token(&self, secret: &str, now_ms: i64) -> Result<Option<Principal>, StoreError> {
         let hash = secret_hash(secret);
-        let row =
-            sqlx::query("SELECT name, role, last_used_at_ms FROM api_token WHERE token_hash = $1")
-                .bind(&hash)
-                .fetch_optional(self.db.pool())
-                .await
-                .map_err(backend)?;
+        let row = sqlx::query(
+            "SELECT t.name, t.role, t.last_used_at_ms, u.name AS user_name, u.role AS user_role \
+             FROM api_token t JOIN app_user u ON u.name = t.user_name \
+             WHERE t.token_hash = $1 AND u.disabled = 0",
+        )
+        .bind(&hash)
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(backend)?;
         // "Last used" to the minute: a busy script does not turn every request into a write.
         let stale = match &row {
             Some(row) => row
@@ -410,7 +485,15 @@ impl AccountStore {
                 .await
                 .map_err(backend)?;
         }
-        principal_from(row, |name| format!("token:{name}"))
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some(Principal::through_token(
+            row.try_get::<String, _>("user_name").map_err(backend)?,
+            role_of(&row, "user_role")?,
+            row.try_get::<String, _>("name").map_err(backend)?,
+            role_of(&row, "role")?,
+        )))
     }
 
     /// A one-time login link's secret for `name`, valid for `lifetime_ms`.
@@ -433,14 +516,16 @@ impl AccountStore {
         Ok(secret)
     }
 
-    /// Uses a one-time login link: the user it logs in, once.
+    /// Uses a one-time login link: the user it logs in, once, while it lasts and the user is
+    /// enabled.
     pub async fn use_login_link(
         &self,
         secret: &str,
         now_ms: i64,
     ) -> Result<Option<String>, StoreError> {
         let name: Option<String> = sqlx::query_scalar(
-            "DELETE FROM login_link WHERE token_hash = $1 AND expires_at_ms > $2 RETURNING user_name",
+            "DELETE FROM login_link WHERE token_hash = $1 AND expires_at_ms > $2 \
+             AND user_name IN (SELECT name FROM app_user WHERE disabled = 0) RETURNING user_name",
         )
         .bind(secret_hash(secret))
         .bind(now_ms)
@@ -483,16 +568,7 @@ async fn checked_hash(password: &str) -> Result<String, AccountError> {
     Ok(hash_password(password).await?)
 }
 
-fn principal_from(
-    row: Option<sqlx::any::AnyRow>,
-    name: impl Fn(String) -> String,
-) -> Result<Option<Principal>, StoreError> {
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let role: String = row.try_get("role").map_err(backend)?;
-    Ok(Some(Principal {
-        name: name(row.try_get("name").map_err(backend)?),
-        role: Role::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("role {role}")))?,
-    }))
+fn role_of(row: &sqlx::any::AnyRow, column: &str) -> Result<Role, StoreError> {
+    let role: String = row.try_get(column).map_err(backend)?;
+    Role::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("role {role}")))
 }

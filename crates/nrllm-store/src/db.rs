@@ -17,6 +17,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::Migrator;
 use sqlx::{AnyPool, Executor};
 
+use crate::chain::AuditKey;
 use crate::notify::{Announcer, Notice};
 use crate::postgres::Pipeline;
 use crate::sqlite::{Readers, Writer};
@@ -97,6 +98,8 @@ pub enum DatabaseError {
     InMemory,
     #[error("cannot open the SQLite file for writing: {0}")]
     Writer(Box<dyn std::error::Error + Send + Sync>),
+    #[error("{0}")]
+    AuditKey(#[from] crate::chain::AuditKeyError),
     #[error("cannot use the Postgres URL for the run store's connections: {0}")]
     Pipeline(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -124,6 +127,8 @@ pub struct Database {
     pool: AnyPool,
     /// The hot path's own connections: transitions and point reads.
     direct: Arc<Direct>,
+    /// The key the runs' logs are chained by ([`crate::chain`]).
+    audit: AuditKey,
 }
 
 impl Database {
@@ -188,6 +193,12 @@ impl Database {
             Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
             Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
         }
+        // An SQLite file's audit key lives beside it; other databases are given theirs
+        // ([`Database::with_audit_key`]), a key kept nowhere until then.
+        let audit = match &sqlite_file {
+            Some(path) => AuditKey::load_or_create(&audit_key_beside(path))?.0,
+            None => AuditKey::generate(),
+        };
         let direct = match sqlite_file {
             Some(path) => {
                 let turn = Arc::default();
@@ -209,7 +220,20 @@ impl Database {
         Ok(Database {
             pool,
             direct: Arc::new(direct),
+            audit,
         })
+    }
+
+    /// The same database, its runs' logs chained by `key` (a key from the settings, shared by
+    /// every instance on one Postgres database).
+    pub fn with_audit_key(mut self, key: AuditKey) -> Database {
+        self.audit = key;
+        self
+    }
+
+    /// The key the runs' logs are chained by.
+    pub fn audit_key(&self) -> &AuditKey {
+        &self.audit
     }
 
     /// The rows a point read returns (a run by id, a run's rules): on SQLite read on this
@@ -227,8 +251,13 @@ impl Database {
     }
 
     /// Carries out `transition` in one transaction (see [`Transition`]): the row its fence
-    /// returned, or `None` — then nothing was written.
-    pub(crate) async fn transact(&self, transition: Transition) -> Result<Option<Row>, StoreError> {
+    /// returned, or `None` — then nothing was written. Its steps are chained by this database's
+    /// audit key.
+    pub(crate) async fn transact(
+        &self,
+        mut transition: Transition,
+    ) -> Result<Option<Row>, StoreError> {
+        transition.audit = Some(self.audit.clone());
         match &*self.direct {
             Direct::Sqlite { writer, .. } => writer.transact(transition).await,
             Direct::Postgres { pipeline, .. } => pipeline.transact(transition).await,
@@ -296,6 +325,11 @@ impl Database {
         };
         Ok((usize::try_from(applied).unwrap_or_default(), known))
     }
+}
+
+/// Where the audit key of the SQLite file at `path` lives: beside it, `<file>.audit-key`.
+pub fn audit_key_beside(path: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("{path}.audit-key"))
 }
 
 /// Makes sure the SQLite file can be created: its folder exists and the URL asks for

@@ -19,7 +19,7 @@ use nrllm_core::transcript::ToolOutcome;
 use sqlx::{Any, AnyConnection, Row as _, Transaction};
 use uuid::Uuid;
 
-use crate::chain::{self, ChainRow, ChainVerdict};
+use crate::chain::{self, ChainRow, ChainVerdict, RunSeal};
 use crate::db::{Backend, Database};
 use crate::notify::Notice;
 use crate::transition::{Cells, Row, Statement, Transition};
@@ -116,16 +116,43 @@ impl SqlRunStore {
         &self.db
     }
 
-    /// Verifies run `id`'s log against its hash chain (`None`: no such run).
+    /// Verifies run `id`'s log against its chain under this database's audit key (`None`: no
+    /// such run).
     pub async fn verify_log(&self, id: Uuid) -> Result<Option<ChainVerdict>, StoreError> {
-        let Some(run) = self.get(id).await? else {
+        let since = self.audit_since().await?;
+        self.verify_with(id, since).await
+    }
+
+    async fn verify_with(
+        &self,
+        id: Uuid,
+        since: Option<i64>,
+    ) -> Result<Option<ChainVerdict>, StoreError> {
+        let run = id.to_string();
+        let Some(seal) = sqlx::query(
+            "SELECT audit_key_id, audit_head, last_sequence FROM agent_run WHERE id = $1",
+        )
+        .bind(&run)
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(backend)?
+        else {
             return Ok(None);
+        };
+        let seal = RunSeal {
+            key_id: seal.try_get("audit_key_id").map_err(backend)?,
+            head: seal.try_get("audit_head").map_err(backend)?,
+            last_sequence: seal.try_get("last_sequence").map_err(backend)?,
+            began_ms: id.get_timestamp().map(|ts| {
+                let (secs, nanos) = ts.to_unix();
+                i64::try_from(secs).unwrap_or(i64::MAX) * 1000 + i64::from(nanos / 1_000_000)
+            }),
         };
         let rows = sqlx::query(
             "SELECT sequence, kind, round, duration_ms, payload, created_at_ms, prev_hash, hash \
              FROM agent_run_event WHERE run_id = $1 ORDER BY sequence",
         )
-        .bind(id.to_string())
+        .bind(&run)
         .fetch_all(self.db.pool())
         .await
         .map_err(backend)?;
@@ -146,10 +173,44 @@ impl SqlRunStore {
             .collect::<Result<Vec<_>, sqlx::Error>>()
             .map_err(backend)?;
         Ok(Some(chain::verify(
-            &id.to_string(),
+            self.db.audit_key(),
+            since,
+            &run,
             &rows,
-            run.last_sequence,
+            &seal,
         )))
+    }
+
+    /// Records that this database's audit key is in use from `now_ms` on, unless it already is
+    /// (every instance calls this at start). A run that begins after it must be keyed.
+    pub async fn anchor_audit_key(&self, now_ms: i64) -> Result<(), StoreError> {
+        let key = self.db.audit_key();
+        sqlx::query(
+            "INSERT INTO audit_anchor (key_id, since_ms, mac) VALUES ($1, $2, $3) \
+             ON CONFLICT (key_id) DO NOTHING",
+        )
+        .bind(key.id())
+        .bind(now_ms)
+        .bind(key.anchor_mac(now_ms))
+        .execute(self.db.pool())
+        .await
+        .map_err(backend)?;
+        Ok(())
+    }
+
+    /// Since when this database's audit key is in use, as its anchor says (`None`: no anchor,
+    /// or one that does not hold under the key).
+    pub async fn audit_since(&self) -> Result<Option<i64>, StoreError> {
+        let key = self.db.audit_key();
+        let anchor: Option<(i64, String)> =
+            sqlx::query_as("SELECT since_ms, mac FROM audit_anchor WHERE key_id = $1")
+                .bind(key.id())
+                .fetch_optional(self.db.pool())
+                .await
+                .map_err(backend)?;
+        Ok(anchor
+            .filter(|(since, mac)| *mac == key.anchor_mac(*since))
+            .map(|(since, _)| since))
     }
 
     /// Verifies every run's log, `page` runs at a time, calling `each` with every run's verdict
@@ -159,6 +220,7 @@ impl SqlRunStore {
         page: u32,
         mut each: impl FnMut(Uuid, &ChainVerdict),
     ) -> Result<usize, StoreError> {
+        let since = self.audit_since().await?;
         let mut after = String::new();
         let mut checked = 0;
         loop {
@@ -176,7 +238,7 @@ impl SqlRunStore {
                 let Ok(uuid) = Uuid::parse_str(&id) else {
                     continue;
                 };
-                if let Some(verdict) = self.verify_log(uuid).await? {
+                if let Some(verdict) = self.verify_with(uuid, since).await? {
                     each(uuid, &verdict);
                     checked += 1;
                 }
@@ -524,11 +586,12 @@ fn rule_from_row(row: &impl Cells) -> Result<ApprovalRule, StoreError> {
     })
 }
 
-/// The hash of a run's last step, as a column of a statement on `agent_run` (a fenced update's
-/// `RETURNING`), so that a transition learns where its steps chain on without a read of its own.
+/// The MAC of a run's last step and the id of the key its log is chained by, as columns of a
+/// statement on `agent_run` (a fenced update's `RETURNING`), so that a transition learns where
+/// its steps chain on without a read of its own.
 const CHAIN_HEAD: &str =
     "(SELECT hash FROM agent_run_event WHERE agent_run_event.run_id = agent_run.id \
-     ORDER BY sequence DESC LIMIT 1) AS chain_head";
+     ORDER BY sequence DESC LIMIT 1) AS chain_head, audit_key_id AS chain_key";
 
 fn outcome_name(outcome: ToolOutcome) -> &'static str {
     match outcome {
@@ -1272,12 +1335,22 @@ impl RunStore for SqlRunStore {
     }
 
     async fn events(&self, id: Uuid, after: i64) -> Result<Vec<StoredEvent>, StoreError> {
+        self.events_page(id, after, u32::MAX).await
+    }
+
+    async fn events_page(
+        &self,
+        id: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
         let rows = sqlx::query(
             "SELECT sequence, kind, round, duration_ms, payload, created_at_ms FROM agent_run_event \
-             WHERE run_id = $1 AND sequence > $2 ORDER BY sequence",
+             WHERE run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT $3",
         )
         .bind(id.to_string())
         .bind(after)
+        .bind(i64::from(limit))
         .fetch_all(self.db.pool())
         .await.map_err(backend)?;
         rows.iter()
@@ -1398,9 +1471,11 @@ impl RunStore for SqlRunStore {
     }
 
     async fn take_lease(&self, id: Uuid, now_ms: i64, force: bool) -> Result<bool, StoreError> {
-        // One statement: of two reapers, exactly one update matches the expired lease.
+        // One statement: of two reapers, exactly one update matches the expired lease. The
+        // version moves on: it is the lease's epoch, so the instance that held the run before
+        // can no longer write, nor apply an effect its tools fence on the epoch.
         let taken = sqlx::query(
-            "UPDATE agent_run SET lease_owner = $1, lease_until_ms = $2 \
+            "UPDATE agent_run SET lease_owner = $1, lease_until_ms = $2, version = version + 1 \
              WHERE id = $3 AND status = $4 AND (lease_until_ms <= $5 OR $6 = 1)",
         )
         .bind(&*self.owner)

@@ -130,3 +130,57 @@ pub async fn backends() -> Vec<TestDb> {
     }
     dbs
 }
+
+/// A run of the demo model asked `prompt`, for tests that need a configuration.
+pub fn demo_configuration(prompt: &str) -> nrllm_core::store::RunConfiguration {
+    nrllm_core::store::RunConfiguration {
+        continues: None,
+        approval_timeout_ms: None,
+        provider: "demo".into(),
+        model: "demo-1".into(),
+        prompt: prompt.into(),
+        system_prompt: None,
+        skills: Vec::new(),
+        settings: Default::default(),
+    }
+}
+
+/// A run that completed (answer `done`) with `steps` `recovered` steps ("step 1" … "step N"),
+/// stored in `store` at `now_ms`.
+pub async fn completed_run(
+    store: &dyn nrllm_core::store::RunStore,
+    steps: i64,
+    now_ms: i64,
+) -> nrllm_core::store::RunRecord {
+    use nrllm_core::events::Event;
+    use nrllm_core::store::{Finish, NewRun, RunStatus, SequencedEvent, TerminationReason};
+    let run = NewRun {
+        id: uuid::Uuid::now_v7(),
+        configuration: demo_configuration("p"),
+        requested_by: "operator".into(),
+        copied: Vec::new(),
+    };
+    let created = store.create(&run, now_ms, true).await.unwrap();
+    let events: Vec<SequencedEvent> = (1..=steps)
+        .map(|sequence| SequencedEvent {
+            sequence,
+            event: Event::Recovered {
+                resumes_at: format!("step {sequence}"),
+            },
+            created_at_ms: now_ms,
+        })
+        .collect();
+    let finish = Finish {
+        status: RunStatus::Completed,
+        reason: TerminationReason::Completed,
+        counters: Default::default(),
+        truncated: false,
+        final_answer: Some("done".into()),
+        error_summary: None,
+        estimated_cost_micros: None,
+    };
+    store
+        .finish(run.id, created.version, &finish, &events, now_ms)
+        .await
+        .unwrap()
+}

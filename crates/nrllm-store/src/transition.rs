@@ -14,7 +14,7 @@ use nrllm_core::store::StoreError;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row as _};
 
-use crate::chain::{self, ChainRow};
+use crate::chain::{self, AuditKey, ChainRow};
 use crate::sql::backend;
 
 /// A statement's parameter, with its type even when it is null (Postgres wants to know).
@@ -216,7 +216,9 @@ impl Cells for Row {
 /// One write transaction. The fence goes first: if it returns no row the transaction is rolled
 /// back and nothing else runs (another writer moved the run on). Otherwise the run's steps are
 /// chained on the `chain_head` column the fence returned (none: the run's first step) and
-/// written, then the other statements run, and all of it commits.
+/// written with the run's new keyed head, then the other statements run, and all of it commits.
+/// A run is keyed from its first step on; one whose log was begun in an older form (the fence's
+/// `chain_key` is empty, and steps came before) goes on in that form.
 #[derive(Debug, Clone)]
 pub(crate) struct Transition {
     pub(crate) fence: Statement,
@@ -233,6 +235,8 @@ pub(crate) struct Transition {
     pub(crate) notices: Vec<crate::notify::Notice>,
     /// The crash-test point reached just before the commit.
     pub(crate) before_commit: Option<&'static str>,
+    /// The key the steps are chained by (the database's: set when it carries the transition out).
+    pub(crate) audit: Option<AuditKey>,
 }
 
 /// Event rows per `INSERT` (9 parameters each: under SQLite's and Postgres's limits).
@@ -249,6 +253,7 @@ impl Transition {
             then: Vec::new(),
             notices: Vec::new(),
             before_commit: None,
+            audit: None,
         }
     }
 
@@ -260,10 +265,15 @@ impl Transition {
     ) -> Result<(Vec<Statement>, Option<&'static str>), StoreError> {
         let mut statements = Vec::with_capacity(self.then.len() + 1);
         if !self.steps.is_empty() {
-            // The log is a hash chain per run: each row follows the last one written.
+            // The log is a chain per run: each row follows the last one written.
             // A fence that creates the run returns no head: it has no steps before its own.
             let head = if row.has("chain_head") {
                 row.text("chain_head")?
+            } else {
+                None
+            };
+            let run_key = if row.has("chain_key") {
+                row.text("chain_key")?
             } else {
                 None
             };
@@ -276,13 +286,40 @@ impl Transition {
                     step.sequence = last - count + 1 + i;
                 }
             }
+            let first = rows.first().map_or(1, |step| step.sequence);
+            let key = match (&self.audit, run_key.is_some() || first == 1) {
+                (Some(key), true) => Some(key),
+                (None, true) => {
+                    return Err(StoreError::Corrupt(
+                        "a transition was carried out without the audit key".into(),
+                    ))
+                }
+                (_, false) => None,
+            };
             for row in &mut rows {
-                let hash = chain::row_hash(&self.run, &prev, row);
+                let hash = match key {
+                    Some(key) => key.row_mac(&self.run, &prev, row),
+                    None => chain::row_hash(&self.run, &prev, row),
+                };
                 row.prev_hash = Some(std::mem::replace(&mut prev, hash.clone()));
                 row.hash = Some(hash);
             }
             for chunk in rows.chunks(EVENT_ROWS_PER_INSERT) {
                 statements.push(insert_steps(&self.run, chunk));
+            }
+            if let (Some(key), Some(last)) = (key, rows.last()) {
+                if run_key.as_deref().is_some_and(|id| id != key.id()) {
+                    tracing::warn!(run = %self.run, "a run keyed by another audit key gets steps keyed by this instance's: its log will not verify under either");
+                }
+                statements.push(
+                    Statement::new(
+                        "UPDATE agent_run SET audit_key_id = COALESCE(audit_key_id, $1), \
+                         audit_head = $2 WHERE id = $3",
+                    )
+                    .bind(key.id())
+                    .bind(key.head_mac(&self.run, last.sequence, &prev))
+                    .bind(self.run.as_str()),
+                );
             }
         }
         statements.extend(self.then);
@@ -390,60 +427,106 @@ mod tests {
         }
     }
 
+    fn keyed(run: &str) -> Transition {
+        let mut transition = Transition::new(Statement::new("UPDATE x"), run.into());
+        transition.audit = Some(AuditKey::from_bytes(&[3; 32]));
+        transition
+    }
+
     #[test]
-    fn steps_chain_on_the_head_the_fence_returned() {
-        let mut transition = Transition::new(Statement::new("UPDATE x"), "run-1".into());
+    fn steps_chain_on_the_head_the_fence_returned_and_move_the_keyed_head() {
+        let key = AuditKey::from_bytes(&[3; 32]);
+        let mut transition = keyed("run-1");
         transition.steps = vec![step(1), step(2)];
         transition.then = vec![Statement::new("SELECT 1")];
         let row = Row::of(vec![("chain_head".into(), Value::from("abc"))]);
         let (statements, _) = transition.follow(&row).unwrap();
         assert_eq!(
             statements.len(),
-            2,
-            "one insert for both steps, then the rest"
+            3,
+            "one insert for both steps, the run's head, then the rest"
         );
         let args = &statements[0].args;
         assert_eq!(args.len(), 18);
         // The first step follows the head; the second follows the first.
         assert_eq!(args[7], Value::from("abc"));
-        let first = step(1);
-        let first_hash = chain::row_hash("run-1", "abc", &first);
-        assert_eq!(args[8], Value::from(first_hash.clone()));
-        assert_eq!(args[16], Value::from(first_hash.clone()));
-        assert_eq!(
-            args[17],
-            Value::from(chain::row_hash("run-1", &first_hash, &step(2)))
-        );
+        let first_mac = key.row_mac("run-1", "abc", &step(1));
+        assert_eq!(args[8], Value::from(first_mac.clone()));
+        assert_eq!(args[16], Value::from(first_mac.clone()));
+        let second_mac = key.row_mac("run-1", &first_mac, &step(2));
+        assert_eq!(args[17], Value::from(second_mac.clone()));
         assert!(statements[0]
             .sql
             .contains("($10, $11, $12, $13, $14, $15, $16, $17, $18)"));
-        assert_eq!(statements[1].sql, "SELECT 1");
+        assert!(statements[1].sql.contains("audit_head"));
+        assert_eq!(
+            statements[1].args,
+            vec![
+                Value::from(key.id()),
+                Value::from(key.head_mac("run-1", 2, &second_mac)),
+                Value::from("run-1")
+            ]
+        );
+        assert_eq!(statements[2].sql, "SELECT 1");
+    }
+
+    #[test]
+    fn a_run_begun_in_the_older_form_goes_on_in_it_and_a_keyed_one_stays_keyed() {
+        let key = AuditKey::from_bytes(&[3; 32]);
+        let older = Row::of(vec![
+            ("chain_head".into(), Value::from("abc")),
+            ("chain_key".into(), Value::Text(None)),
+        ]);
+        let mut transition = keyed("run-5");
+        transition.steps = vec![step(4)];
+        let (statements, _) = transition.clone().follow(&older).unwrap();
+        assert_eq!(statements.len(), 1, "no keyed head for an older run");
+        assert_eq!(
+            statements[0].args[8],
+            Value::from(chain::row_hash("run-5", "abc", &step(4)))
+        );
+        let ours = Row::of(vec![
+            ("chain_head".into(), Value::from("abc")),
+            ("chain_key".into(), Value::from(key.id())),
+        ]);
+        let (statements, _) = transition.follow(&ours).unwrap();
+        assert_eq!(
+            statements[0].args[8],
+            Value::from(key.row_mac("run-5", "abc", &step(4)))
+        );
+        assert!(statements[1].sql.contains("audit_head"));
+
+        let mut unkeyed = Transition::new(Statement::new("UPDATE x"), "run-6".into());
+        unkeyed.steps = vec![step(1)];
+        assert!(
+            unkeyed.follow(&Row::default()).is_err(),
+            "a new run is never chained without the key"
+        );
     }
 
     #[test]
     fn a_run_without_steps_chains_on_genesis() {
-        let mut transition = Transition::new(Statement::new("INSERT x"), "run-2".into());
+        let mut transition = keyed("run-2");
         transition.steps = vec![step(1)];
         // A null head (no step yet), and a fence without the column at all (a new run).
         for row in [
             Row::of(vec![("chain_head".into(), Value::Text(None))]),
             Row::default(),
         ] {
-            let mut t = Transition::new(transition.fence.clone(), transition.run.clone());
-            t.steps = transition.steps.clone();
-            let (statements, _) = t.follow(&row).unwrap();
+            let (statements, _) = transition.clone().follow(&row).unwrap();
             assert_eq!(statements[0].args[7], Value::from(chain::GENESIS));
         }
     }
 
     #[test]
     fn a_fence_that_takes_the_numbers_numbers_the_steps() {
-        let mut transition = Transition::new(Statement::new("UPDATE x"), "run-4".into());
+        let mut transition = keyed("run-4");
         transition.steps = vec![step(0), step(0)];
         transition.numbered_by_fence = true;
         let row = Row::of(vec![
             ("last_sequence".into(), Value::from(7)),
             ("chain_head".into(), Value::Text(None)),
+            ("chain_key".into(), Value::from("k")),
         ]);
         let (statements, _) = transition.follow(&row).unwrap();
         assert_eq!(statements[0].args[1], Value::from(6));
@@ -452,10 +535,10 @@ mod tests {
 
     #[test]
     fn a_long_segment_is_split_under_the_bind_limits() {
-        let mut transition = Transition::new(Statement::new("UPDATE x"), "run-3".into());
+        let mut transition = keyed("run-3");
         transition.steps = (1..=250).map(step).collect();
         let (statements, _) = transition.follow(&Row::default()).unwrap();
-        let sizes: Vec<usize> = statements.iter().map(|s| s.args.len() / 9).collect();
+        let sizes: Vec<usize> = statements[..3].iter().map(|s| s.args.len() / 9).collect();
         assert_eq!(sizes, vec![100, 100, 50]);
     }
 

@@ -115,21 +115,44 @@ async fn passwords_sessions_tokens_and_links_hold_on_both_backends() {
             Err(AccountError::NoUser(_))
         ));
 
-        // Tokens: act as `token:<name>` with their role; revoked, they are gone.
+        // Tokens belong to a user: they act as that user, with the lower of the two roles (Ann
+        // is a viewer now); revoked, they are gone.
         let token = accounts
-            .create_token("ci", Role::Operator, "ann", now)
+            .create_token("ci", Role::Operator, "ann", "admin", now)
             .await
             .unwrap();
         let who = accounts.token(&token, now).await.unwrap().unwrap();
-        assert_eq!((who.name.as_str(), who.role), ("token:ci", Role::Operator));
         assert_eq!(
-            accounts.tokens().await.unwrap()[0].last_used_at_ms,
-            Some(now)
+            (who.name.as_str(), who.role, who.token.as_deref()),
+            ("ann", Role::Viewer, Some("ci"))
         );
+        let listed = accounts.tokens(Some("ann")).await.unwrap();
+        assert_eq!(listed[0].last_used_at_ms, Some(now));
+        assert_eq!(listed[0].user.as_deref(), Some("ann"));
+        assert!(accounts.tokens(Some("zed")).await.unwrap().is_empty());
+        assert!(matches!(
+            accounts
+                .create_token("nobody", Role::Viewer, "zed", "admin", now)
+                .await,
+            Err(AccountError::NoUser(_))
+        ));
         assert!(accounts.token("nrllm_guess", now).await.unwrap().is_none());
-        assert!(accounts.revoke_token("ci").await.unwrap());
+        // A user revokes only their own tokens.
+        assert!(!accounts.revoke_token("ci", Some("zed")).await.unwrap());
+        // Disabled, its user's tokens stop working; enabled again, they work.
+        accounts
+            .update_user("ann", Role::Viewer, true, None)
+            .await
+            .unwrap();
         assert!(accounts.token(&token, now).await.unwrap().is_none());
-        assert!(!accounts.revoke_token("ci").await.unwrap());
+        accounts
+            .update_user("ann", Role::Viewer, false, None)
+            .await
+            .unwrap();
+        assert!(accounts.token(&token, now).await.unwrap().is_some());
+        assert!(accounts.revoke_token("ci", Some("ann")).await.unwrap());
+        assert!(accounts.token(&token, now).await.unwrap().is_none());
+        assert!(!accounts.revoke_token("ci", None).await.unwrap());
 
         // One-time links: once, and not after they expire.
         let link = accounts.create_login_link("ann", now, 1000).await.unwrap();

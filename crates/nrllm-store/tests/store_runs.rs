@@ -1,6 +1,7 @@
 //! The run store and the run service on both backends: transitions, the single-winner claim,
 //! events, purge, atomicity and corrupted state.
 
+use nrllm_core::authority::Actor;
 use nrllm_store::testing as common;
 
 use std::sync::Arc;
@@ -9,8 +10,9 @@ use common::backends;
 use nrllm_core::clock::now_ms;
 use nrllm_core::events::Event;
 use nrllm_core::provider::{ChatResponse, ProviderError};
+use nrllm_core::question::FormAnswer;
 use nrllm_core::registry::ToolRegistry;
-use nrllm_core::service::{LoopFactory, ResumeError, RunService, SingleLoop};
+use nrllm_core::service::{LoopFactory, ResumeError, RunService, ServiceError, SingleLoop};
 use nrllm_core::state::{Counters, Kept};
 use nrllm_core::store::{
     Finish, RunConfiguration, RunFilter, RunRecord, RunStatus, RunStore, SequencedEvent,
@@ -100,7 +102,7 @@ async fn suspend_stores_the_state_and_resume_continues_the_sequence_and_finish_c
 
         let done = s
             .service
-            .resume(run.id, &Decision::ApproveAll, "bob", None)
+            .resume(run.id, &Decision::ApproveAll, &Actor::headless("bob"), None)
             .await
             .unwrap();
         assert_eq!(done.status, RunStatus::Completed, "{}", db.name);
@@ -156,7 +158,7 @@ async fn sixty_four_concurrent_claims_have_exactly_one_winner_and_one_execution(
                     .resume(
                         run.id,
                         &Decision::ApproveAll,
-                        &format!("operator-{i}"),
+                        &Actor::headless(format!("operator-{i}")),
                         None,
                     )
                     .await
@@ -375,6 +377,7 @@ async fn a_transition_that_fails_midway_leaves_nothing_partial() {
         let clashing = vec![SequencedEvent {
             sequence: 1,
             event: Event::ApprovalDecided {
+                through_token: None,
                 round: None,
                 decided_by: "x".into(),
                 choices: vec![],
@@ -435,7 +438,12 @@ async fn a_corrupted_state_fails_that_run_keeps_the_raw_state_and_spares_others(
             .unwrap();
         let err = s
             .service
-            .resume(broken.id, &Decision::ApproveAll, "bob", None)
+            .resume(
+                broken.id,
+                &Decision::ApproveAll,
+                &Actor::headless("bob"),
+                None,
+            )
             .await
             .unwrap_err();
         assert!(
@@ -461,7 +469,12 @@ async fn a_corrupted_state_fails_that_run_keeps_the_raw_state_and_spares_others(
 
         let done = s
             .service
-            .resume(healthy.id, &Decision::ApproveAll, "bob", None)
+            .resume(
+                healthy.id,
+                &Decision::ApproveAll,
+                &Actor::headless("bob"),
+                None,
+            )
             .await
             .unwrap();
         assert_eq!(done.status, RunStatus::Completed, "{}", db.name);
@@ -490,7 +503,7 @@ async fn a_provider_failure_after_approved_effects_says_so_and_retry_reruns_no_t
             .unwrap();
         let failed = s
             .service
-            .resume(run.id, &Decision::ApproveAll, "bob", None)
+            .resume(run.id, &Decision::ApproveAll, &Actor::headless("bob"), None)
             .await
             .unwrap();
         assert_eq!(failed.status, RunStatus::Failed, "{}", db.name);
@@ -507,7 +520,11 @@ async fn a_provider_failure_after_approved_effects_says_so_and_retry_reruns_no_t
 
         s.provider
             .push(ChatResponse::text("Done after the retry.", usage(1, 1)));
-        let retried = s.service.retry(run.id, "carol").await.unwrap();
+        let retried = s
+            .service
+            .retry(run.id, &Actor::headless("carol"))
+            .await
+            .unwrap();
         assert_ne!(retried.id, run.id);
         let done = s.service.drive(retried).await.unwrap();
         assert_eq!(done.status, RunStatus::Completed, "{}", db.name);
@@ -530,7 +547,11 @@ async fn a_provider_failure_after_approved_effects_says_so_and_retry_reruns_no_t
             s.store.get(run.id).await.unwrap().unwrap().version,
             failed.version
         );
-        let err = s.service.retry(done.id, "carol").await.unwrap_err();
+        let err = s
+            .service
+            .retry(done.id, &Actor::headless("carol"))
+            .await
+            .unwrap_err();
         assert!(
             err.to_string()
                 .contains("only a run whose model call failed"),
@@ -568,7 +589,7 @@ async fn a_state_saved_by_a_newer_version_is_refused_and_left_waiting() {
             .unwrap();
         let err = s
             .service
-            .resume(run.id, &Decision::ApproveAll, "bob", None)
+            .resume(run.id, &Decision::ApproveAll, &Actor::headless("bob"), None)
             .await
             .unwrap_err();
         assert!(
@@ -694,22 +715,31 @@ async fn cancel_list_and_the_inbox_follow_the_status_rules() {
 
         let cancelled = s
             .service
-            .cancel(first.id, "carol", Some("not needed"))
+            .cancel(first.id, &Actor::headless("carol"), Some("not needed"))
             .await
             .unwrap();
         assert_eq!(cancelled.status, RunStatus::Cancelled);
         assert_eq!(cancelled.suspended_state, None);
-        let again = s.service.cancel(third.id, "carol", None).await.unwrap_err();
+        let again = s
+            .service
+            .cancel(third.id, &Actor::headless("carol"), None)
+            .await
+            .unwrap_err();
         assert!(matches!(
             again,
-            StoreError::InvalidTransition {
+            ServiceError::Store(StoreError::InvalidTransition {
                 status: RunStatus::Completed,
                 ..
-            }
+            })
         ));
         let err = s
             .service
-            .resume(first.id, &Decision::ApproveAll, "bob", None)
+            .resume(
+                first.id,
+                &Decision::ApproveAll,
+                &Actor::headless("bob"),
+                None,
+            )
             .await
             .unwrap_err();
         assert!(
@@ -765,7 +795,12 @@ async fn recovery_goes_on_from_the_journal_and_never_reruns_an_unknown_effect() 
             .await
             .unwrap();
         s.service
-            .claim(claimed.id, &Decision::ApproveAll, "bob", None)
+            .claim(
+                claimed.id,
+                &Decision::ApproveAll,
+                &Actor::headless("bob"),
+                None,
+            )
             .await
             .unwrap();
         // A worker took the claimed decision, then the server stopped.
@@ -838,7 +873,7 @@ async fn recovery_goes_on_from_the_journal_and_never_reruns_an_unknown_effect() 
         };
         let ended = s
             .service
-            .resume(claimed.id, &decision, "carol", None)
+            .resume(claimed.id, &decision, &Actor::headless("carol"), None)
             .await
             .unwrap();
         assert_eq!(ended.status, RunStatus::Completed, "{}", db.name);
@@ -989,15 +1024,19 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
             RunStatus::Running
         );
 
+        // The takeover moved the run's version on (the lease's epoch: a tool of A fenced on
+        // the old one writes nothing either).
+        let taken = winner.get(run.id).await.unwrap().unwrap();
+        assert_eq!(taken.version, run.version + 1, "{}", db.name);
         // The new owner's writes go through (the run comes back as it now is, as a read finds
         // it); a finished run holds no lease.
         let ended = winner
-            .finish(run.id, run.version, &finish, &events, later)
+            .finish(run.id, taken.version, &finish, &events, later)
             .await
             .unwrap();
         assert_eq!(ended.status, RunStatus::Completed, "{}", db.name);
         assert_eq!(ended.final_answer.as_deref(), Some("zombie"));
-        assert_eq!(ended.version, run.version + 1);
+        assert_eq!(ended.version, run.version + 2);
         assert_eq!(
             format!("{ended:?}"),
             format!("{:?}", winner.get(run.id).await.unwrap().unwrap()),
@@ -1047,9 +1086,10 @@ async fn purge_racing_a_claim_never_deletes_the_claimed_run() {
                 )))),
             );
             let far = now_ms() + 60_000;
+            let bob = Actor::headless("bob");
             let (purge, claim) = tokio::join!(
                 purger.purge(0, far, 10),
-                claimer.claim(run.id, &Decision::ApproveAll, "bob", None)
+                claimer.claim(run.id, &Decision::ApproveAll, &bob, None)
             );
             let purge = purge.unwrap();
             let stored = s.store.get(run.id).await.unwrap();
@@ -1171,7 +1211,7 @@ async fn an_overdue_turn_is_found_and_expires_once_and_the_model_reads_it() {
         // Too late for an operator; the deadline claims it, once.
         let late = s
             .service
-            .resume(run.id, &Decision::ApproveAll, "bob", None)
+            .resume(run.id, &Decision::ApproveAll, &Actor::headless("bob"), None)
             .await;
         assert!(
             matches!(late, Err(ResumeError::Expired(_))),
@@ -1307,7 +1347,7 @@ async fn a_claimed_decision_waits_queued_and_any_instance_carries_it_out_once() 
             .await
             .unwrap();
         s.service
-            .claim(run.id, &Decision::ApproveAll, "bob", None)
+            .claim(run.id, &Decision::ApproveAll, &Actor::headless("bob"), None)
             .await
             .unwrap();
         let queued = s.store.get(run.id).await.unwrap().unwrap();
@@ -1351,7 +1391,7 @@ async fn cancel_stops_a_running_run_and_names_the_approved_call_in_flight_as_out
             .unwrap();
         assert_eq!(run.status, RunStatus::WaitingForApproval);
         let claimed = service
-            .claim(run.id, &Decision::ApproveAll, "bob", None)
+            .claim(run.id, &Decision::ApproveAll, &Actor::headless("bob"), None)
             .await
             .unwrap();
         let driving = tokio::spawn({
@@ -1368,7 +1408,7 @@ async fn cancel_stops_a_running_run_and_names_the_approved_call_in_flight_as_out
         }
         // Asked while the call is in flight: recorded, and the run stops at once here.
         let asked = service
-            .cancel(run.id, "olga", Some("wrong note"))
+            .cancel(run.id, &Actor::headless("olga"), Some("wrong note"))
             .await
             .unwrap();
         assert_eq!(asked.status, RunStatus::Running);
@@ -1404,8 +1444,8 @@ async fn cancel_stops_a_running_run_and_names_the_approved_call_in_flight_as_out
         }
         // Cancelled is final.
         assert!(matches!(
-            service.cancel(run.id, "olga", None).await,
-            Err(StoreError::InvalidTransition { .. })
+            service.cancel(run.id, &Actor::headless("olga"), None).await,
+            Err(ServiceError::Store(StoreError::InvalidTransition { .. }))
         ));
         db.cleanup().await;
     }
@@ -1477,7 +1517,7 @@ async fn a_queued_decision_whose_model_cannot_be_reached_fails_with_the_reason()
             .await
             .unwrap();
         s.service
-            .claim(run.id, &Decision::ApproveAll, "bob", None)
+            .claim(run.id, &Decision::ApproveAll, &Actor::headless("bob"), None)
             .await
             .unwrap();
         // The worker that takes it cannot build the run's loop.
@@ -1506,7 +1546,7 @@ async fn a_queued_decision_whose_model_cannot_be_reached_fails_with_the_reason()
 
 #[tokio::test]
 async fn approval_rules_decide_later_calls_and_their_steps_name_the_rule() {
-    use nrllm_core::decision::{Action, Remember, Submission, SubmittedCall};
+    use nrllm_core::decision::{Action, Remember, RememberScope, Submission, SubmittedCall};
     use nrllm_core::rules::{Condition, MatchOp, RuleDraft, RuleEffect, RuleScope};
     for db in backends().await {
         let responses = vec![
@@ -1535,7 +1575,7 @@ async fn approval_rules_decide_later_calls_and_their_steps_name_the_rule() {
             calls: vec![SubmittedCall {
                 call_id: "c1".into(),
                 remember: Some(Remember {
-                    scope: RuleScope::Run(run.id),
+                    scope: RememberScope::Run,
                     effect: RuleEffect::Allow,
                     conditions: Vec::new(),
                 }),
@@ -1545,7 +1585,7 @@ async fn approval_rules_decide_later_calls_and_their_steps_name_the_rule() {
         };
         let claimed = s
             .service
-            .claim_submission(run.id, &submission, "bob", None)
+            .claim_submission(run.id, &submission, &Actor::headless("bob"), None)
             .await
             .unwrap();
         // The rule is stored with the claim, as bob's.
@@ -1678,7 +1718,12 @@ async fn a_fork_copies_the_steps_before_it_reruns_none_of_them_and_goes_its_own_
             .unwrap();
         let parent = s
             .service
-            .resume(parent.id, &Decision::ApproveAll, "bob", None)
+            .resume(
+                parent.id,
+                &Decision::ApproveAll,
+                &Actor::headless("bob"),
+                None,
+            )
             .await
             .unwrap();
         assert_eq!(parent.final_answer.as_deref(), Some("Wrote a."));
@@ -1691,9 +1736,10 @@ async fn a_fork_copies_the_steps_before_it_reruns_none_of_them_and_goes_its_own_
             .sequence;
 
         // From the step where the turn waited: the same turn is decided again, differently.
+        // The parent ran its call after that step, so the fork shows it as outcome unknown.
         let fork = s
             .service
-            .fork(parent.id, k, None, "carol", true)
+            .fork(parent.id, k, None, &Actor::headless("carol"), true)
             .await
             .unwrap();
         let fork = s.service.drive(fork).await.unwrap();
@@ -1712,7 +1758,7 @@ async fn a_fork_copies_the_steps_before_it_reruns_none_of_them_and_goes_its_own_
         );
         assert_eq!(
             kinds(&forked[k as usize..]),
-            ["recovered", "approval_requested"],
+            ["recovered", "outcome_unknown", "approval_requested"],
             "{}",
             db.name
         );
@@ -1728,7 +1774,7 @@ async fn a_fork_copies_the_steps_before_it_reruns_none_of_them_and_goes_its_own_
                 &Decision::DenyAll {
                     reason: Some("not this time".into()),
                 },
-                "dave",
+                &Actor::headless("dave"),
                 None,
             )
             .await
@@ -1750,7 +1796,13 @@ async fn a_fork_copies_the_steps_before_it_reruns_none_of_them_and_goes_its_own_
         let last = steps.last().unwrap().sequence;
         let again = s
             .service
-            .fork(parent.id, last, Some("read b"), "carol", true)
+            .fork(
+                parent.id,
+                last,
+                Some("read b"),
+                &Actor::headless("carol"),
+                true,
+            )
             .await
             .unwrap();
         let again = s.service.drive(again).await.unwrap();
@@ -1776,18 +1828,122 @@ async fn a_fork_copies_the_steps_before_it_reruns_none_of_them_and_goes_its_own_
         // Refusals say why.
         assert!(matches!(
             s.service
-                .fork(parent.id, k, Some("x"), "carol", false)
+                .fork(parent.id, k, Some("x"), &Actor::headless("carol"), false)
                 .await,
             Err(ForkError::PromptOnPendingTurn)
         ));
         assert!(matches!(
-            s.service.fork(parent.id, 1, None, "carol", false).await,
+            s.service
+                .fork(parent.id, 1, None, &Actor::headless("carol"), false)
+                .await,
             Err(ForkError::BeforeFirstRequest)
         ));
         assert!(matches!(
-            s.service.fork(parent.id, 999, None, "carol", false).await,
+            s.service
+                .fork(parent.id, 999, None, &Actor::headless("carol"), false)
+                .await,
             Err(ForkError::NoStep(999))
         ));
+        db.cleanup().await;
+    }
+}
+
+/// A fork taken between a decision and its results never runs a call of the parent again on its
+/// own: a call an approval rule let through in the parent waits in the fork as outcome unknown,
+/// with the parent's effect key, and an operator who runs it again runs it under that key.
+#[tokio::test]
+async fn a_fork_between_a_decision_and_its_results_never_repeats_the_parents_effect() {
+    use nrllm_core::rules::{RuleDraft, RuleEffect, RuleScope};
+    for db in backends().await {
+        let responses = vec![
+            call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
+            ChatResponse::text("Wrote a.", usage(1, 1)),
+            ChatResponse::text("Wrote it in the fork too.", usage(1, 1)),
+        ];
+        let s = setup(&db.db, responses);
+        // Every write_note of the configuration is allowed by a rule: the parent's turn is
+        // decided without an operator and its call runs.
+        s.store
+            .add_rule(
+                &RuleDraft {
+                    scope: RuleScope::Configuration("scripted".into()),
+                    tool: "write_note".into(),
+                    effect: RuleEffect::Allow,
+                    conditions: Vec::new(),
+                },
+                "admin",
+                now_ms(),
+            )
+            .await
+            .unwrap();
+        let parent = s
+            .service
+            .start(configuration("write a"), "alice")
+            .await
+            .unwrap();
+        assert_eq!(
+            parent.final_answer.as_deref(),
+            Some("Wrote a."),
+            "{}",
+            db.name
+        );
+        assert_eq!(s.probe.count("write_note"), 1);
+        let steps = s.store.events(parent.id, 0).await.unwrap();
+        let decided = steps
+            .iter()
+            .find(|e| e.kind == "approval_decided")
+            .unwrap()
+            .sequence;
+        let parent_key = s.store.effects(parent.id).await.unwrap()[0]
+            .effect_key
+            .clone();
+
+        // Forked at the automatic decision, before the call's result: the rule would let the
+        // call through again, but the fork waits for an operator with the call marked.
+        let fork = s
+            .service
+            .fork(parent.id, decided, None, &Actor::headless("carol"), true)
+            .await
+            .unwrap();
+        let fork = s.service.drive(fork).await.unwrap();
+        assert_eq!(fork.status, RunStatus::WaitingForApproval, "{}", db.name);
+        assert_eq!(s.probe.count("write_note"), 1, "{}: not run again", db.name);
+        let state = nrllm_core::SuspendedState::from_json(fork.suspended_state.as_deref().unwrap())
+            .unwrap();
+        assert_eq!(state.unknown.len(), 1);
+        assert_eq!(state.unknown[0].effect_key, parent_key);
+        let forked = s.store.events(fork.id, decided).await.unwrap();
+        assert_eq!(
+            kinds(&forked),
+            ["recovered", "outcome_unknown", "approval_requested"],
+            "{}",
+            db.name
+        );
+        // An answer alone would not run it; an operator's decision runs it, under the parent's key.
+        let done = s
+            .service
+            .resume(
+                fork.id,
+                &Decision::ApproveAll,
+                &Actor::headless("dave"),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            done.final_answer.as_deref(),
+            Some("Wrote it in the fork too.")
+        );
+        let effects = s.store.effects(fork.id).await.unwrap();
+        assert_eq!(effects.len(), 1);
+        assert_eq!(effects[0].effect_key, parent_key, "{}", db.name);
+        // The tool was given the parent's key both times: an idempotent tool applies it once.
+        assert_eq!(
+            s.probe.effect_keys(),
+            [Some(parent_key.clone()), Some(parent_key)],
+            "{}",
+            db.name
+        );
         db.cleanup().await;
     }
 }
@@ -1828,7 +1984,13 @@ async fn a_question_waits_for_input_and_one_of_sixteen_answers_wins() {
         assert_eq!(run.status, RunStatus::WaitingForInput, "{}", db.name);
         // An answer that is not one of the choices is refused; the run still waits.
         let refused = service
-            .claim_answer(run.id, None, &json!("c"), "bob", None)
+            .claim_answer(
+                run.id,
+                None,
+                &FormAnswer::text("c"),
+                &Actor::headless("bob"),
+                None,
+            )
             .await
             .err()
             .unwrap();
@@ -1842,7 +2004,13 @@ async fn a_question_waits_for_input_and_one_of_sixteen_answers_wins() {
             tasks.push(tokio::spawn(async move {
                 let answer = if i % 2 == 0 { "a" } else { "b" };
                 service
-                    .claim_answer(run.id, None, &json!(answer), &format!("op-{i}"), None)
+                    .claim_answer(
+                        run.id,
+                        None,
+                        &FormAnswer::text(answer),
+                        &Actor::headless(format!("op-{i}")),
+                        None,
+                    )
                     .await
                     .map(|claimed| (claimed, answer))
             }));

@@ -2,6 +2,7 @@
 //! time holds it, attempts are fenced by the lease, a decided run's delivery is seen as such, and
 //! purging a run takes its deliveries with it.
 
+use nrllm_core::authority::Actor;
 use std::sync::Arc;
 
 use nrllm_core::clock::now_ms;
@@ -133,7 +134,12 @@ async fn each_waiting_turn_gets_one_delivery_held_by_one_sender_at_a_time() {
             .await
             .unwrap();
         service
-            .resume(first.id, &Decision::ApproveAll, "bob", None)
+            .resume(
+                first.id,
+                &Decision::ApproveAll,
+                &Actor::headless("bob"),
+                None,
+            )
             .await
             .unwrap();
         let stale = hooks

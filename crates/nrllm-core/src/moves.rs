@@ -1,0 +1,131 @@
+//! The ways a waiting turn is decided, as values: an approval form submitted (any of its
+//! buttons), an answer to the turn's question, a decision a headless program made, and the
+//! approval deadline. [`TurnMove::decide`] is what each amounts to for the turn — the decision and
+//! the rules asked for with it — and [`TurnMove::act`] is what the authority is asked before it
+//! counts ([`crate::authority`]). The run service claims a run with one of these and nothing
+//! else, so the conformance test (`tests/authority_conformance.rs`) can try every way.
+
+use uuid::Uuid;
+
+use crate::authority::Act;
+use crate::decision::{CallDecision, Choice, Decision, DecisionError, Submission};
+use crate::question::FormAnswer;
+use crate::rules::RuleDraft;
+use crate::state::SuspendedState;
+
+/// What the model reads for each call of a turn nobody decided in time.
+pub const EXPIRED_TEXT: &str =
+    "No operator decided on this call before the approval deadline, so it was not run.";
+
+/// What the model reads for a question of the turn left unanswered while another was answered.
+pub const OTHER_QUESTION_TEXT: &str =
+    "(The operator answered another question of this turn and left this one unanswered.)";
+
+/// One way a waiting turn is decided.
+#[derive(Debug, Clone, Copy)]
+pub enum TurnMove<'a> {
+    /// An approval form (or a JSON client) as submitted: the button and everything it held.
+    Submit(&'a Submission),
+    /// An answer to the turn's question `call_id` (the first question when `None`).
+    Answer {
+        call_id: Option<&'a str>,
+        answer: &'a FormAnswer,
+    },
+    /// A decision a headless program made.
+    Decision(&'a Decision),
+    /// The approval deadline passed: nothing of the turn runs.
+    Expire,
+}
+
+impl TurnMove<'_> {
+    /// What the authority is asked before this move counts; `None` for the deadline's, which is
+    /// the server's own.
+    pub fn act(&self) -> Option<Act<'static>> {
+        match self {
+            TurnMove::Submit(_) | TurnMove::Decision(_) => Some(Act::Decide),
+            TurnMove::Answer { .. } => Some(Act::Answer),
+            TurnMove::Expire => None,
+        }
+    }
+
+    /// The decision this move makes on `state`'s turn (of run `run`, configuration
+    /// `configuration`) and the approval rules asked for with it, or why it does not fit.
+    /// Nothing is checked against the tools here (the loop resolves the decision next).
+    pub fn decide(
+        &self,
+        state: &SuspendedState,
+        (run, configuration): (Uuid, &str),
+    ) -> Result<(Decision, Vec<RuleDraft>), DecisionError> {
+        match self {
+            TurnMove::Submit(submission) => {
+                let decision = submission.resolve(&state.pending, &state.questions)?;
+                let rules = submission.rules(&state.pending, &decision, (run, configuration))?;
+                Ok((decision, rules))
+            }
+            TurnMove::Answer { call_id, answer } => {
+                Ok((answer_decision(state, *call_id, answer)?, Vec::new()))
+            }
+            TurnMove::Decision(decision) => Ok(((*decision).clone(), Vec::new())),
+            TurnMove::Expire => Ok((every_call(state, |_| expired()), Vec::new())),
+        }
+    }
+}
+
+fn expired() -> Choice {
+    Choice::Expired {
+        text: EXPIRED_TEXT.to_owned(),
+    }
+}
+
+/// The same kind of choice for every pending call, from `choose`.
+fn every_call(state: &SuspendedState, choose: impl Fn(&str) -> Choice) -> Decision {
+    Decision::PerCall {
+        calls: state
+            .pending
+            .iter()
+            .map(|call| CallDecision {
+                call_id: call.id.clone(),
+                choice: choose(&call.id),
+            })
+            .collect(),
+    }
+}
+
+/// An answer decides only what it answers: the question's result, any other question left
+/// unanswered, and the calls the gate lets through (read-only, or decided by a rule or their
+/// tool's check) go ahead as they would have. A turn with a call that waits for an operator's
+/// decision ([`SuspendedState::undecided`]) is refused, naming those calls.
+fn answer_decision(
+    state: &SuspendedState,
+    call_id: Option<&str>,
+    answer: &FormAnswer,
+) -> Result<Decision, DecisionError> {
+    if state.questions.is_empty() {
+        return Err(DecisionError::NoQuestion);
+    }
+    let asked = state
+        .question(call_id)
+        .ok_or_else(|| DecisionError::UnknownCall {
+            call_id: call_id.unwrap_or("(a question)").to_owned(),
+        })?;
+    let undecided = state.undecided();
+    if !undecided.is_empty() {
+        return Err(DecisionError::UndecidedCalls {
+            calls: undecided
+                .iter()
+                .map(|call| format!("{} ({})", call.name, call.id))
+                .collect(),
+        });
+    }
+    let result = answer.result_for(asked)?;
+    Ok(every_call(state, |id| match id {
+        id if id == asked.id => Choice::Respond {
+            result: result.clone(),
+        },
+        id if state.questions.iter().any(|q| q == id) => Choice::Respond {
+            result: OTHER_QUESTION_TEXT.to_owned(),
+        },
+        // Not undecided (above): the gate lets it through.
+        _ => Choice::Approve,
+    }))
+}

@@ -1,0 +1,544 @@
+//! Conformance of the one door ([`nrllm_core::authority`]): for every way a waiting turn moves on
+//! ([`TurnMove`]: each button of the approval form, a per-call form with any choices, an answer,
+//! a headless decision, the deadline), every caller (each role; the run's requester, whoever
+//! forked it, the requester of the run it was forked from, a stranger; each of them through an
+//! API token of any role) and four-eyes on and off, over turns of every shape (a gated call, a
+//! question beside it, a question alone, a call whose outcome is unknown after a restart, a call
+//! an approval rule lets through), a gated call runs only when a caller the authority allows
+//! approved that call as the panel showed it. "Runs" is counted where the effect happens: the
+//! probe tool records every execution when the loop resumes with what the move decided.
+//!
+//! The oracle (`may_decide`) is written here from the rules as README states them, not taken
+//! from the code under test. Rules (a way a call runs with no operator), forks and retries (ways
+//! a new run starts whose lineage four-eyes follows), cancels and recovery (a run cut off after
+//! its claim goes on with no caller) have their own cases below.
+//!
+//! Every later way of moving a run (a new button, a channel, a wait) adds its case here.
+
+use std::sync::Arc;
+
+use nrllm_core::authority::{authorize, Act, Actor, Lineage, Refusal, RunFacts};
+use nrllm_core::decision::{Action, DecisionError, Submission, SubmittedCall};
+use nrllm_core::events::NullSink;
+use nrllm_core::moves::TurnMove;
+use nrllm_core::provider::ChatResponse;
+use nrllm_core::question::{AskOperator, FormAnswer};
+use nrllm_core::rules::{ApprovalRule, RuleEffect, RuleScope};
+use nrllm_core::state::UnknownCall;
+use nrllm_core::store::RunStatus;
+use nrllm_core::testing::{probe_registry, usage, Probe, ScriptedProvider};
+use nrllm_core::transcript::{Message, ToolCall};
+use nrllm_core::{
+    Decision, LoopOutcome, RunContext, RunInput, SuspendedState, ToolLoop, ToolLoopService,
+};
+use nrllm_types::Role;
+use proptest::prelude::*;
+use serde_json::json;
+use uuid::Uuid;
+
+/// The run under decision was forked by `forker` from a run `olga` started.
+const LINEAGE: [&str; 2] = ["forker", "olga"];
+const NAMES: [&str; 3] = ["forker", "olga", "stranger"];
+
+/// The shapes of a waiting turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// `write_note` needs approval; `read_note` is held with it.
+    Gated,
+    /// A question beside a gated call: the turn waits for approval.
+    QuestionAndGated,
+    /// A question alone (with a read-only call): the turn waits for input.
+    QuestionOnly,
+    /// After a restart: the gated call was dispatched and its outcome is unknown.
+    Unknown,
+    /// A question beside a call whose outcome is unknown.
+    QuestionAndUnknown,
+}
+
+const SHAPES: [Shape; 5] = [
+    Shape::Gated,
+    Shape::QuestionAndGated,
+    Shape::QuestionOnly,
+    Shape::Unknown,
+    Shape::QuestionAndUnknown,
+];
+
+fn calls_of(shape: Shape) -> Vec<ToolCall> {
+    let question = ToolCall::new(
+        "q",
+        "ask_operator",
+        &json!({"question": "Which note?", "choices": ["a", "b"]}),
+    );
+    let read = ToolCall::new("r", "read_note", &json!({"text": "r"}));
+    let write = ToolCall::new("w", "write_note", &json!({"text": "w"}));
+    match shape {
+        Shape::Gated | Shape::Unknown => vec![read, write],
+        Shape::QuestionAndGated | Shape::QuestionAndUnknown => vec![question, write, read],
+        Shape::QuestionOnly => vec![question, read],
+    }
+}
+
+struct World {
+    tool_loop: ToolLoop,
+    probe: Probe,
+}
+
+fn world(turn: Vec<ToolCall>) -> World {
+    let probe = Probe::default();
+    let mut registry = probe_registry(&probe);
+    registry.register(AskOperator).unwrap();
+    let provider = ScriptedProvider::new([
+        ChatResponse::calls(turn, usage(1, 1)),
+        ChatResponse::text("done", usage(1, 1)),
+    ]);
+    World {
+        tool_loop: ToolLoop::new(Arc::new(provider), Arc::new(registry)),
+        probe,
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn input() -> RunInput {
+    RunInput {
+        messages: vec![Message::user("go")],
+        ..RunInput::default()
+    }
+}
+
+/// The turn of `shape`, suspended (nothing of it ran), in a fresh world.
+async fn suspended(shape: Shape) -> (World, SuspendedState) {
+    let world = world(calls_of(shape));
+    let outcome = world
+        .tool_loop
+        .run(input(), &RunContext::default(), &NullSink)
+        .await
+        .unwrap();
+    let LoopOutcome::Suspended(mut state) = outcome else {
+        panic!("{shape:?} must suspend: {outcome:?}");
+    };
+    if matches!(shape, Shape::Unknown | Shape::QuestionAndUnknown) {
+        // As a recovery leaves it: the gated call was dispatched, its result never journaled.
+        state.unknown = vec![UnknownCall {
+            call_id: "w".into(),
+            effect_key: "run/1/w".into(),
+            dispatched_at_ms: 1,
+        }];
+    }
+    assert!(world.probe.calls().is_empty());
+    (world, state)
+}
+
+/// Whether `actor` may decide the run, by README's rules: the approver role (a token's: the
+/// lower of its role and its user's), and under four-eyes nobody of the run's lineage.
+fn may_decide(actor: &Actor, four_eyes: bool) -> bool {
+    actor.role >= Role::Approver && !(four_eyes && LINEAGE.contains(&actor.name.as_str()))
+}
+
+/// One caller: a user by name and role, maybe through a token of its own role.
+fn arb_actor() -> impl Strategy<Value = Actor> {
+    let role = || prop::sample::select(Role::ALL.to_vec());
+    (
+        prop::sample::select(NAMES.to_vec()),
+        role(),
+        proptest::option::of(role()),
+    )
+        .prop_map(|(name, role, token)| match token {
+            Some(token_role) => Actor::through_token(name, role, "ci", token_role),
+            None => Actor::user(name, role),
+        })
+}
+
+/// A per-call form entry: the choice, what was typed.
+fn arb_entry() -> impl Strategy<Value = (&'static str, Option<&'static str>)> {
+    (
+        prop::sample::select(vec![
+            "approve", "deny", "edit", "respond", "failed", "answer",
+        ]),
+        prop::sample::select(vec![None, Some("a"), Some("b"), Some("zzz")]),
+    )
+}
+
+#[derive(Debug, Clone)]
+enum Way {
+    ApproveAll,
+    DenyAll,
+    PerCall(Vec<(&'static str, Option<&'static str>)>),
+    Answer(&'static str),
+    Headless(Decision),
+    Expire,
+}
+
+fn arb_way() -> impl Strategy<Value = Way> {
+    prop_oneof![
+        Just(Way::ApproveAll),
+        Just(Way::DenyAll),
+        prop::collection::vec(arb_entry(), 3).prop_map(Way::PerCall),
+        prop::sample::select(vec!["a", "b", "zzz"]).prop_map(Way::Answer),
+        Just(Way::Headless(Decision::ApproveAll)),
+        Just(Way::Expire),
+    ]
+}
+
+/// The form a way submits for `calls` (the answer text rides in the question's entry).
+fn submission_of(way: &Way, calls: &[ToolCall]) -> Option<Submission> {
+    let entry = |call: &ToolCall, choice: &str, typed: Option<&str>| SubmittedCall {
+        call_id: call.id.clone(),
+        choice: Some(choice.to_owned()),
+        arguments: (choice == "edit").then(|| r#"{"text": "edited"}"#.to_owned()),
+        result: (choice == "respond").then(|| typed.unwrap_or("what happened").to_owned()),
+        answer: match (choice, typed) {
+            ("answer", Some(text)) => FormAnswer::text(text),
+            _ => FormAnswer::default(),
+        },
+        ..SubmittedCall::default()
+    };
+    let (action, calls) = match way {
+        Way::ApproveAll => (Action::ApproveAll, Vec::new()),
+        Way::DenyAll => (Action::DenyAll, Vec::new()),
+        Way::PerCall(entries) => (
+            Action::PerCall,
+            calls
+                .iter()
+                .zip(entries)
+                .map(|(call, (choice, typed))| entry(call, choice, *typed))
+                .collect(),
+        ),
+        _ => return None,
+    };
+    Some(Submission {
+        action,
+        reason: None,
+        calls,
+        acknowledge_discard: true,
+    })
+}
+
+/// Whether `way` approves call `id` of the turn explicitly, as the panel shows it.
+fn approves(way: &Way, calls: &[ToolCall], id: &str) -> bool {
+    match way {
+        Way::ApproveAll | Way::Headless(Decision::ApproveAll) => true,
+        Way::PerCall(entries) => calls
+            .iter()
+            .zip(entries)
+            .any(|(call, (choice, _))| call.id == id && matches!(*choice, "approve" | "edit")),
+        _ => false,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn a_gated_call_runs_only_when_an_allowed_caller_approved_it(
+        shape in prop::sample::select(SHAPES.to_vec()),
+        actor in arb_actor(),
+        four_eyes in any::<bool>(),
+        way in arb_way(),
+    ) {
+        runtime().block_on(async {
+            let (world, state) = suspended(shape).await;
+            let calls = state.pending.clone();
+            let submission = submission_of(&way, &calls);
+            let typed = match &way {
+                Way::Answer(text) => FormAnswer::text(*text),
+                _ => FormAnswer::default(),
+            };
+            let turn_move = match (&way, &submission) {
+                (_, Some(submission)) => TurnMove::Submit(submission),
+                (Way::Answer(_), _) => TurnMove::Answer { call_id: None, answer: &typed },
+                (Way::Headless(decision), _) => TurnMove::Decision(decision),
+                _ => TurnMove::Expire,
+            };
+            let lineage = Lineage { requesters: LINEAGE.map(str::to_owned).to_vec() };
+            let facts = RunFacts {
+                status: state.waiting_for(),
+                termination_reason: None,
+                lineage: &lineage,
+                four_eyes,
+            };
+            // The service's order: the authority, then the move, then the loop's resolution.
+            let allowed = turn_move.act().map(|act| authorize(&actor, act, Some(&facts)));
+            if let Some(allowed) = &allowed {
+                prop_assert_eq!(allowed.is_ok(), may_decide(&actor, four_eyes), "{:?}", allowed);
+            }
+            if matches!(allowed, Some(Err(_))) {
+                return Ok(());
+            }
+            let decided = turn_move
+                .decide(&state, (Uuid::nil(), "demo"))
+                .and_then(|(decision, _)| {
+                    world
+                        .tool_loop
+                        .resolve_decision(&state, &decision)
+                        .map(|choices| (decision, choices))
+                        .map_err(|err| match err {
+                            nrllm_core::LoopError::Decision(err) => err,
+                            other => panic!("{other}"),
+                        })
+                });
+            let (decision, choices) = match decided {
+                Ok(decided) => decided,
+                Err(DecisionError::UndecidedCalls { calls }) => {
+                    // An answer never decides another call: refused while one waits.
+                    prop_assert!(matches!(way, Way::Answer(_)));
+                    prop_assert!(!state.undecided().is_empty());
+                    prop_assert!(calls.iter().any(|c| c.contains("write_note")));
+                    return Ok(());
+                }
+                // Anything else refused (a bad answer, a choice the call does not take):
+                // nothing happens.
+                Err(_) => return Ok(()),
+            };
+            if let Way::Answer(_) = way {
+                prop_assert!(state.undecided().is_empty(), "an answer was taken beside undecided calls");
+            }
+            // What each call's choice says, and what the loop then does.
+            let ctx = RunContext::default();
+            world.tool_loop.resume(&state, &decision, &ctx, &NullSink).await.unwrap();
+            let writes = world.probe.count("write_note");
+            for (call, choice) in calls.iter().zip(&choices) {
+                // A question is answered, never run.
+                if call.name == "ask_operator" {
+                    prop_assert!(!choice.runs());
+                }
+                if call.name != "write_note" {
+                    continue;
+                }
+                if choice.runs() {
+                    prop_assert!(
+                        turn_move.act().is_some() && may_decide(&actor, four_eyes),
+                        "{:?} ran write_note for {:?}", way, actor
+                    );
+                    prop_assert!(approves(&way, &calls, &call.id), "{:?} did not approve it", way);
+                    prop_assert_eq!(writes, 1);
+                } else {
+                    prop_assert_eq!(writes, 0, "{:?}", choice);
+                }
+            }
+            if let Way::Expire = way {
+                prop_assert!(choices.iter().all(|c| !c.runs()));
+                prop_assert!(world.probe.calls().is_empty());
+            }
+            Ok(())
+        })?;
+    }
+}
+
+#[test]
+fn an_answer_on_a_turn_that_also_waits_for_approval_is_refused_naming_the_calls() {
+    runtime().block_on(async {
+        for shape in [Shape::QuestionAndGated, Shape::QuestionAndUnknown] {
+            let (_, state) = suspended(shape).await;
+            assert_eq!(state.waiting_for(), RunStatus::WaitingForApproval);
+            let answer = FormAnswer::text("a");
+            let err = TurnMove::Answer {
+                call_id: Some("q"),
+                answer: &answer,
+            }
+            .decide(&state, (Uuid::nil(), "demo"))
+            .unwrap_err();
+            assert!(
+                err.to_string().contains("write_note (w)"),
+                "{shape:?}: {err}"
+            );
+        }
+        // A question alone is answered as before: the read-only call goes ahead.
+        let (world, state) = suspended(Shape::QuestionOnly).await;
+        assert_eq!(state.waiting_for(), RunStatus::WaitingForInput);
+        let answer = FormAnswer::text("b");
+        let (decision, _) = TurnMove::Answer {
+            call_id: None,
+            answer: &answer,
+        }
+        .decide(&state, (Uuid::nil(), "demo"))
+        .unwrap();
+        world
+            .tool_loop
+            .resume(&state, &decision, &RunContext::default(), &NullSink)
+            .await
+            .unwrap();
+        assert_eq!(world.probe.count("read_note"), 1);
+    });
+}
+
+/// A rule is a way a call runs with no operator: the authority lets only those who may decide
+/// the run add one for it (four-eyes keeps the lineage out), and a configuration's rule is an
+/// administrator's. A call a rule lets through runs only if the rule was let in.
+#[test]
+fn a_call_runs_by_rule_only_when_the_rules_maker_was_allowed_to_add_it() {
+    runtime().block_on(async {
+        let lineage = Lineage {
+            requesters: LINEAGE.map(str::to_owned).to_vec(),
+        };
+        let run = Uuid::now_v7();
+        for four_eyes in [false, true] {
+            for name in NAMES {
+                for role in Role::ALL {
+                    for scope in [RuleScope::Run(run), RuleScope::Configuration("demo".into())] {
+                        let actor = Actor::user(name, role);
+                        let facts = RunFacts {
+                            status: RunStatus::Running,
+                            termination_reason: None,
+                            lineage: &lineage,
+                            four_eyes,
+                        };
+                        let about = match &scope {
+                            RuleScope::Run(_) => Some(&facts),
+                            RuleScope::Configuration(_) => None,
+                        };
+                        let added = authorize(&actor, Act::Rule(&scope), about).is_ok();
+                        let expected = match &scope {
+                            RuleScope::Run(_) => may_decide(&actor, four_eyes),
+                            RuleScope::Configuration(_) => role == Role::Admin,
+                        };
+                        assert_eq!(added, expected, "{name} {role} {scope:?} {four_eyes}");
+                        let world = world(calls_of(Shape::Gated));
+                        let ctx = RunContext {
+                            rules: added
+                                .then(|| ApprovalRule {
+                                    id: 1,
+                                    scope: scope.clone(),
+                                    tool: "write_note".into(),
+                                    effect: RuleEffect::Allow,
+                                    conditions: Vec::new(),
+                                    created_by: name.into(),
+                                    created_at_ms: 0,
+                                })
+                                .into_iter()
+                                .collect(),
+                            ..RunContext::default()
+                        };
+                        let outcome = world.tool_loop.run(input(), &ctx, &NullSink).await.unwrap();
+                        // Ruled through, the turn is decided without an operator (journaled as
+                        // such); otherwise it waits, and nothing ran.
+                        match outcome {
+                            LoopOutcome::Decided(state) => {
+                                assert!(added);
+                                let decision = nrllm_core::agent::automatic_decision(&state);
+                                world
+                                    .tool_loop
+                                    .resume(&state, &decision, &ctx, &NullSink)
+                                    .await
+                                    .unwrap();
+                                assert_eq!(world.probe.count("write_note"), 1);
+                            }
+                            LoopOutcome::Suspended(_) => {
+                                assert!(!added);
+                                assert_eq!(world.probe.count("write_note"), 0);
+                            }
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Forks and retries start runs: any operator may, the lineage included — and the new run's
+/// lineage (its forker, then every requester up) may not decide it under four-eyes. A cancel is
+/// an operator's; a finished run is not cancelled, a run whose model call did not fail is not
+/// retried, a run that does not wait is not decided.
+#[test]
+fn forks_retries_and_cancels_are_an_operators_and_the_lineage_grows_with_them() {
+    let parent = Lineage {
+        requesters: vec!["olga".into()],
+    };
+    let fork = Lineage {
+        requesters: vec!["forker".into(), "olga".into()],
+    };
+    let facts = |lineage, status, reason| RunFacts {
+        status,
+        termination_reason: reason,
+        lineage,
+        four_eyes: true,
+    };
+    let failed = facts(&parent, RunStatus::Failed, Some("provider_failed"));
+    for role in Role::ALL {
+        let olga = Actor::user("olga", role);
+        let operator = role >= Role::Operator;
+        assert_eq!(authorize(&olga, Act::Fork, Some(&failed)).is_ok(), operator);
+        assert_eq!(
+            authorize(&olga, Act::Retry, Some(&failed)).is_ok(),
+            operator
+        );
+    }
+    let done = facts(&parent, RunStatus::Completed, Some("completed"));
+    let admin = Actor::user("stranger", Role::Admin);
+    assert!(matches!(
+        authorize(&admin, Act::Retry, Some(&done)),
+        Err(Refusal::State(_))
+    ));
+    assert!(matches!(
+        authorize(&admin, Act::Cancel, Some(&done)),
+        Err(Refusal::State(_))
+    ));
+    assert!(matches!(
+        authorize(&admin, Act::Decide, Some(&done)),
+        Err(Refusal::State(_))
+    ));
+    let waiting = facts(&fork, RunStatus::WaitingForApproval, None);
+    for name in ["forker", "olga"] {
+        for token in [None, Some(Role::Admin)] {
+            let actor = match token {
+                Some(role) => Actor::through_token(name, Role::Admin, "ci", role),
+                None => Actor::user(name, Role::Admin),
+            };
+            assert!(matches!(
+                authorize(&actor, Act::Decide, Some(&waiting)),
+                Err(Refusal::FourEyes { .. })
+            ));
+            assert!(authorize(&actor, Act::Cancel, Some(&waiting)).is_ok());
+        }
+    }
+    assert!(authorize(
+        &Actor::user("stranger", Role::Approver),
+        Act::Decide,
+        Some(&waiting)
+    )
+    .is_ok());
+}
+
+/// A recovery moves a run on with no caller: it carries out the decision an allowed caller's
+/// claim journaled, and nothing else. A call whose result the journal holds is answered with it
+/// and never runs again, whatever the recorded decision says; a call dispatched without a
+/// result waits as outcome unknown (the shapes above), where only an explicit approval runs it.
+#[test]
+fn a_recovery_carries_out_only_the_journaled_decision_and_never_reruns_a_journaled_call() {
+    runtime().block_on(async {
+        let (world, mut state) = suspended(Shape::Gated).await;
+        // The claim approved the turn; `write_note` ran and its result was journaled, then the
+        // process died before the segment's transition.
+        state.answered = vec![nrllm_core::machine::Answer {
+            call_id: "w".into(),
+            result: "wrote: w".into(),
+            outcome: nrllm_core::transcript::ToolOutcome::Ok,
+        }];
+        let ctx = RunContext {
+            recovering: true,
+            ..RunContext::default()
+        };
+        let outcome = world
+            .tool_loop
+            .resume(&state, &Decision::ApproveAll, &ctx, &NullSink)
+            .await
+            .unwrap();
+        assert!(matches!(outcome, LoopOutcome::Completed(_)));
+        assert_eq!(world.probe.count("write_note"), 0, "not run again");
+        assert_eq!(world.probe.count("read_note"), 1);
+        // A journaled denial stays a denial: recovery does not approve anything.
+        let (world, state) = suspended(Shape::Gated).await;
+        world
+            .tool_loop
+            .resume(&state, &Decision::DenyAll { reason: None }, &ctx, &NullSink)
+            .await
+            .unwrap();
+        assert_eq!(world.probe.count("write_note"), 0);
+    });
+}
