@@ -30,8 +30,10 @@ lint:
 	cargo clippy --workspace --all-targets --features nrllm-playground/ssr -- -D warnings
 	cargo clippy -p nrllm-playground --lib --features hydrate --target wasm32-unknown-unknown -- -D warnings
 
+## Tests that need Postgres are #[ignore = "needs Postgres …"] (a plain `cargo test` lists them as
+## ignored); this runs them too, on TEST_DATABASE_URL.
 unit:
-	cargo test --workspace --features nrllm-playground/ssr
+	cargo test --workspace --features nrllm-playground/ssr -- --include-ignored
 
 e2e:
 	rm -rf $(E2E_DB_DIR) && mkdir -p $(E2E_DB_DIR)

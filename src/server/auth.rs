@@ -346,16 +346,7 @@ pub fn hmac_hex(key: &[u8], message: &str) -> String {
 /// Whether `signature` is this server's for the banner `encoded`.
 pub fn banner_signed(key: &[u8], encoded: &str, signature: Option<&str>) -> bool {
     use hmac::{Hmac, Mac};
-    let Some(bytes) = signature.and_then(|s| {
-        (s.len() % 2 == 0)
-            .then(|| {
-                (0..s.len())
-                    .step_by(2)
-                    .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-                    .collect::<Option<Vec<u8>>>()
-            })
-            .flatten()
-    }) else {
+    let Some(bytes) = signature.and_then(|s| const_hex::decode(s).ok()) else {
         return false;
     };
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key length");

@@ -163,16 +163,19 @@ pub fn signature(secret: &str, timestamp: i64, body: &str) -> String {
 }
 
 /// The wait before the attempt after `attempts` failed ones: `backoff` doubled each time, up to
-/// an hour, spread by ±20% (from the delivery's id, so instances do not retry in step).
+/// an hour, spread by ±20 % from the delivery's id (so instances do not retry in step, and every
+/// instance computes the same schedule) — [`nrllm_core::retry::retry_delay`].
 pub fn retry_wait_ms(backoff_ms: u32, attempts: i64, id: Uuid) -> i64 {
-    let doublings = u32::try_from(attempts.saturating_sub(1).clamp(0, 30)).unwrap_or(30);
-    let base = u64::from(backoff_ms)
-        .saturating_mul(1u64 << doublings)
-        .min(MAX_BACKOFF_MS);
-    let spread = u64::from(id.as_bytes()[usize::try_from(attempts).unwrap_or(0) % 16]);
-    // 80% .. 120% of the base.
-    let wait = base * (80 + spread * 40 / 255) / 100;
-    i64::try_from(wait).unwrap_or(i64::MAX)
+    let retry = u32::try_from(attempts.saturating_sub(1).max(0)).unwrap_or(u32::MAX);
+    let seed = u64::from_be_bytes(id.as_bytes()[8..].try_into().expect("8 bytes"))
+        .wrapping_add(u64::try_from(attempts).unwrap_or_default());
+    let wait = nrllm_core::retry::retry_delay(
+        std::time::Duration::from_millis(u64::from(backoff_ms)),
+        retry,
+        std::time::Duration::from_millis(MAX_BACKOFF_MS),
+        seed,
+    );
+    i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// One line on what a call's preview shows.
@@ -611,7 +614,12 @@ mod tests {
                 n + 1
             );
         }
-        assert!(retry_wait_ms(3_600_000, 20, id) <= MAX_BACKOFF_MS as i64 * 120 / 100);
+        assert!(retry_wait_ms(3_600_000, 20, id) <= MAX_BACKOFF_MS as i64);
+        assert_eq!(
+            retry_wait_ms(1000, 3, id),
+            retry_wait_ms(1000, 3, id),
+            "the same schedule, whoever computes it"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod preview;
 pub mod provider;
 pub mod question;
 pub mod registry;
+pub mod retry;
 pub mod rules;
 pub mod service;
 pub mod state;

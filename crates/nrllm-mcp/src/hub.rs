@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use nrllm_core::mcp::Annotations;
 use nrllm_core::registry::ToolRegistry;
+use nrllm_core::retry::retry_delay;
 use nrllm_core::tool::DynTool;
 use nrllm_types::McpToolStatus;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
@@ -27,7 +28,7 @@ use crate::tool::{bounded, Link, Listed, McpTool, PREVIEW_SUFFIX};
 
 /// How long connecting (start, handshake, tool list) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
-/// The first wait before connecting again; it doubles up to [`MAX_BACKOFF`].
+/// The first wait before connecting again (spread ±20 %); it doubles up to [`MAX_BACKOFF`].
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// A connection that lasted this long starts the backoff over when it ends.
@@ -160,7 +161,11 @@ async fn supervise(
     shutdown: CancellationToken,
 ) {
     let name = server.config.name.clone();
-    let mut backoff = FIRST_BACKOFF;
+    // Failed connections in a row: each waits longer ([`retry_delay`]), spread by the name.
+    let mut failures = 0u32;
+    let spread = name.bytes().fold(0u64, |hash, byte| {
+        hash.wrapping_mul(31).wrapping_add(u64::from(byte))
+    });
     loop {
         server.set_state(State::Connecting);
         let attempt = tokio::time::timeout(CONNECT_TIMEOUT, connect(&server.config));
@@ -180,7 +185,7 @@ async fn supervise(
                 tracing::info!(server = %name, "MCP server connected");
                 let woken = watch(running, &server, &shutdown).await;
                 if connected_at.elapsed() >= STABLE {
-                    backoff = FIRST_BACKOFF;
+                    failures = 0;
                 }
                 woken
             }
@@ -194,11 +199,17 @@ async fn supervise(
                 server
                     .link
                     .disconnected("an administrator asked it to reconnect");
-                backoff = FIRST_BACKOFF;
+                failures = 0;
                 continue;
             }
             Woken::Closed(reason) => reason,
         };
+        let backoff = retry_delay(
+            FIRST_BACKOFF,
+            failures,
+            MAX_BACKOFF,
+            spread.wrapping_add(u64::from(failures)),
+        );
         tracing::warn!(server = %name, %reason, retry_in_ms = backoff.as_millis() as u64, "MCP server down");
         server.link.disconnected(&reason);
         server.set_state(State::Failed {
@@ -207,8 +218,8 @@ async fn supervise(
         });
         server.tried.send_replace(true);
         tokio::select! {
-            _ = tokio::time::sleep(backoff) => backoff = (backoff * 2).min(MAX_BACKOFF),
-            _ = server.reconnect.notified() => backoff = FIRST_BACKOFF,
+            _ = tokio::time::sleep(backoff) => failures = failures.saturating_add(1),
+            _ = server.reconnect.notified() => failures = 0,
             _ = shutdown.cancelled() => return,
         }
     }

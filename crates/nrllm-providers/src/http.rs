@@ -10,6 +10,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
 use nrllm_core::provider::{ProviderError, ProviderErrorKind, RetryNotice, RetryObserver};
+use nrllm_core::retry::retry_delay;
 
 /// When and how often to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,16 +35,13 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// The wait before retry number `retry` (0-based): the provider's hint if it gave one, else
-    /// `base · 2^retry` plus up to half of that again as jitter; never above the cap.
-    pub fn delay(&self, retry: u32, hint: Option<Duration>, jitter_unit: f64) -> Duration {
-        let wait = match hint {
-            Some(wait) => wait,
-            None => {
-                let exponential = self.base_delay.saturating_mul(1u32 << retry.min(16));
-                exponential.saturating_add(exponential.mul_f64(0.5 * jitter_unit.clamp(0.0, 1.0)))
-            }
-        };
-        wait.min(self.max_delay)
+    /// the one retry delay ([`nrllm_core::retry::retry_delay`], spread by `seed`); never above
+    /// the cap.
+    pub fn delay(&self, retry: u32, hint: Option<Duration>, seed: u64) -> Duration {
+        match hint {
+            Some(wait) => wait.min(self.max_delay),
+            None => retry_delay(self.base_delay, retry, self.max_delay, seed),
+        }
     }
 }
 
@@ -138,13 +136,12 @@ pub struct Engine {
     secret: Option<ApiKey>,
 }
 
-fn jitter_unit() -> f64 {
-    // Enough randomness for spreading retries: the sub-second clock.
-    let nanos = SystemTime::now()
+/// A seed for spreading retries: enough randomness from the sub-second clock.
+fn jitter_seed() -> u64 {
+    SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    f64::from(nanos % 1000) / 1000.0
+        .map(|d| u64::from(d.subsec_nanos()))
+        .unwrap_or_default()
 }
 
 impl Engine {
@@ -281,7 +278,7 @@ impl Engine {
             let wait =
                 self.settings
                     .retry
-                    .delay(retries, hint.as_ref().map(|h| h.wait), jitter_unit());
+                    .delay(retries, hint.as_ref().map(|h| h.wait), jitter_seed());
             let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
             tracing::warn!(provider = %self.provider, retry = retries + 1, wait_ms, error = %error.message, "retrying a provider request");
             on_retry(RetryNotice {
@@ -353,16 +350,18 @@ mod tests {
             base_delay: Duration::from_millis(100),
             max_delay: Duration::from_secs(2),
         };
-        assert_eq!(policy.delay(0, None, 0.0), Duration::from_millis(100));
-        assert_eq!(policy.delay(2, None, 0.0), Duration::from_millis(400));
-        assert_eq!(policy.delay(2, None, 1.0), Duration::from_millis(600));
-        assert_eq!(policy.delay(10, None, 0.0), Duration::from_secs(2));
+        // Seed 200 spreads by nothing, 0 to 80 %, 400 to 120 %.
+        assert_eq!(policy.delay(0, None, 200), Duration::from_millis(100));
+        assert_eq!(policy.delay(2, None, 200), Duration::from_millis(400));
+        assert_eq!(policy.delay(2, None, 0), Duration::from_millis(320));
+        assert_eq!(policy.delay(2, None, 400), Duration::from_millis(480));
+        assert_eq!(policy.delay(10, None, 400), Duration::from_secs(2));
         assert_eq!(
-            policy.delay(0, Some(Duration::from_secs(1)), 0.9),
+            policy.delay(0, Some(Duration::from_secs(1)), 9),
             Duration::from_secs(1)
         );
         assert_eq!(
-            policy.delay(0, Some(Duration::from_secs(90)), 0.0),
+            policy.delay(0, Some(Duration::from_secs(90)), 0),
             Duration::from_secs(2)
         );
     }

@@ -11,10 +11,7 @@ use sha2::{Digest, Sha256};
 use sqlx::Row;
 
 use crate::db::Database;
-
-fn backend(err: sqlx::Error) -> StoreError {
-    StoreError::Backend(Box::new(err))
-}
+use crate::error::backend;
 
 /// A fresh random secret: 32 bytes as 64 hex characters.
 pub fn new_secret() -> String {

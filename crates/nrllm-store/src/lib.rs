@@ -5,6 +5,7 @@
 pub mod accounts;
 pub mod chain;
 pub mod db;
+mod error;
 pub mod notify;
 mod postgres;
 pub mod sql;

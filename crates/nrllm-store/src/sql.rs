@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use crate::chain::{self, ChainRow, ChainVerdict, RunSeal};
 use crate::db::{Backend, Database};
+use crate::error::backend;
 use crate::notify::Notice;
 use crate::transition::{Cells, Row, Statement, Transition};
 
@@ -47,11 +48,6 @@ impl std::ops::DerefMut for WriteTx {
     fn deref_mut(&mut self) -> &mut AnyConnection {
         &mut self.tx
     }
-}
-
-/// A database error as the store reports it (its cause is kept for the log).
-pub(crate) fn backend(err: sqlx::Error) -> StoreError {
-    StoreError::Backend(Box::new(err))
 }
 
 /// [`RunStore`] on an SQLite or Postgres database.

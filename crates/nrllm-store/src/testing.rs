@@ -110,23 +110,34 @@ async fn postgres(admin_url: &str) -> TestDb {
     }
 }
 
-/// A fresh Postgres schema when `TEST_DATABASE_URL` is set (its `url` opens it).
-pub async fn postgres_from_env() -> Option<TestDb> {
+/// The Postgres server tests run on: `TEST_DATABASE_URL` (`make test` sets it). A test that
+/// needs it panics without it, never passes quietly; such tests are `#[ignore = "needs
+/// Postgres …"]`, so that a plain `cargo test` lists them as ignored and `make test` runs them
+/// (`--include-ignored`).
+fn postgres_url() -> String {
     match std::env::var("TEST_DATABASE_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(postgres(url.trim()).await),
-        _ => {
-            eprintln!("TEST_DATABASE_URL is not set: this Postgres test has nothing to run on");
-            None
-        }
+        Ok(url) if !url.trim().is_empty() => url.trim().to_owned(),
+        _ => panic!(
+            "this test needs Postgres: set TEST_DATABASE_URL (e.g. \
+             postgres://postgres@127.0.0.1:5432/test; `make test` sets it)"
+        ),
     }
 }
 
-/// The databases this test runs on: SQLite always, Postgres when `TEST_DATABASE_URL` is set.
+/// A fresh Postgres schema on `TEST_DATABASE_URL`'s server (its `url` opens it).
+pub async fn postgres_from_env() -> TestDb {
+    postgres(&postgres_url()).await
+}
+
+/// The databases a test runs on: SQLite, and Postgres on `TEST_DATABASE_URL`. Without that
+/// variable the test fails, unless `NRLLM_TEST_SQLITE_ONLY=1` says out loud that this run covers
+/// SQLite alone.
 pub async fn backends() -> Vec<TestDb> {
     let mut dbs = vec![sqlite().await];
-    match std::env::var("TEST_DATABASE_URL") {
-        Ok(url) if !url.trim().is_empty() => dbs.push(postgres(url.trim()).await),
-        _ => eprintln!("TEST_DATABASE_URL is not set: this run covers SQLite only"),
+    if std::env::var("NRLLM_TEST_SQLITE_ONLY").is_ok_and(|v| v == "1") {
+        eprintln!("NRLLM_TEST_SQLITE_ONLY=1: this run covers SQLite only");
+    } else {
+        dbs.push(postgres(&postgres_url()).await);
     }
     dbs
 }

@@ -15,7 +15,7 @@ use sqlx::any::AnyRow;
 use sqlx::{Any, Row as _};
 
 use crate::chain::{self, AuditKey, ChainRow};
-use crate::sql::backend;
+use crate::error::backend;
 
 /// A statement's parameter, with its type even when it is null (Postgres wants to know).
 #[derive(Debug, Clone, PartialEq)]

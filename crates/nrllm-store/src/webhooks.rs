@@ -13,11 +13,8 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::db::Database;
+use crate::error::backend;
 use crate::sql::indexed_by;
-
-fn backend(err: sqlx::Error) -> StoreError {
-    StoreError::Backend(Box::new(err))
-}
 
 /// Where a delivery stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
