@@ -332,6 +332,9 @@ async fn main() {
         })
         .await;
 
+    // Stopped before exiting: `exit` runs no destructor, and the server would go on holding
+    // the port.
+    drop(server);
     if report.failed {
         std::process::exit(1);
     }

@@ -1,5 +1,6 @@
 //! Outside the door, against the real server binary (issue #37):
-//! - nobody locks a user out from elsewhere: failed logins count per name *and* address;
+//! - nobody locks a user out from elsewhere: failed logins count per name *and* address; a body
+//!   larger than a login form from someone not logged in is refused before it is read;
 //! - the server signs only its own words: an `__err` (and `__sig`) in a form's `Referer` is
 //!   dropped, and the redirect stays on this site; `next` after a login is a same-site path after
 //!   the browser's normalisation, and no input makes the redirect fail;
@@ -48,11 +49,38 @@ async fn wrong_passwords_from_elsewhere_never_lock_a_user_out() {
         login_from(&server, 1, "admin", ADMIN_PASSWORD).await,
         StatusCode::OK
     );
-    // A name as long as the body allows is cut before it keys a limiter or reaches the log.
-    let long = "x".repeat(200_000);
+    // A long name is cut before it keys a limiter or reaches the log; a body larger than a
+    // login form can be is refused before it is read (nobody is logged in to send it).
+    let long = "x".repeat(10_000);
     assert_eq!(
         login_from(&server, 3, &long, "whatever-1").await,
         StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        login_from(&server, 4, &"y".repeat(900 * 1024), "whatever-1").await,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
+    // Without a length too (chunked): read no further than the cap.
+    let chunks: Vec<Result<String, std::io::Error>> = (0..64)
+        .map(|i| {
+            Ok(if i == 0 {
+                "{\"name\":\"".to_owned()
+            } else {
+                "z".repeat(16 * 1024)
+            })
+        })
+        .collect();
+    let chunked = client()
+        .post(format!("{}/api/nrllm_login", server.base))
+        .header("Content-Type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(
+        chunked.is_client_error() && chunked != StatusCode::UNAUTHORIZED,
+        "{chunked}"
     );
     let log = server.log_text();
     assert!(

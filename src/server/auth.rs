@@ -111,10 +111,10 @@ fn host_name(headers: &HeaderMap) -> Option<String> {
 
 fn refuse(status: StatusCode, message: &str, wants_json: bool) -> Response {
     if wants_json {
-        let key = if status == StatusCode::UNAUTHORIZED {
-            "Unauthorized"
-        } else {
-            "Forbidden"
+        let key = match status {
+            StatusCode::UNAUTHORIZED => "Unauthorized",
+            StatusCode::PAYLOAD_TOO_LARGE => "BadRequest",
+            _ => "Forbidden",
         };
         let body = serde_json::json!({ key: message }).to_string();
         (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
@@ -241,6 +241,25 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
         },
         (None, None) => None,
     };
+
+    // Nobody logged in: only the login pages answer, and their forms are small. A larger body
+    // is refused before any of it is read, so that nothing unauthenticated takes memory.
+    if principal.is_none() && !safe_method(request.method()) {
+        let length = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if length.is_some_and(|n| n > ANONYMOUS_BODY_BYTES as u64) {
+            tracing::warn!(%path, ?length, ?peer, "refused: a large body from someone not logged in");
+            return refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "The request is too large (16 KB at most before logging in).",
+                json,
+            );
+        }
+        request =
+            request.map(|body| Body::new(http_body_util::Limited::new(body, ANONYMOUS_BODY_BYTES)));
+    }
 
     let existing_csrf = cookie_value(&headers, CSRF_COOKIE);
     if !safe_method(request.method()) && bearer.is_none() {
@@ -439,6 +458,9 @@ pub const FORGET_IDLE_EVERY: std::time::Duration = std::time::Duration::from_sec
 pub fn login_name(name: &str) -> String {
     name.trim().chars().take(LOGIN_NAME_CHARS + 1).collect()
 }
+
+/// The largest body a request of someone not logged in may carry (a login form is far smaller).
+pub const ANONYMOUS_BODY_BYTES: usize = 16 * 1024;
 
 /// Login attempts one user name, or one client address, may make per minute.
 pub const LOGINS_PER_MINUTE_PER_USER: u32 = 5;
