@@ -219,7 +219,11 @@ async fn verify_names_each_tampered_run_and_its_first_bad_row_and_tells_a_wrong_
     )
     .await;
     rehash_from(&db, older.id, 1).await;
-    store.anchor_audit_key(now + 10).await.unwrap();
+    // The key comes into use after that run began (its id says when), and before the next.
+    store
+        .anchor_audit_key(nrllm_core::clock::now_ms() + 1)
+        .await
+        .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(20));
     let mut runs = Vec::new();
     for _ in 0..5 {
