@@ -313,6 +313,7 @@ async fn main() {
         DbOptions {
             sqlite_sync: SqliteSync::Normal,
             max_connections: None,
+            ..DbOptions::default()
         },
     )
     .await

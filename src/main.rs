@@ -103,11 +103,13 @@ async fn open_database(
     let options = nrllm_store::db::DbOptions {
         sqlite_sync: settings.sqlite_synchronous,
         max_connections: None,
+        audit_key: nrllm_playground::server::audit::audit_key(settings, |name| {
+            std::env::var(name).ok()
+        })?,
     };
-    let db = nrllm_store::db::Database::connect_with(&settings.database_url, options)
+    nrllm_store::db::Database::connect_with(&settings.database_url, options)
         .await
-        .map_err(|err| format!("setting `database_url`: {err}"))?;
-    nrllm_playground::server::audit::with_audit_key(db, settings, |name| std::env::var(name).ok())
+        .map_err(|err| format!("setting `database_url`: {err}"))
 }
 
 /// `nrllm-playground purge`: one purge with the configured windows.

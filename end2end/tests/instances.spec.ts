@@ -26,6 +26,8 @@ async function instance(base: string, database: string): Promise<ChildProcess> {
       NRLLM_SITE_ADDR: base.replace("http://", ""),
       NRLLM_DATABASE_URL: database,
       NRLLM_DEMO_THINK_MS: "1500",
+      // Instances sharing a database share its audit key, as their operators set it.
+      NRLLM_AUDIT_KEY: "b2".repeat(32),
       NRLLM_LOG: "warn",
       LEPTOS_OUTPUT_NAME: "nrllm-playground",
       LEPTOS_SITE_ROOT: "../target/site",

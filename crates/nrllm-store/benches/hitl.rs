@@ -238,6 +238,7 @@ async fn bench(args: Args) -> Result<(), String> {
         DbOptions {
             sqlite_sync: args.sync,
             max_connections: None,
+            ..DbOptions::default()
         },
     )
     .await

@@ -68,11 +68,14 @@ impl SqliteSync {
 const POSTGRES_CONNECTIONS: u32 = 16;
 
 /// How to open the database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct DbOptions {
     pub sqlite_sync: SqliteSync,
     /// Pool size; `None` picks a default for the backend.
     pub max_connections: Option<u32>,
+    /// The key the runs' logs are chained by ([`crate::chain`]); `None`: the file beside an
+    /// SQLite database (made if missing), or, for Postgres, a key kept nowhere (tests).
+    pub audit_key: Option<AuditKey>,
 }
 
 /// Why the database could not be opened. Messages never include the URL's credentials.
@@ -193,11 +196,10 @@ impl Database {
             Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
             Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
         }
-        // An SQLite file's audit key lives beside it; other databases are given theirs
-        // ([`Database::with_audit_key`]), a key kept nowhere until then.
-        let audit = match &sqlite_file {
-            Some(path) => AuditKey::load_or_create(&audit_key_beside(path))?.0,
-            None => AuditKey::generate(),
+        let audit = match (options.audit_key, &sqlite_file) {
+            (Some(key), _) => key,
+            (None, Some(path)) => AuditKey::load_or_create(&audit_key_beside(path))?.0,
+            (None, None) => AuditKey::generate(),
         };
         let direct = match sqlite_file {
             Some(path) => {
@@ -222,13 +224,6 @@ impl Database {
             direct: Arc::new(direct),
             audit,
         })
-    }
-
-    /// The same database, its runs' logs chained by `key` (a key from the settings, shared by
-    /// every instance on one Postgres database).
-    pub fn with_audit_key(mut self, key: AuditKey) -> Database {
-        self.audit = key;
-        self
     }
 
     /// The key the runs' logs are chained by.
@@ -328,7 +323,7 @@ impl Database {
 }
 
 /// Where the audit key of the SQLite file at `path` lives: beside it, `<file>.audit-key`.
-pub fn audit_key_beside(path: &str) -> std::path::PathBuf {
+fn audit_key_beside(path: &str) -> std::path::PathBuf {
     std::path::PathBuf::from(format!("{path}.audit-key"))
 }
 

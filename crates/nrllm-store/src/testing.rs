@@ -15,12 +15,13 @@ pub struct TestDb {
 }
 
 impl TestDb {
-    /// Another pool on the same database (its own connections).
+    /// Another pool on the same database (its own connections, the same audit key).
     pub async fn open(&self, max_connections: u32) -> Database {
         Database::connect_with(
             &self.url,
             DbOptions {
                 max_connections: Some(max_connections),
+                audit_key: Some(self.db.audit_key().clone()),
                 ..DbOptions::default()
             },
         )
@@ -65,6 +66,7 @@ pub async fn sqlite_with(sync: SqliteSync) -> TestDb {
         DbOptions {
             sqlite_sync: sync,
             max_connections: None,
+            ..DbOptions::default()
         },
     )
     .await
