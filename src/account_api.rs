@@ -412,21 +412,11 @@ mod ssr {
         Ok(())
     }
 
-    /// A path of this site to go on to (anything else: `/`). Browsers drop tabs and line breaks
-    /// from a URL and read a backslash as a slash, so `/\t/evil.example` would become
-    /// `//evil.example`, another site: a path with any control character or backslash, or one
-    /// that starts with `//`, is not followed (and so never reaches a header it cannot be put
-    /// in).
+    /// A path of this site to go on to ([`crate::server::auth::is_site_path`]; anything else:
+    /// `/`).
     pub fn local_path(next: Option<&str>) -> String {
         match next {
-            Some(path)
-                if path.starts_with('/')
-                    && !path.starts_with("//")
-                    && !path.contains('\\')
-                    && !path.chars().any(char::is_control) =>
-            {
-                path.to_owned()
-            }
+            Some(path) if crate::server::auth::is_site_path(path) => path.to_owned(),
             _ => "/".to_owned(),
         }
     }

@@ -269,7 +269,7 @@ fn QuestionInCall(prefix: String, index: usize, question: QuestionView) -> impl 
         }
         .into_any()
     } else {
-        view! { <TextArea id=id.clone() name=name(field!(CallForm, answer)) rows=2 class=INPUT maxlength=20_000 /> }.into_any()
+        view! { <TextArea id=id.clone() name=name(field!(CallForm, answer)) rows=2 class=INPUT maxlength=nrllm_types::MAX_ANSWER_CHARS /> }.into_any()
     };
     view! {
         <input type="hidden" name=name(field!(CallForm, choice)) value="answer" />
@@ -357,7 +357,7 @@ pub fn QuestionPanel(run: RunView) -> impl IntoView {
         let id = format!("{prefix}-answer");
         view! {
             <label for=id.clone() class="block text-sm font-medium">"Your answer"</label>
-            <TextArea id=id name=field!(NrllmInputAnswer, answer) rows=3 class=INPUT maxlength=20_000 />
+            <TextArea id=id name=field!(NrllmInputAnswer, answer) rows=3 class=INPUT maxlength=nrllm_types::MAX_ANSWER_CHARS />
             <button type="submit" class=BUTTON_PRIMARY data-testid="answer-submit">"Answer"</button>
         }
         .into_any()

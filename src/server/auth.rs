@@ -427,10 +427,21 @@ fn site_path(target: &str) -> &str {
         Some((_, rest)) => rest.find('/').map_or("/", |at| &rest[at..]),
         None => target,
     };
-    match path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') {
+    match is_site_path(path) {
         true => path,
         false => "/",
     }
+}
+
+/// Whether `path` names a page of this site however a browser reads it. Browsers drop tabs and
+/// line breaks from a URL and read a backslash as a slash, so `/\t/evil.example` would become
+/// `//evil.example`, another site: a path with any control character or backslash, or one that
+/// starts with `//`, is not (and so never reaches a header it cannot be put in).
+pub fn is_site_path(path: &str) -> bool {
+    path.starts_with('/')
+        && !path.starts_with("//")
+        && !path.contains('\\')
+        && !path.chars().any(char::is_control)
 }
 
 /// Rate limits: logins per client address and per user name from one address, run starts per

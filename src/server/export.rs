@@ -10,7 +10,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use nrllm_core::preview::PreviewOutcome;
-use nrllm_core::store::{RunRecord, RunStore};
+use nrllm_core::store::{RunRecord, RunStore, StoreError, StoredEvent};
 use nrllm_core::tool::Effect;
 use uuid::Uuid;
 
@@ -19,9 +19,34 @@ use super::{diff, views, AppState};
 /// Events read from the database at a time by exports and replays.
 pub const EVENTS_PAGE: u32 = 500;
 
+/// Run `id`'s stored events after `after`, `page` at a time, each page read as the stream is
+/// polled (a long run never sits in memory whole); the stream ends after the last page, or with
+/// the error of a read that failed. Exports and live replays read through it.
+pub fn event_pages(
+    store: Arc<dyn RunStore>,
+    id: Uuid,
+    after: i64,
+    page: u32,
+) -> impl futures::Stream<Item = Result<Vec<StoredEvent>, StoreError>> + Send + 'static {
+    futures::stream::unfold(Some(after), move |state| {
+        let store = Arc::clone(&store);
+        async move {
+            let after = state?;
+            match store.events_page(id, after, page).await {
+                Ok(events) if events.is_empty() => None,
+                Ok(events) => {
+                    let next = events.last().map(|e| e.sequence);
+                    Some((Ok(events), next))
+                }
+                Err(err) => Some((Err(err), None)),
+            }
+        }
+    })
+}
+
 /// The export of `run` as a streamed JSON body: `{"run": …, "configuration": …, "events": [`,
-/// then its events read `page` at a time, then `]}`. A read that fails midway ends the body
-/// early (the download is cut short) and is logged.
+/// then its events read `page` at a time ([`event_pages`]), then `]}`. A read that fails midway
+/// ends the body early (the download is cut short) and is logged.
 pub fn export_body(store: Arc<dyn RunStore>, run: &RunRecord, page: u32) -> Body {
     let head = serde_json::json!({
         "run": views::summary(run),
@@ -31,42 +56,35 @@ pub fn export_body(store: Arc<dyn RunStore>, run: &RunRecord, page: u32) -> Body
     // The head object without its closing brace, and the events array opened.
     let opening = format!("{},\"events\":[", head.strip_suffix('}').unwrap_or(&head));
     let id = run.id;
-    let events = futures::stream::unfold(Some((0i64, true)), move |state| {
-        let store = Arc::clone(&store);
-        async move {
-            let (after, first) = state?;
-            match store.events_page(id, after, page).await {
-                Ok(events) if events.is_empty() => Some((Ok(Bytes::from_static(b"]}")), None)),
-                Ok(events) => {
-                    let mut chunk = String::new();
-                    for (i, e) in events.iter().enumerate() {
-                        if !(first && i == 0) {
-                            chunk.push(',');
-                        }
-                        chunk.push_str(
-                            &serde_json::json!({
-                                "sequence": e.sequence, "kind": e.kind,
-                                "created_at_ms": e.created_at_ms, "payload": e.payload,
-                            })
-                            .to_string(),
-                        );
+    let events = event_pages(store, id, 0, page)
+        .enumerate()
+        .map(move |(n, read)| match read {
+            Ok(events) => {
+                let mut chunk = String::new();
+                for (i, e) in events.iter().enumerate() {
+                    if n > 0 || i > 0 {
+                        chunk.push(',');
                     }
-                    let last = events.last().map_or(after, |e| e.sequence);
-                    Some((Ok(Bytes::from(chunk)), Some((last, false))))
+                    chunk.push_str(
+                        &serde_json::json!({
+                            "sequence": e.sequence, "kind": e.kind,
+                            "created_at_ms": e.created_at_ms, "payload": e.payload,
+                        })
+                        .to_string(),
+                    );
                 }
-                Err(err) => {
-                    tracing::error!(%err, run_id = %id, "exporting a run's steps");
-                    Some((
-                        Err(std::io::Error::other("the run's steps could not be read")),
-                        None,
-                    ))
-                }
+                Ok(Bytes::from(chunk))
             }
-        }
-    });
+            Err(err) => {
+                tracing::error!(%err, run_id = %id, "exporting a run's steps");
+                Err(std::io::Error::other("the run's steps could not be read"))
+            }
+        });
+    let closing = futures::stream::once(async { Ok(Bytes::from_static(b"]}")) });
     Body::from_stream(
         futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(opening)) })
-            .chain(events),
+            .chain(events)
+            .chain(closing),
     )
 }
 

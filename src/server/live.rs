@@ -466,30 +466,23 @@ fn paged_steps(
     page: u32,
     last: Arc<AtomicI64>,
 ) -> impl futures::Stream<Item = SseEvent> + Send + 'static {
-    futures::stream::unfold(true, move |more| {
-        let (store, last) = (Arc::clone(&store), Arc::clone(&last));
-        async move {
-            if !more {
-                return None;
-            }
-            let after = last.load(Ordering::Acquire);
-            match store.events_page(id, after, page).await {
-                Ok(events) if !events.is_empty() => {
-                    let mut sent = after;
-                    let steps = stored_steps(&events, &mut sent);
-                    let read = events.last().map_or(after, |e| e.sequence);
-                    last.store(read.max(sent), Ordering::Release);
-                    Some((steps, true))
+    let after = last.load(Ordering::Acquire);
+    super::export::event_pages(store, id, after, page)
+        .map(move |read| match read {
+            Ok(events) => {
+                let mut sent = after;
+                let steps = stored_steps(&events, &mut sent);
+                if let Some(read) = events.last() {
+                    last.store(read.sequence, Ordering::Release);
                 }
-                Ok(_) => None,
-                Err(err) => {
-                    tracing::error!(%err, run_id = %id, "reading a run's steps for its stream");
-                    Some((Vec::new(), false))
-                }
+                steps
             }
-        }
-    })
-    .flat_map(futures::stream::iter)
+            Err(err) => {
+                tracing::error!(%err, run_id = %id, "reading a run's steps for its stream");
+                Vec::new()
+            }
+        })
+        .flat_map(futures::stream::iter)
 }
 
 /// How a run that does not run (it waits, or it ended) stands, after its steps up to `last`

@@ -301,11 +301,8 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
                 .iter()
                 .map(|c| format!("{} {}", c.tool, choice_words(&c.choice)))
                 .collect();
-            let token = through_token
-                .as_deref()
-                .map(|t| format!(" (token {t})"))
-                .unwrap_or_default();
-            format!("decided by {decided_by}{token}: {}", list.join(", "))
+            let who = nrllm_core::authority::label(decided_by, through_token.as_deref());
+            format!("decided by {who}: {}", list.join(", "))
         }
         Event::ApprovalExpired { choices, .. } => {
             view.ok = false;

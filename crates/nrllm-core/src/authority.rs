@@ -65,12 +65,18 @@ impl Actor {
         Actor::user(name, Role::Admin)
     }
 
-    /// How the log and the steps name the caller: `olga`, or `olga (token ci)`.
+    /// How the log and the steps name the caller ([`label`]).
     pub fn label(&self) -> String {
-        match &self.token {
-            Some(token) => format!("{} (token {token})", self.name),
-            None => self.name.clone(),
-        }
+        label(&self.name, self.token.as_deref())
+    }
+}
+
+/// How the log and the steps name user `name` acting through API token `token`, if any: `olga`,
+/// or `olga (token ci)`.
+pub fn label(name: &str, token: Option<&str>) -> String {
+    match token {
+        Some(token) => format!("{name} (token {token})"),
+        None => name.to_owned(),
     }
 }
 

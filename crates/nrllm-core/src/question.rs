@@ -18,7 +18,7 @@ use crate::tool::{Tool, ToolContext, ToolError};
 use crate::transcript::ToolCall;
 
 /// The longest answer, in characters.
-pub const MAX_ANSWER_CHARS: usize = 20_000;
+pub use nrllm_types::MAX_ANSWER_CHARS;
 
 /// Arguments of `ask_operator`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

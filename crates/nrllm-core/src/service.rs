@@ -956,21 +956,22 @@ impl RunService {
         }
         // The one authority: who may decide this run (the deadline needs nobody's leave). What
         // it weighs is read once, for the decision and for the rules asked with it.
-        let weighed = match (actor, turn_move.act()) {
-            (Some(_), Some(act)) => Some(self.weigh(&run, act).await?),
+        let asking = match (actor, turn_move.act()) {
+            (Some(actor), Some(act)) => {
+                let weighed = self.weigh(&run, act).await?;
+                if let Err(refusal) = authorize(actor, act, Some(&weighed.facts(&run))) {
+                    tracing::warn!(who = %actor.label(), run_id = %id, %refusal, "refused: a decision");
+                    return Err(match refusal {
+                        Refusal::State(StateRefusal::NotWaiting(_)) => {
+                            ResumeError::NotWaiting(Box::new(run))
+                        }
+                        refusal => ResumeError::Refused(refusal),
+                    });
+                }
+                Some((actor, weighed))
+            }
             _ => None,
         };
-        if let (Some(actor), Some(act), Some(weighed)) = (actor, turn_move.act(), &weighed) {
-            if let Err(refusal) = authorize(actor, act, Some(&weighed.facts(&run))) {
-                tracing::warn!(who = %actor.label(), run_id = %id, %refusal, "refused: a decision");
-                return Err(match refusal {
-                    Refusal::State(StateRefusal::NotWaiting(_)) => {
-                        ResumeError::NotWaiting(Box::new(run))
-                    }
-                    refusal => ResumeError::Refused(refusal),
-                });
-            }
-        }
         let (decided_by, token) = match actor {
             Some(actor) => (actor.name.as_str(), actor.token.as_deref()),
             None => ("deadline", None),
@@ -1010,12 +1011,11 @@ impl RunService {
         let (decision, rules) = turn_move.decide(&state, (id, &configuration.provider))?;
         // Rules asked for with the decision are the decider's to add (a configuration's is an
         // administrator's).
-        if let (Some(actor), Some(weighed)) = (actor, &weighed) {
+        if let Some((actor, weighed)) = &asking {
+            let facts = weighed.facts(&run);
             for rule in &rules {
-                let facts = weighed.facts(&run);
-                if let Err(refusal) = authorize(actor, Act::Rule(&rule.scope), Some(&facts)) {
-                    return Err(ResumeError::Refused(refusal));
-                }
+                authorize(actor, Act::Rule(&rule.scope), Some(&facts))
+                    .map_err(ResumeError::Refused)?;
             }
         }
         // A bad decision is refused before the claim: the run stays waiting.

@@ -18,6 +18,8 @@ use hmac::{Hmac, Mac};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::accounts::new_secret;
+
 /// The first event of a run chains to this.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -78,7 +80,7 @@ fn optional(value: Option<i64>) -> String {
 
 /// The secret the log's MACs are keyed by: 32 bytes that never enter the database. The store
 /// finds it in a file beside an SQLite database (created with mode 0600 on first open), or is
-/// given it ([`crate::db::Database::with_audit_key`]); instances sharing a Postgres database share
+/// given it ([`crate::db::DbOptions::audit_key`]); instances sharing a Postgres database share
 /// it by setting. Its id (a MAC of a fixed text, so it says nothing of the key) is stored with
 /// each run, so that a run checked with another key is told apart from a tampered one.
 #[derive(Clone)]
@@ -139,7 +141,7 @@ impl AuditKey {
 
     /// A new random key, kept nowhere (a database that lives no longer than its process).
     pub fn generate() -> AuditKey {
-        AuditKey::from_bytes(&fresh_key())
+        AuditKey::from_hex(&new_secret()).expect("a fresh secret is 32 bytes of hex")
     }
 
     /// The key in the file at `path`, made there (mode 0600, its folder too) if there is none,
@@ -171,7 +173,7 @@ impl AuditKey {
         // Written under a name of its own and linked into place: the file is never seen half
         // written, and of two processes racing, the one that links second reads the first's.
         let draft = path.with_extension(format!("new-{}", std::process::id()));
-        let written = write_private(&draft, &const_hex::encode(fresh_key()));
+        let written = write_private(&draft, &new_secret());
         let linked = written.and_then(|()| {
             std::fs::hard_link(&draft, path).or_else(|err| match err.kind() {
                 std::io::ErrorKind::AlreadyExists => Err(err),
@@ -238,12 +240,6 @@ impl AuditKey {
             &since_ms.to_be_bytes(),
         ])
     }
-}
-
-fn fresh_key() -> [u8; KEY_BYTES] {
-    let mut bytes = [0u8; KEY_BYTES];
-    getrandom::fill(&mut bytes).expect("the operating system's random source");
-    bytes
 }
 
 /// Writes `text` to a new file at `path` that only its owner may read.
@@ -370,35 +366,15 @@ pub fn verify(
             ours: key.id().to_owned(),
         };
     }
-    let mut prev = GENESIS.to_owned();
-    for (expected, row) in (1..).zip(rows) {
-        let broken = |reason: &str| ChainVerdict::Broken {
-            sequence: row.sequence,
-            reason: reason.to_owned(),
-        };
-        if row.sequence != expected {
-            return broken("a step is missing before it");
-        }
-        let (Some(stored_prev), Some(stored)) = (&row.prev_hash, &row.hash) else {
-            return broken("it carries no MAC");
-        };
-        if *stored_prev != prev {
-            return broken("it does not follow the step before it");
-        }
-        if *stored != key.row_mac(run_id, &prev, row) {
-            return broken(
-                "its content was changed after it was written, or it was copied from another run",
-            );
-        }
-        prev = stored.clone();
-    }
-    let last = rows.last().map_or(0, |row| row.sequence);
-    if last < seal.last_sequence {
-        return ChainVerdict::Truncated {
-            last,
-            expected: seal.last_sequence,
-        };
-    }
+    let keyed = Rule {
+        missing: "it carries no MAC",
+        changed: "its content was changed after it was written, or it was copied from another run",
+    };
+    let mac = |prev: &str, row: &ChainRow| key.row_mac(run_id, prev, row);
+    let (last, prev) = match walk(rows, 0, seal.last_sequence, keyed, mac) {
+        Ok(end) => end,
+        Err(verdict) => return verdict,
+    };
     if seal.head.as_deref() != Some(key.head_mac(run_id, last, &prev).as_str()) {
         return ChainVerdict::HeadMismatch { last };
     }
@@ -409,6 +385,35 @@ pub fn verify(
 /// chained; the chain of plain SHA-256 starts after them.
 fn verify_unkeyed(run_id: &str, rows: &[ChainRow], last_sequence: i64) -> ChainVerdict {
     let unchained = rows.iter().take_while(|row| row.hash.is_none()).count();
+    let plain = Rule {
+        missing: "it carries no hash",
+        changed: "its content was changed after it was written",
+    };
+    let hash = |prev: &str, row: &ChainRow| row_hash(run_id, prev, row);
+    match walk(rows, unchained, last_sequence, plain, hash) {
+        Err(verdict) => verdict,
+        Ok(_) if unchained > 0 => ChainVerdict::Unchained { events: unchained },
+        Ok(_) => ChainVerdict::Unkeyed { events: rows.len() },
+    }
+}
+
+/// What a row is told under one form of the chain when it lacks a MAC (or hash), or holds another.
+struct Rule {
+    missing: &'static str,
+    changed: &'static str,
+}
+
+/// Walks `rows` in order, the first `unchained` only counted: each must be the next sequence and
+/// hold `mac` of itself given the one before (said as `rule` says), and the log must reach
+/// `last_sequence`. Its last sequence and last MAC, or the verdict on the first row (or end)
+/// that does not hold.
+fn walk(
+    rows: &[ChainRow],
+    unchained: usize,
+    last_sequence: i64,
+    rule: Rule,
+    mac: impl Fn(&str, &ChainRow) -> String,
+) -> Result<(i64, String), ChainVerdict> {
     let mut prev = GENESIS.to_owned();
     for (expected, (index, row)) in (1..).zip(rows.iter().enumerate()) {
         let broken = |reason: &str| ChainVerdict::Broken {
@@ -416,33 +421,30 @@ fn verify_unkeyed(run_id: &str, rows: &[ChainRow], last_sequence: i64) -> ChainV
             reason: reason.to_owned(),
         };
         if row.sequence != expected {
-            return broken("a step is missing before it");
+            return Err(broken("a step is missing before it"));
         }
         if index < unchained {
             continue;
         }
         let (Some(stored_prev), Some(stored)) = (&row.prev_hash, &row.hash) else {
-            return broken("it carries no hash");
+            return Err(broken(rule.missing));
         };
         if *stored_prev != prev {
-            return broken("it does not follow the step before it");
+            return Err(broken("it does not follow the step before it"));
         }
-        if *stored != row_hash(run_id, &prev, row) {
-            return broken("its content was changed after it was written");
+        if *stored != mac(&prev, row) {
+            return Err(broken(rule.changed));
         }
         prev = stored.clone();
     }
     let last = rows.last().map_or(0, |row| row.sequence);
     if last < last_sequence {
-        return ChainVerdict::Truncated {
+        return Err(ChainVerdict::Truncated {
             last,
             expected: last_sequence,
-        };
+        });
     }
-    if unchained > 0 {
-        return ChainVerdict::Unchained { events: unchained };
-    }
-    ChainVerdict::Unkeyed { events: rows.len() }
+    Ok((last, prev))
 }
 
 #[cfg(test)]

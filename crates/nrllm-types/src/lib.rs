@@ -243,6 +243,10 @@ pub const RULE_NAME_CHARS: usize = 100;
 /// Longest value an approval rule's condition compares with, in characters.
 pub const RULE_VALUE_CHARS: usize = 500;
 
+/// The longest answer to an operator's question, in characters (the server checks it; the
+/// browser's answer box stops there too).
+pub const MAX_ANSWER_CHARS: usize = 20_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;
