@@ -19,8 +19,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nrllm_core::events::Event;
+use nrllm_core::run_store::{
+    NewRun, RunConfiguration, RunReader, RunStatus, RunStore, SequencedEvent,
+};
 use nrllm_core::state::{Kept, SuspendedState};
-use nrllm_core::store::{NewRun, RunConfiguration, RunStatus, RunStore, SequencedEvent};
 use nrllm_store::db::{Database, DbOptions, SqliteSync};
 use nrllm_store::SqlRunStore;
 use serde_json::{json, Value};
@@ -244,7 +246,7 @@ async fn measure(binary: &str, dir: &std::path::Path, token: &str, store: &SqlRu
     let rss_mb = server.rss_mb();
     // The oldest waiting runs: the inbox's first page shows them first; five are approved.
     let waiting = store
-        .waiting(&nrllm_core::store::WaitingFilter {
+        .waiting(&nrllm_core::run_store::WaitingFilter {
             limit: 5,
             ..Default::default()
         })

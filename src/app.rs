@@ -5,7 +5,7 @@ use leptos_meta::{provide_meta_context, MetaTags, Title};
 use leptos_router::components::{Route, Router, Routes};
 use leptos_router::{path, SsrMode};
 
-use crate::account_api::{nrllm_me, NrllmLogout};
+use crate::api::accounts::{nrllm_me, NrllmLogout};
 use crate::forms::{action, CsrfField};
 use crate::pages::account::{AccountPage, AdminPage, LoginOncePage, LoginPage};
 use crate::pages::approvals::ApprovalsPage;

@@ -7,11 +7,10 @@
 use leptos::prelude::*;
 
 use crate::api::{CallForm, NrllmInputAnswer, NrllmToolResume};
-use crate::components::{TextArea, BUTTON_APPROVE, BUTTON_DENY, BUTTON_PRIMARY, INPUT};
+use crate::components::{op_options, TextArea, BUTTON_APPROVE, BUTTON_DENY, BUTTON_PRIMARY, INPUT};
 use crate::field;
 use crate::forms::{action, list_field, CsrfField};
-use crate::model::{CallState, FieldView, PendingCallView, PreviewView, QuestionView, RunView};
-use crate::pages::rules::op_options;
+use crate::page_data::{CallState, FieldView, PendingCallView, PreviewView, QuestionView, RunView};
 
 /// The effect of one call: a diff, a text, or why there is none.
 #[component]
@@ -195,13 +194,13 @@ fn PendingCall(
                         <div>
                             <label for=id("arguments") class="text-xs font-medium">"Arguments it runs with (edit to change them)"</label>
                             <TextArea id=id("arguments") name=name(field!(CallForm, arguments)) rows=4 class=format!("{INPUT} font-mono text-xs")
-                                value=call.arguments.clone() maxlength=crate::model::MAX_EDIT_CHARS />
+                                value=call.arguments.clone() maxlength=crate::page_data::MAX_EDIT_CHARS />
                         </div>
                         <div>
                             <label for=id("reason") class="text-xs font-medium">"Reason if denied (the model reads it)"</label>
-                            <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
+                            <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::page_data::MAX_REASON_CHARS />
                             <label for=id("result") class="mt-2 block text-xs font-medium">"Your answer, with “Answer it myself” (the model reads it as the result; nothing runs)"</label>
-                            <TextArea id=id("result") name=name(field!(CallForm, result)) rows=2 class=INPUT maxlength=crate::model::MAX_EDIT_CHARS />
+                            <TextArea id=id("result") name=name(field!(CallForm, result)) rows=2 class=INPUT maxlength=crate::page_data::MAX_EDIT_CHARS />
                         </div>
                     </div>
                     {call.gated.then(|| view! { <Remember prefix=prefix.clone() index tool=call.tool.clone() arguments=call.argument_names.clone() configuration=configuration.clone() /> })}
@@ -230,11 +229,11 @@ fn PendingCall(
                     <div class="mt-2 grid gap-2 sm:grid-cols-2">
                         <div>
                             <label for=id("result") class="text-xs font-medium">"What happened (the model reads it, with “Record what happened”)"</label>
-                            <TextArea id=id("result") name=name(field!(CallForm, result)) rows=3 class=INPUT maxlength=crate::model::MAX_EDIT_CHARS />
+                            <TextArea id=id("result") name=name(field!(CallForm, result)) rows=3 class=INPUT maxlength=crate::page_data::MAX_EDIT_CHARS />
                         </div>
                         <div>
                             <label for=id("reason") class="text-xs font-medium">"Note (the model reads it, with “Tell the model it failed”)"</label>
-                            <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
+                            <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::page_data::MAX_REASON_CHARS />
                         </div>
                     </div>
                 }.into_any(),
@@ -426,7 +425,7 @@ pub fn ApprovalPanel(run: RunView, shortcuts: bool) -> impl IntoView {
                 <ol class="space-y-3">{calls}</ol>
                 <div>
                     <label for=reason_id.clone() class="text-sm font-medium">"Reason for every denied call without its own (the model reads it)"</label>
-                    <input id=reason_id name=field!(NrllmToolResume, reason) class=INPUT maxlength=crate::model::MAX_REASON_CHARS />
+                    <input id=reason_id name=field!(NrllmToolResume, reason) class=INPUT maxlength=crate::page_data::MAX_REASON_CHARS />
                 </div>
                 <div class="flex flex-wrap items-center gap-2">
                     <button type="submit" name=field!(NrllmToolResume, decision) value="approve_all" id=shortcuts.then_some("approve-all") class=BUTTON_APPROVE>{key("Approve all", "a")}</button>

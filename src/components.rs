@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use crate::error::AppError;
-use crate::model::{status_classes, RunStatus};
+use crate::page_data::{status_classes, RunStatus};
 
 /// A status as coloured text (the words carry the meaning; the colour only helps).
 #[component]
@@ -26,7 +26,7 @@ pub fn url_error() -> Option<AppError> {
     // Only errors this server signed: a link cannot put words in the app's mouth.
     #[cfg(feature = "ssr")]
     {
-        let key = crate::server::state().ok()?.banner_key;
+        let key = crate::server::request::state().ok()?.banner_key;
         if !crate::server::auth::banner_signed(&key, &encoded, query.get("__sig").as_deref()) {
             return None;
         }
@@ -178,4 +178,19 @@ mod tests {
         assert!(title.ends_with("… · nrllm playground"), "{title}");
         assert_eq!(page_title("Runs"), "Runs · nrllm playground");
     }
+}
+
+/// The operators a condition can use, with their words.
+const OPS: [(&str, &str); 4] = [
+    ("ends_with", "ends with"),
+    ("starts_with", "starts with"),
+    ("equals", "is"),
+    ("contains", "contains"),
+];
+
+/// `<option>`s of the condition operators.
+pub fn op_options() -> impl IntoView {
+    OPS.iter()
+        .map(|(value, words)| view! { <option value=*value>{*words}</option> })
+        .collect_view()
 }

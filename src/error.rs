@@ -97,7 +97,7 @@ impl FromServerFnError for AppError {
     /// passes, so its HTTP status ([`AppError::status`]) is set here, on the server.
     fn ser(&self) -> leptos::server_fn::Bytes {
         #[cfg(feature = "ssr")]
-        crate::server::request::set_error_status(self);
+        crate::server::accept::set_error_status(self.status());
         <JsonEncoding as Encodes<AppError>>::encode(self)
             .unwrap_or_else(|_| leptos::server_fn::Bytes::from_static(br#""Internal""#))
     }
@@ -129,8 +129,8 @@ mod from_runtime {
     use nrllm_core::authority::Refusal;
     use nrllm_core::decision::DecisionError;
     use nrllm_core::rules::RuleError;
-    use nrllm_core::service::{ResumeError, RetryError, ServiceError};
-    use nrllm_core::store::StoreError;
+    use nrllm_core::run_service::{ResumeError, RetryError, ServiceError};
+    use nrllm_core::run_store::StoreError;
 
     use super::AppError;
 
@@ -237,7 +237,7 @@ mod from_runtime {
 #[cfg(all(test, feature = "ssr"))]
 mod tests {
     use super::AppError;
-    use nrllm_core::service::ResumeError;
+    use nrllm_core::run_service::ResumeError;
 
     #[test]
     fn a_state_from_a_newer_server_is_a_conflict_that_says_so() {

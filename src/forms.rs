@@ -9,7 +9,9 @@
 pub fn CsrfField() -> impl leptos::IntoView {
     use leptos::prelude::*;
     #[cfg(feature = "ssr")]
-    let token = crate::server::caller().map(|c| c.csrf).unwrap_or_default();
+    let token = crate::server::request::caller()
+        .map(|c| c.csrf)
+        .unwrap_or_default();
     #[cfg(not(feature = "ssr"))]
     let token = String::new();
     view! { <input type="hidden" name="csrf" value=token /> }

@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 
-use crate::model::{ConfigurationView, StepView};
+use crate::page_data::{ConfigurationView, StepView};
 
 /// One row of the step list: a link to the step's detail (works without JavaScript).
 #[component]

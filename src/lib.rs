@@ -4,7 +4,6 @@
 // Leptos views are deeply nested types; the run page needs more than the default depth.
 #![recursion_limit = "256"]
 
-pub mod account_api;
 pub mod api;
 pub mod app;
 pub mod approval;
@@ -12,9 +11,8 @@ pub mod components;
 pub mod error;
 pub mod forms;
 pub mod islands;
-pub mod model;
+pub mod page_data;
 pub mod pages;
-pub mod rules_api;
 #[cfg(feature = "ssr")]
 pub mod server;
 #[cfg(feature = "ssr")]

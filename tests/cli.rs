@@ -5,8 +5,8 @@
 
 use std::process::Command;
 
+use nrllm_core::run_store::{Finish, NewRun, RunReader, RunStatus, RunStore, TerminationReason};
 use nrllm_core::state::Counters;
-use nrllm_core::store::{Finish, NewRun, RunStatus, RunStore, TerminationReason};
 use nrllm_store::db::Database;
 use nrllm_store::SqlRunStore;
 
@@ -298,7 +298,7 @@ async fn verify_names_each_tampered_run_and_its_first_bad_row_and_tells_a_wrong_
 
     let (code, stdout) = verify(None);
     assert_eq!(code, Some(2), "{stdout}");
-    let says = |run: &nrllm_core::store::RunRecord, what: &str| {
+    let says = |run: &nrllm_core::run_store::RunRecord, what: &str| {
         assert!(
             stdout.contains(&format!("run {}: {what}", run.id)),
             "expected `run {}: {what}` in\n{stdout}",

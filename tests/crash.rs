@@ -28,7 +28,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nrllm_core::failpoint::POINTS;
-use nrllm_playground::model::{CallState, RunStatus, RunView};
+use nrllm_playground::page_data::{CallState, RunStatus, RunView};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
-use crate::account_api::{
+use crate::api::accounts::{
     nrllm_account_get, nrllm_admin_get, nrllm_me, AccountView, AdminView, NrllmLogin,
     NrllmLoginLink, NrllmPasswordSet, NrllmTokenCreate, NrllmTokenRevoke, NrllmToolSet,
     NrllmUserCreate, NrllmUserUpdate,
@@ -125,7 +125,7 @@ fn NewToken(token: Option<(String, String)>) -> impl IntoView {
 
 /// One token's line: name, role, whose, when; and its revoke button.
 #[component]
-fn TokenLine(token: crate::account_api::TokenView) -> impl IntoView {
+fn TokenLine(token: crate::api::accounts::TokenView) -> impl IntoView {
     let user = match token.user.is_empty() {
         true => "nobody (it works no more)".to_owned(),
         false => token.user.clone(),

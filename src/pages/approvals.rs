@@ -9,7 +9,7 @@ use crate::api::nrllm_approvals_list;
 use crate::approval::{ApprovalPanel, QuestionPanel};
 use crate::components::{duration_text, url_error, ErrorBanner, BUTTON_SECONDARY, INPUT};
 use crate::islands::ApprovalGuard;
-use crate::model::{ApprovalsPage as Page, RunStatus};
+use crate::page_data::{ApprovalsPage as Page, RunStatus};
 
 /// The approvals inbox.
 #[component]

@@ -8,7 +8,7 @@ use crate::components::{url_error, ErrorBanner, FieldError, TextArea, BUTTON_PRI
 use crate::field;
 use crate::forms::{action, CsrfField};
 use crate::islands::ModelFields;
-use crate::model::PlaygroundOptions;
+use crate::page_data::PlaygroundOptions;
 
 /// The playground form.
 #[component]

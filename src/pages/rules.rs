@@ -6,11 +6,13 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use crate::components::{url_error, ErrorBanner, BUTTON_PRIMARY, BUTTON_SECONDARY, INPUT};
+use crate::api::rules::{nrllm_rules_list, NrllmRuleAdd, NrllmRuleRemove};
+use crate::components::{
+    op_options, url_error, ErrorBanner, BUTTON_PRIMARY, BUTTON_SECONDARY, INPUT,
+};
 use crate::field;
 use crate::forms::{action, CsrfField};
-use crate::model::{RuleView, RulesView};
-use crate::rules_api::{nrllm_rules_list, NrllmRuleAdd, NrllmRuleRemove};
+use crate::page_data::{RuleView, RulesView};
 
 /// The rules page.
 #[component]
@@ -70,21 +72,6 @@ pub fn RuleList(rules: Vec<RuleView>) -> impl IntoView {
         .collect_view();
     view! { <ul class="divide-y divide-slate-200 dark:divide-slate-800" data-testid="rules">{items}</ul> }
         .into_any()
-}
-
-/// The operators a condition can use, with their words.
-const OPS: [(&str, &str); 4] = [
-    ("ends_with", "ends with"),
-    ("starts_with", "starts with"),
-    ("equals", "is"),
-    ("contains", "contains"),
-];
-
-/// `<option>`s of the condition operators.
-pub fn op_options() -> impl IntoView {
-    OPS.iter()
-        .map(|(value, words)| view! { <option value=*value>{*words}</option> })
-        .collect_view()
 }
 
 #[component]

@@ -18,7 +18,7 @@ use crate::error::AppError;
 use crate::field;
 use crate::forms::{action, CsrfField};
 use crate::islands::{ApprovalGuard, LiveSteps, StepRow};
-use crate::model::{RunStatus, RunSummary, RunView, StepDetail};
+use crate::page_data::{RunStatus, RunSummary, RunView, StepDetail};
 use crate::pages::rules::RuleList;
 use crate::pages::NotFound;
 
@@ -199,7 +199,7 @@ fn RunDetail(run: RunView) -> impl IntoView {
                 <input type="hidden" name=field!(NrllmRunCancel, run_id) value=summary.id.clone() />
                 <label class="text-sm">
                     "Why (optional, kept in the steps)"
-                    <input type="text" name=field!(NrllmRunCancel, reason) maxlength=crate::model::MAX_REASON_CHARS class=INPUT data-testid="cancel-reason" />
+                    <input type="text" name=field!(NrllmRunCancel, reason) maxlength=crate::page_data::MAX_REASON_CHARS class=INPUT data-testid="cancel-reason" />
                 </label>
                 <button type="submit" class=BUTTON_SECONDARY data-testid="cancel">"Cancel this run"</button>
                 {(summary.status == RunStatus::Running).then(|| view! {

@@ -5,7 +5,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::api::nrllm_runs_list;
 use crate::components::{ErrorBanner, StatusBadge, BUTTON_SECONDARY, INPUT};
-use crate::model::{RunList, RunStatus};
+use crate::page_data::{RunList, RunStatus};
 
 /// The history page.
 #[component]

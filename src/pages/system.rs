@@ -8,7 +8,7 @@ use leptos::prelude::*;
 use crate::api::{nrllm_system_status, NrllmMcpReconnect};
 use crate::components::{Card, ErrorBanner, BUTTON_SECONDARY};
 use crate::forms::{action, CsrfField};
-use crate::model::{McpServerView, SystemView};
+use crate::page_data::{McpServerView, SystemView};
 use nrllm_types::McpState;
 
 /// The system page.

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use nrllm_core::provider::{ModelOptions, Provider, Usage};
 use nrllm_core::registry::ToolRegistry;
-use nrllm_core::service::LoopFactory;
-use nrllm_core::store::RunConfiguration;
+use nrllm_core::run_service::LoopFactory;
+use nrllm_core::run_store::RunConfiguration;
 use nrllm_core::{ToolLoop, ToolLoopService};
 use nrllm_demo::demo::DemoProvider;
 use nrllm_providers::anthropic::Anthropic;
@@ -18,7 +18,7 @@ use nrllm_providers::http::{ApiKey, HttpSettings, RetryPolicy};
 use nrllm_providers::openai::OpenAi;
 use nrllm_providers::{HttpProvider, ProviderConfig, WireFormat};
 
-use crate::model::ConfigurationView;
+use crate::page_data::ConfigurationView;
 use crate::settings::{ModelConfiguration, ProviderKind, Settings};
 
 /// The configuration every playground has: the offline demo model.

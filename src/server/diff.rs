@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use similar::{Algorithm, ChangeTag, TextDiff};
 
-use crate::model::DiffLine;
+use crate::page_data::DiffLine;
 
 /// Time the diff algorithm may take before it settles for a coarser (still correct) diff.
 pub const DIFF_DEADLINE: Duration = Duration::from_millis(200);

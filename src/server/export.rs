@@ -10,46 +10,19 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use nrllm_core::preview::PreviewOutcome;
-use nrllm_core::store::{RunRecord, RunStore, StoreError, StoredEvent};
+use nrllm_core::run_store::{RunRecord, RunStore};
 use nrllm_core::tool::Effect;
 use uuid::Uuid;
 
-use super::{diff, views, AppState};
-
-/// Events read from the database at a time by exports and replays.
-pub const EVENTS_PAGE: u32 = 500;
-
-/// Run `id`'s stored events after `after`, `page` at a time, each page read as the stream is
-/// polled (a long run never sits in memory whole); the stream ends after the last page, or with
-/// the error of a read that failed. Exports and live replays read through it.
-pub fn event_pages(
-    store: Arc<dyn RunStore>,
-    id: Uuid,
-    after: i64,
-    page: u32,
-) -> impl futures::Stream<Item = Result<Vec<StoredEvent>, StoreError>> + Send + 'static {
-    futures::stream::unfold(Some(after), move |state| {
-        let store = Arc::clone(&store);
-        async move {
-            let after = state?;
-            match store.events_page(id, after, page).await {
-                Ok(events) if events.is_empty() => None,
-                Ok(events) => {
-                    let next = events.last().map(|e| e.sequence);
-                    Some((Ok(events), next))
-                }
-                Err(err) => Some((Err(err), None)),
-            }
-        }
-    })
-}
+use super::step_pages::{event_pages, EVENTS_PAGE};
+use super::{diff, present, AppState};
 
 /// The export of `run` as a streamed JSON body: `{"run": …, "configuration": …, "events": [`,
 /// then its events read `page` at a time ([`event_pages`]), then `]}`. A read that fails midway
 /// ends the body early (the download is cut short) and is logged.
 pub fn export_body(store: Arc<dyn RunStore>, run: &RunRecord, page: u32) -> Body {
     let head = serde_json::json!({
-        "run": views::summary(run),
+        "run": present::summary(run),
         "configuration": run.configuration,
     })
     .to_string();

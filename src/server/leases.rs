@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nrllm_core::clock::now_ms;
-use nrllm_core::service::{ResumeError, RunService};
-use nrllm_core::store::{Renewal, RunStore, StoreError};
+use nrllm_core::run_service::{ResumeError, RunService};
+use nrllm_core::run_store::{Renewal, RunStore, StoreError};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -254,7 +254,7 @@ impl Leases {
                     // and browsers reconnect to follow the new driver. (The list is left to the
                     // tasks: a claim here may already hold the run again.)
                     if let Ok(Some(run)) = self.store.get(id).await {
-                        if run.status == nrllm_core::store::RunStatus::Running {
+                        if run.status == nrllm_core::run_store::RunStatus::Running {
                             tracing::warn!(run_id = %id, "another instance took this run over; its task here stops before its next step");
                             self.clock.forget(id);
                             self.runs.abandon(id);

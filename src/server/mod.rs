@@ -2,6 +2,7 @@
 //! tools and their settings, the configurations and the live event hub, once, at start. Every
 //! piece lives in a module of its own, named for what it does.
 
+pub mod accept;
 pub mod audit;
 pub mod auth;
 pub mod configurations;
@@ -12,13 +13,14 @@ pub mod json_body;
 pub mod leases;
 pub mod live;
 pub mod metrics;
+pub mod present;
 pub mod queue;
 pub mod recovery;
 pub mod request;
 pub mod retention;
 pub mod routes;
 pub mod security;
-pub mod views;
+pub mod step_pages;
 pub mod webhook;
 
 use std::sync::Arc;
@@ -26,8 +28,8 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 use leptos::prelude::*;
 use nrllm_core::registry::ToolRegistry;
-use nrllm_core::service::{Listeners, RunService};
-use nrllm_core::store::RunStore;
+use nrllm_core::run_service::{Listeners, RunService};
+use nrllm_core::run_store::RunStore;
 use nrllm_demo::site::SiteStore;
 use nrllm_demo::tools::{builtin_registry, ExportPage};
 use nrllm_store::accounts::AccountStore;
@@ -39,9 +41,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::settings::Settings;
+pub use accept::wants_html;
 use configurations::Configurations;
 use live::{LiveHub, StreamLimits};
-pub use request::{caller, require, state, wants_html};
 
 /// How often an instance on Postgres reads the tool settings again even when no other instance
 /// announced a change (a notification lost to a dropped connection).

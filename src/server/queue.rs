@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nrllm_core::service::RunService;
-use nrllm_core::store::{RunStatus, RunStore, StoreError};
+use nrllm_core::run_service::RunService;
+use nrllm_core::run_store::{RunStatus, RunStore, StoreError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 

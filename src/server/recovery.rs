@@ -3,7 +3,7 @@
 //! With the embedded SQLite database this process is the only instance, so a run still `running`
 //! can only be one that was running when the server stopped (crash, kill, restart). Each is taken
 //! over at once, whoever held its lease, and goes on from its last journaled step
-//! ([`RunService::recover`](nrllm_core::service::RunService::recover)): a run that never suspended
+//! ([`RunService::recover`](nrllm_core::run_service::RunService::recover)): a run that never suspended
 //! asks the model again; one cut off after a decision carries the decision out again without
 //! applying any effect twice, or waits for an operator where a call's outcome is unknown. On
 //! Postgres several instances share the database and a `running` run may be alive in another
@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use nrllm_core::store::{RunFilter, RunStatus, RunStore, StoreError};
+use nrllm_core::run_store::{RunFilter, RunStatus, RunStore, StoreError};
 use nrllm_store::db::Backend;
 
 use super::leases::Leases;

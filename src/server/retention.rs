@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use nrllm_core::clock::now_ms;
-use nrllm_core::store::{PurgeReport, RunStore, StoreError};
+use nrllm_core::run_store::{PurgeReport, RunStore, StoreError};
 
 use crate::settings::Settings;
 

@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use nrllm_core::clock::{format_utc, now_ms};
 use nrllm_core::preview::{cut, PreviewOutcome};
-use nrllm_core::service::{PendingTurn, RunListener, RunService};
-use nrllm_core::store::{RunRecord, RunStatus, SequencedEvent, StoreError};
+use nrllm_core::run_service::{PendingTurn, RunListener, RunService};
+use nrllm_core::run_store::{RunRecord, RunStatus, SequencedEvent, StoreError};
 use nrllm_core::tool::Effect;
 use nrllm_store::webhooks::{Attempt, Claimed, Delivery, DeliveryState, Unannounced, WebhookStore};
 use serde_json::{json, Value};
@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::auth::hmac_hex;
-use crate::model::WebhookView;
+use crate::page_data::WebhookView;
 use crate::settings::Settings;
 
 /// Checked for due deliveries this often even when nothing wakes the sender (retries, and runs

@@ -1,6 +1,6 @@
 //! The one authority over runs: whether a caller may decide, answer, fork, retry, cancel or add
 //! (or remove) an approval rule for a run. Every such move of the run service
-//! ([`crate::service::RunService`]) asks [`authorize`] first, with the run as it was read for the
+//! ([`crate::run_service::RunService`]) asks [`authorize`] first, with the run as it was read for the
 //! move; the web layer only says who is asking ([`Actor`]) and keeps its request checks (host,
 //! origin, CSRF, limits). A path that does not pass here cannot move a run.
 //!
@@ -20,7 +20,7 @@
 use nrllm_types::Role;
 
 use crate::rules::RuleScope;
-use crate::store::{RunStatus, TerminationReason};
+use crate::run_store::{RunStatus, TerminationReason};
 
 /// Who asks: a user, through their session or one of their API tokens, or the server itself
 /// (the deadline, recovery, automatic decisions), which never passes here.

@@ -258,7 +258,7 @@ impl EventSink for NullSink {
 
 /// The transcript as the journal `events` (in order) leaves it: what the last request sent, then
 /// the model's answer to it and the calls answered since. A run forked after these steps goes on
-/// from here ([`crate::service::RunService::fork`]).
+/// from here ([`crate::run_service::RunService::fork`]).
 pub fn journal_at<'a>(events: impl IntoIterator<Item = &'a Event>) -> Vec<Message> {
     let mut transcript: Vec<Message> = Vec::new();
     for event in events {

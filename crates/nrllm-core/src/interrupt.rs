@@ -1,5 +1,5 @@
 //! Cancels of running runs. An operator's cancel of a run that is running is recorded on the run
-//! ([`crate::store::RunRecord::cancel_requested`]); the instance that drives it hears of it — at
+//! ([`crate::run_store::RunRecord::cancel_requested`]); the instance that drives it hears of it — at
 //! once if the cancel came in here, else at its next heartbeat — and the segment in progress is
 //! abandoned where it stands: a model call in flight is dropped, and an approved call in flight
 //! is journaled as outcome unknown. A segment whose instance lost the run's lease is abandoned
@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::store::CancelRequest;
+use crate::run_store::CancelRequest;
 
 /// Why a segment driven here must stop.
 #[derive(Debug, Clone, PartialEq, Eq)]

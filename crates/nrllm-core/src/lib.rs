@@ -1,12 +1,11 @@
 //! nrllm-core: the agent loop with human approval, as data and rules — no I/O.
 //!
 //! The canonical transcript, tools and the gate, the loop with suspend and resume as values,
-//! decisions, events, the provider trait, run records and the [`store::RunStore`] trait, the run
+//! decisions, events, the provider trait, run records and the [`run_store::RunStore`] trait, the run
 //! service that ties them together, and a clock. Nothing here opens a socket, a file or a
 //! database: the store (`nrllm-store`), the HTTP providers (`nrllm-providers`) and the demo
 //! (`nrllm-demo`) are crates of their own, on top of this one, and the compiler keeps it so.
 
-pub mod agent;
 pub mod assembly;
 pub mod authority;
 pub mod clock;
@@ -16,7 +15,6 @@ pub mod failpoint;
 pub mod hash;
 mod interrupt;
 pub mod lease;
-pub mod machine;
 pub mod mcp;
 pub mod moves;
 pub mod preview;
@@ -25,16 +23,18 @@ pub mod question;
 pub mod registry;
 pub mod retry;
 pub mod rules;
-pub mod service;
+pub mod run_service;
+pub mod run_store;
 pub mod state;
-pub mod store;
+pub mod step_machine;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tool;
+pub mod tool_loop;
 pub mod transcript;
 
-pub use agent::{
-    Completed, LoopError, LoopOutcome, RunContext, RunInput, ToolLoop, ToolLoopService,
-};
 pub use decision::{CallDecision, Choice, Decision};
 pub use state::{RunSettings, SuspendedState};
+pub use tool_loop::{
+    Completed, LoopError, LoopOutcome, RunContext, RunInput, ToolLoop, ToolLoopService,
+};

@@ -7,10 +7,24 @@ use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::Pass;
 use crate::rules::{rule_for, ApprovalRule, RuleEffect};
 use crate::tool::{DynTool, Tool, ToolSpec, TypedTool};
 use crate::transcript::ToolCall;
+
+/// How one call of a model's turn may go ahead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pass {
+    /// It runs at once: a tool without effects (or one not offered, answered as such).
+    Free,
+    /// It waits for an operator, and holds its whole turn.
+    Ask,
+    /// It is a question for the operator (`ask_operator`): the turn waits for the answer.
+    Input,
+    /// Decided without an operator — by an approval rule, or (`allow`) by its tool's own check
+    /// of the arguments. `note` says which, for its step. An allowed call has an effect, so it is
+    /// journaled like an approved one before it runs.
+    Auto { allow: bool, note: String },
+}
 
 /// The tools a run was started with permission to use.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,10 +3,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::machine::Answer;
 use crate::provider::{ModelOptions, Usage};
 use crate::registry::AllowList;
 use crate::transcript::{self, Message, Tail, ToolCall, ToolOutcome};
+
+/// What a call of the turn came to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    pub call_id: String,
+    pub result: String,
+    pub outcome: ToolOutcome,
+}
 
 /// The version of the suspended-state JSON this build writes. It reads this one and every older
 /// one, migrating on read:
@@ -146,11 +153,11 @@ impl SuspendedState {
     /// What the run waits for: `waiting_for_input` when the turn asks the operator questions
     /// and nothing else of it waits for a decision ([`SuspendedState::undecided`]); else
     /// `waiting_for_approval`.
-    pub fn waiting_for(&self) -> crate::store::RunStatus {
+    pub fn waiting_for(&self) -> nrllm_types::RunStatus {
         if !self.questions.is_empty() && self.undecided().is_empty() {
-            crate::store::RunStatus::WaitingForInput
+            nrllm_types::RunStatus::WaitingForInput
         } else {
-            crate::store::RunStatus::WaitingForApproval
+            nrllm_types::RunStatus::WaitingForApproval
         }
     }
 

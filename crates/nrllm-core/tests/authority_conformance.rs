@@ -24,8 +24,8 @@ use nrllm_core::moves::TurnMove;
 use nrllm_core::provider::ChatResponse;
 use nrllm_core::question::{AskOperator, FormAnswer};
 use nrllm_core::rules::{ApprovalRule, RuleEffect, RuleScope};
+use nrllm_core::run_store::RunStatus;
 use nrllm_core::state::UnknownCall;
-use nrllm_core::store::RunStatus;
 use nrllm_core::testing::{probe_registry, usage, Probe, ScriptedProvider};
 use nrllm_core::transcript::{Message, ToolCall};
 use nrllm_core::{
@@ -420,7 +420,7 @@ fn a_call_runs_by_rule_only_when_the_rules_maker_was_allowed_to_add_it() {
                         match outcome {
                             LoopOutcome::Decided(state) => {
                                 assert!(added);
-                                let decision = nrllm_core::agent::automatic_decision(&state);
+                                let decision = nrllm_core::tool_loop::automatic_decision(&state);
                                 world
                                     .tool_loop
                                     .resume(&state, &decision, &ctx, &NullSink)
@@ -515,7 +515,7 @@ fn a_recovery_carries_out_only_the_journaled_decision_and_never_reruns_a_journal
         let (world, mut state) = suspended(Shape::Gated).await;
         // The claim approved the turn; `write_note` ran and its result was journaled, then the
         // process died before the segment's transition.
-        state.answered = vec![nrllm_core::machine::Answer {
+        state.answered = vec![nrllm_core::state::Answer {
             call_id: "w".into(),
             result: "wrote: w".into(),
             outcome: nrllm_core::transcript::ToolOutcome::Ok,

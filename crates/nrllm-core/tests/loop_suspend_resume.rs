@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use nrllm_core::agent::{cap_result, MAX_RESULT_BYTES};
 use nrllm_core::assembly::Skill;
 use nrllm_core::events::{Event, VecSink};
 use nrllm_core::provider::{ChatResponse, ModelOptions, ToolChoice};
 use nrllm_core::registry::{AllowList, ToolRegistry};
 use nrllm_core::state::Counters;
 use nrllm_core::testing::{call_turn, probe_registry, usage, Probe, ScriptedProvider};
+use nrllm_core::tool_loop::{cap_result, MAX_RESULT_BYTES};
 use nrllm_core::transcript::{validate, Message, Tail, ToolCall};
 use nrllm_core::{
     CallDecision, Choice, Decision, LoopError, LoopOutcome, RunContext, RunInput, RunSettings,

@@ -5,9 +5,10 @@
 
 use std::collections::BTreeSet;
 
-use nrllm_core::machine::{Answer, CallPlan, Machine, Next};
 use nrllm_core::provider::ChatResponse;
 use nrllm_core::registry::AllowList;
+use nrllm_core::state::Answer;
+use nrllm_core::step_machine::{CallPlan, Machine, Next};
 use nrllm_core::testing::{probe_registry, usage, Probe};
 use nrllm_core::transcript::{validate, Message, Tail, ToolCall, ToolOutcome};
 use nrllm_core::{CallDecision, Choice, Decision, RunSettings, SuspendedState};

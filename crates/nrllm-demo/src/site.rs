@@ -377,7 +377,7 @@ impl SiteStore {
         };
         let version: Option<i64> = sqlx::query_scalar(sql)
             .bind(run)
-            .bind(nrllm_core::store::RunStatus::Running.as_str())
+            .bind(nrllm_core::run_store::RunStatus::Running.as_str())
             .fetch_optional(&mut **tx)
             .await?;
         match version {

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::site::{page_basis, Author, Page, PageStatus, SiteError, SiteStore};
 use nrllm_core::registry::ToolRegistry;
-use nrllm_core::store::{RunFilter, RunStatus, RunStore};
+use nrllm_core::run_store::{RunFilter, RunStatus, RunStore};
 use nrllm_core::tool::{Preview, Tool, ToolContext, ToolError};
 
 /// The tool group of the site's pages and outbox.

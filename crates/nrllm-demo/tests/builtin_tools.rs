@@ -6,7 +6,7 @@ use nrllm_store::testing as common;
 use std::sync::Arc;
 
 use nrllm_core::registry::ToolRegistry;
-use nrllm_core::store::RunStore;
+use nrllm_core::run_store::RunStore;
 use nrllm_core::tool::{Effect, Preview, ToolContext, ToolError};
 use nrllm_demo::site::{page_basis, PageStatus, SiteStore};
 use nrllm_demo::tools::builtin_registry;
@@ -91,8 +91,8 @@ async fn there_are_eleven_read_only_tools_and_five_that_need_approval() {
 
 #[tokio::test]
 async fn two_tools_decide_per_call_from_their_arguments() {
-    use nrllm_core::machine::Pass;
     use nrllm_core::registry::AllowList;
+    use nrllm_core::registry::Pass;
     use nrllm_core::transcript::ToolCall;
     let s = site().await;
     let gate = s.registry.gate(&AllowList::All, false);

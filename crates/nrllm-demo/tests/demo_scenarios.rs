@@ -8,8 +8,10 @@ use nrllm_store::testing as common;
 use std::sync::Arc;
 
 use common::backends;
-use nrllm_core::service::{RunService, SingleLoop};
-use nrllm_core::store::{RunConfiguration, RunRecord, RunStatus, RunStore};
+use nrllm_core::run_service::{RunService, SingleLoop};
+use nrllm_core::run_store::{
+    LeaseStore, RunConfiguration, RunReader, RunRecord, RunStatus, RunStore,
+};
 use nrllm_core::{CallDecision, Choice, Decision, RunSettings, SuspendedState, ToolLoop};
 use nrllm_demo::demo::DemoProvider;
 use nrllm_demo::site::{PageStatus, SiteStore};
@@ -244,7 +246,7 @@ async fn an_unknown_prompt_gets_the_list_of_things_the_demo_can_do() {
 async fn a_rename_asked_beside_a_question_is_decided_whole() {
     use nrllm_core::decision::{Action, DecisionError, Submission, SubmittedCall};
     use nrllm_core::question::FormAnswer;
-    use nrllm_core::service::ResumeError;
+    use nrllm_core::run_service::ResumeError;
     for db in backends().await {
         let p = playground(&db.db).await;
         let run = p

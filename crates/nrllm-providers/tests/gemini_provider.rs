@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use nrllm_core::events::NullSink;
 use nrllm_core::provider::{ignore_retries, ChatRequest, ModelOptions, Provider};
-use nrllm_core::store::RunStore;
+use nrllm_core::run_store::RunStore;
 use nrllm_core::testing::{probe_registry, Probe};
 use nrllm_core::transcript::Message;
 use nrllm_core::{

@@ -18,8 +18,8 @@ use nrllm_core::events::{Event, NullSink, VecSink};
 use nrllm_core::provider::{
     ignore_retries, ChatRequest, ModelOptions, Provider, ProviderError, ProviderErrorKind,
 };
-use nrllm_core::service::{LoopFactory, RunService, SingleLoop};
-use nrllm_core::store::{RunConfiguration, RunStatus, RunStore};
+use nrllm_core::run_service::{LoopFactory, RunService, SingleLoop};
+use nrllm_core::run_store::{RunConfiguration, RunReader, RunStatus};
 use nrllm_core::testing::{probe_registry, Probe};
 use nrllm_core::transcript::{validate, Message, Tail};
 use nrllm_core::{

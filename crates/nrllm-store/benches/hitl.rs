@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use nrllm_core::provider::{ChatRequest, ChatResponse, Provider, ProviderError, RetryObserver};
-use nrllm_core::service::{RunService, SingleLoop};
-use nrllm_core::store::{RunConfiguration, RunStatus};
+use nrllm_core::run_service::{RunService, SingleLoop};
+use nrllm_core::run_store::{RunConfiguration, RunStatus};
 use nrllm_core::testing::{call_turn, probe_registry, usage, Probe};
 use nrllm_core::transcript::Message;
 use nrllm_core::{Decision, RunSettings, ToolLoop};

@@ -21,8 +21,8 @@ use nrllm_core::provider::{
     ChatRequest, ChatResponse, Provider, ProviderError, RetryObserver, Usage,
 };
 use nrllm_core::registry::ToolRegistry;
-use nrllm_core::service::{RunService, SingleLoop};
-use nrllm_core::store::{RunConfiguration, RunRecord};
+use nrllm_core::run_service::{RunService, SingleLoop};
+use nrllm_core::run_store::{RunConfiguration, RunRecord};
 use nrllm_core::tool::{Tool, ToolContext, ToolError};
 use nrllm_core::transcript::{Message, ToolCall};
 use nrllm_core::{Decision, RunSettings, SuspendedState, ToolLoop};

@@ -4,26 +4,14 @@
 
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
-use nrllm_core::store::StoreError;
+use nrllm_core::run_store::StoreError;
 use nrllm_types::Role;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use sqlx::Row;
 
 use crate::db::Database;
 use crate::error::backend;
-
-/// A fresh random secret: 32 bytes as 64 hex characters.
-pub fn new_secret() -> String {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).expect("the operating system's random source");
-    const_hex::encode(bytes)
-}
-
-/// The stored form of a secret.
-pub fn secret_hash(secret: &str) -> String {
-    const_hex::encode(Sha256::digest(secret.as_bytes()))
-}
+pub use crate::secret::{new_secret, secret_hash};
 
 /// Names are short, printable and never look like a token's (`token:`).
 pub fn check_name(name: &str) -> Result<(), String> {

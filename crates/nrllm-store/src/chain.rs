@@ -18,7 +18,7 @@ use hmac::{Hmac, Mac};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::accounts::new_secret;
+use crate::secret::new_secret;
 
 /// The first event of a run chains to this.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";

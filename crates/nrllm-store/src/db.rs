@@ -12,7 +12,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nrllm_core::store::StoreError;
+use nrllm_core::run_store::StoreError;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::Migrator;
 use sqlx::{AnyPool, Executor};
@@ -20,6 +20,7 @@ use sqlx::{AnyPool, Executor};
 use crate::chain::AuditKey;
 use crate::notify::{Announcer, Notice};
 use crate::postgres::Pipeline;
+pub use crate::sqlite::SqliteSync;
 use crate::sqlite::{Readers, Writer};
 use crate::transition::{Row, Statement, Transition};
 
@@ -41,25 +42,6 @@ impl Backend {
             "sqlite" => Some(Backend::Sqlite),
             "postgres" | "postgresql" => Some(Backend::Postgres),
             _ => None,
-        }
-    }
-}
-
-/// How hard SQLite syncs commits to disk. `Full` survives power loss; `Normal` (with WAL) survives
-/// a crash of the process but may lose the last commits on power loss.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SqliteSync {
-    #[default]
-    Full,
-    Normal,
-}
-
-impl SqliteSync {
-    /// Its value of SQLite's `synchronous` pragma.
-    pub(crate) fn pragma(self) -> &'static str {
-        match self {
-            SqliteSync::Full => "FULL",
-            SqliteSync::Normal => "NORMAL",
         }
     }
 }
@@ -357,6 +339,7 @@ fn prepare_sqlite_url(url: &str) -> Result<(String, String), DatabaseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nrllm_core::run_store::RunReader;
 
     #[test]
     fn the_backend_follows_the_url_scheme() {
@@ -418,7 +401,6 @@ mod tests {
     /// call dispatched twice.
     #[tokio::test]
     async fn effects_written_before_the_effect_table_was_rebuilt_are_kept() {
-        use nrllm_core::store::RunStore as _;
         use nrllm_core::transcript::ToolOutcome;
         use uuid::Uuid;
 

@@ -1,6 +1,6 @@
 //! nrllm-store: runs and their events, durable, on an SQLite file (the embedded default) or
 //! Postgres (several instances sharing one database) through sqlx (the hot path past it) — the [`SqlRunStore`] behind
-//! `nrllm_core::store::RunStore`, the database with its migrations, and the tool settings.
+//! `nrllm_core::run_store::RunStore`, the database with its migrations, and the tool settings.
 
 pub mod accounts;
 pub mod chain;
@@ -8,7 +8,8 @@ pub mod db;
 mod error;
 pub mod notify;
 mod postgres;
-pub mod sql;
+pub mod run_store;
+mod secret;
 mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -17,4 +18,4 @@ mod transition;
 mod wal_writes;
 pub mod webhooks;
 
-pub use sql::SqlRunStore;
+pub use run_store::SqlRunStore;

@@ -31,7 +31,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, R
 use futures::future::try_join_all;
 use futures::FutureExt as _;
 use nrllm_core::failpoint;
-use nrllm_core::store::StoreError;
+use nrllm_core::run_store::StoreError;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::NoTls;
@@ -549,7 +549,7 @@ mod tests {
     use super::{ALONE_BELOW, COMMITTERS};
     use crate::transition::scratch;
     use crate::transition::{Cells, Statement, Transition};
-    use nrllm_core::store::StoreError;
+    use nrllm_core::run_store::StoreError;
 
     /// Bumps row `id` from `expected`; the fence takes `sleep` seconds.
     fn bump(id: &str, expected: i64, sleep: &str) -> Transition {

@@ -35,12 +35,30 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nrllm_core::failpoint;
-use nrllm_core::store::StoreError;
+use nrllm_core::run_store::StoreError;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
-use crate::db::SqliteSync;
 use crate::transition::{Row, Statement, Transition, Value};
+
+/// How hard SQLite syncs commits to disk. `Full` survives power loss; `Normal` (with WAL) survives
+/// a crash of the process but may lose the last commits on power loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SqliteSync {
+    #[default]
+    Full,
+    Normal,
+}
+
+impl SqliteSync {
+    /// Its value of SQLite's `synchronous` pragma.
+    pub(crate) fn pragma(self) -> &'static str {
+        match self {
+            SqliteSync::Full => "FULL",
+            SqliteSync::Normal => "NORMAL",
+        }
+    }
+}
 
 /// Where a transition's outcome goes.
 type Reply = tokio::sync::oneshot::Sender<Result<Option<Row>, StoreError>>;
@@ -601,8 +619,7 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::time::Duration;
 
-    use super::BUSY_TIMEOUT;
-    use crate::db::SqliteSync;
+    use super::{SqliteSync, BUSY_TIMEOUT};
     use crate::transition::scratch::{self, bump};
     use crate::transition::{Cells, Row, Statement};
 

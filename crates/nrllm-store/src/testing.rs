@@ -145,8 +145,8 @@ pub async fn backends() -> Vec<TestDb> {
 }
 
 /// A run of the demo model asked `prompt`, for tests that need a configuration.
-pub fn demo_configuration(prompt: &str) -> nrllm_core::store::RunConfiguration {
-    nrllm_core::store::RunConfiguration {
+pub fn demo_configuration(prompt: &str) -> nrllm_core::run_store::RunConfiguration {
+    nrllm_core::run_store::RunConfiguration {
         continues: None,
         approval_timeout_ms: None,
         provider: "demo".into(),
@@ -161,12 +161,12 @@ pub fn demo_configuration(prompt: &str) -> nrllm_core::store::RunConfiguration {
 /// A run that completed (answer `done`) with `steps` `recovered` steps ("step 1" … "step N"),
 /// stored in `store` at `now_ms`.
 pub async fn completed_run(
-    store: &dyn nrllm_core::store::RunStore,
+    store: &dyn nrllm_core::run_store::RunStore,
     steps: i64,
     now_ms: i64,
-) -> nrllm_core::store::RunRecord {
+) -> nrllm_core::run_store::RunRecord {
     use nrllm_core::events::Event;
-    use nrllm_core::store::{Finish, NewRun, RunStatus, SequencedEvent, TerminationReason};
+    use nrllm_core::run_store::{Finish, NewRun, RunStatus, SequencedEvent, TerminationReason};
     let run = NewRun {
         id: uuid::Uuid::now_v7(),
         configuration: demo_configuration("p"),

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use nrllm_core::store::StoreError;
+use nrllm_core::run_store::StoreError;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row as _};
 

@@ -7,14 +7,14 @@
 //! attempt by attempt. Only the target's name is stored: URL and secret are read from the
 //! settings when it is sent, so no secret is ever written here.
 
-use nrllm_core::store::{RunStatus, StoreError};
+use nrllm_core::run_store::{RunStatus, StoreError};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 use uuid::Uuid;
 
 use crate::db::Database;
 use crate::error::backend;
-use crate::sql::indexed_by;
+use crate::run_store::queries::indexed_by;
 
 /// Where a delivery stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,12 +12,12 @@ use nrllm_core::events::Event;
 use nrllm_core::provider::{ChatResponse, ProviderError};
 use nrllm_core::question::FormAnswer;
 use nrllm_core::registry::ToolRegistry;
-use nrllm_core::service::{LoopFactory, ResumeError, RunService, ServiceError, SingleLoop};
-use nrllm_core::state::{Counters, Kept};
-use nrllm_core::store::{
-    Finish, RunConfiguration, RunFilter, RunRecord, RunStatus, RunStore, SequencedEvent,
-    StoreError, TerminationReason, WaitingFilter,
+use nrllm_core::run_service::{LoopFactory, ResumeError, RunService, ServiceError, SingleLoop};
+use nrllm_core::run_store::{
+    Finish, LeaseStore, RuleStore, RunConfiguration, RunFilter, RunReader, RunRecord, RunStatus,
+    RunStore, SequencedEvent, StoreError, TerminationReason, WaitingFilter,
 };
+use nrllm_core::state::{Counters, Kept};
 use nrllm_core::testing::{call_turn, probe_registry, usage, Probe, ScriptedProvider};
 use nrllm_core::{Decision, RunSettings, ToolLoop};
 use nrllm_store::SqlRunStore;
@@ -66,7 +66,7 @@ fn gated_then_answer() -> Vec<ChatResponse> {
     ]
 }
 
-fn kinds(events: &[nrllm_core::store::StoredEvent]) -> Vec<String> {
+fn kinds(events: &[nrllm_core::run_store::StoredEvent]) -> Vec<String> {
     events.iter().map(|e| e.kind.clone()).collect()
 }
 
@@ -944,7 +944,7 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
         let now = now_ms();
         let run = a
             .create(
-                &nrllm_core::store::NewRun {
+                &nrllm_core::run_store::NewRun {
                     id: uuid::Uuid::now_v7(),
                     configuration: configuration("lease"),
                     requested_by: "alice".into(),
@@ -985,7 +985,7 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
         };
         assert_eq!(
             loser.renew_lease(run.id, later).await.unwrap(),
-            nrllm_core::store::Renewal::Gone
+            nrllm_core::run_store::Renewal::Gone
         );
 
         // A wakes up and writes its segment: refused, and nothing is written.
@@ -1259,12 +1259,12 @@ fn empty_state() -> nrllm_core::state::SuspendedState {
     }
 }
 
-fn held(renewal: nrllm_core::store::Renewal) -> bool {
-    matches!(renewal, nrllm_core::store::Renewal::Held(_))
+fn held(renewal: nrllm_core::run_store::Renewal) -> bool {
+    matches!(renewal, nrllm_core::run_store::Renewal::Held(_))
 }
 
-fn new_run(prompt: &str) -> nrllm_core::store::NewRun {
-    nrllm_core::store::NewRun {
+fn new_run(prompt: &str) -> nrllm_core::run_store::NewRun {
+    nrllm_core::run_store::NewRun {
         id: uuid::Uuid::now_v7(),
         configuration: configuration(prompt),
         requested_by: "alice".into(),
@@ -1458,7 +1458,7 @@ async fn a_cancel_asked_on_another_instance_reaches_the_driver_and_stops_a_suspe
         let run = driver.create(&new_run("x"), now_ms(), true).await.unwrap();
         assert_eq!(
             driver.renew_lease(run.id, now_ms()).await.unwrap(),
-            nrllm_core::store::Renewal::Held(None)
+            nrllm_core::run_store::Renewal::Held(None)
         );
         let asked = other
             .cancel(run.id, "olga", Some("stop"), now_ms())
@@ -1467,13 +1467,13 @@ async fn a_cancel_asked_on_another_instance_reaches_the_driver_and_stops_a_suspe
         assert_eq!(asked.status, RunStatus::Running);
         // The driver's heartbeat hears of it; the second request does not replace the first.
         other.cancel(run.id, "vic", None, now_ms()).await.unwrap();
-        let request = nrllm_core::store::CancelRequest {
+        let request = nrllm_core::run_store::CancelRequest {
             by: "olga".into(),
             reason: Some("stop".into()),
         };
         assert_eq!(
             driver.renew_lease(run.id, now_ms()).await.unwrap(),
-            nrllm_core::store::Renewal::Held(Some(request.clone()))
+            nrllm_core::run_store::Renewal::Held(Some(request.clone()))
         );
         // A segment that would now suspend is refused with the request.
         let state = empty_state();
@@ -1487,7 +1487,7 @@ async fn a_cancel_asked_on_another_instance_reaches_the_driver_and_stops_a_suspe
         );
         assert_eq!(
             other.renew_lease(run.id, now_ms()).await.unwrap(),
-            nrllm_core::store::Renewal::Gone,
+            nrllm_core::run_store::Renewal::Gone,
             "not held by the other"
         );
         db.cleanup().await;
@@ -1700,7 +1700,7 @@ async fn approval_rules_decide_later_calls_and_their_steps_name_the_rule() {
 
 #[tokio::test]
 async fn a_fork_copies_the_steps_before_it_reruns_none_of_them_and_goes_its_own_way() {
-    use nrllm_core::service::ForkError;
+    use nrllm_core::run_service::ForkError;
     for db in backends().await {
         let responses = vec![
             call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
@@ -1744,7 +1744,8 @@ async fn a_fork_copies_the_steps_before_it_reruns_none_of_them_and_goes_its_own_
         let fork = s.service.drive(fork).await.unwrap();
         assert_eq!(fork.status, RunStatus::WaitingForApproval, "{}", db.name);
         let forked = s.store.events(fork.id, 0).await.unwrap();
-        let same = |a: &nrllm_core::store::StoredEvent, b: &nrllm_core::store::StoredEvent| {
+        let same = |a: &nrllm_core::run_store::StoredEvent,
+                    b: &nrllm_core::run_store::StoredEvent| {
             (a.sequence, &a.kind, &a.payload) == (b.sequence, &b.kind, &b.payload)
         };
         assert!(

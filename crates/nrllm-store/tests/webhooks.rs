@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use nrllm_core::clock::now_ms;
 use nrllm_core::registry::ToolRegistry;
-use nrllm_core::service::{LoopFactory, RunService, SingleLoop};
-use nrllm_core::store::{RunConfiguration, RunStore};
+use nrllm_core::run_service::{LoopFactory, RunService, SingleLoop};
+use nrllm_core::run_store::{RunConfiguration, RunStore};
 use nrllm_core::testing::{call_turn, probe_registry, usage, Probe, ScriptedProvider};
 use nrllm_core::{Decision, RunSettings, ToolLoop};
 use nrllm_store::testing::backends;

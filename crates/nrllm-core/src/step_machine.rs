@@ -1,7 +1,7 @@
 //! The loop as a step machine — the part of ADR-084's loop that decides, with nothing performed.
 //! Given where a run is and what its last step brought, it says what to do next as a value: ask
 //! the model (with this request), run or answer these calls, suspend (with this state), or finish.
-//! The loop ([`crate::agent::ToolLoop`]) asks the provider and runs the tools; the run service
+//! The loop ([`crate::tool_loop::ToolLoop`]) asks the provider and runs the tools; the run service
 //! journals each step. So a test can drive a run step by step, and a crash can only fall between
 //! journaled steps.
 //!
@@ -13,9 +13,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::decision::Choice;
 use crate::provider::{ChatRequest, ChatResponse, ToolChoice};
-use crate::state::{Counters, RuledCall, RunSettings, SuspendedState, STATE_SCHEMA_VERSION};
+use crate::registry::Pass;
+use crate::state::{
+    Answer, Counters, RuledCall, RunSettings, SuspendedState, STATE_SCHEMA_VERSION,
+};
 use crate::tool::ToolSpec;
-use crate::transcript::{Message, ToolCall, ToolOutcome};
+use crate::transcript::{Message, ToolCall};
 
 /// Where a run is between steps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,14 +41,6 @@ pub struct Ask {
     pub request: ChatRequest,
 }
 
-/// What a call of the turn came to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Answer {
-    pub call_id: String,
-    pub result: String,
-    pub outcome: ToolOutcome,
-}
-
 /// How one call of a turn is to be answered.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CallPlan {
@@ -53,21 +48,6 @@ pub enum CallPlan {
     Decide(Choice),
     /// Its result is known already (journaled before a restart): answer with it, run nothing.
     Known(Answer),
-}
-
-/// How one call of a model's turn may go ahead.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Pass {
-    /// It runs at once: a tool without effects (or one not offered, answered as such).
-    Free,
-    /// It waits for an operator, and holds its whole turn.
-    Ask,
-    /// It is a question for the operator (`ask_operator`): the turn waits for the answer.
-    Input,
-    /// Decided without an operator — by an approval rule, or (`allow`) by its tool's own check
-    /// of the arguments. `note` says which, for its step. An allowed call has an effect, so it is
-    /// journaled like an approved one before it runs.
-    Auto { allow: bool, note: String },
 }
 
 /// The next thing to do.
@@ -294,6 +274,7 @@ impl Machine {
 mod tests {
     use super::*;
     use crate::provider::Usage;
+    use crate::transcript::ToolOutcome;
     use serde_json::json;
 
     fn usage() -> Usage {
@@ -435,16 +416,16 @@ mod tests {
         assert!(state.gated.is_empty());
         assert_eq!(
             state.waiting_for(),
-            crate::store::RunStatus::WaitingForInput
+            crate::run_store::RunStatus::WaitingForInput
         );
         // A call a rule let through is held with the question.
         assert_eq!(
             suspend(&["ask", "send"]).waiting_for(),
-            crate::store::RunStatus::WaitingForInput
+            crate::run_store::RunStatus::WaitingForInput
         );
         assert_eq!(
             suspend(&["ask", "write"]).waiting_for(),
-            crate::store::RunStatus::WaitingForApproval
+            crate::run_store::RunStatus::WaitingForApproval
         );
     }
 

@@ -46,7 +46,7 @@ pub struct AdminView {
     pub roles: Vec<(String, String)>,
     pub new_token: Option<(String, String)>,
     /// Every tool, enabled or not.
-    pub tools: Vec<crate::model::ToolView>,
+    pub tools: Vec<crate::page_data::ToolView>,
 }
 
 /// One's own account page: one's API tokens, the roles there are, and a token created a moment
@@ -65,7 +65,7 @@ pub async fn nrllm_login(
     password: String,
     next: Option<String>,
 ) -> Result<String, AppError> {
-    use crate::server::{caller, state};
+    use crate::server::{request::caller, request::state};
     let state = state()?;
     // Cut before it keys a limiter, reaches the log or the database.
     let name = crate::server::auth::login_name(&name);
@@ -97,7 +97,7 @@ pub async fn nrllm_login(
 /// `nrllm-playground login-link`); the browser goes on to set a password.
 #[server(endpoint = "nrllm_login_link")]
 pub async fn nrllm_login_link(token: String) -> Result<String, AppError> {
-    use crate::server::state;
+    use crate::server::request::state;
     let state = state()?;
     let name = state
         .accounts
@@ -121,7 +121,7 @@ pub async fn nrllm_login_link(token: String) -> Result<String, AppError> {
 #[server(endpoint = "nrllm_logout")]
 pub async fn nrllm_logout() -> Result<(), AppError> {
     use crate::server::auth::{set_cookie, SESSION_COOKIE};
-    use crate::server::{caller, state};
+    use crate::server::{request::caller, request::state};
     let state = state()?;
     if let Some(secret) = caller().and_then(|c| c.session) {
         state
@@ -143,7 +143,7 @@ pub async fn nrllm_logout() -> Result<(), AppError> {
 /// Who is logged in (the header and the account page).
 #[server(endpoint = "nrllm_me")]
 pub async fn nrllm_me() -> Result<Option<Me>, AppError> {
-    Ok(crate::server::caller()
+    Ok(crate::server::request::caller()
         .and_then(|c| c.principal)
         .map(|p| Me {
             is_admin: p.role == nrllm_types::Role::Admin,
@@ -155,7 +155,7 @@ pub async fn nrllm_me() -> Result<Option<Me>, AppError> {
 /// Sets the caller's own password. A user who has one gives it too.
 #[server(endpoint = "nrllm_password_set")]
 pub async fn nrllm_password_set(current: Option<String>, password: String) -> Result<(), AppError> {
-    use crate::server::{require, state};
+    use crate::server::{request::require, request::state};
     let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let user = ssr::user(&state, &who.name).await?;
@@ -185,7 +185,7 @@ pub async fn nrllm_password_set(current: Option<String>, password: String) -> Re
 /// Users and API tokens (admins only).
 #[server(endpoint = "nrllm_admin_get")]
 pub async fn nrllm_admin_get(shown: Option<String>) -> Result<AdminView, AppError> {
-    use crate::server::{require, state};
+    use crate::server::{request::require, request::state};
     use nrllm_core::clock::format_utc;
     let who = require(nrllm_types::Role::Admin)?;
     let state = state()?;
@@ -213,14 +213,14 @@ pub async fn nrllm_admin_get(shown: Option<String>) -> Result<AdminView, AppErro
         tokens: tokens.into_iter().map(ssr::token_view).collect(),
         roles: ssr::roles(),
         new_token: shown.and_then(|id| state.shown_tokens.get(&id, &who.name)),
-        tools: crate::server::views::tool_views(&state.registry),
+        tools: crate::server::present::tool_views(&state.registry),
     })
 }
 
 /// One's own API tokens, and one created a moment ago (shown once).
 #[server(endpoint = "nrllm_account_get")]
 pub async fn nrllm_account_get(shown: Option<String>) -> Result<AccountView, AppError> {
-    use crate::server::{require, state};
+    use crate::server::{request::require, request::state};
     let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let tokens = state
@@ -239,7 +239,7 @@ pub async fn nrllm_account_get(shown: Option<String>) -> Result<AccountView, App
 /// (admins only).
 #[server(endpoint = "nrllm_tool_set")]
 pub async fn nrllm_tool_set(name: String, enabled: Option<String>) -> Result<(), AppError> {
-    use crate::server::{require, state};
+    use crate::server::{request::require, request::state};
     let who = require(nrllm_types::Role::Admin)?;
     let state = state()?;
     if state.registry.get(&name).is_none() {
@@ -269,7 +269,7 @@ pub async fn nrllm_user_create(
     password: String,
     role: String,
 ) -> Result<String, AppError> {
-    use crate::server::{require, state};
+    use crate::server::{request::require, request::state};
     let who = require(nrllm_types::Role::Admin)?;
     let state = state()?;
     let role = ssr::role(&role)?;
@@ -292,7 +292,7 @@ pub async fn nrllm_user_update(
     disabled: Option<String>,
     password: Option<String>,
 ) -> Result<(), AppError> {
-    use crate::server::{require, state};
+    use crate::server::{request::require, request::state};
     let who = require(nrllm_types::Role::Admin)?;
     let state = state()?;
     let role = ssr::role(&role)?;
@@ -324,7 +324,7 @@ pub async fn nrllm_token_create(
     role: String,
     user: Option<String>,
 ) -> Result<String, AppError> {
-    use crate::server::{require, state, wants_html};
+    use crate::server::{request::require, request::state, wants_html};
     let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let role = ssr::role(&role)?;
@@ -358,7 +358,7 @@ pub async fn nrllm_token_create(
 /// Revokes an API token: an admin any, a user their own.
 #[server(endpoint = "nrllm_token_revoke")]
 pub async fn nrllm_token_revoke(name: String) -> Result<(), AppError> {
-    use crate::server::{require, state};
+    use crate::server::{request::require, request::state};
     let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let admin = who.role == nrllm_types::Role::Admin;

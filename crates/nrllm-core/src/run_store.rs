@@ -276,9 +276,10 @@ pub enum StoreError {
     Corrupt(String),
 }
 
-/// Runs and their events, durable.
+/// Runs and their events, durable: a run's transitions, each with the steps it commits. It reads
+/// runs, rules and leases too (its supertraits), so one handle serves the run service.
 #[async_trait]
-pub trait RunStore: Send + Sync {
+pub trait RunStore: RunReader + RuleStore + LeaseStore {
     /// Inserts a new run: `queued` for any instance's worker, or (`drive_here`) `running` under
     /// this instance's lease, for a caller that drives it at once.
     async fn create(
@@ -287,14 +288,6 @@ pub trait RunStore: Send + Sync {
         now_ms: i64,
         drive_here: bool,
     ) -> Result<RunRecord, StoreError>;
-    /// Takes up to `limit` queued runs, oldest first, for this instance: each becomes `running`
-    /// under its lease, at a new version. Runs another instance is taking at the same moment are
-    /// skipped, never taken twice.
-    async fn take_queued(&self, now_ms: i64, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
-    /// Takes queued run `id` for this instance (`None`: not queued, or taken by someone else).
-    async fn take_run(&self, id: Uuid, now_ms: i64) -> Result<Option<RunRecord>, StoreError>;
-    /// A queued run's place in the queue (1 = next); `None` if it is not queued.
-    async fn queue_position(&self, id: Uuid) -> Result<Option<u64>, StoreError>;
     /// `running` → `waiting_for_approval`, storing the state and the segment's events, and when
     /// the turn expires if nobody decides (`deadline_ms`). The state is kept as the JSON the
     /// service measured, not serialized again. The run as it now is.
@@ -311,7 +304,7 @@ pub trait RunStore: Send + Sync {
     /// wins, and a worker of any instance carries the decision out. The same commit journals the
     /// whole decision (its step, the record on the run) and a `dispatched` record for every
     /// approved call, before any of them runs. With `drive_here` the winner takes the run at once
-    /// (`running`, under this instance's lease, as [`RunStore::take_run`] would) instead of
+    /// (`running`, under this instance's lease, as [`LeaseStore::take_run`] would) instead of
     /// queueing it: the caller carries the decision out itself.
     async fn claim_for_resume(
         &self,
@@ -321,7 +314,6 @@ pub trait RunStore: Send + Sync {
         now_ms: i64,
         drive_here: bool,
     ) -> Result<Claim, StoreError>;
-
     /// Journals a turn decided without an operator (approval rules, the tools' own checks) like
     /// a claim — its step, the decision, the state, and a dispatch record for each call that
     /// runs — while the run stays `running` with this instance. Fenced like `suspend` (version,
@@ -334,34 +326,6 @@ pub trait RunStore: Send + Sync {
         claim: &ClaimRecord,
         now_ms: i64,
     ) -> Result<i64, StoreError>;
-
-    /// The rules that hold for run `run` of configuration `configuration`.
-    async fn rules_for(
-        &self,
-        run: Uuid,
-        configuration: &str,
-    ) -> Result<Vec<ApprovalRule>, StoreError>;
-
-    /// Every rule (newest first, at most `limit`).
-    async fn list_rules(&self, limit: u32) -> Result<Vec<ApprovalRule>, StoreError>;
-
-    /// Stores a rule (checked by the caller with [`RuleDraft::check`]).
-    async fn add_rule(
-        &self,
-        draft: &RuleDraft,
-        by: &str,
-        now_ms: i64,
-    ) -> Result<ApprovalRule, StoreError>;
-
-    /// The runs that go on from run `id`'s journal (its forks and retries), oldest first, at
-    /// most `limit`.
-    async fn children(&self, id: Uuid, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
-
-    /// One rule, if there is one with this id.
-    async fn rule(&self, id: i64) -> Result<Option<ApprovalRule>, StoreError>;
-
-    /// Removes a rule; the rule as it was, or `None` if there was none.
-    async fn remove_rule(&self, id: i64) -> Result<Option<ApprovalRule>, StoreError>;
     /// Ends a non-terminal run at `version`, clearing its state, with the segment's events. The
     /// run as it now is.
     async fn finish(
@@ -392,9 +356,19 @@ pub trait RunStore: Send + Sync {
         reason: Option<&str>,
         now_ms: i64,
     ) -> Result<RunRecord, StoreError>;
-    /// The effects journaled for a run: every approved call dispatched, with its result once
-    /// journaled.
-    async fn effects(&self, id: Uuid) -> Result<Vec<EffectRecord>, StoreError>;
+    /// Deletes terminal runs finished before `terminal_before_ms` and waiting runs last changed
+    /// before `waiting_before_ms`, with their events, `chunk` runs per transaction.
+    async fn purge(
+        &self,
+        terminal_before_ms: i64,
+        waiting_before_ms: i64,
+        chunk: u32,
+    ) -> Result<PurgeReport, StoreError>;
+}
+
+/// Reading runs, their steps and their journaled effects.
+#[async_trait]
+pub trait RunReader: Send + Sync {
     /// One run.
     async fn get(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError>;
     /// Runs, newest first.
@@ -411,20 +385,55 @@ pub trait RunStore: Send + Sync {
         after: i64,
         limit: u32,
     ) -> Result<Vec<StoredEvent>, StoreError>;
-    /// Deletes terminal runs finished before `terminal_before_ms` and waiting runs last changed
-    /// before `waiting_before_ms`, with their events, `chunk` runs per transaction.
-    async fn purge(
+    /// The effects journaled for a run: every approved call dispatched, with its result once
+    /// journaled.
+    async fn effects(&self, id: Uuid) -> Result<Vec<EffectRecord>, StoreError>;
+    /// The runs that go on from run `id`'s journal (its forks and retries), oldest first, at
+    /// most `limit`.
+    async fn children(&self, id: Uuid, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
+    /// A queued run's place in the queue (1 = next); `None` if it is not queued.
+    async fn queue_position(&self, id: Uuid) -> Result<Option<u64>, StoreError>;
+    /// Waiting runs whose approval deadline passed before `now_ms`, the longest overdue first.
+    async fn expired_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError>;
+}
+
+/// Approval rules.
+#[async_trait]
+pub trait RuleStore: Send + Sync {
+    /// The rules that hold for run `run` of configuration `configuration`.
+    async fn rules_for(
         &self,
-        terminal_before_ms: i64,
-        waiting_before_ms: i64,
-        chunk: u32,
-    ) -> Result<PurgeReport, StoreError>;
+        run: Uuid,
+        configuration: &str,
+    ) -> Result<Vec<ApprovalRule>, StoreError>;
+    /// Every rule (newest first, at most `limit`).
+    async fn list_rules(&self, limit: u32) -> Result<Vec<ApprovalRule>, StoreError>;
+    /// Stores a rule (checked by the caller with [`RuleDraft::check`]).
+    async fn add_rule(
+        &self,
+        draft: &RuleDraft,
+        by: &str,
+        now_ms: i64,
+    ) -> Result<ApprovalRule, StoreError>;
+    /// One rule, if there is one with this id.
+    async fn rule(&self, id: i64) -> Result<Option<ApprovalRule>, StoreError>;
+    /// Removes a rule; the rule as it was, or `None` if there was none.
+    async fn remove_rule(&self, id: i64) -> Result<Option<ApprovalRule>, StoreError>;
+}
+
+/// The queue and the leases: which instance drives which run, and for how long.
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// Takes up to `limit` queued runs, oldest first, for this instance: each becomes `running`
+    /// under its lease, at a new version. Runs another instance is taking at the same moment are
+    /// skipped, never taken twice.
+    async fn take_queued(&self, now_ms: i64, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
+    /// Takes queued run `id` for this instance (`None`: not queued, or taken by someone else).
+    async fn take_run(&self, id: Uuid, now_ms: i64) -> Result<Option<RunRecord>, StoreError>;
     /// Extends this instance's lease on a running run it drives, and says whether someone asked
     /// to cancel it; `Gone` if it no longer holds it (the run stopped running, or another
     /// instance took it over).
     async fn renew_lease(&self, id: Uuid, now_ms: i64) -> Result<Renewal, StoreError>;
-    /// Waiting runs whose approval deadline passed before `now_ms`, the longest overdue first.
-    async fn expired_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError>;
     /// Running runs whose lease ran out by `now_ms`, the longest expired first.
     async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError>;
     /// Takes the lease of a running run for this instance: only if it ran out (a reaper), or

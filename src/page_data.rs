@@ -1,5 +1,5 @@
 //! What the pages show, as plain serialisable data. The server builds these from runs and events
-//! (`server::views`); server functions return them and islands receive them as props.
+//! (`server::present`); server functions return them and islands receive them as props.
 
 use serde::{Deserialize, Serialize};
 

@@ -1,84 +1,22 @@
-//! `GET /metrics` in the Prometheus text format, for a scraper with an API token (any role):
-//! - from the database, as they are at the scrape: runs by status, and the ages of the runs
-//!   waiting for a person — a decision or an answer (a histogram);
-//! - counted by this instance since it started, from the steps its runs emit: decisions, model
-//!   calls with their latency, provider retries, failed model calls; and runs its reaper took
-//!   over;
-//! - live streams open and runs this instance drives.
-//!
-//! The counters are kept by a [`RunListener`] beside the live hub; each scrape builds a fresh
-//! registry around them and the values read at that moment.
+//! `GET /metrics`: the counters and the database's counts in the Prometheus text format.
 
+use super::counters::*;
+use crate::server::AppState;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use nrllm_core::clock::now_ms;
-use nrllm_core::events::Event;
-use nrllm_core::service::RunListener;
-use nrllm_core::store::{RunStatus, SequencedEvent};
+use nrllm_core::run_store::RunStatus;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use uuid::Uuid;
-
-use super::AppState;
-
-/// Waiting runs looked at per scrape for the age histogram (the oldest first are counted all
-/// the same in the status gauge).
-const MAX_WAITING_SAMPLED: i64 = 50_000;
-
-/// What this instance counts as its runs go.
-#[derive(Debug)]
-pub struct Counters {
-    decisions: Counter,
-    model_calls: Counter,
-    model_failures: Counter,
-    provider_retries: Counter,
-    model_latency: Histogram,
-}
-
-impl Default for Counters {
-    fn default() -> Counters {
-        Counters {
-            decisions: Counter::default(),
-            model_calls: Counter::default(),
-            model_failures: Counter::default(),
-            provider_retries: Counter::default(),
-            // 50 ms … ~100 s.
-            model_latency: Histogram::new(exponential_buckets(0.05, 2.0, 12)),
-        }
-    }
-}
-
-impl RunListener for Counters {
-    fn event(&self, _run_id: Uuid, event: &SequencedEvent) {
-        match &event.event {
-            Event::ApprovalDecided { .. } => {
-                self.decisions.inc();
-            }
-            Event::Llm { duration_ms, .. } => {
-                self.model_calls.inc();
-                self.model_latency.observe(*duration_ms as f64 / 1000.0);
-            }
-            Event::LlmFailed { .. } => {
-                self.model_failures.inc();
-            }
-            Event::ProviderRetry { .. } => {
-                self.provider_retries.inc();
-            }
-            _ => {}
-        }
-    }
-
-    fn status(&self, _run_id: Uuid, _status: RunStatus) {}
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-struct StatusLabel {
-    status: String,
+pub(super) struct StatusLabel {
+    pub(super) status: String,
 }
 
 /// The metrics as they are now, in the Prometheus text format.

@@ -17,12 +17,13 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::{refusal_text, Choice, Decision, DecisionError};
 use crate::events::{CallChoice, Event, EventSink};
 use crate::failpoint;
-use crate::machine::{Answer, Ask, CallPlan, Machine, Next};
 use crate::preview::{preview_pending, CallPreview};
 use crate::provider::{ChatResponse, Provider, ProviderError, RetryNotice, ToolChoice};
 use crate::registry::{Gate, ToolRegistry};
 use crate::rules::ApprovalRule;
+use crate::state::Answer;
 use crate::state::{Counters, RunSettings, StateError, SuspendedState, UnknownCall};
+use crate::step_machine::{Ask, CallPlan, Machine, Next};
 use crate::tool::{ToolContext, ToolError};
 use crate::transcript::{Message, ToolCall, ToolOutcome};
 

@@ -10,12 +10,12 @@
 use leptos::prelude::*;
 
 use crate::error::AppError;
-use crate::model::RulesView;
+use crate::page_data::RulesView;
 
 /// Every approval rule (newest first), and the tools and configurations a new rule can name.
 #[server(endpoint = "nrllm_rules_list")]
 pub async fn nrllm_rules_list() -> Result<RulesView, AppError> {
-    use crate::server::{require, state, views};
+    use crate::server::{present, request::require, request::state};
     use nrllm_types::Role;
     let who = require(Role::Viewer)?;
     let state = state()?;
@@ -27,7 +27,7 @@ pub async fn nrllm_rules_list() -> Result<RulesView, AppError> {
     Ok(RulesView {
         rules: rules
             .iter()
-            .map(|rule| views::rule_view(rule, ssr::may_change(&who, rule)))
+            .map(|rule| present::rule_view(rule, ssr::may_change(&who, rule)))
             .collect(),
         tools: state
             .registry
@@ -55,12 +55,12 @@ pub async fn nrllm_rule_add(
     op: Option<String>,
     value: Option<String>,
 ) -> Result<i64, AppError> {
-    use crate::server::{require, state};
+    use crate::server::{request::require, request::state};
     use nrllm_core::rules::{RuleDraft, RuleEffect, RuleScope};
     let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let scope = match scope.trim() {
-        "run" => RuleScope::Run(crate::api::ssr::parse_run_id(
+        "run" => RuleScope::Run(crate::api::checks::parse_run_id(
             run_id.as_deref().unwrap_or_default(),
         )?),
         "configuration" => {
@@ -84,7 +84,7 @@ pub async fn nrllm_rule_add(
         tool,
         effect: RuleEffect::parse(effect.trim())
             .ok_or_else(|| AppError::invalid("effect", "allow or deny"))?,
-        conditions: ssr::conditions(argument, op, value, "")?,
+        conditions: crate::api::call_form::conditions(argument, op, value, "")?,
     };
     // Whoever may not decide the run may not decide its calls in advance either: the run
     // service asks the core's authority.
@@ -97,7 +97,7 @@ pub async fn nrllm_rule_add(
 /// administrator).
 #[server(endpoint = "nrllm_rule_remove")]
 pub async fn nrllm_rule_remove(id: String) -> Result<(), AppError> {
-    use crate::server::{require, state};
+    use crate::server::{request::require, request::state};
     let who = require(nrllm_types::Role::Viewer)?;
     let state = state()?;
     let id: i64 = id
@@ -111,8 +111,7 @@ pub async fn nrllm_rule_remove(id: String) -> Result<(), AppError> {
 
 #[cfg(feature = "ssr")]
 pub mod ssr {
-    use crate::error::AppError;
-    use nrllm_core::rules::{ApprovalRule, Condition, MatchOp, RuleScope};
+    use nrllm_core::rules::{ApprovalRule, RuleScope};
     use nrllm_store::accounts::Principal;
 
     /// The most rules listed at once.
@@ -134,38 +133,5 @@ pub mod ssr {
         if crate::server::wants_html() {
             leptos_axum::redirect(&path);
         }
-    }
-
-    /// The condition a form asks for: none when `argument` is empty, else all three fields
-    /// (named with `prefix`, e.g. `calls[0].rule_`).
-    pub fn conditions(
-        argument: Option<String>,
-        op: Option<String>,
-        value: Option<String>,
-        prefix: &str,
-    ) -> Result<Vec<Condition>, AppError> {
-        let argument = argument.unwrap_or_default().trim().to_owned();
-        if argument.is_empty() {
-            return Ok(Vec::new());
-        }
-        let op = op.unwrap_or_default();
-        let op = MatchOp::parse(op.trim()).ok_or_else(|| {
-            AppError::invalid(
-                &format!("{prefix}op"),
-                "equals, starts_with, ends_with or contains",
-            )
-        })?;
-        let value = value.unwrap_or_default();
-        if value.is_empty() {
-            return Err(AppError::invalid(
-                &format!("{prefix}value"),
-                format!("give the value {argument} is compared with"),
-            ));
-        }
-        Ok(vec![Condition {
-            argument,
-            op,
-            value,
-        }])
     }
 }

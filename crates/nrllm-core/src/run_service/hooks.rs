@@ -1,0 +1,67 @@
+//! What a deployment plugs into the run service: how it builds loops, who listens to runs,
+//! and where four-eyes holds.
+
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use crate::provider::Usage;
+use crate::run_store::{RunConfiguration, RunStatus, SequencedEvent};
+use crate::tool_loop::ToolLoopService;
+
+/// Builds the loop for a run's configuration (its provider and model).
+pub trait LoopFactory: Send + Sync {
+    /// The loop to drive a run with, or a message an operator can act on (e.g. "no API key").
+    fn tool_loop(
+        &self,
+        configuration: &RunConfiguration,
+    ) -> Result<Arc<dyn ToolLoopService>, String>;
+
+    /// Estimated cost of `usage` under the configuration's prices, in millionths of a dollar.
+    fn estimate_cost_micros(
+        &self,
+        _configuration: &RunConfiguration,
+        _usage: Usage,
+    ) -> Option<i64> {
+        None
+    }
+}
+
+/// A factory that uses one loop for every run.
+pub struct SingleLoop(pub Arc<dyn ToolLoopService>);
+
+impl LoopFactory for SingleLoop {
+    fn tool_loop(
+        &self,
+        _configuration: &RunConfiguration,
+    ) -> Result<Arc<dyn ToolLoopService>, String> {
+        Ok(Arc::clone(&self.0))
+    }
+}
+
+/// Sees a run's events and status changes as they happen.
+pub trait RunListener: Send + Sync {
+    fn event(&self, run_id: Uuid, event: &SequencedEvent);
+    fn status(&self, run_id: Uuid, status: RunStatus);
+}
+
+/// Several listeners as one, told in turn.
+pub struct Listeners(pub Vec<Arc<dyn RunListener>>);
+
+impl RunListener for Listeners {
+    fn event(&self, run_id: Uuid, event: &SequencedEvent) {
+        for listener in &self.0 {
+            listener.event(run_id, event);
+        }
+    }
+
+    fn status(&self, run_id: Uuid, status: RunStatus) {
+        for listener in &self.0 {
+            listener.status(run_id, status);
+        }
+    }
+}
+
+/// Whether four-eyes holds for the runs of a configuration (by its name; `None` when the run's
+/// configuration cannot be read).
+pub type FourEyes = dyn Fn(Option<&str>) -> bool + Send + Sync;

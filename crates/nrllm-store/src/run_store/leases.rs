@@ -1,0 +1,141 @@
+//! The queue and the leases: taking queued runs, renewing and taking over leases.
+
+use async_trait::async_trait;
+use nrllm_core::run_store::{LeaseStore, Renewal, RunRecord, RunStatus, StoreError};
+use uuid::Uuid;
+
+use crate::db::Backend;
+use crate::error::backend;
+
+use super::queries::*;
+use super::write::*;
+use super::*;
+
+#[async_trait]
+impl LeaseStore for SqlRunStore {
+    async fn take_queued(&self, now_ms: i64, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // An idle queue is the common case: a read answers it without a write transaction.
+        let any: Option<String> =
+            sqlx::query_scalar("SELECT id FROM agent_run WHERE status = $1 LIMIT 1")
+                .bind(RunStatus::Queued.as_str())
+                .fetch_optional(self.db.pool())
+                .await
+                .map_err(backend)?;
+        if any.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.write_tx().await.map_err(backend)?;
+        let rows = match self.db.backend() {
+            // One statement; rows another instance is taking right now are skipped, not waited
+            // for.
+            Backend::Postgres => {
+                // The pick is a CTE so that it runs once: as a plain `IN (…)` subquery the
+                // planner may run it again for every row, and each run skips the rows just
+                // taken — taking them all.
+                let sql = format!(
+                    "WITH next AS (SELECT id FROM agent_run WHERE status = $5 \
+                     ORDER BY queued_at_ms, id LIMIT $6 FOR UPDATE SKIP LOCKED) {}",
+                    take_sql("id IN (SELECT id FROM next)")
+                );
+                self.bind_take(&sql, now_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(backend)?
+            }
+            // The immediate transaction lets one taker in at a time: pick, then take each (SQLite
+            // would evaluate a LIMIT subquery again as the update goes).
+            Backend::Sqlite => {
+                let ids: Vec<String> = sqlx::query_scalar(
+                    "SELECT id FROM agent_run WHERE status = $1 ORDER BY queued_at_ms, id LIMIT $2",
+                )
+                .bind(RunStatus::Queued.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(backend)?;
+                let sql = take_sql("id = $6");
+                let mut rows = Vec::with_capacity(ids.len());
+                for id in ids {
+                    if let Some(row) = self
+                        .bind_take(&sql, now_ms)
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(backend)?
+                    {
+                        rows.push(row);
+                    }
+                }
+                rows
+            }
+        };
+        let runs = rows.iter().map(read_run).collect::<Result<Vec<_>, _>>()?;
+        tx.commit().await.map_err(backend)?;
+        if !runs.is_empty() {
+            self.committed();
+        }
+        Ok(runs)
+    }
+
+    async fn take_run(&self, id: Uuid, now_ms: i64) -> Result<Option<RunRecord>, StoreError> {
+        let row = self
+            .bind_take(&take_sql("id = $6"), now_ms)
+            .bind(id.to_string())
+            .fetch_optional(self.db.pool())
+            .await
+            .map_err(backend)?;
+        if row.is_some() {
+            self.committed();
+        }
+        row.as_ref().map(read_run).transpose()
+    }
+
+    async fn renew_lease(&self, id: Uuid, now_ms: i64) -> Result<Renewal, StoreError> {
+        let renewed = sqlx::query(
+            "UPDATE agent_run SET lease_until_ms = $1 \
+             WHERE id = $2 AND status = $3 AND lease_owner = $4 RETURNING cancel_by, cancel_reason",
+        )
+        .bind(now_ms + self.lease_ms)
+        .bind(id.to_string())
+        .bind(RunStatus::Running.as_str())
+        .bind(&*self.owner)
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(backend)?;
+        let Some(row) = renewed else {
+            return Ok(Renewal::Gone);
+        };
+        Ok(Renewal::Held(cancel_request(&row)?))
+    }
+
+    async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {
+        self.overdue(Sweep::Leases, now_ms, limit).await
+    }
+
+    async fn take_lease(&self, id: Uuid, now_ms: i64, force: bool) -> Result<bool, StoreError> {
+        // One statement: of two reapers, exactly one update matches the expired lease. The
+        // version moves on: it is the lease's epoch, so the instance that held the run before
+        // can no longer write, nor apply an effect its tools fence on the epoch.
+        let taken = sqlx::query(
+            "UPDATE agent_run SET lease_owner = $1, lease_until_ms = $2, version = version + 1 \
+             WHERE id = $3 AND status = $4 AND (lease_until_ms <= $5 OR $6 = 1)",
+        )
+        .bind(&*self.owner)
+        .bind(now_ms + self.lease_ms)
+        .bind(id.to_string())
+        .bind(RunStatus::Running.as_str())
+        .bind(now_ms)
+        .bind(i64::from(force))
+        .execute(self.db.pool())
+        .await
+        .map_err(backend)?;
+        if taken.rows_affected() == 1 {
+            self.committed();
+        }
+        Ok(taken.rows_affected() == 1)
+    }
+}

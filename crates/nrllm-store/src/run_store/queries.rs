@@ -1,0 +1,250 @@
+//! The queries that list runs (the run list, the inbox, the queue, the overdue sweeps), their
+//! binding, and the plans they run with.
+
+use nrllm_core::run_store::{RunFilter, RunRecord, RunStatus, StoreError, WaitingFilter};
+use nrllm_core::state::Counters;
+use sqlx::{Any, Row as _};
+use uuid::Uuid;
+
+use crate::db::Backend;
+use crate::error::backend;
+use crate::transition::Cells;
+
+use super::write::*;
+use super::*;
+
+impl SqlRunStore {
+    /// How the database answers the queries that grow with the number of runs: the inbox's and
+    /// the runs page's first pages and the two sweeps for overdue runs, as `EXPLAIN QUERY PLAN`
+    /// (SQLite) or `EXPLAIN` (Postgres) prints them. For the benchmark of many waiting runs.
+    pub async fn query_plans(&self) -> Result<Vec<(&'static str, Vec<String>)>, StoreError> {
+        let explain = match self.db.backend() {
+            Backend::Sqlite => "EXPLAIN QUERY PLAN",
+            Backend::Postgres => "EXPLAIN",
+        };
+        let inbox = WaitingFilter {
+            limit: 51,
+            ..WaitingFilter::default()
+        };
+        let runs = RunFilter {
+            status: None,
+            created_before_ms: None,
+            limit: 50,
+        };
+        let waiting = format!("{explain} {}", waiting_sql(self.db.backend()));
+        let list = format!("{explain} {}", list_sql());
+        let deadlines = format!("{explain} {}", Sweep::Deadlines.sql(self.db.backend()));
+        let leases = format!("{explain} {}", Sweep::Leases.sql(self.db.backend()));
+        let sweep = |sql| sqlx::query(sql).bind(0_i64).bind(50_i64);
+        let mut plans = Vec::new();
+        for (name, query) in [
+            (
+                "inbox, first page",
+                bind_waiting(sqlx::query(&waiting), &inbox),
+            ),
+            (
+                "runs list, first page",
+                bind_list(sqlx::query(&list), &runs),
+            ),
+            ("approval deadline sweep", sweep(&deadlines)),
+            ("lease sweep", sweep(&leases)),
+        ] {
+            let rows = query.fetch_all(self.db.pool()).await.map_err(backend)?;
+            let lines = rows
+                .iter()
+                .map(|row| match self.db.backend() {
+                    // id, parent, notused, detail
+                    Backend::Sqlite => row.try_get::<String, _>(3),
+                    Backend::Postgres => row.try_get::<String, _>(0),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(backend)?;
+            plans.push((name, lines));
+        }
+        Ok(plans)
+    }
+
+    /// The runs `sweep` finds overdue at `now_ms`, the longest overdue first.
+    pub(super) async fn overdue(
+        &self,
+        sweep: Sweep,
+        now_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        let ids: Vec<String> = sqlx::query_scalar(&sweep.sql(self.db.backend()))
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(self.db.pool())
+            .await
+            .map_err(backend)?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| Uuid::parse_str(id).ok())
+            .collect())
+    }
+
+    /// The take-from-the-queue update ([`take_sql`]) with its first five parameters bound:
+    /// running, this instance's lease from `now_ms`, from queued.
+    pub(super) fn bind_take<'q>(&'q self, sql: &'q str, now_ms: i64) -> AnyQuery<'q> {
+        sqlx::query(sql)
+            .bind(RunStatus::Running.as_str())
+            .bind(&*self.owner)
+            .bind(now_ms + self.lease_ms)
+            .bind(now_ms)
+            .bind(RunStatus::Queued.as_str())
+    }
+}
+
+pub(super) const RUN_COLUMNS: &str =
+    "id, status, configuration, requested_by, iterations, tool_calls, truncated, \
+    prompt_tokens, completion_tokens, estimated_cost_micros, termination_reason, error_summary, \
+    final_answer, suspended_state, decided_by, decided_at_ms, decision, decision_record, version, \
+    last_sequence, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms, \
+    approval_deadline_ms, queued_at_ms, approved_bases, cancel_by, cancel_reason";
+
+/// The update that takes the queued runs matching `which` for this instance ($1–$5: see
+/// [`SqlRunStore::bind_take`]), returning them.
+pub(super) fn take_sql(which: &str) -> String {
+    format!(
+        "UPDATE agent_run SET status = $1, lease_owner = $2, lease_until_ms = $3, \
+         version = version + 1, updated_at_ms = $4, \
+         started_at_ms = COALESCE(started_at_ms, $4), queued_at_ms = NULL \
+         WHERE status = $5 AND {which} RETURNING {RUN_COLUMNS}"
+    )
+}
+
+pub(super) type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
+
+/// The runs page's query: newest first, optionally of one status, before a cursor.
+pub(super) fn list_sql() -> String {
+    format!(
+        "SELECT {RUN_COLUMNS} FROM agent_run \
+         WHERE ($1 IS NULL OR status = $1) AND created_at_ms < $2 \
+         ORDER BY created_at_ms DESC, id DESC LIMIT $3"
+    )
+}
+
+pub(super) fn bind_list<'q>(query: AnyQuery<'q>, filter: &'q RunFilter) -> AnyQuery<'q> {
+    query
+        .bind(filter.status.map(RunStatus::as_str))
+        .bind(filter.created_before_ms.unwrap_or(i64::MAX))
+        .bind(i64::from(filter.limit.clamp(1, 500)))
+}
+
+/// The clause that has SQLite read a query through `index` (SQLite keeps no statistics here, so
+/// its planner guesses); nothing on Postgres, whose planner has them.
+pub(crate) fn indexed_by(backend: Backend, index: &str) -> String {
+    match backend {
+        Backend::Sqlite => format!("INDEXED BY {index}"),
+        Backend::Postgres => String::new(),
+    }
+}
+
+/// A periodic look for overdue runs: running runs whose lease ran out, waiting runs whose
+/// approval deadline passed.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Sweep {
+    Leases,
+    Deadlines,
+}
+
+impl Sweep {
+    /// Its query: ids of runs past their time at `$1`, the longest overdue first, `$2` of them.
+    fn sql(self, backend: Backend) -> String {
+        let (statuses, column, index): (&[RunStatus], _, _) = match self {
+            // Running runs are the few being driven now.
+            Sweep::Leases => (
+                &[RunStatus::Running],
+                "lease_until_ms",
+                "agent_run_status_created",
+            ),
+            Sweep::Deadlines => (
+                &RunStatus::WAITING,
+                "approval_deadline_ms",
+                "agent_run_deadline",
+            ),
+        };
+        // SQLite without statistics would read the deadline sweep through the status index: every
+        // waiting run, each sweep (~100 ms at 100k waiting runs).
+        let index = indexed_by(backend, index);
+        format!(
+            "SELECT id FROM agent_run {index} WHERE status IN ({}) AND {column} <= $1 \
+             ORDER BY {column} LIMIT $2",
+            RunStatus::sql_list(statuses)
+        )
+    }
+}
+
+/// The inbox's query: waiting runs, oldest wait first, after a cursor (a row-value comparison,
+/// so that the page is a range of the waiting index rather than a sort of every waiting run).
+pub(super) fn waiting_sql(backend: Backend) -> String {
+    // SQLite without statistics would pick the status index and sort every waiting run.
+    let index = indexed_by(backend, "agent_run_waiting");
+    format!(
+        "SELECT {RUN_COLUMNS} FROM agent_run {index} WHERE status IN ({}) \
+         AND ($1 IS NULL OR provider = $1) AND ($2 IS NULL OR pending_tools LIKE $2) \
+         AND (updated_at_ms, id) > ($3, $4) \
+         ORDER BY updated_at_ms ASC, id ASC LIMIT $5",
+        RunStatus::sql_list(&RunStatus::WAITING)
+    )
+}
+
+pub(super) fn bind_waiting<'q>(query: AnyQuery<'q>, filter: &'q WaitingFilter) -> AnyQuery<'q> {
+    let (after_ms, after_id) = filter
+        .after
+        .map(|(ms, id)| (ms, id.to_string()))
+        .unwrap_or((i64::MIN, String::new()));
+    query
+        .bind(filter.provider.as_deref())
+        .bind(filter.tool.as_deref().map(|tool| format!("%,{tool},%")))
+        .bind(after_ms)
+        .bind(after_id)
+        .bind(i64::from(filter.limit.clamp(1, 1000)))
+}
+
+pub(super) fn read_run(row: &impl Cells) -> Result<RunRecord, StoreError> {
+    let text = row.required_text("id")?;
+    let id = Uuid::parse_str(&text)
+        .map_err(|err| StoreError::Corrupt(format!("run id `{text}`: {err}")))?;
+    let status_text = row.required_text("status")?;
+    let status = RunStatus::parse(&status_text)
+        .ok_or_else(|| StoreError::Corrupt(format!("run {id}: unknown status `{status_text}`")))?;
+    let configuration = row.required_text("configuration")?;
+    let get_u64 = |name: &str| -> Result<u64, StoreError> {
+        Ok(u64::try_from(row.required_int(name)?).unwrap_or_default())
+    };
+    Ok(RunRecord {
+        id,
+        status,
+        configuration: serde_json::from_str(&configuration).ok(),
+        requested_by: row.required_text("requested_by")?,
+        counters: Counters {
+            iterations: u32::try_from(get_u64("iterations")?).unwrap_or(u32::MAX),
+            tool_calls: u32::try_from(get_u64("tool_calls")?).unwrap_or(u32::MAX),
+            usage: nrllm_core::provider::Usage {
+                prompt_tokens: get_u64("prompt_tokens")?,
+                completion_tokens: get_u64("completion_tokens")?,
+            },
+        },
+        truncated: row.required_int("truncated")? != 0,
+        estimated_cost_micros: row.int("estimated_cost_micros")?,
+        termination_reason: row.text("termination_reason")?,
+        error_summary: row.text("error_summary")?,
+        final_answer: row.text("final_answer")?,
+        suspended_state: row.text("suspended_state")?,
+        decided_by: row.text("decided_by")?,
+        decided_at_ms: row.int("decided_at_ms")?,
+        decision: row.text("decision")?,
+        decision_record: row.text("decision_record")?,
+        version: row.required_int("version")?,
+        last_sequence: row.required_int("last_sequence")?,
+        created_at_ms: row.required_int("created_at_ms")?,
+        updated_at_ms: row.required_int("updated_at_ms")?,
+        started_at_ms: row.int("started_at_ms")?,
+        finished_at_ms: row.int("finished_at_ms")?,
+        approval_deadline_ms: row.int("approval_deadline_ms")?,
+        queued_at_ms: row.int("queued_at_ms")?,
+        approved_bases: row.text("approved_bases")?,
+        cancel_requested: cancel_request(row)?,
+    })
+}

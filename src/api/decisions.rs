@@ -1,0 +1,160 @@
+//! The server functions of waiting runs: the inbox, and the decisions and answers that move a
+//! run on (each through the run service, which asks the core's authority).
+
+// A server function's arguments are its form fields, one per field; the client stubs the macro
+// generates for them cannot carry an attribute of their own.
+#![allow(clippy::too_many_arguments)]
+
+use leptos::prelude::*;
+
+use crate::api::call_form::CallForm;
+use crate::error::AppError;
+use crate::page_data::{ApprovalsPage, ResumeAccepted};
+
+/// Runs waiting for a decision, oldest first (the approvals inbox), each with its pending calls,
+/// previews and digest: `configuration` and `tool` filter, `after` (the `next_after` of the page
+/// before) pages on. Previews are built concurrently, each within a time limit.
+#[server(endpoint = "nrllm_approvals_list")]
+pub async fn nrllm_approvals_list(
+    configuration: Option<String>,
+    tool: Option<String>,
+    after: Option<String>,
+    limit: Option<u32>,
+) -> Result<ApprovalsPage, AppError> {
+    use crate::server::{present, request::state};
+    use futures::StreamExt;
+    use nrllm_core::run_store::WaitingFilter;
+    let who = crate::server::request::require(nrllm_types::Role::Viewer)?;
+    let state = state()?;
+    let present = |v: Option<String>| v.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+    let after = match present(after) {
+        None => None,
+        Some(cursor) => Some(crate::api::checks::parse_cursor(&cursor)?),
+    };
+    let limit = limit
+        .unwrap_or(crate::api::checks::INBOX_PAGE)
+        .clamp(1, 200);
+    let filter = WaitingFilter {
+        provider: present(configuration),
+        tool: present(tool),
+        after,
+        limit: limit + 1,
+    };
+    let mut waiting = state
+        .store
+        .waiting(&filter)
+        .await
+        .map_err(|err| AppError::internal("listing waiting runs", err))?;
+    let more = waiting.len() > limit as usize;
+    waiting.truncate(limit as usize);
+    let next_after = more
+        .then(|| {
+            waiting
+                .last()
+                .map(|r| format!("{}.{}", r.updated_at_ms, r.id))
+        })
+        .flatten();
+    let runs: Vec<_> = futures::stream::iter(waiting)
+        .map(|run| {
+            let (state, who) = (&state, &who);
+            async move {
+                let pending = state.runs.pending(&run).await;
+                let mut view = present::run_view(&run, &[], None, pending.as_ref(), None);
+                view.decide_block = crate::api::checks::decide_block(state, &run, who).await?;
+                Ok::<_, AppError>(view)
+            }
+        })
+        .buffered(crate::api::checks::INBOX_PREVIEWS_AT_ONCE)
+        .collect()
+        .await;
+    let runs = runs.into_iter().collect::<Result<_, _>>()?;
+    let mut tools: Vec<String> = state
+        .registry
+        .specs()
+        .into_iter()
+        .filter(|spec| spec.requires_approval)
+        .map(|spec| spec.name)
+        .collect();
+    tools.sort();
+    Ok(ApprovalsPage {
+        runs,
+        next_after,
+        configurations: state.configurations.names(),
+        tools,
+    })
+}
+
+/// Applies an operator's decision to a waiting run: exactly what the form showed when its button
+/// was pressed (edited arguments run, each reason reaches its call; a button that would drop typed
+/// text is refused unless `acknowledge_discard` is set). The claim happens now (exactly one
+/// decision wins); the run continues in the background.
+#[server(endpoint = "nrllm_tool_resume")]
+pub async fn nrllm_tool_resume(
+    run_id: String,
+    decision: String,
+    reason: Option<String>,
+    digest: Option<String>,
+    calls: Option<Vec<CallForm>>,
+    acknowledge_discard: Option<String>,
+) -> Result<ResumeAccepted, AppError> {
+    use crate::server::{request::require, request::state, wants_html};
+    let who = require(nrllm_types::Role::Viewer)?;
+    let state = state()?;
+    crate::api::checks::accepting(&state)?;
+    let id = crate::api::checks::parse_run_id(&run_id)?;
+    let digest = digest.filter(|d| !d.is_empty());
+    if digest.is_none() && wants_html() {
+        return Err(AppError::BadRequest(
+            "The form is missing what it was showing (its digest): reload the page and decide again."
+                .to_owned(),
+        ));
+    }
+    let calls = calls.unwrap_or_default();
+    let scopes = crate::api::call_form::rule_scopes(&calls)?;
+    let mut submission = crate::api::call_form::submission(
+        &decision,
+        reason,
+        calls,
+        acknowledge_discard.is_some_and(|a| !a.is_empty() && a != "false"),
+    )?;
+    for (call, remember) in submission.calls.iter_mut().zip(scopes) {
+        call.remember = remember;
+    }
+    // The claim checks who may decide (the core's authority) and queues the decision; this
+    // instance's worker (or another's) carries it out.
+    state
+        .runs
+        .claim_submission(id, &submission, &who, digest.as_deref())
+        .await?;
+    Ok(crate::api::checks::queued(&state, id))
+}
+
+/// Answers the question a waiting run asks (`ask_operator`): `answer` — the text, or one of the
+/// question's choices — or, for a question with a form, `fields` (each field's text by name;
+/// numbers and yes/no are read as the form's schema says). The answer is checked against the
+/// question (`400` naming the field if it does not fit) and becomes the call's result. Claimed
+/// like any decision: exactly one answer wins. `call_id` picks the question when a turn asks
+/// several (default: the first). An answer decides only its question: on a turn whose other
+/// calls wait for a decision too it is refused (`409`, naming them); such a turn is decided
+/// whole with `nrllm_tool_resume` (`per_call`, the question's entry carrying the answer).
+#[server(endpoint = "nrllm_input_answer")]
+pub async fn nrllm_input_answer(
+    run_id: String,
+    digest: Option<String>,
+    call_id: Option<String>,
+    answer: Option<String>,
+    fields: Option<std::collections::BTreeMap<String, String>>,
+) -> Result<ResumeAccepted, AppError> {
+    use crate::server::{request::require, request::state};
+    let who = require(nrllm_types::Role::Viewer)?;
+    let state = state()?;
+    crate::api::checks::accepting(&state)?;
+    let id = crate::api::checks::parse_run_id(&run_id)?;
+    let digest = digest.filter(|d| !d.is_empty());
+    let answer = nrllm_core::question::FormAnswer { answer, fields };
+    state
+        .runs
+        .claim_answer(id, call_id.as_deref(), &answer, &who, digest.as_deref())
+        .await?;
+    Ok(crate::api::checks::queued(&state, id))
+}

@@ -1,0 +1,193 @@
+//! The playground form as posted, checked into a run's configuration.
+
+use crate::api::checks::{
+    at_most, MAX_PROMPT_CHARS, MAX_SKILLS_CHARS, MAX_SYSTEM_PROMPT_CHARS, MAX_TOOLS,
+};
+use crate::error::AppError;
+use crate::server::AppState;
+use nrllm_core::assembly::Skill;
+use nrllm_core::provider::ModelOptions;
+use nrllm_core::registry::AllowList;
+use nrllm_core::run_store::RunConfiguration;
+use nrllm_core::RunSettings;
+
+/// The playground form as posted.
+pub struct RunForm {
+    pub prompt: String,
+    pub configuration: Option<String>,
+    pub system_prompt: Option<String>,
+    pub max_rounds: Option<String>,
+    pub temperature: Option<String>,
+    pub max_tokens: Option<String>,
+    pub tools: Option<Vec<String>>,
+    pub choose_tools: Option<String>,
+    pub skills: Option<String>,
+}
+
+fn present(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+impl RunForm {
+    /// The run configuration, or the first field that is not acceptable.
+    pub fn validate(self, state: &AppState) -> Result<RunConfiguration, AppError> {
+        let prompt = self.prompt.trim().to_owned();
+        if prompt.is_empty() {
+            return Err(AppError::invalid(
+                "prompt",
+                "write what the agent should do",
+            ));
+        }
+        at_most("prompt", Some(&prompt), MAX_PROMPT_CHARS)?;
+        at_most(
+            "system_prompt",
+            self.system_prompt.as_deref(),
+            MAX_SYSTEM_PROMPT_CHARS,
+        )?;
+        at_most("skills", self.skills.as_deref(), MAX_SKILLS_CHARS)?;
+        if self.tools.as_ref().is_some_and(|t| t.len() > MAX_TOOLS) {
+            return Err(AppError::invalid(
+                "tools",
+                format!("at most {MAX_TOOLS} tools"),
+            ));
+        }
+        let configuration = present(&self.configuration)
+            .unwrap_or(crate::server::configurations::DEMO_CONFIGURATION)
+            .to_owned();
+        let offered = state.configurations.views();
+        let Some(chosen) = offered.iter().find(|c| c.name == configuration) else {
+            return Err(AppError::invalid(
+                "configuration",
+                format!("there is no configuration `{configuration}`"),
+            ));
+        };
+        if !chosen.available {
+            return Err(AppError::invalid(
+                "configuration",
+                chosen
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "this configuration is not available".into()),
+            ));
+        }
+        let max_rounds = match present(&self.max_rounds) {
+            None => nrllm_core::state::DEFAULT_MAX_ROUNDS,
+            Some(text) => text
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=20).contains(n))
+                .ok_or_else(|| AppError::invalid("max_rounds", "a whole number from 1 to 20"))?,
+        };
+        let temperature = match present(&self.temperature) {
+            None => None,
+            Some(text) => Some(
+                text.parse::<f64>()
+                    .ok()
+                    .filter(|t| (0.0..=2.0).contains(t))
+                    .ok_or_else(|| AppError::invalid("temperature", "a number from 0 to 2"))?,
+            ),
+        };
+        let max_tokens = match present(&self.max_tokens) {
+            None => None,
+            Some(text) => Some(
+                text.parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=200_000).contains(n))
+                    .ok_or_else(|| {
+                        AppError::invalid("max_tokens", "a whole number from 1 to 200000")
+                    })?,
+            ),
+        };
+        let allow_list = match (self.choose_tools.is_some(), self.tools) {
+            (false, None) => AllowList::All,
+            (_, tools) => {
+                let tools = tools.unwrap_or_default();
+                if let Some(unknown) = tools.iter().find(|t| state.registry.get(t).is_none()) {
+                    return Err(AppError::invalid(
+                        "tools",
+                        format!("there is no tool `{unknown}`"),
+                    ));
+                }
+                AllowList::only(tools)
+            }
+        };
+        let skills = parse_skills(self.skills.as_deref().unwrap_or_default())?;
+        let defaults = state.configurations.defaults(&chosen.name);
+        Ok(RunConfiguration {
+            continues: None,
+            approval_timeout_ms: state.configurations.approval_timeout_ms(&chosen.name),
+            provider: chosen.name.clone(),
+            model: chosen.model.clone(),
+            prompt,
+            system_prompt: present(&self.system_prompt).map(str::to_owned),
+            skills,
+            settings: RunSettings {
+                allow_list,
+                admin: false,
+                // Values left empty in the form take the configuration's defaults.
+                model: ModelOptions {
+                    temperature: temperature.or(defaults.temperature),
+                    max_tokens: max_tokens.or(defaults.max_tokens),
+                    from_configuration: [
+                        (
+                            "temperature",
+                            temperature.is_none() && defaults.temperature.is_some(),
+                        ),
+                        (
+                            "max_tokens",
+                            max_tokens.is_none() && defaults.max_tokens.is_some(),
+                        ),
+                    ]
+                    .into_iter()
+                    .filter(|(_, from)| *from)
+                    .map(|(name, _)| name.to_owned())
+                    .collect(),
+                },
+                max_rounds,
+            },
+        })
+    }
+}
+
+/// Skills as typed in the form: blocks separated by a line `---`; each block's first line is
+/// its name, the rest its text.
+pub fn parse_skills(text: &str) -> Result<Vec<Skill>, AppError> {
+    let mut skills = Vec::new();
+    for block in text
+        .split("\n---")
+        .map(|b| b.trim_matches(|c| c == '\n' || c == '\r' || c == '-'))
+    {
+        let block = block.trim();
+        if block.is_empty() {
+            continue;
+        }
+        let (name, content) = block.split_once('\n').unwrap_or((block, ""));
+        if content.trim().is_empty() {
+            return Err(AppError::invalid(
+                "skills",
+                format!("the skill `{}` has a name but no text", name.trim()),
+            ));
+        }
+        skills.push(Skill {
+            name: name.trim().to_owned(),
+            content: content.trim().to_owned(),
+        });
+    }
+    Ok(skills)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skills_are_blocks_with_a_name_line() {
+        let skills = parse_skills("tone\nBe brief.\n---\nstyle\nUse lists.\nShort ones.").unwrap();
+        assert_eq!(skills.len(), 2);
+        assert_eq!(skills[1].name, "style");
+        assert_eq!(skills[1].content, "Use lists.\nShort ones.");
+        assert!(parse_skills("  ").unwrap().is_empty());
+        let err = parse_skills("lonely name").unwrap_err();
+        assert_eq!(err.field(), Some("skills"));
+    }
+}

@@ -1,0 +1,237 @@
+//! The live hub: a broadcast channel per running run that someone follows, and the caps on
+//! live streams.
+
+use nrllm_core::run_service::RunListener;
+use nrllm_core::run_store::{RunStatus, SequencedEvent};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+/// Slots of a run's broadcast channel: a subscriber that falls this far behind is dropped (and
+/// its browser reconnects from its last step).
+pub(super) const CHANNEL_CAPACITY: usize = 256;
+
+/// How long a browser waits before it reconnects to a stream that ended (the polling cadence of a
+/// page whose run runs in another process, or whose stream was refused).
+pub(super) const RECONNECT_AFTER: Duration = Duration::from_secs(2);
+
+/// What a live run reports.
+#[derive(Debug, Clone)]
+pub enum LiveMessage {
+    Event(SequencedEvent),
+    Status(RunStatus),
+}
+
+/// Caps on live streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    pub per_run: usize,
+    pub total: usize,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        StreamLimits {
+            per_run: 50,
+            total: 1000,
+        }
+    }
+}
+
+/// The runs running in this process: each one's not-yet-committed events, and its channel while
+/// anyone listens.
+#[derive(Default)]
+pub struct LiveHub {
+    pub(super) inner: Mutex<Hub>,
+    pub(super) limits: StreamLimits,
+}
+
+#[derive(Default)]
+pub(super) struct Hub {
+    pub(super) runs: HashMap<Uuid, LiveRun>,
+    /// Every stream open here: live ones and those waiting for a queued run.
+    pub(super) subscribers: usize,
+    /// Streams waiting for a queued run to be taken, by run.
+    pub(super) waiting: HashMap<Uuid, usize>,
+}
+
+#[derive(Default)]
+pub(super) struct LiveRun {
+    pub(super) channel: Option<broadcast::Sender<LiveMessage>>,
+    pub(super) subscribers: usize,
+    pub(super) unpersisted: Vec<SequencedEvent>,
+}
+
+/// How many runs, channels and subscribers the hub holds (for tests and the system page).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HubStats {
+    pub runs: usize,
+    pub channels: usize,
+    pub subscribers: usize,
+}
+
+/// Why a subscription was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The run is not running in this process (finished, waiting, or driven elsewhere).
+    NotRunningHere,
+    /// A stream cap is reached.
+    Full,
+}
+
+/// A live subscription to one run. Dropping it gives its slot back, and the run's channel goes
+/// with the last one.
+pub struct Subscription {
+    pub(super) receiver: broadcast::Receiver<LiveMessage>,
+    /// The run's events emitted but not committed yet, as of subscribing.
+    pub(super) unpersisted: Vec<SequencedEvent>,
+    pub(super) slot: Slot,
+}
+
+/// A stream's place in the hub's counts, given back when it is dropped: a live subscriber's,
+/// or (`waiting`) that of a stream waiting for a queued run to be taken.
+pub struct Slot {
+    pub(super) hub: Arc<LiveHub>,
+    pub(super) run_id: Uuid,
+    pub(super) waiting: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut guard = self.hub.lock();
+        let hub = &mut *guard;
+        hub.subscribers = hub.subscribers.saturating_sub(1);
+        if self.waiting {
+            if let Some(count) = hub.waiting.get_mut(&self.run_id) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    hub.waiting.remove(&self.run_id);
+                }
+            }
+        } else if let Some(run) = hub.runs.get_mut(&self.run_id) {
+            run.subscribers = run.subscribers.saturating_sub(1);
+            if run.subscribers == 0 {
+                run.channel = None;
+            }
+        }
+    }
+}
+
+impl LiveHub {
+    /// Holds a place for a stream of queued run `id` until it is taken: it counts toward the
+    /// caps (in total, and per run) like a live stream.
+    pub fn wait_slot(self: &Arc<Self>, id: Uuid) -> Result<Slot, Refused> {
+        let mut guard = self.lock();
+        let hub = &mut *guard;
+        let waiting = hub.waiting.get(&id).copied().unwrap_or_default();
+        if hub.subscribers >= self.limits.total || waiting >= self.limits.per_run {
+            return Err(Refused::Full);
+        }
+        *hub.waiting.entry(id).or_default() += 1;
+        hub.subscribers += 1;
+        Ok(Slot {
+            hub: Arc::clone(self),
+            run_id: id,
+            waiting: true,
+        })
+    }
+
+    /// A hub with these stream caps.
+    pub fn new(limits: StreamLimits) -> LiveHub {
+        LiveHub {
+            inner: Mutex::default(),
+            limits,
+        }
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, Hub> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Listens to a run that is running in this process: the live feed from now on, and the
+    /// events already emitted but not yet in the database.
+    pub fn subscribe(self: &Arc<Self>, id: Uuid) -> Result<Subscription, Refused> {
+        let mut guard = self.lock();
+        let hub = &mut *guard;
+        if hub.subscribers >= self.limits.total {
+            return Err(Refused::Full);
+        }
+        let Some(run) = hub.runs.get_mut(&id) else {
+            return Err(Refused::NotRunningHere);
+        };
+        if run.subscribers >= self.limits.per_run {
+            return Err(Refused::Full);
+        }
+        let receiver = run
+            .channel
+            .get_or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
+            .subscribe();
+        run.subscribers += 1;
+        hub.subscribers += 1;
+        Ok(Subscription {
+            receiver,
+            unpersisted: run.unpersisted.clone(),
+            slot: Slot {
+                hub: Arc::clone(self),
+                run_id: id,
+                waiting: false,
+            },
+        })
+    }
+
+    /// The events a running run has emitted but not yet committed (empty for other runs).
+    pub fn unpersisted(&self, id: Uuid) -> Vec<SequencedEvent> {
+        self.lock()
+            .runs
+            .get(&id)
+            .map(|run| run.unpersisted.clone())
+            .unwrap_or_default()
+    }
+
+    /// Forgets a run this process no longer drives although it never saw it stop (another
+    /// instance took it over): its streams end, and reconnecting browsers follow the new driver.
+    pub fn forget(&self, id: Uuid) {
+        self.lock().runs.remove(&id);
+    }
+
+    /// What the hub holds now.
+    pub fn stats(&self) -> HubStats {
+        let hub = self.lock();
+        HubStats {
+            runs: hub.runs.len(),
+            channels: hub.runs.values().filter(|r| r.channel.is_some()).count(),
+            subscribers: hub.subscribers,
+        }
+    }
+}
+
+impl RunListener for LiveHub {
+    fn event(&self, run_id: Uuid, event: &SequencedEvent) {
+        let mut hub = self.lock();
+        let run = hub.runs.entry(run_id).or_default();
+        run.unpersisted.push(event.clone());
+        if let Some(channel) = &run.channel {
+            let _ = channel.send(LiveMessage::Event(event.clone()));
+        }
+    }
+
+    fn status(&self, run_id: Uuid, status: RunStatus) {
+        let mut hub = self.lock();
+        if status == RunStatus::Running {
+            // A run that starts (or resumes) running here gets its place; its events follow.
+            hub.runs.entry(run_id).or_default();
+            return;
+        }
+        // Any other status is reported after the segment's events were committed: the run is no
+        // longer running here. Subscribers get the status, then their channel closes.
+        if let Some(run) = hub.runs.remove(&run_id) {
+            if let Some(channel) = run.channel {
+                let _ = channel.send(LiveMessage::Status(status));
+            }
+        }
+    }
+}

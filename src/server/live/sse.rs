@@ -1,0 +1,33 @@
+//! One step or one status change of a run as a server-sent event.
+
+use crate::server::present;
+use axum::response::sse::Event as SseEvent;
+use nrllm_core::run_store::{RunStatus, SequencedEvent, StoredEvent};
+
+pub(super) fn step_event(event: &SequencedEvent) -> SseEvent {
+    let step = present::live_step(event);
+    SseEvent::default()
+        .id(event.sequence.to_string())
+        .event("step")
+        .data(serde_json::to_string(&step).unwrap_or_default())
+}
+
+/// The steps of stored events, moving `last` to the last one's sequence.
+pub(super) fn stored_steps(stored: &[StoredEvent], last: &mut i64) -> Vec<SseEvent> {
+    stored
+        .iter()
+        .filter_map(|stored| {
+            let event = stored.event()?;
+            *last = stored.sequence;
+            Some(step_event(&SequencedEvent {
+                sequence: stored.sequence,
+                event,
+                created_at_ms: stored.created_at_ms,
+            }))
+        })
+        .collect()
+}
+
+pub(super) fn status_event(status: RunStatus) -> SseEvent {
+    SseEvent::default().event("status").data(status.as_str())
+}

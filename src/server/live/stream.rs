@@ -1,0 +1,243 @@
+//! One browser's stream of a run's steps: the replay from the database, then the live feed,
+//! as server-sent events.
+
+use super::hub::*;
+use super::remote::*;
+use super::sse::*;
+use axum::response::sse::Event as SseEvent;
+use futures::future::ready;
+use futures::StreamExt;
+use nrllm_core::run_store::{RunStatus, RunStore};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use tokio_stream::wrappers::BroadcastStream;
+use uuid::Uuid;
+
+/// `?after=N`: the last sequence the client has.
+#[derive(Debug, serde::Deserialize)]
+pub struct After {
+    pub(super) after: Option<i64>,
+}
+
+/// Why a stream could not be opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamError {
+    NotFound,
+    Full,
+    Store,
+}
+
+/// The events of run `id` after sequence `after`, then — if it runs in this process — its live
+/// events until it stops running. Nothing is allocated for an unknown id; the stream holds no
+/// task, so dropping it (the client went away) frees everything at once.
+/// (A boxed future, so that the stream of a queued run can go on as a new stream once it runs.)
+pub fn event_stream(
+    store: Arc<dyn RunStore>,
+    hub: Arc<LiveHub>,
+    remote: Option<Arc<RemoteFeed>>,
+    id: Uuid,
+    after: i64,
+) -> futures::future::BoxFuture<
+    'static,
+    Result<futures::stream::BoxStream<'static, SseEvent>, StreamError>,
+> {
+    Box::pin(async move {
+        let read = |err| {
+            tracing::error!(%err, run_id = %id, "reading a run for its event stream");
+            StreamError::Store
+        };
+        let run = store
+            .get(id)
+            .await
+            .map_err(read)?
+            .ok_or(StreamError::NotFound)?;
+        let page = crate::server::step_pages::EVENTS_PAGE;
+        let last = Arc::new(AtomicI64::new(after));
+        let retry = futures::stream::once(ready(SseEvent::default().retry(RECONNECT_AFTER)));
+        if run.status == RunStatus::Queued {
+            // Its steps so far (a claimed decision's); once a worker takes it, the stream goes
+            // on as a stream of the run as it is then, from the last step sent. It holds a
+            // place under the caps while it waits.
+            let slot = hub.wait_slot(id).map_err(|_| StreamError::Full)?;
+            let replay = paged_steps(Arc::clone(&store), id, page, Arc::clone(&last));
+            let taken = async move {
+                loop {
+                    tokio::time::sleep(QUEUE_RECHECK).await;
+                    match store.get(id).await {
+                        Ok(Some(run)) if run.status == RunStatus::Queued => continue,
+                        Ok(Some(_)) => break,
+                        // Gone or unreadable: the stream ends and the browser reconnects.
+                        _ => return futures::stream::empty().boxed(),
+                    }
+                }
+                // The stream of the taken run holds a place of its own.
+                drop(slot);
+                match event_stream(store, hub, remote, id, last.load(Ordering::Acquire)).await {
+                    // Without the reconnection hint it sent already.
+                    Ok(stream) => stream.skip(1).boxed(),
+                    Err(_) => futures::stream::empty().boxed(),
+                }
+            };
+            return Ok(retry
+                .chain(replay)
+                .chain(futures::stream::once(taken).flatten())
+                .boxed());
+        }
+        if !matches!(run.status, RunStatus::Running) {
+            return Ok(settled_replay(store, id, after, page));
+        }
+        // Subscribe before reading the events: nothing emitted in between is missed. A run
+        // running elsewhere is followed through the commits that instance announces (Postgres).
+        let subscription = match hub.subscribe(id) {
+            Ok(subscription) => Some(subscription),
+            Err(Refused::Full) => return Err(StreamError::Full),
+            Err(Refused::NotRunningHere) => None,
+        };
+        let elsewhere = match (&subscription, &remote) {
+            (None, Some(feed)) => Some(feed.subscribe().ok_or(StreamError::Full)?),
+            _ => None,
+        };
+        let replay = paged_steps(Arc::clone(&store), id, page, Arc::clone(&last));
+        let tail = async move {
+            let mut last = last.load(Ordering::Acquire);
+            if let Some(subscription) = subscription {
+                let Subscription {
+                    receiver,
+                    slot,
+                    unpersisted,
+                } = subscription;
+                let mut head = Vec::new();
+                for event in &unpersisted {
+                    if event.sequence > last {
+                        last = event.sequence;
+                        head.push(step_event(event));
+                    }
+                }
+                let live = BroadcastStream::new(receiver)
+                    // Fell behind: the stream ends and the browser reconnects from its last id.
+                    .take_while(|message| ready(message.is_ok()))
+                    // The slot lives as long as the stream: dropping the stream gives it back.
+                    .scan((last, slot), |(last, _slot), message| {
+                        let event = match message {
+                            Ok(LiveMessage::Event(event)) if event.sequence > *last => {
+                                *last = event.sequence;
+                                Some(step_event(&event))
+                            }
+                            Ok(LiveMessage::Status(status)) if status != RunStatus::Running => {
+                                Some(status_event(status))
+                            }
+                            _ => None,
+                        };
+                        ready(Some(event))
+                    })
+                    .filter_map(ready);
+                return futures::stream::iter(head).chain(live).boxed();
+            }
+            // Not running here: if it still runs (elsewhere), follow its commits; else say how
+            // it ended, its last steps first. Without announcements the stream ends and the
+            // browser reconnects.
+            let still_running = matches!(
+                store.get(id).await,
+                Ok(Some(run)) if run.status == RunStatus::Running
+            );
+            match (still_running, elsewhere) {
+                (true, Some((receiver, slot))) => futures::stream::unfold(
+                    RemoteTail {
+                        store,
+                        id,
+                        last,
+                        receiver,
+                        _slot: slot,
+                        done: false,
+                    },
+                    RemoteTail::next_batch,
+                )
+                .flat_map(futures::stream::iter)
+                .boxed(),
+                (true, None) => futures::stream::empty().boxed(),
+                (false, _) => futures::stream::iter(settle(store, id, last).await).boxed(),
+            }
+        };
+        Ok(retry
+            .chain(replay)
+            .chain(futures::stream::once(tail).flatten())
+            .boxed())
+    })
+}
+
+/// The stream of a run that does not run (it waits, or it ended): its steps after `after`, read
+/// `page` at a time as the client takes them, then how it stands ([`settle`]).
+pub(super) fn settled_replay(
+    store: Arc<dyn RunStore>,
+    id: Uuid,
+    after: i64,
+    page: u32,
+) -> futures::stream::BoxStream<'static, SseEvent> {
+    let last = Arc::new(AtomicI64::new(after));
+    let replay = paged_steps(Arc::clone(&store), id, page, Arc::clone(&last));
+    let settled = async move { settle(store, id, last.load(Ordering::Acquire)).await };
+    futures::stream::once(ready(SseEvent::default().retry(RECONNECT_AFTER)))
+        .chain(replay)
+        .chain(futures::stream::once(settled).flat_map(futures::stream::iter))
+        .boxed()
+}
+
+/// Run `id`'s stored steps after `last`, read `page` at a time as the client takes them (a long
+/// run's replay never sits in memory whole); `last` follows the last step sent. The stream ends
+/// at the last stored step (or at an error, logged: the browser reconnects from its last id).
+pub(super) fn paged_steps(
+    store: Arc<dyn RunStore>,
+    id: Uuid,
+    page: u32,
+    last: Arc<AtomicI64>,
+) -> impl futures::Stream<Item = SseEvent> + Send + 'static {
+    let after = last.load(Ordering::Acquire);
+    crate::server::step_pages::event_pages(store, id, after, page)
+        .map(move |read| match read {
+            Ok(events) => {
+                let mut sent = after;
+                let steps = stored_steps(&events, &mut sent);
+                if let Some(read) = events.last() {
+                    last.store(read.sequence, Ordering::Release);
+                }
+                steps
+            }
+            Err(err) => {
+                tracing::error!(%err, run_id = %id, "reading a run's steps for its stream");
+                Vec::new()
+            }
+        })
+        .flat_map(futures::stream::iter)
+}
+
+/// How a run that does not run (it waits, or it ended) stands, after its steps up to `last`
+/// were sent: the steps it took since, then its status. Nothing if it runs or is queued again
+/// (the stream ends and the browser reconnects to follow it) or cannot be read.
+pub(super) async fn settle(store: Arc<dyn RunStore>, id: Uuid, mut last: i64) -> Vec<SseEvent> {
+    let mut out = Vec::new();
+    loop {
+        let run = match store.get(id).await {
+            Ok(run) => run,
+            Err(err) => {
+                tracing::error!(%err, run_id = %id, "reading a run for its stream");
+                return out;
+            }
+        };
+        let status = match run.map(|run| run.status) {
+            None | Some(RunStatus::Running | RunStatus::Queued) => return out,
+            Some(status) => status,
+        };
+        match store.events(id, last).await {
+            Ok(more) if more.is_empty() => {
+                out.push(status_event(status));
+                return out;
+            }
+            // Steps it took meanwhile (few: the replay read the rest): sent, then look again.
+            Ok(more) => out.extend(stored_steps(&more, &mut last)),
+            Err(err) => {
+                tracing::error!(%err, run_id = %id, "reading a run's steps for its stream");
+                return out;
+            }
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Counters the run service feeds as runs move (a [`RunListener`]).
+
+use nrllm_core::events::Event;
+use nrllm_core::run_service::RunListener;
+use nrllm_core::run_store::{RunStatus, SequencedEvent};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use uuid::Uuid;
+
+/// Waiting runs looked at per scrape for the age histogram (the oldest first are counted all
+/// the same in the status gauge).
+pub(super) const MAX_WAITING_SAMPLED: i64 = 50_000;
+
+/// What this instance counts as its runs go.
+#[derive(Debug)]
+pub struct Counters {
+    pub(super) decisions: Counter,
+    pub(super) model_calls: Counter,
+    pub(super) model_failures: Counter,
+    pub(super) provider_retries: Counter,
+    pub(super) model_latency: Histogram,
+}
+
+impl Default for Counters {
+    fn default() -> Counters {
+        Counters {
+            decisions: Counter::default(),
+            model_calls: Counter::default(),
+            model_failures: Counter::default(),
+            provider_retries: Counter::default(),
+            // 50 ms … ~100 s.
+            model_latency: Histogram::new(exponential_buckets(0.05, 2.0, 12)),
+        }
+    }
+}
+
+impl RunListener for Counters {
+    fn event(&self, _run_id: Uuid, event: &SequencedEvent) {
+        match &event.event {
+            Event::ApprovalDecided { .. } => {
+                self.decisions.inc();
+            }
+            Event::Llm { duration_ms, .. } => {
+                self.model_calls.inc();
+                self.model_latency.observe(*duration_ms as f64 / 1000.0);
+            }
+            Event::LlmFailed { .. } => {
+                self.model_failures.inc();
+            }
+            Event::ProviderRetry { .. } => {
+                self.provider_retries.inc();
+            }
+            _ => {}
+        }
+    }
+
+    fn status(&self, _run_id: Uuid, _status: RunStatus) {}
+}

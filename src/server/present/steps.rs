@@ -1,0 +1,374 @@
+//! A run's steps as the run page shows them: the list, a step's title and its detail tabs.
+
+use nrllm_core::events::{transcript_at, Event};
+use nrllm_core::registry::ToolRegistry;
+use nrllm_core::run_store::{SequencedEvent, StoredEvent};
+use nrllm_core::transcript::{ToolCall, ToolOutcome};
+use nrllm_core::Choice;
+
+use super::json::*;
+use super::pending::*;
+use crate::page_data::{StepDetail, StepTab, StepView};
+use crate::server::diff;
+
+/// One step row for an event: what happened, in one line.
+pub fn step(sequence: i64, event: &Event) -> StepView {
+    let mut view = StepView {
+        sequence,
+        kind: event.kind().to_owned(),
+        title: String::new(),
+        round: event.round(),
+        duration_ms: event.duration_ms(),
+        tokens: None,
+        ok: true,
+    };
+    view.title = match event {
+        Event::Assembled {
+            system_prompt,
+            skills_included,
+            skills_dropped,
+            messages,
+        } => {
+            let mut title = format!("assembled {messages} message(s)");
+            if *system_prompt {
+                title.push_str(" with a system prompt");
+            }
+            if !skills_included.is_empty() {
+                title.push_str(&format!(", skills: {}", skills_included.join(", ")));
+            }
+            if !skills_dropped.is_empty() {
+                title.push_str(&format!(
+                    " (dropped over budget: {})",
+                    skills_dropped.join(", ")
+                ));
+            }
+            title
+        }
+        Event::Request {
+            first,
+            messages,
+            tools_offered,
+            ..
+        } => format!(
+            "request: {} message(s){}, {} tool(s) offered",
+            first.unwrap_or(0) + messages.len(),
+            match first {
+                Some(first) if *first > 0 => format!(" ({} new)", messages.len()),
+                _ => String::new(),
+            },
+            tools_offered.len()
+        ),
+        Event::Llm {
+            tool_calls, usage, ..
+        } => {
+            view.tokens = Some(usage.total());
+            if tool_calls.is_empty() {
+                "model answered".to_owned()
+            } else {
+                format!("model requests tools: {}", names(tool_calls))
+            }
+        }
+        Event::ProviderRetry {
+            retry,
+            wait_ms,
+            reason,
+            hint,
+            ..
+        } => {
+            view.ok = false;
+            format!(
+                "retry {retry} in {}{}: {reason}",
+                if *wait_ms < 1000 {
+                    format!("{wait_ms} ms")
+                } else {
+                    format!("{:.1} s", *wait_ms as f64 / 1000.0)
+                },
+                match hint {
+                    Some(hint) => format!(" (as the provider asked: {hint})"),
+                    None => String::new(),
+                }
+            )
+        }
+        Event::LlmFailed { message, .. } => {
+            view.ok = false;
+            format!("model failed: {message}")
+        }
+        Event::Tool {
+            name,
+            executed,
+            on_resume,
+            note,
+            ..
+        } => {
+            let outcome = event.tool_outcome().unwrap_or_default();
+            view.ok = outcome.is_ok();
+            let outcome = match (outcome, executed) {
+                (ToolOutcome::Denied, _) => "denied",
+                (_, false) => "not run",
+                (ToolOutcome::Error, true) => "error",
+                (ToolOutcome::Ok, true) => "ok",
+            };
+            format!(
+                "{name}: {outcome}{}{}",
+                if *on_resume {
+                    " (after the decision)"
+                } else {
+                    ""
+                },
+                note.as_deref()
+                    .map(|note| format!(" — {note}"))
+                    .unwrap_or_default()
+            )
+        }
+        Event::ApprovalRequested { calls, gated, .. } => format!(
+            "approval requested: {} ({} gated)",
+            names(calls),
+            gated.len()
+        ),
+        Event::ApprovalDecided {
+            decided_by,
+            through_token,
+            choices,
+            ..
+        } => {
+            let list: Vec<String> = choices
+                .iter()
+                .map(|c| format!("{} {}", c.tool, choice_words(&c.choice)))
+                .collect();
+            let who = nrllm_core::authority::label(decided_by, through_token.as_deref());
+            format!("decided by {who}: {}", list.join(", "))
+        }
+        Event::ApprovalExpired { choices, .. } => {
+            view.ok = false;
+            let tools: Vec<&str> = choices.iter().map(|c| c.tool.as_str()).collect();
+            format!(
+                "expired: nobody decided before the deadline; not run: {}",
+                tools.join(", ")
+            )
+        }
+        Event::Recovered { resumes_at } => format!("recovered after a restart: {resumes_at}"),
+        Event::OutcomeUnknown { calls, .. } => {
+            view.ok = false;
+            format!(
+                "outcome unknown after a restart: {} — waiting for an operator",
+                calls
+                    .iter()
+                    .map(|c| c.tool.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+        Event::Cancelled {
+            by,
+            reason,
+            abandoned,
+            unknown,
+        } => {
+            let mut text = match reason {
+                Some(reason) => format!("cancelled by {by}: {reason}"),
+                None => format!("cancelled by {by}"),
+            };
+            if let Some(abandoned) = abandoned {
+                text.push_str(&format!(" — while running; {abandoned}"));
+            }
+            if !unknown.is_empty() {
+                view.ok = false;
+                text.push_str(&format!(
+                    "; outcome unknown (dispatched, no result journaled): {}",
+                    unknown
+                        .iter()
+                        .map(|c| format!("{} (effect key {})", c.tool, c.effect_key))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            text
+        }
+        Event::Ended {
+            reason,
+            explanation,
+        } => {
+            view.ok = false;
+            format!("ended ({reason}): {explanation}")
+        }
+    };
+    view
+}
+
+/// How a call was decided, in words.
+pub(super) fn choice_words(choice: &Choice) -> String {
+    match choice {
+        Choice::Approve => "approved as is".to_owned(),
+        Choice::ApproveEdited { .. } => "approved with edits".to_owned(),
+        Choice::Deny {
+            reason: Some(reason),
+        } => format!("denied (\"{reason}\")"),
+        Choice::Deny { reason: None } => "denied".to_owned(),
+        Choice::Respond { .. } => "answered by the operator (not run)".to_owned(),
+        Choice::Failed { .. } => "reported failed by the operator (not run)".to_owned(),
+        Choice::Expired { .. } => "expired: nobody decided in time (not run)".to_owned(),
+    }
+}
+
+pub(super) fn names(calls: &[ToolCall]) -> String {
+    calls
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+pub(super) fn tab(key: &str, label: &str, text: String) -> StepTab {
+    StepTab {
+        key: key.to_owned(),
+        label: label.to_owned(),
+        text,
+    }
+}
+
+/// The detail tabs of one event. `earlier` are the run's events before it, in order (a request's
+/// full transcript is rebuilt from them).
+pub fn detail_tabs<'a>(
+    event: &'a Event,
+    earlier: impl IntoIterator<Item = &'a Event>,
+    registry: &ToolRegistry,
+) -> Vec<StepTab> {
+    let mut tabs = Vec::new();
+    match event {
+        Event::Request {
+            messages,
+            tools_offered,
+            ..
+        } => {
+            tabs.push(tab("messages", "Messages sent", pretty(messages)));
+            let transcript = transcript_at(earlier.into_iter().chain([event]));
+            tabs.push(tab("transcript", "Full transcript", pretty(&transcript)));
+            let specs: Vec<_> = tools_offered
+                .iter()
+                .filter_map(|name| registry.get(name).map(|tool| tool.spec().clone()))
+                .collect();
+            tabs.push(tab("tools", "Tools offered", pretty(&specs)));
+        }
+        Event::Llm {
+            content,
+            tool_calls,
+            ..
+        } => {
+            if !tool_calls.is_empty() {
+                tabs.push(tab("arguments", "Arguments", calls_text(tool_calls)));
+            }
+            if let Some(content) = content {
+                tabs.push(tab("result", "Result", content.clone()));
+            }
+        }
+        Event::Tool {
+            arguments, result, ..
+        } => {
+            tabs.push(tab("arguments", "Arguments", pretty_arguments(arguments)));
+            tabs.push(tab("result", "Result", result.clone()));
+        }
+        Event::ApprovalRequested { calls, .. } => {
+            tabs.push(tab("arguments", "Arguments", calls_text(calls)));
+        }
+        Event::ApprovalDecided { choices, .. } => {
+            let text = choices
+                .iter()
+                .map(|c| {
+                    let mut line =
+                        format!("{} ({}): {}", c.tool, c.call_id, choice_words(&c.choice));
+                    if let (Choice::ApproveEdited { arguments }, Some(original)) =
+                        (&c.choice, &c.original_arguments)
+                    {
+                        let edited = pretty(arguments);
+                        for diff_line in
+                            diff::shown_diff(&pretty_arguments(original), &edited).lines
+                        {
+                            line.push_str(&format!("\n  {} {}", diff_line.op, diff_line.text));
+                        }
+                    }
+                    line
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            tabs.push(tab("result", "Decision", text));
+        }
+        Event::ApprovalExpired { choices, .. } => {
+            let text = choices
+                .iter()
+                .map(|c| format!("{} ({}): {}", c.tool, c.call_id, choice_words(&c.choice)))
+                .collect::<Vec<_>>()
+                .join("\n");
+            tabs.push(tab("result", "Decision", text));
+        }
+        Event::Assembled { .. }
+        | Event::ProviderRetry { .. }
+        | Event::LlmFailed { .. }
+        | Event::Recovered { .. }
+        | Event::OutcomeUnknown { .. }
+        | Event::Cancelled { .. }
+        | Event::Ended { .. } => {}
+    }
+    tabs.push(tab("raw", "Raw", pretty(event)));
+    tabs
+}
+
+/// Step rows for stored events (rows of unknown kinds are shown by kind only).
+pub fn steps(events: &[StoredEvent]) -> Vec<StepView> {
+    events.iter().map(stored_step).collect()
+}
+
+pub(super) fn stored_step(stored: &StoredEvent) -> StepView {
+    match stored.event() {
+        Some(event) => step(stored.sequence, &event),
+        None => StepView {
+            sequence: stored.sequence,
+            kind: stored.kind.clone(),
+            title: stored.kind.clone(),
+            round: stored.round.and_then(|r| u32::try_from(r).ok()),
+            duration_ms: stored.duration_ms.and_then(|d| u64::try_from(d).ok()),
+            tokens: None,
+            ok: true,
+        },
+    }
+}
+
+/// The detail of step `sequence` (the last one if `None`), with tab `tab` selected (the first if
+/// `None` or unknown).
+pub fn step_detail(
+    events: &[StoredEvent],
+    sequence: Option<i64>,
+    tab: Option<&str>,
+    registry: &ToolRegistry,
+) -> Option<StepDetail> {
+    let index = match sequence {
+        Some(sequence) => events.iter().position(|e| e.sequence == sequence)?,
+        None => events.len().checked_sub(1)?,
+    };
+    let stored = &events[index];
+    let tabs = match stored.event() {
+        Some(event) => {
+            let earlier: Vec<Event> = events[..index]
+                .iter()
+                .filter(|e| e.kind == "request")
+                .filter_map(StoredEvent::event)
+                .collect();
+            detail_tabs(&event, &earlier, registry)
+        }
+        None => vec![self::tab("raw", "Raw", pretty(&stored.payload))],
+    };
+    let selected = tab
+        .filter(|key| tabs.iter().any(|t| t.key == *key))
+        .or_else(|| tabs.first().map(|t| t.key.as_str()))
+        .unwrap_or("raw")
+        .to_owned();
+    Some(StepDetail {
+        step: stored_step(stored),
+        tabs,
+        selected,
+    })
+}
+
+/// A live event as a step row.
+pub fn live_step(event: &SequencedEvent) -> StepView {
+    step(event.sequence, &event.event)
+}

@@ -1,0 +1,196 @@
+use super::*;
+use crate::page_data::STEP_WINDOW;
+use nrllm_core::events::Event;
+use nrllm_core::registry::ToolRegistry;
+use nrllm_core::run_store::{RunRecord, RunStatus, StoredEvent};
+use nrllm_core::transcript::Message;
+use nrllm_core::Choice;
+
+fn stored(sequence: i64, event: &Event) -> StoredEvent {
+    StoredEvent {
+        run_id: uuid::Uuid::nil(),
+        sequence,
+        kind: event.kind().to_owned(),
+        round: event.round().map(i64::from),
+        duration_ms: None,
+        payload: serde_json::to_value(event).unwrap(),
+        created_at_ms: 0,
+    }
+}
+
+fn record(last_sequence: i64) -> RunRecord {
+    RunRecord {
+        id: uuid::Uuid::nil(),
+        status: RunStatus::Completed,
+        configuration: None,
+        requested_by: "operator".into(),
+        counters: Default::default(),
+        truncated: false,
+        estimated_cost_micros: None,
+        termination_reason: None,
+        error_summary: None,
+        final_answer: None,
+        suspended_state: None,
+        decided_by: None,
+        decided_at_ms: None,
+        decision: None,
+        decision_record: None,
+        version: 1,
+        last_sequence,
+        created_at_ms: 0,
+        updated_at_ms: 0,
+        started_at_ms: None,
+        finished_at_ms: None,
+        approval_deadline_ms: None,
+        queued_at_ms: None,
+        approved_bases: None,
+        cancel_requested: None,
+    }
+}
+
+fn failure(round: u32) -> Event {
+    Event::LlmFailed {
+        round,
+        message: "x".into(),
+        duration_ms: 1,
+    }
+}
+
+#[test]
+fn the_page_shows_a_window_of_the_latest_steps_and_links_the_older_ones() {
+    let events: Vec<StoredEvent> = (1..=250).map(|i| stored(i, &failure(1))).collect();
+    let latest = run_view(&record(250), &events, None, None, None);
+    assert_eq!(latest.steps.len(), STEP_WINDOW);
+    assert_eq!(latest.steps[0].sequence, 151);
+    assert_eq!(latest.older_before, Some(151));
+    assert!(latest.latest);
+    let older = run_view(&record(250), &events, Some(151), None, None);
+    assert_eq!(older.steps.first().map(|s| s.sequence), Some(51));
+    assert_eq!(older.steps.last().map(|s| s.sequence), Some(150));
+    assert_eq!(older.older_before, Some(51));
+    assert!(!older.latest);
+    let first = run_view(&record(250), &events, Some(51), None, None);
+    assert_eq!(first.steps.len(), 50);
+    assert_eq!(first.older_before, None);
+}
+
+#[test]
+fn a_request_step_shows_its_new_messages_and_rebuilds_the_whole_transcript() {
+    let request = |first, messages: Vec<Message>| Event::Request {
+        round: 1,
+        first: Some(first),
+        messages,
+        tools_offered: Vec::new(),
+    };
+    let events = vec![
+        stored(
+            1,
+            &request(0, vec![Message::system("sys"), Message::user("hi")]),
+        ),
+        stored(2, &failure(1)),
+        stored(
+            3,
+            &request(2, vec![Message::assistant_text("a"), Message::user("more")]),
+        ),
+    ];
+    let registry = ToolRegistry::new();
+    let detail = step_detail(&events, Some(3), Some("transcript"), &registry).unwrap();
+    assert_eq!(detail.selected, "transcript");
+    assert_eq!(
+        detail.step.title,
+        "request: 4 message(s) (2 new), 0 tool(s) offered"
+    );
+    let text = |key: &str| {
+        detail
+            .tabs
+            .iter()
+            .find(|t| t.key == key)
+            .map(|t| t.text.clone())
+            .unwrap()
+    };
+    let transcript: Vec<Message> = serde_json::from_str(&text("transcript")).unwrap();
+    assert_eq!(transcript.len(), 4);
+    assert_eq!(transcript[0], Message::system("sys"));
+    let new: Vec<Message> = serde_json::from_str(&text("messages")).unwrap();
+    assert_eq!(new, [Message::assistant_text("a"), Message::user("more")]);
+    // An unknown tab falls back to the first one; the latest step is the default.
+    let latest = step_detail(&events, None, Some("nope"), &registry).unwrap();
+    assert_eq!(latest.step.sequence, 3);
+    assert_eq!(latest.selected, "messages");
+}
+
+#[test]
+fn the_deadline_says_when_and_how_long_is_left() {
+    let at = 1_796_020_889_000; // 2026-11-30 06:41:29 UTC
+    assert_eq!(
+        deadline_text(at, at - 2 * 3_600_000 - 5 * 60_000),
+        "Decide by 2026-11-30 06:41:29 UTC (2 h 5 min left); after that the turn expires and none of its calls runs."
+    );
+    assert!(deadline_text(at, at - 30_000).contains("(30 s left)"));
+    assert!(deadline_text(at, at - 3 * 86_400_000).contains("(3 d 0 h left)"));
+    assert!(deadline_text(at, at + 1)
+        .starts_with("The time to decide ran out at 2026-11-30 06:41:29 UTC"));
+}
+
+#[test]
+fn an_edit_is_shown_as_a_diff_of_the_arguments_in_the_decision_step() {
+    let decided = Event::ApprovalDecided {
+        round: Some(2),
+        decided_by: "bob".into(),
+        through_token: None,
+        choices: vec![nrllm_core::events::CallChoice {
+            call_id: "c1".into(),
+            tool: "update_page".into(),
+            choice: Choice::ApproveEdited {
+                arguments: serde_json::json!({"slug": "home", "title": "Mine"}),
+            },
+            original_arguments: Some(r#"{"slug":"home","title":"Theirs"}"#.into()),
+        }],
+    };
+    let view = step(9, &decided);
+    assert_eq!(
+        view.title,
+        "decided by bob: update_page approved with edits"
+    );
+    assert_eq!(view.round, Some(2));
+    let tabs = detail_tabs(&decided, [], &ToolRegistry::new());
+    let decision = &tabs.iter().find(|t| t.key == "result").unwrap().text;
+    assert!(decision.contains(r#"-   "title": "Theirs""#), "{decision}");
+    assert!(decision.contains(r#"+   "title": "Mine""#), "{decision}");
+}
+
+#[test]
+fn a_retry_is_a_step_that_says_why_and_how_long_it_waits() {
+    let retry = |wait_ms| Event::ProviderRetry {
+        round: 2,
+        retry: 1,
+        wait_ms,
+        reason: "openai: rate limited (HTTP 429): slow down".into(),
+        hint: None,
+    };
+    let view = step(7, &retry(1500));
+    assert_eq!(view.kind, "provider_retry");
+    assert_eq!(view.round, Some(2));
+    assert!(!view.ok);
+    assert_eq!(
+        view.title,
+        "retry 1 in 1.5 s: openai: rate limited (HTTP 429): slow down"
+    );
+    let quick = step(8, &retry(250));
+    assert!(
+        quick.title.starts_with("retry 1 in 250 ms: "),
+        "{}",
+        quick.title
+    );
+    let hinted = Event::ProviderRetry {
+        round: 2,
+        retry: 1,
+        wait_ms: 2000,
+        reason: "gemini: rate limited (HTTP 429): quota".into(),
+        hint: Some("RetryInfo.retryDelay 2s".into()),
+    };
+    assert_eq!(
+        step(9, &hinted).title,
+        "retry 1 in 2.0 s (as the provider asked: RetryInfo.retryDelay 2s): gemini: rate limited (HTTP 429): quota"
+    );
+}
