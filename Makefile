@@ -9,7 +9,7 @@ export TEST_DATABASE_URL
 # Playwright's server gets a database of its own, new for every run.
 E2E_DB_DIR := target/e2e
 
-.PHONY: run test setup setup-test lint unit e2e size abuse bench-long-run crash-test bench-hitl bench-peers bench-fill bench-smoke
+.PHONY: run test setup setup-test lint structure unit e2e size abuse bench-long-run crash-test bench-hitl bench-peers bench-fill bench-smoke
 
 setup:
 	scripts/setup.sh
@@ -29,6 +29,11 @@ lint:
 	scripts/check-core-deps.sh
 	cargo clippy --workspace --all-targets --features nrllm-playground/ssr -- -D warnings
 	cargo clippy -p nrllm-playground --lib --features hydrate --target wasm32-unknown-unknown -- -D warnings
+
+## The structure rules (crates/nrllm-lint): files of at most 600 lines and functions of at most 80
+## outside tests, no import circle inside a crate, no app module importing a page or component.
+structure:
+	cargo run -q -p nrllm-lint --bin structure-lint
 
 ## Tests that need Postgres are #[ignore = "needs Postgres …"] (a plain `cargo test` lists them as
 ## ignored); this runs them too, on TEST_DATABASE_URL.

@@ -1,0 +1,91 @@
+//! Turns decided without an operator (rules, the tools' own checks), and a decision's step.
+
+use crate::decision::{Choice, Decision};
+use crate::events::{CallChoice, Event};
+use crate::state::SuspendedState;
+
+/// Who an automatic decision is recorded as made by.
+pub const AUTOMATIC: &str = "automatic (approval rules and the tools' own checks)";
+
+/// The decision for a turn that rules and the tools' own checks decided ([`LoopOutcome::Decided`]):
+/// each call approved, except those a rule refuses.
+pub fn automatic_decision(state: &SuspendedState) -> Decision {
+    Decision::PerCall {
+        calls: state
+            .pending
+            .iter()
+            .map(|call| crate::decision::CallDecision {
+                call_id: call.id.clone(),
+                choice: Choice::Approve,
+            })
+            .collect(),
+    }
+}
+
+/// `choices` with every call a rule refuses denied, with the rule's words, and every question
+/// left unanswered said to be so: an operator's choice cannot run them.
+pub(super) fn enforce_rules(state: &SuspendedState, mut choices: Vec<Choice>) -> Vec<Choice> {
+    for (call, choice) in state.pending.iter().zip(choices.iter_mut()) {
+        // A turn that expired stays expired: nothing of it runs either way.
+        if matches!(choice, Choice::Expired { .. }) {
+            continue;
+        }
+        // A question is answered, never run.
+        if state.questions.contains(&call.id) && choice.runs() {
+            *choice = Choice::Respond {
+                result: "(The operator did not answer this question.)".into(),
+            };
+            continue;
+        }
+        if let Some(ruled) = state
+            .ruled
+            .iter()
+            .find(|r| r.call_id == call.id && !r.allow)
+        {
+            *choice = Choice::Deny {
+                reason: Some(ruled.note.clone()),
+            };
+        }
+    }
+    choices
+}
+
+/// The `approval_decided` step of a decision on `state`'s pending turn (`approval_expired` when
+/// the deadline passed undecided), by `decided_by` (through API token `token`, if given).
+pub fn decision_event(
+    state: &SuspendedState,
+    choices: &[Choice],
+    decided_by: &str,
+    token: Option<&str>,
+) -> Event {
+    let round = Some(state.counters.iterations);
+    let choices = call_choices(state, choices);
+    if choices
+        .iter()
+        .all(|c| matches!(c.choice, Choice::Expired { .. }))
+        && !choices.is_empty()
+    {
+        return Event::ApprovalExpired { round, choices };
+    }
+    Event::ApprovalDecided {
+        round,
+        decided_by: decided_by.to_owned(),
+        through_token: token.map(str::to_owned),
+        choices,
+    }
+}
+
+pub(super) fn call_choices(state: &SuspendedState, choices: &[Choice]) -> Vec<CallChoice> {
+    state
+        .pending
+        .iter()
+        .zip(choices)
+        .map(|(call, choice)| CallChoice {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            choice: choice.clone(),
+            original_arguments: matches!(choice, Choice::ApproveEdited { .. })
+                .then(|| call.arguments.clone()),
+        })
+        .collect()
+}

@@ -1,0 +1,277 @@
+//! The loop over one provider and one tool registry: round by round until the model answers or a
+//! turn waits for a person.
+
+use super::answer::*;
+use super::automatic::*;
+use super::base::*;
+use super::service::*;
+use super::turn::*;
+use crate::assembly::assemble;
+use crate::decision::{Choice, Decision};
+use crate::events::{Event, EventSink};
+use crate::failpoint;
+use crate::preview::{preview_pending, CallPreview};
+use crate::provider::{ChatResponse, ProviderError, RetryNotice, ToolChoice};
+use crate::state::Answer;
+use crate::state::SuspendedState;
+use crate::step_machine::{Ask, CallPlan, Machine, Next};
+use crate::transcript::Message;
+use async_trait::async_trait;
+use std::time::Instant;
+
+impl ToolLoop {
+    /// Performs the machine's steps — asks the model, answers calls — until it finishes or
+    /// suspends. `next` is a step already decided (the pending turn, on resume).
+    pub(super) async fn drive(
+        &self,
+        mut machine: Machine,
+        mut next: Option<Next>,
+        ctx: &RunContext,
+        sink: &dyn EventSink,
+    ) -> Result<LoopOutcome, LoopError> {
+        let mut invocations = Vec::new();
+        // Tools that ran on the operator's approval in this segment (a later failure says so).
+        let mut approved_ran: Vec<String> = Vec::new();
+        loop {
+            let step = match next.take() {
+                Some(step) => step,
+                None => {
+                    // The gate is taken fresh each round: a tool disabled meanwhile is no longer
+                    // offered.
+                    let gate = self.gate(machine.settings());
+                    let ask = machine.ask(gate.specs());
+                    if !ctx.lease_held() {
+                        return Err(LoopError::LeaseLost);
+                    }
+                    let response = match self.ask(&ask, sink).await {
+                        Ok(response) => response,
+                        Err(error) => {
+                            return Err(LoopError::Provider {
+                                error,
+                                counters: machine.counters(),
+                                transcript: machine.messages().to_vec(),
+                                approved_ran,
+                            })
+                        }
+                    };
+                    machine.answered(&ask, response, |call| gate.pass(call, &ctx.rules))
+                }
+            };
+            match step {
+                Next::Run {
+                    round,
+                    calls,
+                    on_resume,
+                } => {
+                    let gate = self.gate(machine.settings());
+                    let mut answers = Vec::with_capacity(calls.len());
+                    for (call, plan) in &calls {
+                        if !ctx.lease_held() {
+                            return Err(LoopError::LeaseLost);
+                        }
+                        let invocation = self
+                            .answer(&gate, call, plan, round, on_resume, ctx, sink)
+                            .await;
+                        if on_resume && invocation.executed {
+                            approved_ran.push(invocation.name.clone());
+                        }
+                        answers.push(Answer {
+                            call_id: invocation.call_id.clone(),
+                            result: invocation.result.clone(),
+                            outcome: invocation.outcome,
+                        });
+                        invocations.push(invocation);
+                    }
+                    machine.ran(answers);
+                    if on_resume {
+                        failpoint::reach("after_results_before_model");
+                    }
+                }
+                Next::Decided(state) => return Ok(LoopOutcome::Decided(state)),
+                Next::Suspend(state) => {
+                    sink.emit(Event::ApprovalRequested {
+                        round: state.counters.iterations,
+                        calls: state.pending.clone(),
+                        gated: state.gated.clone(),
+                    });
+                    return Ok(LoopOutcome::Suspended(state));
+                }
+                Next::Finish(done) => {
+                    return Ok(LoopOutcome::Completed(Completed {
+                        content: done.content,
+                        invocations,
+                        counters: done.counters,
+                        truncated: done.truncated,
+                        messages: done.messages,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// One provider request with its events.
+    pub(super) async fn ask(
+        &self,
+        ask: &Ask,
+        sink: &dyn EventSink,
+    ) -> Result<ChatResponse, ProviderError> {
+        let round = ask.round;
+        sink.emit(Event::Request {
+            round,
+            first: Some(ask.first),
+            messages: ask.request.messages[ask.first..].to_vec(),
+            tools_offered: match ask.request.tool_choice {
+                ToolChoice::Auto => ask.request.tools.iter().map(|t| t.name.clone()).collect(),
+                ToolChoice::Disabled => Vec::new(),
+            },
+        });
+        let started = Instant::now();
+        let on_retry = |notice: RetryNotice| {
+            sink.emit(Event::ProviderRetry {
+                round,
+                retry: notice.retry,
+                wait_ms: notice.wait_ms,
+                reason: notice.reason,
+                hint: notice.hint,
+            })
+        };
+        failpoint::reach("during_model_call");
+        match self.provider.complete(&ask.request, &on_retry).await {
+            Ok(response) => {
+                sink.emit(Event::Llm {
+                    round,
+                    content: response.content.clone(),
+                    tool_calls: response.tool_calls.clone(),
+                    usage: response.usage,
+                    finish_reason: response.finish_reason.clone(),
+                    duration_ms: elapsed_ms(started),
+                    raw: response.raw.clone(),
+                });
+                Ok(response)
+            }
+            Err(error) => {
+                sink.emit(Event::LlmFailed {
+                    round,
+                    message: error.message.clone(),
+                    duration_ms: elapsed_ms(started),
+                });
+                Err(error)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ToolLoopService for ToolLoop {
+    async fn run(
+        &self,
+        input: RunInput,
+        ctx: &RunContext,
+        sink: &dyn EventSink,
+    ) -> Result<LoopOutcome, LoopError> {
+        if let Some(mut transcript) = input.transcript {
+            // A journal whose last turn still has calls to answer goes on with that turn.
+            let pending = split_pending_turn(&mut transcript);
+            let mut machine = Machine::start(transcript, input.settings);
+            let next = pending.map(|(calls, answered)| {
+                let gate = self.gate(machine.settings());
+                let next =
+                    machine.pending_turn(calls, answered, |call| gate.pass(call, &ctx.rules));
+                inherit(next, &ctx.inherited, sink)
+            });
+            return self.drive(machine, next, ctx, sink).await;
+        }
+        let assembly = assemble(
+            input.system_prompt.as_deref(),
+            &input.skills,
+            input.messages,
+        );
+        sink.emit(Event::Assembled {
+            system_prompt: matches!(assembly.messages.first(), Some(Message::System { .. })),
+            skills_included: assembly.skills_included,
+            skills_dropped: assembly.skills_dropped,
+            messages: assembly.messages.len(),
+        });
+        let machine = Machine::start(assembly.messages, input.settings);
+        self.drive(machine, None, ctx, sink).await
+    }
+
+    async fn resume(
+        &self,
+        state: &SuspendedState,
+        decision: &Decision,
+        ctx: &RunContext,
+        sink: &dyn EventSink,
+    ) -> Result<LoopOutcome, LoopError> {
+        state.check()?;
+        // The gate is applied again: the allow-list is the run's, the enabled set is today's.
+        let gate = self.gate(&state.settings);
+        let choices = enforce_rules(state, decision.resolve(&state.pending, &gate)?);
+        if !ctx.decision_recorded {
+            sink.emit(decision_event(state, &choices, &ctx.actor, None));
+        }
+        // Each call that a rule refuses, or that runs as a rule or its tool's check let it,
+        // says so in its step.
+        let mut ctx = ctx.clone();
+        ctx.call_notes = state
+            .ruled
+            .iter()
+            .filter(|r| {
+                !r.allow
+                    || state
+                        .pending
+                        .iter()
+                        .zip(&choices)
+                        .any(|(call, choice)| call.id == r.call_id && choice.runs())
+            })
+            .map(|r| (r.call_id.clone(), r.note.clone()))
+            .collect();
+        ctx.effect_keys = state
+            .pending
+            .iter()
+            .map(|call| {
+                let key = call_effect_key(state, &ctx.run_id, &call.id);
+                (call.id.clone(), key)
+            })
+            .collect();
+        let plans = state
+            .pending
+            .iter()
+            .zip(choices)
+            .map(
+                |(call, choice)| match state.answered.iter().find(|a| a.call_id == call.id) {
+                    Some(known) => CallPlan::Known(known.clone()),
+                    None => CallPlan::Decide(choice),
+                },
+            )
+            .collect();
+        let (machine, step) = Machine::resume(state, plans);
+        self.drive(machine, Some(step), &ctx, sink).await
+    }
+
+    fn resolve_decision(
+        &self,
+        state: &SuspendedState,
+        decision: &Decision,
+    ) -> Result<Vec<Choice>, LoopError> {
+        state.check()?;
+        let choices = decision.resolve(&state.pending, &self.gate(&state.settings))?;
+        Ok(enforce_rules(state, choices))
+    }
+
+    async fn preview(&self, state: &SuspendedState, run_id: &str) -> Vec<CallPreview> {
+        preview_pending(
+            &self.gate(&state.settings),
+            state,
+            run_id,
+            self.clock.as_ref(),
+        )
+        .await
+    }
+
+    fn idempotent_by_key(&self, state: &SuspendedState, tool: &str) -> bool {
+        self.gate(&state.settings)
+            .tool(tool)
+            .is_some_and(|tool| tool.spec().idempotent_by_key)
+    }
+}

@@ -1,0 +1,97 @@
+//! Checks of values that take more than a range: durations, web addresses, model configurations.
+
+use super::values::{ModelConfiguration, ProviderKind};
+
+/// An approval timeout: a duration such as `24h`, `90m` or `2s` (at least a second, at most a
+/// year), or `none` (a turn waits until decided). In milliseconds.
+pub fn parse_timeout(value: &str) -> Result<Option<u64>, String> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    humantime::parse_duration(value)
+        .ok()
+        .filter(|d| (1..=365 * 24 * 3600).contains(&d.as_secs()))
+        .map(|d| Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+        .ok_or_else(|| {
+            format!("`{value}` is not a duration such as \"24h\", \"90m\" or \"2s\" (1 s to a year), or \"none\"")
+        })
+}
+
+/// A webhook address: `http://` or `https://` with a host.
+pub(super) fn web_url(value: &str) -> Result<String, String> {
+    let rest = value
+        .strip_prefix("https://")
+        .or_else(|| value.strip_prefix("http://"));
+    match rest {
+        Some(rest)
+            if !rest.is_empty()
+                && !rest.starts_with('/')
+                && !value.contains(char::is_whitespace) =>
+        {
+            Ok(value.to_owned())
+        }
+        _ => Err("a webhook URL starts with http:// or https:// and names a host".to_owned()),
+    }
+}
+
+/// The model configurations as given, checked: each has its own name (not `demo`) and a model,
+/// web addresses, a timeout, a temperature and prices that read. `env` fills an OpenAI
+/// configuration's missing base URL from `OPENAI_BASE_URL`. The message says which is wrong.
+pub(super) fn check_configurations(
+    configurations: Vec<ModelConfiguration>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<ModelConfiguration>, String> {
+    let mut checked: Vec<ModelConfiguration> = Vec::with_capacity(configurations.len());
+    for mut configuration in configurations {
+        let name = configuration.name.trim().to_owned();
+        if name.is_empty() || name == "demo" || checked.iter().any(|c| c.name == name) {
+            return Err(format!(
+                "every configuration needs its own name, not empty and not `demo` (`{name}`)"
+            ));
+        }
+        if configuration.kind == ProviderKind::Openai && configuration.base_url.is_none() {
+            configuration.base_url = env("OPENAI_BASE_URL").filter(|url| !url.trim().is_empty());
+        }
+        check_configuration(&mut configuration)
+            .map_err(|message| format!("configuration `{name}`{message}"))?;
+        configuration.name = name;
+        checked.push(configuration);
+    }
+    Ok(checked)
+}
+
+/// One configuration's fields; the message follows the configuration's name.
+fn check_configuration(configuration: &mut ModelConfiguration) -> Result<(), String> {
+    if configuration.model.trim().is_empty() {
+        return Err(" has no model".to_owned());
+    }
+    if let Some(url) = &configuration.base_url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(": base_url must start with http:// or https://".to_owned());
+        }
+    }
+    if let Some(url) = configuration.webhook_url.as_mut() {
+        *url = url.trim().to_owned();
+        if !url.is_empty() {
+            *url = web_url(url).map_err(|message| format!(": {message}"))?;
+        }
+    }
+    if let Some(timeout) = &configuration.approval_timeout {
+        parse_timeout(timeout).map_err(|message| format!(": {message}"))?;
+    }
+    if configuration
+        .temperature
+        .is_some_and(|t| !(0.0..=2.0).contains(&t))
+    {
+        return Err(": temperature must be from 0 to 2".to_owned());
+    }
+    let prices = [
+        configuration.price_input_per_million,
+        configuration.price_output_per_million,
+    ];
+    if prices.iter().flatten().any(|p| !p.is_finite() || *p < 0.0) {
+        return Err(": prices must be numbers of 0 or more".to_owned());
+    }
+    Ok(())
+}
