@@ -1,0 +1,136 @@
+//! The offline demo model as a provider: its prompts, its think time, its token estimates.
+
+use super::script::*;
+use super::tasks::*;
+use async_trait::async_trait;
+use nrllm_core::provider::{
+    ChatRequest, ChatResponse, FinishReason, Provider, ProviderError, RetryObserver, ToolChoice,
+    Usage,
+};
+use nrllm_core::transcript::{Message, ToolCall};
+use serde_json::Value;
+
+/// The offline demo model.
+#[derive(Debug, Default, Clone)]
+pub struct DemoProvider {
+    pub(super) think_time: std::time::Duration,
+}
+
+impl DemoProvider {
+    /// A demo model that waits `think_time` before each answer, like a real model's latency
+    /// (so live step lists can be watched and tested).
+    pub fn with_think_time(think_time: std::time::Duration) -> DemoProvider {
+        DemoProvider { think_time }
+    }
+}
+
+pub(super) fn estimate_tokens(text: &str) -> u64 {
+    (text.chars().count() as u64).div_ceil(4).max(1)
+}
+
+#[async_trait]
+impl Provider for DemoProvider {
+    fn name(&self) -> &str {
+        "demo"
+    }
+
+    fn model(&self) -> &str {
+        "demo-1"
+    }
+
+    async fn complete(
+        &self,
+        request: &ChatRequest,
+        _on_retry: RetryObserver<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
+        if !self.think_time.is_zero() {
+            tokio::time::sleep(self.think_time).await;
+        }
+        let prompt_text: String = request
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::System { content }
+                | Message::User { content }
+                | Message::Tool { content, .. } => content.clone(),
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                } => format!(
+                    "{}{}",
+                    content.as_deref().unwrap_or_default(),
+                    tool_calls
+                        .iter()
+                        .map(|c| c.arguments.as_str())
+                        .collect::<String>()
+                ),
+            })
+            .collect();
+        let prompt_tokens = estimate_tokens(&prompt_text);
+        let task = parse_task(&task_text(&request.messages));
+        // What was done for that task: the calls answered since it was asked.
+        let asked = request
+            .messages
+            .iter()
+            .rposition(|m| matches!(m, Message::User { .. }))
+            .unwrap_or(0);
+        let done = steps(&request.messages[asked..]);
+        let offered: Vec<String> = match request.tool_choice {
+            ToolChoice::Auto => request.tools.iter().map(|t| t.name.clone()).collect(),
+            ToolChoice::Disabled => Vec::new(),
+        };
+        // In the final, tool-less round the demo model sums up what it has.
+        let next = if offered.is_empty() && !done.is_empty() {
+            Next::Answer(format!(
+                "I stopped after the round limit. So far: {}",
+                done.iter()
+                    .map(outcome_sentence)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ))
+        } else {
+            next(&task, &done, &offered)
+        };
+        let calls: Vec<(String, Value)> = match next {
+            Next::Answer(text) => {
+                return Ok(ChatResponse {
+                    usage: Usage {
+                        prompt_tokens,
+                        completion_tokens: estimate_tokens(&text),
+                    },
+                    content: Some(text),
+                    tool_calls: Vec::new(),
+                    finish_reason: FinishReason::Stop,
+                    raw: None,
+                })
+            }
+            Next::Call(calls) => calls
+                .into_iter()
+                .map(|(name, arguments)| (name.to_owned(), arguments))
+                .collect(),
+            Next::CallOffered(name, arguments) => vec![(name, arguments)],
+        };
+        let round = done.len();
+        let tool_calls: Vec<ToolCall> = calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, arguments))| {
+                ToolCall::new(format!("demo_{round}_{i}"), name, &arguments)
+            })
+            .collect();
+        let completion: String = tool_calls
+            .iter()
+            .map(|c| format!("{}{}", c.name, c.arguments))
+            .collect();
+        Ok(ChatResponse {
+            content: None,
+            usage: Usage {
+                prompt_tokens,
+                completion_tokens: estimate_tokens(&completion),
+            },
+            tool_calls,
+            finish_reason: FinishReason::ToolCalls,
+            raw: None,
+        })
+    }
+}

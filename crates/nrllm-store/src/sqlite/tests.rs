@@ -1,0 +1,240 @@
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::{SqliteSync, BUSY_TIMEOUT};
+use crate::transition::scratch::{self, bump};
+use crate::transition::{Cells, Row, Statement};
+
+#[tokio::test]
+async fn transitions_queued_together_commit_together_and_fail_alone() {
+    let test = crate::testing::sqlite().await;
+    let db = &test.db;
+    scratch::table(db, "batch_t", &["a", "b", "c", "d"]).await;
+    let mut failing = bump("batch_t", "c", 1);
+    failing
+        .then
+        .push(Statement::new("INSERT INTO batch_t (id, version) VALUES ($1, 0)").bind("a"));
+    // While this test holds the process's write turn, the writer thread waits for it with
+    // the first transition and the others queue behind: then it takes them all at once.
+    let turn = db.write_turn().await;
+    let writes: Vec<_> = [
+        bump("batch_t", "a", 1),
+        bump("batch_t", "b", 7),
+        failing,
+        bump("batch_t", "d", 1),
+    ]
+    .into_iter()
+    .map(|transition| {
+        let db = db.clone();
+        tokio::spawn(async move { db.transact(transition).await })
+    })
+    .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(turn);
+    let mut outcomes = Vec::new();
+    for write in writes {
+        outcomes.push(write.await.unwrap());
+    }
+    let version = |outcome: &Result<Option<Row>, _>| {
+        outcome
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .map(|row| row.required_int("version").unwrap())
+    };
+    assert_eq!(version(&outcomes[0]), Some(2), "a committed");
+    assert!(matches!(outcomes[1], Ok(None)), "b's fence matched nothing");
+    assert!(outcomes[2].is_err(), "c failed");
+    assert_eq!(version(&outcomes[3]), Some(2), "d committed");
+    let mut stored = Vec::new();
+    for id in ["a", "b", "c", "d"] {
+        stored.push(scratch::version(db, "batch_t", id).await);
+    }
+    assert_eq!(
+        stored,
+        [2, 1, 1, 2],
+        "c's bump went back with its failing statement, nothing else did"
+    );
+    let rows = db
+        .query(&Statement::new("SELECT id FROM batch_t"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 4, "c's failing insert left nothing");
+    test.cleanup().await;
+}
+
+/// At `FULL` the caller's thread commits only on a multi-threaded runtime, which can lend
+/// its other tasks to another thread while the commit waits for the flush; on a one-thread
+/// runtime the writer thread does (`block_in_place` would panic there).
+#[test]
+fn at_full_the_callers_thread_commits_only_on_a_multi_threaded_runtime() {
+    for (multi_threaded, inline) in [(true, 3), (false, 0)] {
+        let runtime = if multi_threaded {
+            tokio::runtime::Builder::new_multi_thread()
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+        }
+        .enable_all()
+        .build()
+        .unwrap();
+        runtime.block_on(async {
+            let test = crate::testing::sqlite_with(SqliteSync::Full).await;
+            let db = &test.db;
+            scratch::table(db, "full_t", &["a"]).await;
+            let writer = db.sqlite_writer().unwrap();
+            let before = writer.inline_commits.load(Ordering::Relaxed);
+            for version in 1..=3 {
+                let row = db.transact(bump("full_t", "a", version)).await.unwrap();
+                assert!(row.is_some(), "bump {version} committed");
+            }
+            assert_eq!(scratch::version(db, "full_t", "a").await, 4);
+            assert_eq!(
+                writer.inline_commits.load(Ordering::Relaxed) - before,
+                inline,
+                "multi-threaded: {multi_threaded}"
+            );
+            test.cleanup().await;
+        });
+    }
+}
+
+/// A point read goes to the write connection, whose page cache is warm, when no writer of
+/// the process is under way; while one is, to a read connection — without waiting for it.
+#[tokio::test]
+async fn point_reads_use_the_write_connection_only_while_no_writer_is_under_way() {
+    let test = crate::testing::sqlite().await;
+    let db = &test.db;
+    scratch::table(db, "read_t", &["a"]).await;
+    let writer = db.sqlite_writer().unwrap();
+    let read = Statement::new("SELECT version FROM read_t WHERE id = $1").bind("a");
+    let version = |rows: Vec<Row>| rows[0].required_int("version").unwrap();
+    db.transact(bump("read_t", "a", 1)).await.unwrap();
+    // At FULL on this one-thread runtime the writer thread committed, and it may still hold
+    // the write turn for a moment after it answered.
+    drop(db.write_turn().await);
+    let before = writer.writer_reads.load(Ordering::Relaxed);
+    assert_eq!(version(db.query(&read).await.unwrap()), 2);
+    assert_eq!(
+        writer.writer_reads.load(Ordering::Relaxed) - before,
+        1,
+        "read on the write connection"
+    );
+    let turn = db.write_turn().await;
+    let rows = tokio::time::timeout(Duration::from_secs(2), db.query(&read))
+        .await
+        .expect("the read did not wait for the writer")
+        .unwrap();
+    assert_eq!(version(rows), 2);
+    assert_eq!(
+        writer.writer_reads.load(Ordering::Relaxed) - before,
+        1,
+        "read on a read connection while the write turn was taken"
+    );
+    drop(turn);
+    test.cleanup().await;
+}
+
+/// Each run of a statement binds its values by their `$n` numbers and names its columns as
+/// the first run did — read from the write connection, from a read connection, and after
+/// more texts than a connection keeps have come and gone.
+#[tokio::test]
+async fn statements_bind_by_number_and_name_their_columns_on_every_run() {
+    let test = crate::testing::sqlite().await;
+    let db = &test.db;
+    // `$2` appears first: SQLite numbers it parameter 1.
+    let swapped = |n: i64| {
+        Statement::new(format!("SELECT $2 AS second, $1 AS first, {n} AS n"))
+            .bind(n)
+            .bind(format!("text {n}"))
+    };
+    let check = |rows: Vec<Row>, n: i64| {
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].required_int("first").unwrap(), n);
+        assert_eq!(
+            rows[0].required_text("second").unwrap(),
+            format!("text {n}")
+        );
+        assert_eq!(rows[0].required_int("n").unwrap(), n);
+    };
+    for _ in 0..2 {
+        check(db.query(&swapped(7)).await.unwrap(), 7);
+        let turn = db.write_turn().await;
+        check(db.query(&swapped(7)).await.unwrap(), 7);
+        drop(turn);
+    }
+    for n in 0..(super::PREPARED as i64 + 10) {
+        check(db.query(&swapped(n)).await.unwrap(), n);
+    }
+    check(db.query(&swapped(7)).await.unwrap(), 7);
+    // A value missing for a number the text uses is a clear error, not a wrong binding.
+    let short = Statement::new("SELECT $2 AS second, $1 AS first").bind(1);
+    let err = db.query(&short).await.unwrap_err().to_string();
+    assert!(err.contains("no value for parameter $2"), "{err}");
+    test.cleanup().await;
+}
+
+/// A commit on the caller's thread, which tries the file's lock without waiting, leaves the
+/// write connection waiting for locks again — for the writer thread's transactions and the
+/// point reads made on it.
+#[tokio::test]
+async fn a_commit_on_the_callers_thread_leaves_the_write_connection_waiting_for_locks() {
+    let test = crate::testing::sqlite_with(SqliteSync::Normal).await;
+    let db = &test.db;
+    scratch::table(db, "timeout_t", &["a"]).await;
+    let writer = db.sqlite_writer().unwrap();
+    let before = writer.inline_commits.load(Ordering::Relaxed);
+    db.transact(bump("timeout_t", "a", 1)).await.unwrap();
+    assert_eq!(
+        writer.inline_commits.load(Ordering::Relaxed) - before,
+        1,
+        "committed on the caller's thread"
+    );
+    let rows = writer
+        .query_if_idle(&Statement::new("PRAGMA busy_timeout"))
+        .expect("no writer under way")
+        .unwrap();
+    let waits = rows[0].values[0].clone();
+    assert_eq!(
+        waits,
+        crate::transition::Value::Int(Some(BUSY_TIMEOUT.as_millis() as i64))
+    );
+    test.cleanup().await;
+}
+
+/// On this test's runtime — one thread — a caller that waited for the lock itself would
+/// stop the timer below until SQLite gave up.
+#[tokio::test]
+async fn a_write_lock_held_elsewhere_is_waited_for_off_the_callers_thread() {
+    for sync in [SqliteSync::Normal, SqliteSync::Full] {
+        let test = crate::testing::sqlite_with(sync).await;
+        let db = &test.db;
+        scratch::table(db, "locked_t", &["a"]).await;
+        // Another connection, as another process would, holds the file's write lock.
+        let path = test.url.trim_start_matches("sqlite:");
+        let other = rusqlite::Connection::open(path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let write = tokio::spawn({
+            let db = db.clone();
+            async move { db.transact(bump("locked_t", "a", 1)).await }
+        });
+        let asleep = std::time::Instant::now();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Well short of the 10 s SQLite would wait for the lock.
+        assert!(
+            asleep.elapsed() < Duration::from_secs(5),
+            "{sync:?}: the runtime's thread was held while the write waited"
+        );
+        assert!(
+            !write.is_finished(),
+            "{sync:?}: the write waits for the lock"
+        );
+        other.execute_batch("COMMIT").unwrap();
+        let row = write
+            .await
+            .unwrap()
+            .unwrap_or_else(|err| panic!("{sync:?}: {err}"))
+            .expect("the fence matched");
+        assert_eq!(row.required_int("version").unwrap(), 2, "{sync:?}");
+        test.cleanup().await;
+    }
+}
