@@ -12,6 +12,46 @@ use crate::field;
 use crate::forms::{action, list_field, CsrfField};
 use crate::page_data::{CallState, FieldView, PendingCallView, PreviewView, QuestionView, RunView};
 
+/// A diff's lines, removed and added ones marked by colour as well as by their sign.
+fn diff_lines(lines: Vec<crate::page_data::DiffLine>) -> AnyView {
+    let lines = lines
+        .into_iter()
+        .map(|line| {
+            let class = match line.op {
+                '-' => "bg-rose-50 text-rose-900 dark:bg-rose-950 dark:text-rose-200",
+                '+' => "bg-emerald-50 text-emerald-900 dark:bg-emerald-950 dark:text-emerald-200",
+                _ => "text-slate-600 dark:text-slate-400",
+            };
+            view! { <div class=class>{format!("{} {}", line.op, line.text)}</div> }
+        })
+        .collect_view();
+    view! {
+        <pre class="mt-1 max-h-96 overflow-auto whitespace-pre-wrap rounded border border-slate-200 p-2 text-xs dark:border-slate-700">{lines}</pre>
+    }
+    .into_any()
+}
+
+/// One argument against the tool's schema: its name, value, description and kind.
+fn argument_row(f: nrllm_types::ArgumentField) -> impl IntoView {
+    let about = match (&f.kind, f.required, f.unexpected) {
+        (_, _, true) => "not in the tool's schema".to_owned(),
+        (Some(kind), true, _) => format!("{kind}, required"),
+        (Some(kind), false, _) => kind.clone(),
+        (None, true, _) => "required".to_owned(),
+        (None, false, _) => String::new(),
+    };
+    view! {
+        <tr class="align-top" data-testid="argument-field">
+            <td class="pr-2 font-mono">{f.name}</td>
+            <td class="pr-2 font-mono whitespace-pre-wrap break-all">{f.value.unwrap_or_else(|| "(not sent)".to_owned())}</td>
+            <td class="text-slate-500">
+                {f.description.unwrap_or_default()}
+                {(!about.is_empty()).then(|| view! { <span class="ml-1 italic">{format!("({about})")}</span> })}
+            </td>
+        </tr>
+    }
+}
+
 /// The effect of one call: a diff, a text, or why there is none.
 #[component]
 fn Preview(preview: PreviewView) -> impl IntoView {
@@ -30,23 +70,7 @@ fn Preview(preview: PreviewView) -> impl IntoView {
                     </p>
                 }
                 .into_any(),
-                None => {
-                    let lines = lines
-                        .into_iter()
-                        .map(|line| {
-                            let class = match line.op {
-                                '-' => "bg-rose-50 text-rose-900 dark:bg-rose-950 dark:text-rose-200",
-                                '+' => "bg-emerald-50 text-emerald-900 dark:bg-emerald-950 dark:text-emerald-200",
-                                _ => "text-slate-600 dark:text-slate-400",
-                            };
-                            view! { <div class=class>{format!("{} {}", line.op, line.text)}</div> }
-                        })
-                        .collect_view();
-                    view! {
-                        <pre class="mt-1 max-h-96 overflow-auto whitespace-pre-wrap rounded border border-slate-200 p-2 text-xs dark:border-slate-700">{lines}</pre>
-                    }
-                    .into_any()
-                }
+                None => diff_lines(lines),
             };
             view! {
                 <div class="mt-2" data-testid="preview">
@@ -64,28 +88,7 @@ fn Preview(preview: PreviewView) -> impl IntoView {
         }
         .into_any(),
         PreviewView::Arguments { fields } => {
-            let rows = fields
-                .into_iter()
-                .map(|f| {
-                    let about = match (&f.kind, f.required, f.unexpected) {
-                        (_, _, true) => "not in the tool's schema".to_owned(),
-                        (Some(kind), true, _) => format!("{kind}, required"),
-                        (Some(kind), false, _) => kind.clone(),
-                        (None, true, _) => "required".to_owned(),
-                        (None, false, _) => String::new(),
-                    };
-                    view! {
-                        <tr class="align-top" data-testid="argument-field">
-                            <td class="pr-2 font-mono">{f.name}</td>
-                            <td class="pr-2 font-mono whitespace-pre-wrap break-all">{f.value.unwrap_or_else(|| "(not sent)".to_owned())}</td>
-                            <td class="text-slate-500">
-                                {f.description.unwrap_or_default()}
-                                {(!about.is_empty()).then(|| view! { <span class="ml-1 italic">{format!("({about})")}</span> })}
-                            </td>
-                        </tr>
-                    }
-                })
-                .collect_view();
+            let rows = fields.into_iter().map(argument_row).collect_view();
             view! {
                 <div class="mt-2" data-testid="schema-preview">
                     <p class="text-xs font-medium text-slate-500">"No preview from the tool: its arguments against its schema"</p>

@@ -142,26 +142,7 @@ impl WireFormat for Anthropic {
                 Message::Assistant {
                     content,
                     tool_calls,
-                } => {
-                    let mut blocks: Vec<Block> = turn_text(content)
-                        .map(|text| Block::Text { text })
-                        .into_iter()
-                        .collect();
-                    blocks.extend(tool_calls.iter().map(|call| Block::ToolUse {
-                        id: call.id.clone(),
-                        name: call.name.clone(),
-                        input: arguments_object(call),
-                    }));
-                    if blocks.is_empty() {
-                        blocks.push(Block::Text {
-                            text: String::new(),
-                        });
-                    }
-                    turns.push(Turn {
-                        role: "assistant",
-                        content: blocks,
-                    });
-                }
+                } => turns.push(assistant_turn(content, tool_calls)),
                 Message::Tool {
                     tool_call_id,
                     content,
@@ -246,5 +227,27 @@ impl WireFormat for Anthropic {
             completion_tokens: u.output_tokens,
         });
         Ok(ChatResponse::turn(text, tool_calls, usage, finish_reason))
+    }
+}
+
+/// The model's own turn: its text (if any) and its tool calls as `tool_use` blocks (never empty).
+fn assistant_turn(content: &Option<String>, tool_calls: &[ToolCall]) -> Turn {
+    let mut blocks: Vec<Block> = turn_text(content)
+        .map(|text| Block::Text { text })
+        .into_iter()
+        .collect();
+    blocks.extend(tool_calls.iter().map(|call| Block::ToolUse {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        input: arguments_object(call),
+    }));
+    if blocks.is_empty() {
+        blocks.push(Block::Text {
+            text: String::new(),
+        });
+    }
+    Turn {
+        role: "assistant",
+        content: blocks,
     }
 }

@@ -205,6 +205,19 @@ impl Engine {
         self.scrub(short.trim())
     }
 
+    /// What a request that got no response says: a timeout or an unreachable provider (both
+    /// worth a retry).
+    fn send_failure(&self, err: &reqwest::Error) -> ProviderError {
+        let what = if err.is_timeout() {
+            "no answer within the time limit".to_owned()
+        } else if err.is_connect() {
+            "cannot reach the provider (connection failed)".to_owned()
+        } else {
+            "cannot reach the provider (request failed)".to_owned()
+        };
+        ProviderError::transient(format!("{}: {what}", self.provider))
+    }
+
     /// POSTs `body` as JSON with `headers`, retrying what is worth retrying (and telling
     /// `on_retry` before each retry, with the hint the wait follows); the response body as JSON.
     /// `body_hint` reads a wait the provider asks for in an error body.
@@ -246,25 +259,7 @@ impl Engine {
                         ),
                     }
                 }
-                Err(err) if err.is_timeout() => (
-                    ProviderError::transient(format!(
-                        "{}: no answer within the time limit",
-                        self.provider
-                    )),
-                    None,
-                ),
-                Err(err) => (
-                    ProviderError::transient(format!(
-                        "{}: cannot reach the provider ({})",
-                        self.provider,
-                        if err.is_connect() {
-                            "connection failed"
-                        } else {
-                            "request failed"
-                        }
-                    )),
-                    None,
-                ),
+                Err(err) => (self.send_failure(&err), None),
             };
             if error.kind != ProviderErrorKind::Transient
                 || retries >= self.settings.retry.max_retries

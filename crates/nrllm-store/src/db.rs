@@ -135,45 +135,7 @@ impl Database {
                 .take(20)
                 .collect(),
         })?;
-        let connect_error = |source| DatabaseError::Connect { backend, source };
-        let synchronous = options.sqlite_sync.pragma();
-        let mut sqlite_file = None;
-        let pool = match backend {
-            Backend::Sqlite => {
-                let (url, path) = prepare_sqlite_url(url)?;
-                sqlite_file = Some(path);
-                let connect = AnyConnectOptions::from_str(&url).map_err(connect_error)?;
-                AnyPoolOptions::new()
-                    .max_connections(options.max_connections.unwrap_or(8))
-                    // A connection to a file does not go stale: no ping before each use (it
-                    // is a round trip to the connection's thread).
-                    .test_before_acquire(false)
-                    .after_connect(move |conn, _meta| {
-                        Box::pin(async move {
-                            // WAL lets readers run beside the one writer; the busy timeout makes a
-                            // second writer wait for the lock instead of failing at once.
-                            conn.execute("PRAGMA journal_mode = WAL").await?;
-                            conn.execute("PRAGMA busy_timeout = 10000").await?;
-                            conn.execute("PRAGMA foreign_keys = ON").await?;
-                            conn.execute(format!("PRAGMA synchronous = {synchronous}").as_str())
-                                .await?;
-                            Ok(())
-                        })
-                    })
-                    .connect_with(connect)
-                    .await
-                    .map_err(connect_error)?
-            }
-            Backend::Postgres => {
-                let connect = AnyConnectOptions::from_str(url).map_err(connect_error)?;
-                AnyPoolOptions::new()
-                    .max_connections(options.max_connections.unwrap_or(POSTGRES_CONNECTIONS))
-                    .acquire_timeout(Duration::from_secs(10))
-                    .connect_with(connect)
-                    .await
-                    .map_err(connect_error)?
-            }
-        };
+        let (pool, sqlite_file) = pool_for(url, backend, &options).await?;
         match backend {
             Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
             Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
@@ -334,6 +296,55 @@ fn prepare_sqlite_url(url: &str) -> Result<(String, String), DatabaseError> {
         format!("{url}&mode=rwc")
     };
     Ok((url, path.to_owned()))
+}
+
+/// The sqlx pool for `url`: on SQLite, with WAL, a busy timeout, foreign keys and the chosen
+/// `synchronous` on every connection (and the file's path); on Postgres, a bounded wait.
+async fn pool_for(
+    url: &str,
+    backend: Backend,
+    options: &DbOptions,
+) -> Result<(AnyPool, Option<String>), DatabaseError> {
+    let connect_error = |source| DatabaseError::Connect { backend, source };
+    let synchronous = options.sqlite_sync.pragma();
+    let mut sqlite_file = None;
+    let pool = match backend {
+        Backend::Sqlite => {
+            let (url, path) = prepare_sqlite_url(url)?;
+            sqlite_file = Some(path);
+            let connect = AnyConnectOptions::from_str(&url).map_err(connect_error)?;
+            AnyPoolOptions::new()
+                .max_connections(options.max_connections.unwrap_or(8))
+                // A connection to a file does not go stale: no ping before each use (it
+                // is a round trip to the connection's thread).
+                .test_before_acquire(false)
+                .after_connect(move |conn, _meta| {
+                    Box::pin(async move {
+                        // WAL lets readers run beside the one writer; the busy timeout makes a
+                        // second writer wait for the lock instead of failing at once.
+                        conn.execute("PRAGMA journal_mode = WAL").await?;
+                        conn.execute("PRAGMA busy_timeout = 10000").await?;
+                        conn.execute("PRAGMA foreign_keys = ON").await?;
+                        conn.execute(format!("PRAGMA synchronous = {synchronous}").as_str())
+                            .await?;
+                        Ok(())
+                    })
+                })
+                .connect_with(connect)
+                .await
+                .map_err(connect_error)?
+        }
+        Backend::Postgres => {
+            let connect = AnyConnectOptions::from_str(url).map_err(connect_error)?;
+            AnyPoolOptions::new()
+                .max_connections(options.max_connections.unwrap_or(POSTGRES_CONNECTIONS))
+                .acquire_timeout(Duration::from_secs(10))
+                .connect_with(connect)
+                .await
+                .map_err(connect_error)?
+        }
+    };
+    Ok((pool, sqlite_file))
 }
 
 #[cfg(test)]

@@ -13,16 +13,24 @@ use crate::server::diff;
 
 /// One step row for an event: what happened, in one line.
 pub fn step(sequence: i64, event: &Event) -> StepView {
-    let mut view = StepView {
+    let (title, ok) = step_title(event);
+    StepView {
         sequence,
         kind: event.kind().to_owned(),
-        title: String::new(),
+        title,
         round: event.round(),
         duration_ms: event.duration_ms(),
-        tokens: None,
-        ok: true,
-    };
-    view.title = match event {
+        tokens: match event {
+            Event::Llm { usage, .. } => Some(usage.total()),
+            _ => None,
+        },
+        ok,
+    }
+}
+
+/// A step's one-line title, and whether it went as it should.
+fn step_title(event: &Event) -> (String, bool) {
+    match event {
         Event::Assembled {
             system_prompt,
             skills_included,
@@ -42,31 +50,30 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
                     skills_dropped.join(", ")
                 ));
             }
-            title
+            (title, true)
         }
         Event::Request {
             first,
             messages,
             tools_offered,
             ..
-        } => format!(
-            "request: {} message(s){}, {} tool(s) offered",
-            first.unwrap_or(0) + messages.len(),
-            match first {
+        } => {
+            let new = match first {
                 Some(first) if *first > 0 => format!(" ({} new)", messages.len()),
                 _ => String::new(),
-            },
-            tools_offered.len()
-        ),
-        Event::Llm {
-            tool_calls, usage, ..
-        } => {
-            view.tokens = Some(usage.total());
-            if tool_calls.is_empty() {
-                "model answered".to_owned()
-            } else {
-                format!("model requests tools: {}", names(tool_calls))
-            }
+            };
+            let total = first.unwrap_or(0) + messages.len();
+            let tools = tools_offered.len();
+            (
+                format!("request: {total} message(s){new}, {tools} tool(s) offered"),
+                true,
+            )
+        }
+        Event::Llm { tool_calls, .. } if tool_calls.is_empty() => {
+            ("model answered".to_owned(), true)
+        }
+        Event::Llm { tool_calls, .. } => {
+            (format!("model requests tools: {}", names(tool_calls)), true)
         }
         Event::ProviderRetry {
             retry,
@@ -74,56 +81,19 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
             reason,
             hint,
             ..
-        } => {
-            view.ok = false;
+        } => (
+            retry_title(*retry, *wait_ms, reason, hint.as_deref()),
+            false,
+        ),
+        Event::LlmFailed { message, .. } => (format!("model failed: {message}"), false),
+        Event::Tool { .. } => tool_title(event),
+        Event::ApprovalRequested { calls, gated, .. } => (
             format!(
-                "retry {retry} in {}{}: {reason}",
-                if *wait_ms < 1000 {
-                    format!("{wait_ms} ms")
-                } else {
-                    format!("{:.1} s", *wait_ms as f64 / 1000.0)
-                },
-                match hint {
-                    Some(hint) => format!(" (as the provider asked: {hint})"),
-                    None => String::new(),
-                }
-            )
-        }
-        Event::LlmFailed { message, .. } => {
-            view.ok = false;
-            format!("model failed: {message}")
-        }
-        Event::Tool {
-            name,
-            executed,
-            on_resume,
-            note,
-            ..
-        } => {
-            let outcome = event.tool_outcome().unwrap_or_default();
-            view.ok = outcome.is_ok();
-            let outcome = match (outcome, executed) {
-                (ToolOutcome::Denied, _) => "denied",
-                (_, false) => "not run",
-                (ToolOutcome::Error, true) => "error",
-                (ToolOutcome::Ok, true) => "ok",
-            };
-            format!(
-                "{name}: {outcome}{}{}",
-                if *on_resume {
-                    " (after the decision)"
-                } else {
-                    ""
-                },
-                note.as_deref()
-                    .map(|note| format!(" — {note}"))
-                    .unwrap_or_default()
-            )
-        }
-        Event::ApprovalRequested { calls, gated, .. } => format!(
-            "approval requested: {} ({} gated)",
-            names(calls),
-            gated.len()
+                "approval requested: {} ({} gated)",
+                names(calls),
+                gated.len()
+            ),
+            true,
         ),
         Event::ApprovalDecided {
             decided_by,
@@ -136,63 +106,125 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
                 .map(|c| format!("{} {}", c.tool, choice_words(&c.choice)))
                 .collect();
             let who = nrllm_core::authority::label(decided_by, through_token.as_deref());
-            format!("decided by {who}: {}", list.join(", "))
+            (format!("decided by {who}: {}", list.join(", ")), true)
         }
         Event::ApprovalExpired { choices, .. } => {
-            view.ok = false;
             let tools: Vec<&str> = choices.iter().map(|c| c.tool.as_str()).collect();
-            format!(
-                "expired: nobody decided before the deadline; not run: {}",
-                tools.join(", ")
+            let not_run = tools.join(", ");
+            (
+                format!("expired: nobody decided before the deadline; not run: {not_run}"),
+                false,
             )
         }
-        Event::Recovered { resumes_at } => format!("recovered after a restart: {resumes_at}"),
+        Event::Recovered { resumes_at } => {
+            (format!("recovered after a restart: {resumes_at}"), true)
+        }
         Event::OutcomeUnknown { calls, .. } => {
-            view.ok = false;
-            format!(
-                "outcome unknown after a restart: {} — waiting for an operator",
-                calls
-                    .iter()
-                    .map(|c| c.tool.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+            let tools: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
+            let tools = tools.join(", ");
+            (
+                format!("outcome unknown after a restart: {tools} — waiting for an operator"),
+                false,
             )
         }
-        Event::Cancelled {
-            by,
-            reason,
-            abandoned,
-            unknown,
-        } => {
-            let mut text = match reason {
-                Some(reason) => format!("cancelled by {by}: {reason}"),
-                None => format!("cancelled by {by}"),
-            };
-            if let Some(abandoned) = abandoned {
-                text.push_str(&format!(" — while running; {abandoned}"));
-            }
-            if !unknown.is_empty() {
-                view.ok = false;
-                text.push_str(&format!(
-                    "; outcome unknown (dispatched, no result journaled): {}",
-                    unknown
-                        .iter()
-                        .map(|c| format!("{} (effect key {})", c.tool, c.effect_key))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-            text
-        }
+        Event::Cancelled { .. } => cancelled_title(event),
         Event::Ended {
             reason,
             explanation,
-        } => {
-            view.ok = false;
-            format!("ended ({reason}): {explanation}")
+        } => (format!("ended ({reason}): {explanation}"), false),
+    }
+}
+
+/// One call's decision in the decision step's detail, with an edit shown as a diff of its
+/// arguments.
+fn decided_line(c: &nrllm_core::events::CallChoice) -> String {
+    let mut line = format!("{} ({}): {}", c.tool, c.call_id, choice_words(&c.choice));
+    if let (Choice::ApproveEdited { arguments }, Some(original)) =
+        (&c.choice, &c.original_arguments)
+    {
+        let edited = pretty(arguments);
+        for diff_line in diff::shown_diff(&pretty_arguments(original), &edited).lines {
+            line.push_str(&format!("\n  {} {}", diff_line.op, diff_line.text));
         }
+    }
+    line
+}
+
+/// "retry 2 in 1.5 s: …", with the hint the wait follows.
+fn retry_title(retry: u32, wait_ms: u64, reason: &str, hint: Option<&str>) -> String {
+    let wait = if wait_ms < 1000 {
+        format!("{wait_ms} ms")
+    } else {
+        format!("{:.1} s", wait_ms as f64 / 1000.0)
     };
-    view
+    let hint = hint
+        .map(|hint| format!(" (as the provider asked: {hint})"))
+        .unwrap_or_default();
+    format!("retry {retry} in {wait}{hint}: {reason}")
+}
+
+/// A tool step's title (its name, how it ended, and a note), and whether it went well.
+fn tool_title(event: &Event) -> (String, bool) {
+    let Event::Tool {
+        name,
+        executed,
+        on_resume,
+        note,
+        ..
+    } = event
+    else {
+        return (String::new(), true);
+    };
+    let outcome = event.tool_outcome().unwrap_or_default();
+    let words = match (outcome, executed) {
+        (ToolOutcome::Denied, _) => "denied",
+        (_, false) => "not run",
+        (ToolOutcome::Error, true) => "error",
+        (ToolOutcome::Ok, true) => "ok",
+    };
+    let after = if *on_resume {
+        " (after the decision)"
+    } else {
+        ""
+    };
+    let note = note
+        .as_deref()
+        .map(|note| format!(" — {note}"))
+        .unwrap_or_default();
+    (format!("{name}: {words}{after}{note}"), outcome.is_ok())
+}
+
+/// A cancel's title: who and why, what was abandoned, and any call whose outcome is unknown
+/// (which makes it a step that did not go well).
+fn cancelled_title(event: &Event) -> (String, bool) {
+    let Event::Cancelled {
+        by,
+        reason,
+        abandoned,
+        unknown,
+    } = event
+    else {
+        return (String::new(), true);
+    };
+    let mut text = match reason {
+        Some(reason) => format!("cancelled by {by}: {reason}"),
+        None => format!("cancelled by {by}"),
+    };
+    if let Some(abandoned) = abandoned {
+        text.push_str(&format!(" — while running; {abandoned}"));
+    }
+    if unknown.is_empty() {
+        return (text, true);
+    }
+    let calls: Vec<String> = unknown
+        .iter()
+        .map(|c| format!("{} (effect key {})", c.tool, c.effect_key))
+        .collect();
+    text.push_str(&format!(
+        "; outcome unknown (dispatched, no result journaled): {}",
+        calls.join(", ")
+    ));
+    (text, false)
 }
 
 /// How a call was decided, in words.
@@ -271,26 +303,8 @@ pub fn detail_tabs<'a>(
             tabs.push(tab("arguments", "Arguments", calls_text(calls)));
         }
         Event::ApprovalDecided { choices, .. } => {
-            let text = choices
-                .iter()
-                .map(|c| {
-                    let mut line =
-                        format!("{} ({}): {}", c.tool, c.call_id, choice_words(&c.choice));
-                    if let (Choice::ApproveEdited { arguments }, Some(original)) =
-                        (&c.choice, &c.original_arguments)
-                    {
-                        let edited = pretty(arguments);
-                        for diff_line in
-                            diff::shown_diff(&pretty_arguments(original), &edited).lines
-                        {
-                            line.push_str(&format!("\n  {} {}", diff_line.op, diff_line.text));
-                        }
-                    }
-                    line
-                })
-                .collect::<Vec<_>>()
-                .join("\n");
-            tabs.push(tab("result", "Decision", text));
+            let text: Vec<String> = choices.iter().map(decided_line).collect();
+            tabs.push(tab("result", "Decision", text.join("\n")));
         }
         Event::ApprovalExpired { choices, .. } => {
             let text = choices

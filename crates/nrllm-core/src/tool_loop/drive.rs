@@ -36,25 +36,8 @@ impl ToolLoop {
             let step = match next.take() {
                 Some(step) => step,
                 None => {
-                    // The gate is taken fresh each round: a tool disabled meanwhile is no longer
-                    // offered.
-                    let gate = self.gate(machine.settings());
-                    let ask = machine.ask(gate.specs());
-                    if !ctx.lease_held() {
-                        return Err(LoopError::LeaseLost);
-                    }
-                    let response = match self.ask(&ask, sink).await {
-                        Ok(response) => response,
-                        Err(error) => {
-                            return Err(LoopError::Provider {
-                                error,
-                                counters: machine.counters(),
-                                transcript: machine.messages().to_vec(),
-                                approved_ran,
-                            })
-                        }
-                    };
-                    machine.answered(&ask, response, |call| gate.pass(call, &ctx.rules))
+                    self.ask_model(&mut machine, ctx, sink, &approved_ran)
+                        .await?
                 }
             };
             match step {
@@ -106,6 +89,33 @@ impl ToolLoop {
                     }));
                 }
             }
+        }
+    }
+
+    /// Asks the model for the machine's next round and reads its answer into the next step. The
+    /// gate is taken fresh each round: a tool disabled meanwhile is no longer offered.
+    async fn ask_model(
+        &self,
+        machine: &mut Machine,
+        ctx: &RunContext,
+        sink: &dyn EventSink,
+        approved_ran: &[String],
+    ) -> Result<Next, LoopError> {
+        let gate = self.gate(machine.settings());
+        let ask = machine.ask(gate.specs());
+        if !ctx.lease_held() {
+            return Err(LoopError::LeaseLost);
+        }
+        match self.ask(&ask, sink).await {
+            Ok(response) => {
+                Ok(machine.answered(&ask, response, |call| gate.pass(call, &ctx.rules)))
+            }
+            Err(error) => Err(LoopError::Provider {
+                error,
+                counters: machine.counters(),
+                transcript: machine.messages().to_vec(),
+                approved_ran: approved_ran.to_vec(),
+            }),
         }
     }
 

@@ -108,35 +108,7 @@ impl SiteStore {
             }
         }
         let after = change(before.clone())?;
-        match (&before, &after) {
-            (None, Some(page)) => {
-                sqlx::query("INSERT INTO site_page (slug, title, body, status, updated_at_ms) VALUES ($1, $2, $3, $4, $5)")
-                    .bind(&page.slug)
-                    .bind(&page.title)
-                    .bind(&page.body)
-                    .bind(page.status.as_str())
-                    .bind(page.updated_at_ms)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            (Some(_), Some(page)) => {
-                sqlx::query("UPDATE site_page SET title = $1, body = $2, status = $3, updated_at_ms = $4 WHERE slug = $5")
-                    .bind(&page.title)
-                    .bind(&page.body)
-                    .bind(page.status.as_str())
-                    .bind(page.updated_at_ms)
-                    .bind(&page.slug)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            (Some(_), None) => {
-                sqlx::query("DELETE FROM site_page WHERE slug = $1")
-                    .bind(slug)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            (None, None) => return Err(SiteError::NotFound(slug.to_owned())),
-        }
+        Self::write_page(&mut tx, slug, &before, &after).await?;
         let json = |page: &Option<Page>| page.as_ref().and_then(|p| serde_json::to_string(p).ok());
         sqlx::query(
             "INSERT INTO site_page_history (slug, action, actor, run_id, before_json, after_json, created_at_ms, effect_key) \
@@ -157,6 +129,45 @@ impl SiteStore {
         tx.commit().await?;
         failpoint::reach("in_tool_after_effect");
         Ok(result)
+    }
+
+    /// Writes the page as `change` left it: inserted, updated or deleted.
+    async fn write_page(
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        slug: &str,
+        before: &Option<Page>,
+        after: &Option<Page>,
+    ) -> Result<(), SiteError> {
+        match (before, after) {
+            (None, Some(page)) => {
+                sqlx::query("INSERT INTO site_page (slug, title, body, status, updated_at_ms) VALUES ($1, $2, $3, $4, $5)")
+                    .bind(&page.slug)
+                    .bind(&page.title)
+                    .bind(&page.body)
+                    .bind(page.status.as_str())
+                    .bind(page.updated_at_ms)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            (Some(_), Some(page)) => {
+                sqlx::query("UPDATE site_page SET title = $1, body = $2, status = $3, updated_at_ms = $4 WHERE slug = $5")
+                    .bind(&page.title)
+                    .bind(&page.body)
+                    .bind(page.status.as_str())
+                    .bind(page.updated_at_ms)
+                    .bind(&page.slug)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            (Some(_), None) => {
+                sqlx::query("DELETE FROM site_page WHERE slug = $1")
+                    .bind(slug)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            (None, None) => return Err(SiteError::NotFound(slug.to_owned())),
+        }
+        Ok(())
     }
 
     /// Creates a draft page; `describe` says so, from the new page.
