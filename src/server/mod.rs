@@ -28,7 +28,7 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 use leptos::prelude::*;
 use nrllm_core::registry::ToolRegistry;
-use nrllm_core::run_service::{Listeners, RunService};
+use nrllm_core::run_service::{Listeners, RunListener, RunService};
 use nrllm_core::run_store::RunStore;
 use nrllm_demo::site::SiteStore;
 use nrllm_demo::tools::{builtin_registry, ExportPage};
@@ -118,47 +118,11 @@ impl AppState {
         settings: &Settings,
     ) -> Result<AppState, String> {
         let site = SiteStore::new(db.clone());
-        site.seed_once()
-            .await
-            .map_err(|err| format!("cannot seed the demo site: {err}"))?;
-        let instance = format!(
-            "{}-{}",
-            std::process::id(),
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        );
-        let lease = std::time::Duration::from_secs(u64::from(settings.lease_secs));
+        let (instance, lease, sql_store) = run_store(&db, settings).await?;
         let lease_clock = Arc::new(leases::LeaseClock::new(lease));
-        let sql_store =
-            SqlRunStore::new(db.clone()).with_lease(&instance, lease.as_millis() as i64);
-        sql_store
-            .anchor_audit_key(nrllm_core::clock::now_ms())
-            .await
-            .map_err(|err| format!("cannot record the audit key's anchor: {err}"))?;
-        tracing::info!(
-            key = sql_store.database().audit_key().id(),
-            "runs' logs are chained by the audit key with this id"
-        );
         let store: Arc<dyn RunStore> = Arc::new(sql_store.clone());
-        let mut registry = builtin_registry(site.clone(), Arc::clone(&store));
-        registry
-            .register(ExportPage::new(site.clone(), &settings.export_dir))
-            .map_err(|err| format!("cannot register the export tool: {err}"))?;
-        let registry = Arc::new(registry);
-        let tool_settings = ToolSettingsStore::new(db.clone());
-        tool_settings
-            .load_into(&registry)
-            .await
-            .map_err(|err| format!("cannot read the tool settings: {err}"))?;
-        // MCP servers' tools join before the runs the last stop cut off are recovered (a server
-        // still connecting after MCP_FIRST_WAIT joins when it can; one that fails stops nothing).
         let shutdown = CancellationToken::new();
-        let mcp = nrllm_mcp::hub::McpHub::start(
-            settings.mcp_servers.clone(),
-            Arc::clone(&registry),
-            shutdown.clone(),
-            MCP_FIRST_WAIT,
-        )
-        .await;
+        let (registry, tool_settings, mcp) = tools(&site, &store, &db, settings, &shutdown).await?;
         let live = Arc::new(LiveHub::new(StreamLimits {
             per_run: settings.stream_limit_per_run as usize,
             total: settings.stream_limit_total as usize,
@@ -167,60 +131,22 @@ impl AppState {
             settings,
             Arc::clone(&registry),
         ));
-        let targets = webhook::Targets::from_settings(settings, |var| std::env::var(var).ok())?;
         let bell = Arc::new(webhook::Bell::default());
         let counters = Arc::new(metrics::Counters::default());
-        let runs = Arc::new(
-            RunService::new(Arc::clone(&store), configurations.clone())
-                .with_listener(Arc::new(Listeners(vec![
-                    live.clone(),
-                    bell.clone(),
-                    counters.clone(),
-                ])))
-                .with_state_limit(settings.max_state_bytes as usize)
-                .with_lease_watch(lease_clock.clone())
-                .with_four_eyes({
-                    // An unreadable configuration: the safe answer, four-eyes.
-                    let configurations = Arc::clone(&configurations);
-                    move |name| name.is_none_or(|name| configurations.four_eyes(name))
-                }),
+        let listeners: Vec<Arc<dyn RunListener>> =
+            vec![live.clone(), bell.clone(), counters.clone()];
+        let runs = run_service(
+            &store,
+            &configurations,
+            listeners,
+            lease_clock.clone(),
+            settings,
         );
         let webhook_store = WebhookStore::new(db.clone());
-        let webhooks = match targets.is_empty() {
-            true => None,
-            false => Some(Arc::new(webhook::Webhooks::new(
-                webhook_store.clone(),
-                Arc::clone(&runs),
-                targets,
-                bell,
-                settings,
-            )?)),
-        };
-        let accounts = AccountStore::new(db.clone());
-        auth::first_admin(
-            &accounts,
-            &settings.public_url,
-            std::env::var("NRLLM_ADMIN_PASSWORD").ok(),
-        )
-        .await?;
-        let banner_key = accounts
-            .server_secret("error_banner_key")
-            .await
-            .map_err(|err| format!("cannot read the server's keys: {err}"))?;
+        let webhooks = webhooks(&webhook_store, &runs, bell, settings)?;
+        let (accounts, banner_key) = accounts(&db, settings).await?;
         let tasks = TaskTracker::new();
-        let leases = Arc::new(leases::Leases::new(
-            Arc::clone(&store),
-            Arc::clone(&runs),
-            tasks.clone(),
-            (lease, lease_clock),
-            live.clone(),
-            settings.max_running_runs as usize,
-        ));
-        let queue = Arc::new(queue::Queue::new(
-            Arc::clone(&runs),
-            Arc::clone(&store),
-            Arc::clone(&leases),
-        ));
+        let (leases, queue) = workers(&store, &runs, &tasks, (lease, lease_clock), &live, settings);
         tracing::info!(%instance, lease_secs = settings.lease_secs, max_running_runs = settings.max_running_runs, "this instance");
         recovery::recover_cut_off_runs(&store, &leases, db.backend())
             .await
@@ -312,4 +238,147 @@ impl AppState {
             tokio::spawn(Arc::clone(webhooks).run(self.shutdown.clone()));
         }
     }
+}
+
+/// This instance's name, how long its leases last, and the run store that holds runs under
+/// them, with the audit key's anchor recorded.
+async fn run_store(
+    db: &Database,
+    settings: &Settings,
+) -> Result<(String, std::time::Duration, SqlRunStore), String> {
+    let instance = format!(
+        "{}-{}",
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let lease = std::time::Duration::from_secs(u64::from(settings.lease_secs));
+    let sql_store = SqlRunStore::new(db.clone()).with_lease(&instance, lease.as_millis() as i64);
+    sql_store
+        .anchor_audit_key(nrllm_core::clock::now_ms())
+        .await
+        .map_err(|err| format!("cannot record the audit key's anchor: {err}"))?;
+    tracing::info!(
+        key = sql_store.database().audit_key().id(),
+        "runs' logs are chained by the audit key with this id"
+    );
+    Ok((instance, lease, sql_store))
+}
+
+/// The tools: the built-in ones (on the demo site, seeded once) and the export tool, with their
+/// settings as stored, and the MCP
+/// servers' tools. Those join before the runs the last stop cut off are recovered (a server still
+/// connecting after MCP_FIRST_WAIT joins when it can; one that fails stops nothing).
+async fn tools(
+    site: &SiteStore,
+    store: &Arc<dyn RunStore>,
+    db: &Database,
+    settings: &Settings,
+    shutdown: &CancellationToken,
+) -> Result<
+    (
+        Arc<ToolRegistry>,
+        ToolSettingsStore,
+        Arc<nrllm_mcp::hub::McpHub>,
+    ),
+    String,
+> {
+    site.seed_once()
+        .await
+        .map_err(|err| format!("cannot seed the demo site: {err}"))?;
+    let mut registry = builtin_registry(site.clone(), Arc::clone(store));
+    registry
+        .register(ExportPage::new(site.clone(), &settings.export_dir))
+        .map_err(|err| format!("cannot register the export tool: {err}"))?;
+    let registry = Arc::new(registry);
+    let tool_settings = ToolSettingsStore::new(db.clone());
+    tool_settings
+        .load_into(&registry)
+        .await
+        .map_err(|err| format!("cannot read the tool settings: {err}"))?;
+    let mcp = nrllm_mcp::hub::McpHub::start(
+        settings.mcp_servers.clone(),
+        Arc::clone(&registry),
+        shutdown.clone(),
+        MCP_FIRST_WAIT,
+    )
+    .await;
+    Ok((registry, tool_settings, mcp))
+}
+
+/// The run service, telling `listeners` about every run, with the state limit, this instance's
+/// leases and four-eyes as the settings and configurations say.
+fn run_service(
+    store: &Arc<dyn RunStore>,
+    configurations: &Arc<Configurations>,
+    listeners: Vec<Arc<dyn RunListener>>,
+    lease_clock: Arc<leases::LeaseClock>,
+    settings: &Settings,
+) -> Arc<RunService> {
+    // An unreadable configuration: the safe answer, four-eyes.
+    let four_eyes = Arc::clone(configurations);
+    Arc::new(
+        RunService::new(Arc::clone(store), configurations.clone())
+            .with_listener(Arc::new(Listeners(listeners)))
+            .with_state_limit(settings.max_state_bytes as usize)
+            .with_lease_watch(lease_clock)
+            .with_four_eyes(move |name| name.is_none_or(|name| four_eyes.four_eyes(name))),
+    )
+}
+
+/// The accounts (the first administrator made on the first start) and the key error banners are
+/// signed with.
+async fn accounts(db: &Database, settings: &Settings) -> Result<(AccountStore, String), String> {
+    let accounts = AccountStore::new(db.clone());
+    auth::first_admin(
+        &accounts,
+        &settings.public_url,
+        std::env::var("NRLLM_ADMIN_PASSWORD").ok(),
+    )
+    .await?;
+    let banner_key = accounts
+        .server_secret("error_banner_key")
+        .await
+        .map_err(|err| format!("cannot read the server's keys: {err}"))?;
+    Ok((accounts, banner_key))
+}
+
+/// The webhooks' sender, if any target is set.
+fn webhooks(
+    store: &WebhookStore,
+    runs: &Arc<RunService>,
+    bell: Arc<webhook::Bell>,
+    settings: &Settings,
+) -> Result<Option<Arc<webhook::Webhooks>>, String> {
+    let targets = webhook::Targets::from_settings(settings, |var| std::env::var(var).ok())?;
+    if targets.is_empty() {
+        return Ok(None);
+    }
+    let webhooks =
+        webhook::Webhooks::new(store.clone(), Arc::clone(runs), targets, bell, settings)?;
+    Ok(Some(Arc::new(webhooks)))
+}
+
+/// The leases this instance holds (with their heartbeat and reaper) and the queue's worker.
+fn workers(
+    store: &Arc<dyn RunStore>,
+    runs: &Arc<RunService>,
+    tasks: &TaskTracker,
+    lease: (std::time::Duration, Arc<leases::LeaseClock>),
+    live: &Arc<LiveHub>,
+    settings: &Settings,
+) -> (Arc<leases::Leases>, Arc<queue::Queue>) {
+    let leases = Arc::new(leases::Leases::new(
+        Arc::clone(store),
+        Arc::clone(runs),
+        tasks.clone(),
+        lease,
+        live.clone(),
+        settings.max_running_runs as usize,
+    ));
+    let queue = Arc::new(queue::Queue::new(
+        Arc::clone(runs),
+        Arc::clone(store),
+        Arc::clone(&leases),
+    ));
+    (leases, queue)
 }

@@ -10,6 +10,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
+use nrllm_store::accounts::Principal;
 use std::net::SocketAddr;
 
 pub(super) fn refuse(status: StatusCode, message: &str, wants_json: bool) -> Response {
@@ -41,7 +42,6 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0.ip());
-
     let Some(host) = host_name(&headers).filter(|h| auth.allowed_hosts.contains(h)) else {
         tracing::warn!(host = ?headers.get(header::HOST), %path, "refused: host not allowed");
         return refuse(
@@ -50,8 +50,6 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
             json,
         );
     };
-
-    let now = nrllm_core::clock::now_ms();
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -59,114 +57,34 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
         .map(str::trim)
         .map(str::to_owned);
     let session = cookie_value(&headers, SESSION_COOKIE);
-    let principal = match (&bearer, &session) {
-        (Some(token), _) => match auth.accounts.token(token, now).await {
-            Ok(Some(principal)) => Some(principal),
-            Ok(None) => {
-                tracing::warn!(%path, "refused: unknown API token");
-                return refuse(
-                    StatusCode::UNAUTHORIZED,
-                    "The API token is not valid (revoked, or mistyped).",
-                    true,
-                );
-            }
-            Err(err) => {
-                tracing::error!(%err, "reading an API token failed");
-                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-            }
-        },
-        (None, Some(secret)) => match auth.accounts.session(secret, now).await {
-            Ok(principal) => principal,
-            Err(err) => {
-                tracing::error!(%err, "reading a session failed");
-                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-            }
-        },
-        (None, None) => None,
+    let principal = match principal_of(auth, bearer.as_deref(), session.as_deref(), &path).await {
+        Ok(principal) => principal,
+        Err(response) => return response,
     };
-
-    // Nobody logged in: only the login pages answer, and their forms are small. A larger body
-    // is refused before any of it is read, so that nothing unauthenticated takes memory.
     if principal.is_none() && !safe_method(request.method()) {
-        let length = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if length.is_some_and(|n| n > ANONYMOUS_BODY_BYTES as u64) {
-            tracing::warn!(%path, ?length, ?peer, "refused: a large body from someone not logged in");
-            return refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "The request is too large (16 KB at most before logging in).",
-                json,
-            );
+        // Nobody logged in: only the login pages answer, and their forms are small.
+        if let Some(refusal) = too_large_anonymous(&request, &path, peer, json) {
+            return refusal;
         }
         request =
             request.map(|body| Body::new(http_body_util::Limited::new(body, ANONYMOUS_BODY_BYTES)));
     }
-
     let existing_csrf = cookie_value(&headers, CSRF_COOKIE);
     if !safe_method(request.method()) && bearer.is_none() {
-        if let Err(check) = same_site(&headers, &host) {
-            tracing::warn!(%path, check, "refused: cross-site request");
-            return refuse(
-                StatusCode::FORBIDDEN,
-                "Refused: a page of another site cannot change anything here.",
-                json,
-            );
-        }
-        // A JSON request without a session cookie carries no ambient credential to forge, and a
-        // page of another site cannot send JSON here (it would need CORS, which this server never
-        // grants): scripts log in that way. Every form post and every request with a session
-        // cookie must carry the token.
-        let json_body = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json"));
-        let (sent, rebuilt) = match csrf_of(request).await {
-            Ok(found) => found,
+        let sent = Sent {
+            host: &host,
+            session: session.as_deref(),
+            csrf: existing_csrf.as_deref(),
+            path: &path,
+            json,
+        };
+        request = match check_csrf(request, &sent).await {
+            Ok(request) => request,
             Err(response) => return response,
         };
-        request = rebuilt;
-        let valid = (json_body && session.is_none())
-            || match (&existing_csrf, &sent) {
-                (Some(expected), Some(sent)) => {
-                    // Equal length hex strings; compare without an early exit.
-                    expected.len() == sent.len()
-                        && expected
-                            .bytes()
-                            .zip(sent.bytes())
-                            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                            == 0
-                }
-                _ => false,
-            };
-        if !valid {
-            tracing::warn!(%path, "refused: missing or wrong CSRF token");
-            return refuse(
-                StatusCode::FORBIDDEN,
-                "The form's security token is missing or out of date: reload the page and try again.",
-                json,
-            );
-        }
     }
-
     if principal.is_none() && bearer.is_none() && !public_path(&path) {
-        if safe_method(request.method()) && !json {
-            let next_path = match request.uri().path_and_query() {
-                Some(pq) => pq.as_str().to_owned(),
-                None => "/".to_owned(),
-            };
-            let target = format!(
-                "/login?next={}",
-                form_urlencoded::byte_serialize(next_path.as_bytes()).collect::<String>()
-            );
-            return Redirect::to(&target).into_response();
-        }
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "Log in first (or send an API token: Authorization: Bearer …).",
-            json,
-        );
+        return login_first(&request, json);
     }
 
     let csrf = existing_csrf
@@ -193,4 +111,137 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
         );
     }
     response
+}
+
+/// Who the request is from: the user of its API token (an unknown token is refused), else of its
+/// session, else nobody.
+async fn principal_of(
+    auth: &AuthConfig,
+    bearer: Option<&str>,
+    session: Option<&str>,
+    path: &str,
+) -> Result<Option<Principal>, Response> {
+    let now = nrllm_core::clock::now_ms();
+    match (bearer, session) {
+        (Some(token), _) => match auth.accounts.token(token, now).await {
+            Ok(Some(principal)) => Ok(Some(principal)),
+            Ok(None) => {
+                tracing::warn!(%path, "refused: unknown API token");
+                Err(refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "The API token is not valid (revoked, or mistyped).",
+                    true,
+                ))
+            }
+            Err(err) => {
+                tracing::error!(%err, "reading an API token failed");
+                Err(StatusCode::INTERNAL_SERVER_ERROR.into_response())
+            }
+        },
+        (None, Some(secret)) => auth.accounts.session(secret, now).await.map_err(|err| {
+            tracing::error!(%err, "reading a session failed");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The refusal of a body from someone not logged in that is larger than they may send: it is
+/// refused before any of it is read, so that nothing unauthenticated takes memory (a body
+/// without a length is capped as it is read).
+fn too_large_anonymous(
+    request: &Request,
+    path: &str,
+    peer: Option<std::net::IpAddr>,
+    json: bool,
+) -> Option<Response> {
+    let length = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if length.is_none_or(|n| n <= ANONYMOUS_BODY_BYTES as u64) {
+        return None;
+    }
+    tracing::warn!(%path, ?length, ?peer, "refused: a large body from someone not logged in");
+    Some(refuse(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "The request is too large (16 KB at most before logging in).",
+        json,
+    ))
+}
+
+/// What a state-changing request brought that the CSRF check weighs.
+struct Sent<'a> {
+    host: &'a str,
+    session: Option<&'a str>,
+    /// The CSRF cookie.
+    csrf: Option<&'a str>,
+    path: &'a str,
+    json: bool,
+}
+
+/// A state-changing request from a browser: same site, and carrying the form's token. A JSON
+/// request without a session cookie carries no ambient credential to forge, and a page of
+/// another site cannot send JSON here (it would need CORS, which this server never grants):
+/// scripts log in that way. Every form post and every request with a session cookie must carry
+/// the token.
+async fn check_csrf(request: Request, sent: &Sent<'_>) -> Result<Request, Response> {
+    let headers = request.headers();
+    if let Err(check) = same_site(headers, sent.host) {
+        tracing::warn!(path = %sent.path, check, "refused: cross-site request");
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "Refused: a page of another site cannot change anything here.",
+            sent.json,
+        ));
+    }
+    let json_body = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let (token, rebuilt) = csrf_of(request).await?;
+    let valid = (json_body && sent.session.is_none())
+        || match (sent.csrf, &token) {
+            (Some(expected), Some(token)) => {
+                // Equal length hex strings; compare without an early exit.
+                expected.len() == token.len()
+                    && expected
+                        .bytes()
+                        .zip(token.bytes())
+                        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                        == 0
+            }
+            _ => false,
+        };
+    if !valid {
+        tracing::warn!(path = %sent.path, "refused: missing or wrong CSRF token");
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "The form's security token is missing or out of date: reload the page and try again.",
+            sent.json,
+        ));
+    }
+    Ok(rebuilt)
+}
+
+/// Nobody logged in and the path is not public: a browser goes to the login page (and back
+/// here after), anyone else is told to log in.
+fn login_first(request: &Request, json: bool) -> Response {
+    if safe_method(request.method()) && !json {
+        let next_path = match request.uri().path_and_query() {
+            Some(pq) => pq.as_str().to_owned(),
+            None => "/".to_owned(),
+        };
+        let target = format!(
+            "/login?next={}",
+            form_urlencoded::byte_serialize(next_path.as_bytes()).collect::<String>()
+        );
+        return Redirect::to(&target).into_response();
+    }
+    refuse(
+        StatusCode::UNAUTHORIZED,
+        "Log in first (or send an API token: Authorization: Bearer …).",
+        json,
+    )
 }

@@ -36,39 +36,19 @@ fn step_title(event: &Event) -> (String, bool) {
             skills_included,
             skills_dropped,
             messages,
-        } => {
-            let mut title = format!("assembled {messages} message(s)");
-            if *system_prompt {
-                title.push_str(" with a system prompt");
-            }
-            if !skills_included.is_empty() {
-                title.push_str(&format!(", skills: {}", skills_included.join(", ")));
-            }
-            if !skills_dropped.is_empty() {
-                title.push_str(&format!(
-                    " (dropped over budget: {})",
-                    skills_dropped.join(", ")
-                ));
-            }
-            (title, true)
-        }
+        } => (
+            assembled_title(*messages, *system_prompt, skills_included, skills_dropped),
+            true,
+        ),
         Event::Request {
             first,
             messages,
             tools_offered,
             ..
-        } => {
-            let new = match first {
-                Some(first) if *first > 0 => format!(" ({} new)", messages.len()),
-                _ => String::new(),
-            };
-            let total = first.unwrap_or(0) + messages.len();
-            let tools = tools_offered.len();
-            (
-                format!("request: {total} message(s){new}, {tools} tool(s) offered"),
-                true,
-            )
-        }
+        } => (
+            request_title(*first, messages.len(), tools_offered.len()),
+            true,
+        ),
         Event::Llm { tool_calls, .. } if tool_calls.is_empty() => {
             ("model answered".to_owned(), true)
         }
@@ -87,34 +67,27 @@ fn step_title(event: &Event) -> (String, bool) {
         ),
         Event::LlmFailed { message, .. } => (format!("model failed: {message}"), false),
         Event::Tool { .. } => tool_title(event),
-        Event::ApprovalRequested { calls, gated, .. } => (
-            format!(
-                "approval requested: {} ({} gated)",
-                names(calls),
-                gated.len()
-            ),
-            true,
-        ),
+        Event::ApprovalRequested { calls, gated, .. } => {
+            let gated = gated.len();
+            (
+                format!("approval requested: {} ({gated} gated)", names(calls)),
+                true,
+            )
+        }
         Event::ApprovalDecided {
             decided_by,
             through_token,
             choices,
             ..
-        } => {
-            let list: Vec<String> = choices
-                .iter()
-                .map(|c| format!("{} {}", c.tool, choice_words(&c.choice)))
-                .collect();
-            let who = nrllm_core::authority::label(decided_by, through_token.as_deref());
-            (format!("decided by {who}: {}", list.join(", ")), true)
-        }
+        } => (
+            decided_title(decided_by, through_token.as_deref(), choices),
+            true,
+        ),
         Event::ApprovalExpired { choices, .. } => {
             let tools: Vec<&str> = choices.iter().map(|c| c.tool.as_str()).collect();
             let not_run = tools.join(", ");
-            (
-                format!("expired: nobody decided before the deadline; not run: {not_run}"),
-                false,
-            )
+            let text = format!("expired: nobody decided before the deadline; not run: {not_run}");
+            (text, false)
         }
         Event::Recovered { resumes_at } => {
             (format!("recovered after a restart: {resumes_at}"), true)
@@ -148,6 +121,53 @@ fn decided_line(c: &nrllm_core::events::CallChoice) -> String {
         }
     }
     line
+}
+
+/// "assembled 3 message(s) with a system prompt, skills: …".
+fn assembled_title(
+    messages: usize,
+    system_prompt: bool,
+    skills_included: &[String],
+    skills_dropped: &[String],
+) -> String {
+    let mut title = format!("assembled {messages} message(s)");
+    if system_prompt {
+        title.push_str(" with a system prompt");
+    }
+    if !skills_included.is_empty() {
+        title.push_str(&format!(", skills: {}", skills_included.join(", ")));
+    }
+    if !skills_dropped.is_empty() {
+        title.push_str(&format!(
+            " (dropped over budget: {})",
+            skills_dropped.join(", ")
+        ));
+    }
+    title
+}
+
+/// "decided by alice: write_page approved, …".
+fn decided_title(
+    decided_by: &str,
+    through_token: Option<&str>,
+    choices: &[nrllm_core::events::CallChoice],
+) -> String {
+    let list: Vec<String> = choices
+        .iter()
+        .map(|c| format!("{} {}", c.tool, choice_words(&c.choice)))
+        .collect();
+    let who = nrllm_core::authority::label(decided_by, through_token);
+    format!("decided by {who}: {}", list.join(", "))
+}
+
+/// "request: 7 message(s) (2 new), 4 tool(s) offered".
+fn request_title(first: Option<usize>, new: usize, tools: usize) -> String {
+    let fresh = match first {
+        Some(first) if first > 0 => format!(" ({new} new)"),
+        _ => String::new(),
+    };
+    let total = first.unwrap_or(0) + new;
+    format!("request: {total} message(s){fresh}, {tools} tool(s) offered")
 }
 
 /// "retry 2 in 1.5 s: …", with the hint the wait follows.
