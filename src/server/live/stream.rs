@@ -27,6 +27,9 @@ pub enum StreamError {
     Store,
 }
 
+/// A stream of a run's steps as server-sent events.
+type Steps = futures::stream::BoxStream<'static, SseEvent>;
+
 /// The events of run `id` after sequence `after`, then — if it runs in this process — its live
 /// events until it stops running. Nothing is allocated for an unknown id; the stream holds no
 /// task, so dropping it (the client went away) frees everything at once.
@@ -37,10 +40,7 @@ pub fn event_stream(
     remote: Option<Arc<RemoteFeed>>,
     id: Uuid,
     after: i64,
-) -> futures::future::BoxFuture<
-    'static,
-    Result<futures::stream::BoxStream<'static, SseEvent>, StreamError>,
-> {
+) -> futures::future::BoxFuture<'static, Result<Steps, StreamError>> {
     Box::pin(async move {
         let read = |err| {
             tracing::error!(%err, run_id = %id, "reading a run for its event stream");
@@ -60,24 +60,7 @@ pub fn event_stream(
             // place under the caps while it waits.
             let slot = hub.wait_slot(id).map_err(|_| StreamError::Full)?;
             let replay = paged_steps(Arc::clone(&store), id, page, Arc::clone(&last));
-            let taken = async move {
-                loop {
-                    tokio::time::sleep(QUEUE_RECHECK).await;
-                    match store.get(id).await {
-                        Ok(Some(run)) if run.status == RunStatus::Queued => continue,
-                        Ok(Some(_)) => break,
-                        // Gone or unreadable: the stream ends and the browser reconnects.
-                        _ => return futures::stream::empty().boxed(),
-                    }
-                }
-                // The stream of the taken run holds a place of its own.
-                drop(slot);
-                match event_stream(store, hub, remote, id, last.load(Ordering::Acquire)).await {
-                    // Without the reconnection hint it sent already.
-                    Ok(stream) => stream.skip(1).boxed(),
-                    Err(_) => futures::stream::empty().boxed(),
-                }
-            };
+            let taken = once_taken(store, hub, remote, id, (last, slot));
             return Ok(retry
                 .chain(replay)
                 .chain(futures::stream::once(taken).flatten())
@@ -99,63 +82,10 @@ pub fn event_stream(
         };
         let replay = paged_steps(Arc::clone(&store), id, page, Arc::clone(&last));
         let tail = async move {
-            let mut last = last.load(Ordering::Acquire);
-            if let Some(subscription) = subscription {
-                let Subscription {
-                    receiver,
-                    slot,
-                    unpersisted,
-                } = subscription;
-                let mut head = Vec::new();
-                for event in &unpersisted {
-                    if event.sequence > last {
-                        last = event.sequence;
-                        head.push(step_event(event));
-                    }
-                }
-                let live = BroadcastStream::new(receiver)
-                    // Fell behind: the stream ends and the browser reconnects from its last id.
-                    .take_while(|message| ready(message.is_ok()))
-                    // The slot lives as long as the stream: dropping the stream gives it back.
-                    .scan((last, slot), |(last, _slot), message| {
-                        let event = match message {
-                            Ok(LiveMessage::Event(event)) if event.sequence > *last => {
-                                *last = event.sequence;
-                                Some(step_event(&event))
-                            }
-                            Ok(LiveMessage::Status(status)) if status != RunStatus::Running => {
-                                Some(status_event(status))
-                            }
-                            _ => None,
-                        };
-                        ready(Some(event))
-                    })
-                    .filter_map(ready);
-                return futures::stream::iter(head).chain(live).boxed();
-            }
-            // Not running here: if it still runs (elsewhere), follow its commits; else say how
-            // it ended, its last steps first. Without announcements the stream ends and the
-            // browser reconnects.
-            let still_running = matches!(
-                store.get(id).await,
-                Ok(Some(run)) if run.status == RunStatus::Running
-            );
-            match (still_running, elsewhere) {
-                (true, Some((receiver, slot))) => futures::stream::unfold(
-                    RemoteTail {
-                        store,
-                        id,
-                        last,
-                        receiver,
-                        _slot: slot,
-                        done: false,
-                    },
-                    RemoteTail::next_batch,
-                )
-                .flat_map(futures::stream::iter)
-                .boxed(),
-                (true, None) => futures::stream::empty().boxed(),
-                (false, _) => futures::stream::iter(settle(store, id, last).await).boxed(),
+            let last = last.load(Ordering::Acquire);
+            match subscription {
+                Some(subscription) => live_tail(subscription, last),
+                None => elsewhere_tail(store, id, last, elsewhere).await,
             }
         };
         Ok(retry
@@ -163,6 +93,101 @@ pub fn event_stream(
             .chain(futures::stream::once(tail).flatten())
             .boxed())
     })
+}
+
+/// A queued run's stream once a worker takes it: the stream of the run as it is then, from the
+/// last step sent (the `slot` held its place under the caps while it waited).
+async fn once_taken(
+    store: Arc<dyn RunStore>,
+    hub: Arc<LiveHub>,
+    remote: Option<Arc<RemoteFeed>>,
+    id: Uuid,
+    (last, slot): (Arc<AtomicI64>, Slot),
+) -> Steps {
+    loop {
+        tokio::time::sleep(QUEUE_RECHECK).await;
+        match store.get(id).await {
+            Ok(Some(run)) if run.status == RunStatus::Queued => continue,
+            Ok(Some(_)) => break,
+            // Gone or unreadable: the stream ends and the browser reconnects.
+            _ => return futures::stream::empty().boxed(),
+        }
+    }
+    // The stream of the taken run holds a place of its own.
+    drop(slot);
+    match event_stream(store, hub, remote, id, last.load(Ordering::Acquire)).await {
+        // Without the reconnection hint it sent already.
+        Ok(stream) => stream.skip(1).boxed(),
+        Err(_) => futures::stream::empty().boxed(),
+    }
+}
+
+/// A run running here, from its live feed: the events emitted but not yet committed, then each
+/// new one, until it stops running or the client falls behind.
+fn live_tail(subscription: Subscription, mut last: i64) -> Steps {
+    let Subscription {
+        receiver,
+        slot,
+        unpersisted,
+    } = subscription;
+    let mut head = Vec::new();
+    for event in &unpersisted {
+        if event.sequence > last {
+            last = event.sequence;
+            head.push(step_event(event));
+        }
+    }
+    let live = BroadcastStream::new(receiver)
+        // Fell behind: the stream ends and the browser reconnects from its last id.
+        .take_while(|message| ready(message.is_ok()))
+        // The slot lives as long as the stream: dropping the stream gives it back.
+        .scan((last, slot), |(last, _slot), message| {
+            let event = match message {
+                Ok(LiveMessage::Event(event)) if event.sequence > *last => {
+                    *last = event.sequence;
+                    Some(step_event(&event))
+                }
+                Ok(LiveMessage::Status(status)) if status != RunStatus::Running => {
+                    Some(status_event(status))
+                }
+                _ => None,
+            };
+            ready(Some(event))
+        })
+        .filter_map(ready);
+    futures::stream::iter(head).chain(live).boxed()
+}
+
+/// A run not running here: if it still runs (elsewhere), its commits as that instance
+/// announces them; else how it ended, its last steps first. Without announcements the stream
+/// ends and the browser reconnects.
+async fn elsewhere_tail(
+    store: Arc<dyn RunStore>,
+    id: Uuid,
+    last: i64,
+    elsewhere: Option<(tokio::sync::broadcast::Receiver<Uuid>, RemoteSlot)>,
+) -> Steps {
+    let still_running = matches!(
+        store.get(id).await,
+        Ok(Some(run)) if run.status == RunStatus::Running
+    );
+    match (still_running, elsewhere) {
+        (true, Some((receiver, slot))) => futures::stream::unfold(
+            RemoteTail {
+                store,
+                id,
+                last,
+                receiver,
+                _slot: slot,
+                done: false,
+            },
+            RemoteTail::next_batch,
+        )
+        .flat_map(futures::stream::iter)
+        .boxed(),
+        (true, None) => futures::stream::empty().boxed(),
+        (false, _) => futures::stream::iter(settle(store, id, last).await).boxed(),
+    }
 }
 
 /// The stream of a run that does not run (it waits, or it ended): its steps after `after`, read

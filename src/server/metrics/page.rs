@@ -22,7 +22,16 @@ pub(super) struct StatusLabel {
 /// The metrics as they are now, in the Prometheus text format.
 pub async fn render(state: &AppState) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
     let mut registry = Registry::with_prefix("nrllm");
+    register_database(&mut registry, state).await?;
+    register_counters(&mut registry, &state.counters);
+    register_instance(&mut registry, state);
+    let mut text = String::new();
+    encode(&mut text, &registry)?;
+    Ok(text)
+}
 
+/// What the database says: runs by status, and how long the waiting ones have waited.
+async fn register_database(registry: &mut Registry, state: &AppState) -> Result<(), sqlx::Error> {
     let runs = Family::<StatusLabel, Gauge>::default();
     let counts: Vec<(String, i64)> =
         sqlx::query_as("SELECT status, COUNT(*) FROM agent_run GROUP BY status")
@@ -57,8 +66,11 @@ pub async fn render(state: &AppState) -> Result<String, Box<dyn std::error::Erro
         "How long the runs waiting for a decision or an answer have waited",
         waiting_age,
     );
+    Ok(())
+}
 
-    let counters = &state.counters;
+/// What the run service counted on this instance: decisions, model calls, retries, latency.
+fn register_counters(registry: &mut Registry, counters: &Counters) {
     registry.register(
         "decisions",
         "Decisions taken through this instance",
@@ -84,6 +96,10 @@ pub async fn render(state: &AppState) -> Result<String, Box<dyn std::error::Erro
         "How long answered model calls took",
         counters.model_latency.clone(),
     );
+}
+
+/// What this instance does now: lease takeovers, live streams, runs driven, queue work taken.
+fn register_instance(registry: &mut Registry, state: &AppState) {
     let reaped = Counter::<u64>::default();
     reaped.inc_by(state.leases.reaped());
     registry.register(
@@ -116,10 +132,6 @@ pub async fn render(state: &AppState) -> Result<String, Box<dyn std::error::Erro
         "Queued runs (new runs and claimed decisions) this instance took",
         taken,
     );
-
-    let mut text = String::new();
-    encode(&mut text, &registry)?;
-    Ok(text)
 }
 
 /// `GET /metrics`.
