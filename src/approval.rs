@@ -104,6 +104,87 @@ fn Preview(preview: PreviewView) -> impl IntoView {
     }
 }
 
+/// A pending call's choices: approve (as is or edited), deny with a reason, or answer it
+/// without running it, and the rule to remember with the decision.
+fn decide_call(
+    prefix: &str,
+    index: usize,
+    call: &PendingCallView,
+    configuration: Option<String>,
+) -> AnyView {
+    let name = |field: &str| list_field(field!(NrllmToolResume, calls), index, field);
+    let id = |field: &str| format!("{prefix}-call-{index}-{field}");
+    let prefix = prefix.to_owned();
+    view! {
+        <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
+            <legend class="sr-only">{format!("Decision for {}", call.tool)}</legend>
+            <label class="flex items-center gap-1">
+                <input type="radio" name=name(field!(CallForm, choice)) value="approve" checked=true id=id("approve") />" Approve"
+            </label>
+            <label class="flex items-center gap-1">
+                <input type="radio" name=name(field!(CallForm, choice)) value="deny" id=id("deny") />" Deny"
+            </label>
+            <label class="flex items-center gap-1">
+                <input type="radio" name=name(field!(CallForm, choice)) value="respond" id=id("respond") />" Answer it myself (not run)"
+            </label>
+        </fieldset>
+        <div class="mt-2 grid gap-2 sm:grid-cols-2">
+            <div>
+                <label for=id("arguments") class="text-xs font-medium">"Arguments it runs with (edit to change them)"</label>
+                <TextArea id=id("arguments") name=name(field!(CallForm, arguments)) rows=4 class=format!("{INPUT} font-mono text-xs")
+                    value=call.arguments.clone() maxlength=crate::page_data::MAX_EDIT_CHARS />
+            </div>
+            <div>
+                <label for=id("reason") class="text-xs font-medium">"Reason if denied (the model reads it)"</label>
+                <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::page_data::MAX_REASON_CHARS />
+                <label for=id("result") class="mt-2 block text-xs font-medium">"Your answer, with “Answer it myself” (the model reads it as the result; nothing runs)"</label>
+                <TextArea id=id("result") name=name(field!(CallForm, result)) rows=2 class=INPUT maxlength=crate::page_data::MAX_EDIT_CHARS />
+            </div>
+        </div>
+        {call.gated.then(|| view! { <Remember prefix=prefix.clone() index tool=call.tool.clone() arguments=call.argument_names.clone() configuration=configuration.clone() /> })}
+    }.into_any()
+}
+
+/// The choices for a call whose outcome is unknown after a restart: run it again under the same
+/// effect key, record what happened, or tell the model it failed.
+fn decide_unknown(
+    prefix: &str,
+    index: usize,
+    tool: &str,
+    dispatched_at: &str,
+    effect_key: &str,
+) -> AnyView {
+    let name = |field: &str| list_field(field!(NrllmToolResume, calls), index, field);
+    let id = |field: &str| format!("{prefix}-call-{index}-{field}");
+    view! {
+        <p class="mt-2 rounded border border-rose-300 bg-rose-50 p-2 text-sm text-rose-900 dark:border-rose-800 dark:bg-rose-950 dark:text-rose-100" data-testid="outcome-unknown">
+            {format!("Outcome unknown: this call was dispatched at {dispatched_at} (effect key {effect_key}), then the server stopped before its result was recorded. It may or may not have taken effect — check its target, then choose.")}
+        </p>
+        <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
+            <legend class="sr-only">{format!("Decision for {tool}")}</legend>
+            <label class="flex items-center gap-1">
+                <input type="radio" name=name(field!(CallForm, choice)) value="approve" checked=true id=id("again") />" Run it again (same effect key)"
+            </label>
+            <label class="flex items-center gap-1">
+                <input type="radio" name=name(field!(CallForm, choice)) value="respond" id=id("respond") />" Record what happened"
+            </label>
+            <label class="flex items-center gap-1">
+                <input type="radio" name=name(field!(CallForm, choice)) value="failed" id=id("failed") />" Tell the model it failed"
+            </label>
+        </fieldset>
+        <div class="mt-2 grid gap-2 sm:grid-cols-2">
+            <div>
+                <label for=id("result") class="text-xs font-medium">"What happened (the model reads it, with “Record what happened”)"</label>
+                <TextArea id=id("result") name=name(field!(CallForm, result)) rows=3 class=INPUT maxlength=crate::page_data::MAX_EDIT_CHARS />
+            </div>
+            <div>
+                <label for=id("reason") class="text-xs font-medium">"Note (the model reads it, with “Tell the model it failed”)"</label>
+                <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::page_data::MAX_REASON_CHARS />
+            </div>
+        </div>
+    }.into_any()
+}
+
 /// "Always approve <tool> for this run (or configuration), [only when <argument> <op> <value>]":
 /// the rule to add with this decision, for an approved call.
 #[component]
@@ -150,7 +231,6 @@ fn PendingCall(
     configuration: Option<String>,
 ) -> impl IntoView {
     let name = |field: &str| list_field(field!(NrllmToolResume, calls), index, field);
-    let id = |field: &str| format!("{prefix}-call-{index}-{field}");
     let refused = match &call.ruled {
         Some((false, note)) => Some(note.clone()),
         _ => None,
@@ -180,66 +260,15 @@ fn PendingCall(
                         {format!("Refused whatever is chosen here: {}", refused.clone().unwrap_or_default())}
                     </p>
                 }.into_any(),
-                CallState::Pending => view! {
-                    <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
-                        <legend class="sr-only">{format!("Decision for {}", call.tool)}</legend>
-                        <label class="flex items-center gap-1">
-                            <input type="radio" name=name(field!(CallForm, choice)) value="approve" checked=true id=id("approve") />" Approve"
-                        </label>
-                        <label class="flex items-center gap-1">
-                            <input type="radio" name=name(field!(CallForm, choice)) value="deny" id=id("deny") />" Deny"
-                        </label>
-                        <label class="flex items-center gap-1">
-                            <input type="radio" name=name(field!(CallForm, choice)) value="respond" id=id("respond") />" Answer it myself (not run)"
-                        </label>
-                    </fieldset>
-                    <div class="mt-2 grid gap-2 sm:grid-cols-2">
-                        <div>
-                            <label for=id("arguments") class="text-xs font-medium">"Arguments it runs with (edit to change them)"</label>
-                            <TextArea id=id("arguments") name=name(field!(CallForm, arguments)) rows=4 class=format!("{INPUT} font-mono text-xs")
-                                value=call.arguments.clone() maxlength=crate::page_data::MAX_EDIT_CHARS />
-                        </div>
-                        <div>
-                            <label for=id("reason") class="text-xs font-medium">"Reason if denied (the model reads it)"</label>
-                            <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::page_data::MAX_REASON_CHARS />
-                            <label for=id("result") class="mt-2 block text-xs font-medium">"Your answer, with “Answer it myself” (the model reads it as the result; nothing runs)"</label>
-                            <TextArea id=id("result") name=name(field!(CallForm, result)) rows=2 class=INPUT maxlength=crate::page_data::MAX_EDIT_CHARS />
-                        </div>
-                    </div>
-                    {call.gated.then(|| view! { <Remember prefix=prefix.clone() index tool=call.tool.clone() arguments=call.argument_names.clone() configuration=configuration.clone() /> })}
-                }.into_any(),
+                CallState::Pending => decide_call(&prefix, index, &call, configuration.clone()),
                 CallState::Answered { result } => view! {
                     <input type="hidden" name=name(field!(CallForm, choice)) value="approve" />
                     <p class="mt-2 text-sm" data-testid="call-answered">"It ran before the server restarted; its journaled result is used and it does not run again:"</p>
                     <pre class="mt-1 whitespace-pre-wrap rounded bg-slate-50 p-2 text-xs dark:bg-slate-950">{result}</pre>
                 }.into_any(),
-                CallState::OutcomeUnknown { dispatched_at, effect_key } => view! {
-                    <p class="mt-2 rounded border border-rose-300 bg-rose-50 p-2 text-sm text-rose-900 dark:border-rose-800 dark:bg-rose-950 dark:text-rose-100" data-testid="outcome-unknown">
-                        {format!("Outcome unknown: this call was dispatched at {dispatched_at} (effect key {effect_key}), then the server stopped before its result was recorded. It may or may not have taken effect — check its target, then choose.")}
-                    </p>
-                    <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
-                        <legend class="sr-only">{format!("Decision for {}", call.tool)}</legend>
-                        <label class="flex items-center gap-1">
-                            <input type="radio" name=name(field!(CallForm, choice)) value="approve" checked=true id=id("again") />" Run it again (same effect key)"
-                        </label>
-                        <label class="flex items-center gap-1">
-                            <input type="radio" name=name(field!(CallForm, choice)) value="respond" id=id("respond") />" Record what happened"
-                        </label>
-                        <label class="flex items-center gap-1">
-                            <input type="radio" name=name(field!(CallForm, choice)) value="failed" id=id("failed") />" Tell the model it failed"
-                        </label>
-                    </fieldset>
-                    <div class="mt-2 grid gap-2 sm:grid-cols-2">
-                        <div>
-                            <label for=id("result") class="text-xs font-medium">"What happened (the model reads it, with “Record what happened”)"</label>
-                            <TextArea id=id("result") name=name(field!(CallForm, result)) rows=3 class=INPUT maxlength=crate::page_data::MAX_EDIT_CHARS />
-                        </div>
-                        <div>
-                            <label for=id("reason") class="text-xs font-medium">"Note (the model reads it, with “Tell the model it failed”)"</label>
-                            <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::page_data::MAX_REASON_CHARS />
-                        </div>
-                    </div>
-                }.into_any(),
+                CallState::OutcomeUnknown { dispatched_at, effect_key } => {
+                    decide_unknown(&prefix, index, &call.tool, &dispatched_at, &effect_key)
+                }
             }}
         </li>
     }

@@ -4,6 +4,7 @@ use crate::api::checks::{
     at_most, MAX_PROMPT_CHARS, MAX_SKILLS_CHARS, MAX_SYSTEM_PROMPT_CHARS, MAX_TOOLS,
 };
 use crate::error::AppError;
+use crate::page_data::ConfigurationView;
 use crate::server::AppState;
 use nrllm_core::assembly::Skill;
 use nrllm_core::provider::ModelOptions;
@@ -38,70 +39,31 @@ impl RunForm {
                 "write what the agent should do",
             ));
         }
-        at_most("prompt", Some(&prompt), MAX_PROMPT_CHARS)?;
-        at_most(
-            "system_prompt",
-            self.system_prompt.as_deref(),
-            MAX_SYSTEM_PROMPT_CHARS,
+        self.check_sizes(&prompt)?;
+        let chosen = self.chosen(state)?;
+        let max_rounds = number(
+            &self.max_rounds,
+            "max_rounds",
+            1..=20,
+            "a whole number from 1 to 20",
+        )?
+        .unwrap_or(nrllm_core::state::DEFAULT_MAX_ROUNDS);
+        let temperature = number(
+            &self.temperature,
+            "temperature",
+            0.0..=2.0,
+            "a number from 0 to 2",
         )?;
-        at_most("skills", self.skills.as_deref(), MAX_SKILLS_CHARS)?;
-        if self.tools.as_ref().is_some_and(|t| t.len() > MAX_TOOLS) {
-            return Err(AppError::invalid(
-                "tools",
-                format!("at most {MAX_TOOLS} tools"),
-            ));
-        }
-        let configuration = present(&self.configuration)
-            .unwrap_or(crate::server::configurations::DEMO_CONFIGURATION)
-            .to_owned();
-        let offered = state.configurations.views();
-        let Some(chosen) = offered.iter().find(|c| c.name == configuration) else {
-            return Err(AppError::invalid(
-                "configuration",
-                format!("there is no configuration `{configuration}`"),
-            ));
-        };
-        if !chosen.available {
-            return Err(AppError::invalid(
-                "configuration",
-                chosen
-                    .reason
-                    .clone()
-                    .unwrap_or_else(|| "this configuration is not available".into()),
-            ));
-        }
-        let max_rounds = match present(&self.max_rounds) {
-            None => nrllm_core::state::DEFAULT_MAX_ROUNDS,
-            Some(text) => text
-                .parse::<u32>()
-                .ok()
-                .filter(|n| (1..=20).contains(n))
-                .ok_or_else(|| AppError::invalid("max_rounds", "a whole number from 1 to 20"))?,
-        };
-        let temperature = match present(&self.temperature) {
-            None => None,
-            Some(text) => Some(
-                text.parse::<f64>()
-                    .ok()
-                    .filter(|t| (0.0..=2.0).contains(t))
-                    .ok_or_else(|| AppError::invalid("temperature", "a number from 0 to 2"))?,
-            ),
-        };
-        let max_tokens = match present(&self.max_tokens) {
-            None => None,
-            Some(text) => Some(
-                text.parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=200_000).contains(n))
-                    .ok_or_else(|| {
-                        AppError::invalid("max_tokens", "a whole number from 1 to 200000")
-                    })?,
-            ),
-        };
-        let allow_list = match (self.choose_tools.is_some(), self.tools) {
+        let max_tokens = number(
+            &self.max_tokens,
+            "max_tokens",
+            1..=200_000,
+            "a whole number from 1 to 200000",
+        )?;
+        let allow_list = match (self.choose_tools.is_some(), &self.tools) {
             (false, None) => AllowList::All,
             (_, tools) => {
-                let tools = tools.unwrap_or_default();
+                let tools = tools.clone().unwrap_or_default();
                 if let Some(unknown) = tools.iter().find(|t| state.registry.get(t).is_none()) {
                     return Err(AppError::invalid(
                         "tools",
@@ -124,28 +86,103 @@ impl RunForm {
             settings: RunSettings {
                 allow_list,
                 admin: false,
-                // Values left empty in the form take the configuration's defaults.
-                model: ModelOptions {
-                    temperature: temperature.or(defaults.temperature),
-                    max_tokens: max_tokens.or(defaults.max_tokens),
-                    from_configuration: [
-                        (
-                            "temperature",
-                            temperature.is_none() && defaults.temperature.is_some(),
-                        ),
-                        (
-                            "max_tokens",
-                            max_tokens.is_none() && defaults.max_tokens.is_some(),
-                        ),
-                    ]
-                    .into_iter()
-                    .filter(|(_, from)| *from)
-                    .map(|(name, _)| name.to_owned())
-                    .collect(),
-                },
+                model: model_options(temperature, max_tokens, defaults),
                 max_rounds,
             },
         })
+    }
+
+    /// Each text within its size, and no more tools than any registry holds.
+    fn check_sizes(&self, prompt: &str) -> Result<(), AppError> {
+        at_most("prompt", Some(prompt), MAX_PROMPT_CHARS)?;
+        at_most(
+            "system_prompt",
+            self.system_prompt.as_deref(),
+            MAX_SYSTEM_PROMPT_CHARS,
+        )?;
+        at_most("skills", self.skills.as_deref(), MAX_SKILLS_CHARS)?;
+        if self.tools.as_ref().is_some_and(|t| t.len() > MAX_TOOLS) {
+            return Err(AppError::invalid(
+                "tools",
+                format!("at most {MAX_TOOLS} tools"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The configuration asked for (the demo's if none), if there is one and it is available.
+    fn chosen(&self, state: &AppState) -> Result<ConfigurationView, AppError> {
+        let configuration = present(&self.configuration)
+            .unwrap_or(crate::server::configurations::DEMO_CONFIGURATION)
+            .to_owned();
+        let Some(chosen) = state
+            .configurations
+            .views()
+            .into_iter()
+            .find(|c| c.name == configuration)
+        else {
+            return Err(AppError::invalid(
+                "configuration",
+                format!("there is no configuration `{configuration}`"),
+            ));
+        };
+        if !chosen.available {
+            return Err(AppError::invalid(
+                "configuration",
+                chosen
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "this configuration is not available".into()),
+            ));
+        }
+        Ok(chosen)
+    }
+}
+
+/// A number typed in `field`, if any, within `range` (`words` say what is wanted).
+fn number<T>(
+    value: &Option<String>,
+    field: &str,
+    range: std::ops::RangeInclusive<T>,
+    words: &str,
+) -> Result<Option<T>, AppError>
+where
+    T: std::str::FromStr + PartialOrd,
+{
+    present(value)
+        .map(|text| {
+            text.parse::<T>()
+                .ok()
+                .filter(|n| range.contains(n))
+                .ok_or_else(|| AppError::invalid(field, words))
+        })
+        .transpose()
+}
+
+/// The model options: values left empty in the form take the configuration's defaults, and say
+/// so.
+fn model_options(
+    temperature: Option<f64>,
+    max_tokens: Option<u32>,
+    defaults: ModelOptions,
+) -> ModelOptions {
+    ModelOptions {
+        temperature: temperature.or(defaults.temperature),
+        max_tokens: max_tokens.or(defaults.max_tokens),
+        from_configuration: [
+            (
+                "temperature",
+                temperature.is_none() && defaults.temperature.is_some(),
+            ),
+            (
+                "max_tokens",
+                max_tokens.is_none() && defaults.max_tokens.is_some(),
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, from)| *from)
+        .map(|(name, _)| name.to_owned())
+        .collect(),
     }
 }
 
