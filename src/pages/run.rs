@@ -60,12 +60,129 @@ fn RunDetail(run: RunView) -> impl IntoView {
     // Live updates continue the list only when it ends with the latest step.
     let live = running && run.latest;
     let waiting = summary.status == RunStatus::WaitingForApproval;
-    // Queued and waiting runs are cancelled at once; a running one at its next step (once).
-    let cancellable = RunStatus::CANCELLABLE.contains(&summary.status)
-        || (summary.status == RunStatus::Running && summary.cancel_requested.is_none());
+    view! {
+        <Title text=page_title(&format!("Run: {}", summary.prompt)) />
+        <ErrorBanner error=url_error() />
+        <SummaryStrip summary=summary.clone() />
+        <p class="mt-1 text-xs text-slate-500 dark:text-slate-400" data-testid="model-options">{summary.model_options.clone()}</p>
+        {run_notes(&run)}
+        {(summary.status == RunStatus::WaitingForInput).then(|| view! {
+            <QuestionPanel run=run.clone() />
+        })}
+        {waiting.then(|| view! {
+            <ApprovalPanel run=run.clone() shortcuts=true />
+            <ApprovalGuard keys=true />
+        })}
+        {run_outcome(&run)}
+        {steps_pane(&run, live)}
+        {cancel_form(&run)}
+    }
+}
+
+/// Where the run stands besides its steps: its place in the queue, a cancel asked for, its
+/// webhooks, the run it goes on from and the runs that go on from it, and its rules.
+fn run_notes(run: &RunView) -> AnyView {
+    let summary = run.summary.clone();
+    let running = summary.status.is_live();
     let queued = summary.status == RunStatus::Queued;
-    // A provider failure is retried from the journal: the model is asked again, no tool re-runs.
+    let id = summary.id.clone();
+    view! {
+    {queued.then(|| view! {
+        <p class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="queued-note">
+            {match summary.queue_position {
+                Some(1) => "Queued: next in line. It starts as soon as an instance has room; ".to_owned(),
+                Some(n) => format!("Queued: {n} in line. It starts when an instance has room; "),
+                None => "Queued. It starts when an instance has room; ".to_owned(),
+            }}
+            "this page follows it."
+        </p>
+    })}
+    {(running && !queued).then(|| view! {
+        <p class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="running-note">
+            "The run is working. Steps appear as they happen; "
+            <a href=format!("/runs/{id}") class="underline">"refresh"</a>
+            " if they don't."
+        </p>
+    })}
+    {summary.cancel_requested.clone().map(|text| view! {
+        <p class="mt-2 text-sm text-amber-800 dark:text-amber-300" data-testid="cancel-requested">{text}</p>
+    })}
+    {(!run.webhooks.is_empty()).then(|| view! {
+        <ul class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="webhooks">
+            {run.webhooks.iter().map(|hook| view! {
+                <li data-testid="webhook" data-state=hook.state.clone()
+                    class=if hook.state == "failed" { "text-rose-700 dark:text-rose-400" } else { "" }>
+                    {hook.text.clone()}
+                </li>
+            }).collect_view()}
+        </ul>
+    })}
+    {summary.parent.clone().map(|(parent, note)| view! {
+        <p class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="parent">
+            "Goes on from " <a href=format!("/runs/{parent}") class="underline">{format!("run {}", &parent[..8.min(parent.len())])}</a>
+            {format!(": {note}.")}
+        </p>
+    })}
+    {(!run.children.is_empty()).then(|| view! {
+        <section class="mt-2 text-sm" data-testid="children">
+            <h2 class="font-semibold">"Runs that go on from this one"</h2>
+            <ul class="mt-1 space-y-1">
+                {run.children.iter().map(|child| view! {
+                    <li data-testid="child">
+                        <a href=format!("/runs/{}", child.id) class="underline">{format!("run {}", &child.id[..8.min(child.id.len())])}</a>
+                        " " <StatusBadge status=child.status />
+                        {format!(" — {}; by {} at {}", child.note, child.requested_by, child.created_at)}
+                    </li>
+                }).collect_view()}
+            </ul>
+        </section>
+    })}
+    {(!run.rules.is_empty()).then(|| view! {
+        <section class="mt-3" data-testid="run-rules">
+            <h2 class="text-sm font-semibold">"Approval rules for this run"</h2>
+            <RuleList rules=run.rules.clone() />
+        </section>
+    })}
+    }
+    .into_any()
+}
+
+/// The run's answer, or why it failed (with a retry for a provider failure, which asks the model
+/// again from the journal: no tool re-runs).
+fn run_outcome(run: &RunView) -> AnyView {
+    let summary = run.summary.clone();
     let retryable = summary.termination_reason.as_deref() == Some("provider_failed");
+    view! {
+    {summary.final_answer.clone().map(|answer| view! {
+        <section class="mt-4 rounded-lg border border-emerald-200 bg-emerald-50 p-4 dark:border-emerald-900 dark:bg-emerald-950">
+            <h2 class="text-sm font-semibold">"Answer"</h2>
+            <p class="mt-1 whitespace-pre-wrap" data-testid="final-answer">{answer}</p>
+        </section>
+    })}
+    {summary.error_summary.clone().map(|message| view! {
+        <section role="alert" class="mt-4 rounded-lg border border-rose-200 bg-rose-50 p-4 dark:border-rose-900 dark:bg-rose-950">
+            <h2 class="text-sm font-semibold">"The run failed"</h2>
+            <p class="mt-1" data-testid="run-error">{message}</p>
+            {retryable.then(|| view! {
+                <form method="post" action={action::<NrllmRunRetry>()} class="mt-3 flex items-center gap-3">
+                    <CsrfField />
+                    <input type="hidden" name=field!(NrllmRunRetry, run_id) value=summary.id.clone() />
+                    <button type="submit" class=BUTTON_PRIMARY data-testid="retry">"Retry"</button>
+                    <span class="text-sm text-slate-600 dark:text-slate-400">
+                        "Starts a new run that asks the model again from this run's journal; no tool of this run runs again."
+                    </span>
+                </form>
+            })}
+        </section>
+    })}
+    }
+    .into_any()
+}
+
+/// The steps (live while the run runs here and the list ends with the latest step) beside the
+/// selected step's detail.
+fn steps_pane(run: &RunView, live: bool) -> AnyView {
+    let summary = run.summary.clone();
     let id = summary.id.clone();
     let selected = run.detail.as_ref().map(|d| d.step.sequence);
     let rows = run
@@ -78,138 +195,60 @@ fn RunDetail(run: RunView) -> impl IntoView {
         })
         .collect_view();
     view! {
-        <Title text=page_title(&format!("Run: {}", summary.prompt)) />
-        <ErrorBanner error=url_error() />
-        <SummaryStrip summary=summary.clone() />
-        <p class="mt-1 text-xs text-slate-500 dark:text-slate-400" data-testid="model-options">{summary.model_options.clone()}</p>
-        {queued.then(|| view! {
-            <p class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="queued-note">
-                {match summary.queue_position {
-                    Some(1) => "Queued: next in line. It starts as soon as an instance has room; ".to_owned(),
-                    Some(n) => format!("Queued: {n} in line. It starts when an instance has room; "),
-                    None => "Queued. It starts when an instance has room; ".to_owned(),
-                }}
-                "this page follows it."
-            </p>
-        })}
-        {(running && !queued).then(|| view! {
-            <p class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="running-note">
-                "The run is working. Steps appear as they happen; "
-                <a href=format!("/runs/{id}") class="underline">"refresh"</a>
-                " if they don't."
-            </p>
-        })}
-        {summary.cancel_requested.clone().map(|text| view! {
-            <p class="mt-2 text-sm text-amber-800 dark:text-amber-300" data-testid="cancel-requested">{text}</p>
-        })}
-        {(!run.webhooks.is_empty()).then(|| view! {
-            <ul class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="webhooks">
-                {run.webhooks.iter().map(|hook| view! {
-                    <li data-testid="webhook" data-state=hook.state.clone()
-                        class=if hook.state == "failed" { "text-rose-700 dark:text-rose-400" } else { "" }>
-                        {hook.text.clone()}
-                    </li>
-                }).collect_view()}
-            </ul>
-        })}
-        {summary.parent.clone().map(|(parent, note)| view! {
-            <p class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="parent">
-                "Goes on from " <a href=format!("/runs/{parent}") class="underline">{format!("run {}", &parent[..8.min(parent.len())])}</a>
-                {format!(": {note}.")}
-            </p>
-        })}
-        {(!run.children.is_empty()).then(|| view! {
-            <section class="mt-2 text-sm" data-testid="children">
-                <h2 class="font-semibold">"Runs that go on from this one"</h2>
-                <ul class="mt-1 space-y-1">
-                    {run.children.iter().map(|child| view! {
-                        <li data-testid="child">
-                            <a href=format!("/runs/{}", child.id) class="underline">{format!("run {}", &child.id[..8.min(child.id.len())])}</a>
-                            " " <StatusBadge status=child.status />
-                            {format!(" — {}; by {} at {}", child.note, child.requested_by, child.created_at)}
-                        </li>
-                    }).collect_view()}
-                </ul>
-            </section>
-        })}
-        {(!run.rules.is_empty()).then(|| view! {
-            <section class="mt-3" data-testid="run-rules">
-                <h2 class="text-sm font-semibold">"Approval rules for this run"</h2>
-                <RuleList rules=run.rules.clone() />
-            </section>
-        })}
-        {(summary.status == RunStatus::WaitingForInput).then(|| view! {
-            <QuestionPanel run=run.clone() />
-        })}
-        {waiting.then(|| view! {
-            <ApprovalPanel run=run.clone() shortcuts=true />
-            <ApprovalGuard keys=true />
-        })}
-        {summary.final_answer.clone().map(|answer| view! {
-            <section class="mt-4 rounded-lg border border-emerald-200 bg-emerald-50 p-4 dark:border-emerald-900 dark:bg-emerald-950">
-                <h2 class="text-sm font-semibold">"Answer"</h2>
-                <p class="mt-1 whitespace-pre-wrap" data-testid="final-answer">{answer}</p>
-            </section>
-        })}
-        {summary.error_summary.clone().map(|message| view! {
-            <section role="alert" class="mt-4 rounded-lg border border-rose-200 bg-rose-50 p-4 dark:border-rose-900 dark:bg-rose-950">
-                <h2 class="text-sm font-semibold">"The run failed"</h2>
-                <p class="mt-1" data-testid="run-error">{message}</p>
-                {retryable.then(|| view! {
-                    <form method="post" action={action::<NrllmRunRetry>()} class="mt-3 flex items-center gap-3">
-                        <CsrfField />
-                        <input type="hidden" name=field!(NrllmRunRetry, run_id) value=summary.id.clone() />
-                        <button type="submit" class=BUTTON_PRIMARY data-testid="retry">"Retry"</button>
-                        <span class="text-sm text-slate-600 dark:text-slate-400">
-                            "Starts a new run that asks the model again from this run's journal; no tool of this run runs again."
+    <div class="mt-4 grid gap-4 lg:grid-cols-2">
+        <section class="rounded-lg border border-slate-200 bg-white p-4 dark:border-slate-800 dark:bg-slate-900">
+            <div class="flex items-center justify-between">
+                <h2 class="font-semibold">"Steps"</h2>
+                <div class="flex items-center gap-3 text-sm">
+                    {run.log.clone().map(|log| view! {
+                        <span data-testid="log-check" data-verified=log.verified.to_string()
+                            class=if log.verified { "text-emerald-700 dark:text-emerald-400" } else if log.failed { "font-semibold text-rose-700 dark:text-rose-400" } else { "text-slate-500 dark:text-slate-400" }>
+                            {log.text}
                         </span>
-                    </form>
-                })}
-            </section>
-        })}
-        <div class="mt-4 grid gap-4 lg:grid-cols-2">
-            <section class="rounded-lg border border-slate-200 bg-white p-4 dark:border-slate-800 dark:bg-slate-900">
-                <div class="flex items-center justify-between">
-                    <h2 class="font-semibold">"Steps"</h2>
-                    <div class="flex items-center gap-3 text-sm">
-                        {run.log.clone().map(|log| view! {
-                            <span data-testid="log-check" data-verified=log.verified.to_string()
-                                class=if log.verified { "text-emerald-700 dark:text-emerald-400" } else if log.failed { "font-semibold text-rose-700 dark:text-rose-400" } else { "text-slate-500 dark:text-slate-400" }>
-                                {log.text}
-                            </span>
-                        })}
-                        <a href=format!("/runs/{}/export.json", summary.id) class="underline" download="">"Export JSON"</a>
-                    </div>
+                    })}
+                    <a href=format!("/runs/{}/export.json", summary.id) class="underline" download="">"Export JSON"</a>
                 </div>
-                {run.older_before.map(|before| view! {
-                    <a href=format!("/runs/{id}?steps_before={before}") class="mt-2 inline-block text-sm underline" data-testid="older-steps">"Older steps"</a>
-                })}
-                <LiveSteps run_id=summary.id.clone() after=run.last_sequence live>
-                    {rows}
-                </LiveSteps>
-                {(!run.latest).then(|| view! {
-                    <a href=format!("/runs/{id}") class="mt-2 inline-block text-sm underline" data-testid="latest-steps">"Latest steps"</a>
-                })}
-            </section>
-            <StepDetailPane run_id=summary.id.clone() detail=run.detail.clone() />
-        </div>
-        {cancellable.then(|| view! {
-            <form method="post" action={action::<NrllmRunCancel>()} class="mt-4 flex flex-wrap items-end gap-3">
-                <CsrfField />
-                <input type="hidden" name=field!(NrllmRunCancel, run_id) value=summary.id.clone() />
-                <label class="text-sm">
-                    "Why (optional, kept in the steps)"
-                    <input type="text" name=field!(NrllmRunCancel, reason) maxlength=crate::page_data::MAX_REASON_CHARS class=INPUT data-testid="cancel-reason" />
-                </label>
-                <button type="submit" class=BUTTON_SECONDARY data-testid="cancel">"Cancel this run"</button>
-                {(summary.status == RunStatus::Running).then(|| view! {
-                    <span class="text-sm text-slate-600 dark:text-slate-400">
-                        "It stops at its next step: a model call in flight is abandoned; an approved call in flight is marked outcome unknown."
-                    </span>
-                })}
-            </form>
-        })}
+            </div>
+            {run.older_before.map(|before| view! {
+                <a href=format!("/runs/{id}?steps_before={before}") class="mt-2 inline-block text-sm underline" data-testid="older-steps">"Older steps"</a>
+            })}
+            <LiveSteps run_id=summary.id.clone() after=run.last_sequence live>
+                {rows}
+            </LiveSteps>
+            {(!run.latest).then(|| view! {
+                <a href=format!("/runs/{id}") class="mt-2 inline-block text-sm underline" data-testid="latest-steps">"Latest steps"</a>
+            })}
+        </section>
+        <StepDetailPane run_id=summary.id.clone() detail=run.detail.clone() />
+    </div>
     }
+    .into_any()
+}
+
+/// Cancelling: queued and waiting runs at once, a running one at its next step (once).
+fn cancel_form(run: &RunView) -> AnyView {
+    let summary = run.summary.clone();
+    let cancellable = RunStatus::CANCELLABLE.contains(&summary.status)
+        || (summary.status == RunStatus::Running && summary.cancel_requested.is_none());
+    view! {
+    {cancellable.then(|| view! {
+        <form method="post" action={action::<NrllmRunCancel>()} class="mt-4 flex flex-wrap items-end gap-3">
+            <CsrfField />
+            <input type="hidden" name=field!(NrllmRunCancel, run_id) value=summary.id.clone() />
+            <label class="text-sm">
+                "Why (optional, kept in the steps)"
+                <input type="text" name=field!(NrllmRunCancel, reason) maxlength=crate::page_data::MAX_REASON_CHARS class=INPUT data-testid="cancel-reason" />
+            </label>
+            <button type="submit" class=BUTTON_SECONDARY data-testid="cancel">"Cancel this run"</button>
+            {(summary.status == RunStatus::Running).then(|| view! {
+                <span class="text-sm text-slate-600 dark:text-slate-400">
+                    "It stops at its next step: a model call in flight is abandoned; an approved call in flight is marked outcome unknown."
+                </span>
+            })}
+        </form>
+    })}
+    }
+    .into_any()
 }
 
 /// The selected step's detail: its tabs as links, the selected tab's text.
