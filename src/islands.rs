@@ -120,8 +120,17 @@ fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
     });
     let _ = source.add_event_listener_with_callback("status", on_status.as_ref().unchecked_ref());
     on_status.forget();
-    // A stream the server refused (503: too many streams) is closed for good: poll by reloading
-    // the page every few seconds instead. A stream that merely ended reconnects by itself.
+    poll_when_refused(&source, reload);
+    listen_again_if_kept(&window, source, leaving, run_id, (after, added));
+}
+
+/// A stream the server refused (503: too many streams) is closed for good: poll by reloading
+/// the page every few seconds instead. A stream that merely ended reconnects by itself.
+#[cfg(feature = "hydrate")]
+fn poll_when_refused(source: &web_sys::EventSource, reload: impl Fn() + Clone + 'static) {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+
     let watched = source.clone();
     let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(move |_event: web_sys::Event| {
         if watched.ready_state() != web_sys::EventSource::CLOSED {
@@ -139,9 +148,22 @@ fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
     });
     source.set_onerror(Some(on_error.as_ref().unchecked_ref()));
     on_error.forget();
-    // Leaving the page: stop listening at once. The page stays up until the next one arrives,
-    // and a status in between must not reload it. If it stays after all (the navigation was
-    // cancelled, or answered with a download), listen again from the last step it shows.
+}
+
+/// Leaving the page: stop listening at once. The page stays up until the next one arrives,
+/// and a status in between must not reload it. If it stays after all (the navigation was
+/// cancelled, or answered with a download), listen again from the last step it shows.
+#[cfg(feature = "hydrate")]
+fn listen_again_if_kept(
+    window: &web_sys::Window,
+    source: web_sys::EventSource,
+    leaving: std::rc::Rc<std::cell::Cell<bool>>,
+    run_id: &str,
+    (after, added): (i64, RwSignal<Vec<StepView>>),
+) {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+
     let run_id = run_id.to_owned();
     let on_leave = Closure::<dyn FnMut(web_sys::Event)>::new({
         let window = window.clone();

@@ -204,64 +204,65 @@ fn role_options(roles: &[(String, String)], selected: &str) -> impl IntoView {
         .collect_view()
 }
 
+/// A user's line: their role, whether they are locked out, a new password.
+fn user_line(user: crate::api::accounts::UserView, roles: &[(String, String)]) -> impl IntoView {
+    view! {
+        <li class="py-2" data-testid="user" data-name=user.name.clone()>
+            <form method="post" action={action::<NrllmUserUpdate>()} class="flex flex-wrap items-end gap-2">
+                <CsrfField />
+                <input type="hidden" name=field!(NrllmUserUpdate, name) value=user.name.clone() />
+                <span class="w-32 font-mono">{user.name.clone()}</span>
+                <select name=field!(NrllmUserUpdate, role) class=INPUT aria-label=format!("Role of {}", user.name)>
+                    {role_options(roles, &user.role)}
+                </select>
+                <label class="flex items-center gap-1 text-sm">
+                    <input type="checkbox" name=field!(NrllmUserUpdate, disabled) value="1" checked=user.disabled />
+                    "locked out"
+                </label>
+                <input type="password" name=field!(NrllmUserUpdate, password) placeholder="new password (optional)" class=INPUT autocomplete="new-password" maxlength=1024 />
+                <button type="submit" class=BUTTON_SECONDARY>"Save"</button>
+                <span class="text-xs text-slate-500">{format!("since {}{}", user.created, if user.has_password { "" } else { ", no password yet" })}</span>
+            </form>
+        </li>
+    }
+}
+
+/// A tool's line: enabled or not.
+fn tool_line(tool: crate::page_data::ToolView) -> impl IntoView {
+    view! {
+        <li class="py-2" data-testid="tool-setting" data-name=tool.name.clone()>
+            <form method="post" action={action::<NrllmToolSet>()} class="flex flex-wrap items-center gap-2">
+                <CsrfField />
+                <input type="hidden" name=field!(NrllmToolSet, name) value=tool.name.clone() />
+                <label class="flex w-64 items-center gap-2">
+                    <input type="checkbox" name=field!(NrllmToolSet, enabled) value="1" checked=tool.enabled />
+                    <span class="font-mono">{tool.name.clone()}</span>
+                </label>
+                <span class="text-xs text-slate-500">{format!(
+                    "{}{}",
+                    tool.group,
+                    if tool.requires_approval { ", needs approval" } else { "" }
+                )}</span>
+                <button type="submit" class=BUTTON_SECONDARY>"Save"</button>
+            </form>
+        </li>
+    }
+}
+
 #[component]
 fn Admin(view: AdminView) -> impl IntoView {
     let roles = view.roles.clone();
     let users = view
         .users
         .into_iter()
-        .map(|user| {
-            let roles = roles.clone();
-            view! {
-                <li class="py-2" data-testid="user" data-name=user.name.clone()>
-                    <form method="post" action={action::<NrllmUserUpdate>()} class="flex flex-wrap items-end gap-2">
-                        <CsrfField />
-                        <input type="hidden" name=field!(NrllmUserUpdate, name) value=user.name.clone() />
-                        <span class="w-32 font-mono">{user.name.clone()}</span>
-                        <select name=field!(NrllmUserUpdate, role) class=INPUT aria-label=format!("Role of {}", user.name)>
-                            {role_options(&roles, &user.role)}
-                        </select>
-                        <label class="flex items-center gap-1 text-sm">
-                            <input type="checkbox" name=field!(NrllmUserUpdate, disabled) value="1" checked=user.disabled />
-                            "locked out"
-                        </label>
-                        <input type="password" name=field!(NrllmUserUpdate, password) placeholder="new password (optional)" class=INPUT autocomplete="new-password" maxlength=1024 />
-                        <button type="submit" class=BUTTON_SECONDARY>"Save"</button>
-                        <span class="text-xs text-slate-500">{format!("since {}{}", user.created, if user.has_password { "" } else { ", no password yet" })}</span>
-                    </form>
-                </li>
-            }
-        })
+        .map(|user| user_line(user, &roles))
         .collect_view();
     let tokens = view
         .tokens
         .into_iter()
         .map(|token| view! { <TokenLine token /> })
         .collect_view();
-    let tools = view
-        .tools
-        .into_iter()
-        .map(|tool| {
-            view! {
-                <li class="py-2" data-testid="tool-setting" data-name=tool.name.clone()>
-                    <form method="post" action={action::<NrllmToolSet>()} class="flex flex-wrap items-center gap-2">
-                        <CsrfField />
-                        <input type="hidden" name=field!(NrllmToolSet, name) value=tool.name.clone() />
-                        <label class="flex w-64 items-center gap-2">
-                            <input type="checkbox" name=field!(NrllmToolSet, enabled) value="1" checked=tool.enabled />
-                            <span class="font-mono">{tool.name.clone()}</span>
-                        </label>
-                        <span class="text-xs text-slate-500">{format!(
-                            "{}{}",
-                            tool.group,
-                            if tool.requires_approval { ", needs approval" } else { "" }
-                        )}</span>
-                        <button type="submit" class=BUTTON_SECONDARY>"Save"</button>
-                    </form>
-                </li>
-            }
-        })
-        .collect_view();
+    let tools = view.tools.into_iter().map(tool_line).collect_view();
     let new_user_roles = role_options(&roles, "operator");
     let token_roles = role_options(&roles, "viewer");
     view! {

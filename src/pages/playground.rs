@@ -35,45 +35,7 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
     let error = url_error();
     let field_only = error.as_ref().and_then(|e| e.field()).is_some();
     let banner = if field_only { None } else { error.clone() };
-    let mut groups: Vec<String> = options.tools.iter().map(|t| t.group.clone()).collect();
-    groups.dedup();
-    groups.sort();
-    groups.dedup();
-    let tool_groups = groups
-        .into_iter()
-        .map(|group| {
-            let tools = options
-                .tools
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.group == group)
-                .map(|(i, tool)| {
-                    let id = format!("tool-{}", tool.name);
-                    view! {
-                        <label for=id.clone() class="flex items-start gap-2 py-0.5 text-sm" title=tool.description.clone()>
-                            <input type="checkbox" id=id.clone() name=format!("{}[{i}]", field!(NrllmToolRun, tools)) value=tool.name.clone()
-                                checked={tool.enabled} disabled={!tool.enabled} class="mt-1" />
-                            <span>
-                                <span class="font-mono">{tool.name.clone()}</span>
-                                {tool.requires_approval.then(|| view! {
-                                    <span class="ml-1 rounded bg-amber-100 px-1 text-xs text-amber-900 dark:bg-amber-900/40 dark:text-amber-200">
-                                        {if tool.approval_per_call { "needs approval for some arguments" } else { "needs approval" }}
-                                    </span>
-                                })}
-                                {(!tool.enabled).then(|| view! { <span class="ml-1 text-xs text-slate-500">"(disabled)"</span> })}
-                            </span>
-                        </label>
-                    }
-                })
-                .collect_view();
-            view! {
-                <fieldset class="rounded-md border border-slate-200 p-3 dark:border-slate-800">
-                    <legend class="px-1 text-sm font-medium">{group}</legend>
-                    {tools}
-                </fieldset>
-            }
-        })
-        .collect_view();
+    let tool_groups = tool_groups(&options);
     let examples = options
         .example_prompts
         .iter()
@@ -123,4 +85,48 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
             </div>
         </form>
     }
+}
+
+/// The tools to offer, in their groups, each with whether it needs approval.
+fn tool_groups(options: &PlaygroundOptions) -> AnyView {
+    let mut groups: Vec<String> = options.tools.iter().map(|t| t.group.clone()).collect();
+    groups.dedup();
+    groups.sort();
+    groups.dedup();
+    groups
+        .into_iter()
+        .map(|group| {
+            let tools = options
+                .tools
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.group == group)
+                .map(|(i, tool)| {
+                    let id = format!("tool-{}", tool.name);
+                    view! {
+                        <label for=id.clone() class="flex items-start gap-2 py-0.5 text-sm" title=tool.description.clone()>
+                            <input type="checkbox" id=id.clone() name=format!("{}[{i}]", field!(NrllmToolRun, tools)) value=tool.name.clone()
+                                checked={tool.enabled} disabled={!tool.enabled} class="mt-1" />
+                            <span>
+                                <span class="font-mono">{tool.name.clone()}</span>
+                                {tool.requires_approval.then(|| view! {
+                                    <span class="ml-1 rounded bg-amber-100 px-1 text-xs text-amber-900 dark:bg-amber-900/40 dark:text-amber-200">
+                                        {if tool.approval_per_call { "needs approval for some arguments" } else { "needs approval" }}
+                                    </span>
+                                })}
+                                {(!tool.enabled).then(|| view! { <span class="ml-1 text-xs text-slate-500">"(disabled)"</span> })}
+                            </span>
+                        </label>
+                    }
+                })
+                .collect_view();
+            view! {
+                <fieldset class="rounded-md border border-slate-200 p-3 dark:border-slate-800">
+                    <legend class="px-1 text-sm font-medium">{group}</legend>
+                    {tools}
+                </fieldset>
+            }
+        })
+        .collect_view()
+        .into_any()
 }
