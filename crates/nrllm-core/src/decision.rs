@@ -265,116 +265,31 @@ impl Submission {
         pending: &[ToolCall],
         questions: &[String],
     ) -> Result<Decision, DecisionError> {
-        let pending_ids: BTreeSet<&str> = pending.iter().map(|c| c.id.as_str()).collect();
-        let mut by_id: BTreeMap<&str, &SubmittedCall> = BTreeMap::new();
-        for submitted in &self.calls {
-            if !pending_ids.contains(submitted.call_id.as_str()) {
-                return Err(DecisionError::UnknownCall {
-                    call_id: submitted.call_id.clone(),
-                });
-            }
-            if by_id.insert(&submitted.call_id, submitted).is_some() {
-                return Err(DecisionError::DuplicateCall {
-                    call_id: submitted.call_id.clone(),
-                });
-            }
-        }
+        let by_id = self.by_call(pending)?;
         let shared_reason = typed(&self.reason);
         let mut dropped: Vec<String> = Vec::new();
-        let mut any_denied = false;
         let mut calls = Vec::with_capacity(pending.len());
         for call in pending {
-            let submitted = by_id.get(call.id.as_str());
-            let own_reason = submitted.and_then(|s| typed(&s.reason));
-            let edit = edit_of(call, submitted.and_then(|s| s.arguments.as_deref()))?;
-            let question = questions.contains(&call.id);
-            let answer = submitted.map(|s| &s.answer).filter(|a| a.is_given());
-            let kind = match self.action {
-                Action::ApproveAll => "approve",
-                Action::DenyAll => "deny",
-                Action::PerCall => {
-                    match submitted.and_then(|s| s.choice.as_deref()).map(str::trim) {
-                        Some("edit") => "approve",
-                        Some("answer") if question => "answer",
-                        None | Some("") if question && answer.is_some() => "answer",
-                        Some(kind @ ("approve" | "deny" | "respond" | "failed")) => kind,
-                        Some(other) => {
-                            return Err(DecisionError::InvalidChoice {
-                                call_id: call.id.clone(),
-                                choice: other.to_owned(),
-                            })
-                        }
-                        None => {
-                            return Err(DecisionError::MissingCall {
-                                call_id: call.id.clone(),
-                                tool: call.name.clone(),
-                            })
-                        }
-                    }
-                }
+            let submitted = by_id.get(call.id.as_str()).copied();
+            let part = Part {
+                call,
+                submitted,
+                question: questions.contains(&call.id),
+                answer: submitted.map(|s| &s.answer).filter(|a| a.is_given()),
+                own_reason: submitted.and_then(|s| typed(&s.reason)),
+                edit: edit_of(call, submitted.and_then(|s| s.arguments.as_deref()))?,
             };
-            if kind != "approve" && edit.is_some() {
-                dropped.push(format!("the edited arguments of {}", call.name));
-            }
-            if !matches!(kind, "respond" | "failed")
-                && submitted.and_then(|s| typed(&s.result)).is_some()
-            {
-                dropped.push(format!("the result typed for {}", call.name));
-            }
-            if kind != "answer" && answer.is_some() {
-                dropped.push(format!("the answer typed for {}", call.name));
-            }
-            let choice = match kind {
-                "answer" => {
-                    let answer = answer.ok_or_else(|| DecisionError::InvalidAnswer {
-                        field: "answer".into(),
-                        message: format!("write an answer to the question of {}", call.id),
-                    })?;
-                    Choice::Respond {
-                        result: answer.result_for(call)?,
-                    }
-                }
-                "deny" => {
-                    any_denied = true;
-                    Choice::Deny {
-                        reason: own_reason.or(shared_reason).map(str::to_owned),
-                    }
-                }
-                // A question's result is its answer, checked as one.
-                "respond" if question => {
-                    let text = submitted.and_then(|s| typed(&s.result)).unwrap_or_default();
-                    let result = FormAnswer::text(text).result_for(call)?;
-                    Choice::Respond { result }
-                }
-                "respond" => {
-                    let result = submitted.and_then(|s| typed(&s.result)).ok_or_else(|| {
-                        DecisionError::NoResult {
-                            call_id: call.id.clone(),
-                            tool: call.name.clone(),
-                        }
-                    })?;
-                    Choice::Respond {
-                        result: result.to_owned(),
-                    }
-                }
-                "failed" => Choice::Failed {
-                    note: own_reason.map(str::to_owned),
-                },
-                _ => {
-                    if own_reason.is_some() {
-                        dropped.push(format!("the reason typed for {}", call.name));
-                    }
-                    match edit {
-                        Some(arguments) => Choice::ApproveEdited { arguments },
-                        None => Choice::Approve,
-                    }
-                }
-            };
+            let kind = self.kind_of(&part)?;
+            part.dropped_by(kind, &mut dropped);
+            let choice = part.choice(kind, shared_reason, &mut dropped)?;
             calls.push(CallDecision {
                 call_id: call.id.clone(),
                 choice,
             });
         }
+        let any_denied = calls
+            .iter()
+            .any(|c| matches!(c.choice, Choice::Deny { .. }));
         if shared_reason.is_some() && !any_denied {
             dropped.push("the reason typed for the whole turn".to_owned());
         }
@@ -390,6 +305,139 @@ impl Submission {
             )));
         }
         Ok(Decision::PerCall { calls })
+    }
+
+    /// The submitted calls by id: each must be a pending call, and appear once.
+    fn by_call(
+        &self,
+        pending: &[ToolCall],
+    ) -> Result<BTreeMap<&str, &SubmittedCall>, DecisionError> {
+        let pending_ids: BTreeSet<&str> = pending.iter().map(|c| c.id.as_str()).collect();
+        let mut by_id: BTreeMap<&str, &SubmittedCall> = BTreeMap::new();
+        for submitted in &self.calls {
+            if !pending_ids.contains(submitted.call_id.as_str()) {
+                return Err(DecisionError::UnknownCall {
+                    call_id: submitted.call_id.clone(),
+                });
+            }
+            if by_id.insert(&submitted.call_id, submitted).is_some() {
+                return Err(DecisionError::DuplicateCall {
+                    call_id: submitted.call_id.clone(),
+                });
+            }
+        }
+        Ok(by_id)
+    }
+
+    /// What the form chose for one call: `approve`, `deny`, `answer`, `respond` or `failed`.
+    fn kind_of(&self, part: &Part<'_>) -> Result<&'static str, DecisionError> {
+        let call = part.call;
+        Ok(match self.action {
+            Action::ApproveAll => "approve",
+            Action::DenyAll => "deny",
+            Action::PerCall => match part
+                .submitted
+                .and_then(|s| s.choice.as_deref())
+                .map(str::trim)
+            {
+                Some("edit" | "approve") => "approve",
+                Some("answer") if part.question => "answer",
+                None | Some("") if part.question && part.answer.is_some() => "answer",
+                Some("deny") => "deny",
+                Some("respond") => "respond",
+                Some("failed") => "failed",
+                Some(other) => {
+                    return Err(DecisionError::InvalidChoice {
+                        call_id: call.id.clone(),
+                        choice: other.to_owned(),
+                    })
+                }
+                None => {
+                    return Err(DecisionError::MissingCall {
+                        call_id: call.id.clone(),
+                        tool: call.name.clone(),
+                    })
+                }
+            },
+        })
+    }
+}
+
+/// One pending call with what the form submitted for it.
+struct Part<'a> {
+    call: &'a ToolCall,
+    submitted: Option<&'a SubmittedCall>,
+    /// The call is a question of the turn.
+    question: bool,
+    answer: Option<&'a FormAnswer>,
+    own_reason: Option<&'a str>,
+    edit: Option<Value>,
+}
+
+impl Part<'_> {
+    /// What the choice `kind` would drop of what was typed for this call.
+    fn dropped_by(&self, kind: &str, dropped: &mut Vec<String>) {
+        let name = &self.call.name;
+        if kind != "approve" && self.edit.is_some() {
+            dropped.push(format!("the edited arguments of {name}"));
+        }
+        if !matches!(kind, "respond" | "failed")
+            && self.submitted.and_then(|s| typed(&s.result)).is_some()
+        {
+            dropped.push(format!("the result typed for {name}"));
+        }
+        if kind != "answer" && self.answer.is_some() {
+            dropped.push(format!("the answer typed for {name}"));
+        }
+    }
+
+    /// The call's choice for `kind` (a denial's reason its own, else the turn's).
+    fn choice(
+        self,
+        kind: &str,
+        shared_reason: Option<&str>,
+        dropped: &mut Vec<String>,
+    ) -> Result<Choice, DecisionError> {
+        let call = self.call;
+        let typed_result = self.submitted.and_then(|s| typed(&s.result));
+        Ok(match kind {
+            "answer" => {
+                let answer = self.answer.ok_or_else(|| DecisionError::InvalidAnswer {
+                    field: "answer".into(),
+                    message: format!("write an answer to the question of {}", call.id),
+                })?;
+                Choice::Respond {
+                    result: answer.result_for(call)?,
+                }
+            }
+            "deny" => Choice::Deny {
+                reason: self.own_reason.or(shared_reason).map(str::to_owned),
+            },
+            // A question's result is its answer, checked as one.
+            "respond" if self.question => Choice::Respond {
+                result: FormAnswer::text(typed_result.unwrap_or_default()).result_for(call)?,
+            },
+            "respond" => Choice::Respond {
+                result: typed_result
+                    .ok_or_else(|| DecisionError::NoResult {
+                        call_id: call.id.clone(),
+                        tool: call.name.clone(),
+                    })?
+                    .to_owned(),
+            },
+            "failed" => Choice::Failed {
+                note: self.own_reason.map(str::to_owned),
+            },
+            _ => {
+                if self.own_reason.is_some() {
+                    dropped.push(format!("the reason typed for {}", call.name));
+                }
+                match self.edit {
+                    Some(arguments) => Choice::ApproveEdited { arguments },
+                    None => Choice::Approve,
+                }
+            }
+        })
     }
 }
 

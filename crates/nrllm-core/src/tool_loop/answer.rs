@@ -1,6 +1,8 @@
 //! Answering a turn's calls: each run (or not) as its plan says, its result cut to size and
 //! recorded with its effect key.
 
+use std::sync::Arc;
+
 use super::base::*;
 use super::service::*;
 use crate::decision::{refusal_text, Choice};
@@ -10,6 +12,7 @@ use crate::registry::Gate;
 use crate::state::Answer;
 use crate::state::SuspendedState;
 use crate::step_machine::CallPlan;
+use crate::tool::DynTool;
 use crate::tool::{ToolContext, ToolError};
 use crate::transcript::{ToolCall, ToolOutcome};
 use serde_json::Value;
@@ -125,78 +128,17 @@ impl ToolLoop {
             Choice::ApproveEdited { arguments } => Some(arguments),
             _ => None,
         };
-        let (result, outcome, executed) = match (gate.tool(&call.name), choice) {
-            (_, Choice::Deny { reason }) => {
-                (refusal_text(reason.as_deref()), ToolOutcome::Denied, false)
+        let (result, outcome, executed) = match gate.tool(&call.name) {
+            Some(tool) if choice.runs() => {
+                self.run_tool(tool, call, edited, (round, on_resume), ctx)
+                    .await
             }
-            // The operator's answer to a question is the call's whole result.
-            (Some(tool), Choice::Respond { result }) if tool.spec().asks_operator => {
-                (result.clone(), ToolOutcome::Ok, false)
-            }
-            (_, Choice::Respond { result }) => (
-                format!("(The operator answered this call without running the tool.)\n{result}"),
-                ToolOutcome::Ok,
-                false,
+            tool => not_run(
+                call,
+                tool.map(|t| t.spec().asks_operator),
+                choice,
+                on_resume,
             ),
-            (_, Choice::Failed { note }) => {
-                (failed_text(note.as_deref()), ToolOutcome::Error, false)
-            }
-            (_, Choice::Expired { text }) => (text.clone(), ToolOutcome::Denied, false),
-            (None, _) if on_resume => (
-                format!(
-                    "Error: tool `{}` is no longer permitted, not executed",
-                    call.name
-                ),
-                ToolOutcome::Error,
-                false,
-            ),
-            (None, _) => (
-                format!("Error: tool `{}` is not available to this run", call.name),
-                ToolOutcome::Error,
-                false,
-            ),
-            (Some(tool), _) => {
-                let arguments = match edited {
-                    Some(arguments) => Ok(arguments.clone()),
-                    None => call
-                        .parsed_arguments()
-                        .map_err(|err| ToolError::InvalidArguments {
-                            field: "arguments".to_owned(),
-                            message: format!("not valid JSON ({err})"),
-                        }),
-                };
-                let tool_ctx = ToolContext {
-                    run_id: ctx.run_id.clone(),
-                    actor: ctx.actor.clone(),
-                    call_id: call.id.clone(),
-                    lease_epoch: ctx.lease_epoch,
-                    approved_basis: ctx.approved_bases.get(&call.id).cloned(),
-                    // An approved call's effect is keyed ([`call_effect_key`]), so that running
-                    // it again after a restart applies nothing twice.
-                    effect_key: on_resume.then(|| {
-                        ctx.effect_keys
-                            .get(&call.id)
-                            .cloned()
-                            .unwrap_or_else(|| effect_key(&ctx.run_id, round, &call.id))
-                    }),
-                };
-                if on_resume {
-                    failpoint::reach("before_approved_tool");
-                }
-                let ran = match arguments {
-                    Ok(arguments) => tool.execute(&arguments, &tool_ctx).await,
-                    Err(err) => Err(err),
-                };
-                match ran {
-                    Ok(text) => (cap_result(text), ToolOutcome::Ok, true),
-                    Err(err) => {
-                        if let ToolError::Internal(detail) = &err {
-                            tracing::error!(tool = %call.name, call_id = %call.id, run_id = %ctx.run_id, %detail, "tool failed");
-                        }
-                        (cap_result(err.model_text()), ToolOutcome::Error, true)
-                    }
-                }
-            }
         };
         let result = match edited {
             Some(arguments) if executed => {
@@ -204,13 +146,7 @@ impl ToolLoop {
             }
             _ => result,
         };
-        let again = (ctx.recovering && executed && on_resume)
-            .then_some("run again with the same effect key after a restart");
-        let note = match (ctx.call_notes.get(&call.id), again) {
-            (Some(ruled), Some(again)) => Some(format!("{ruled}; {again}")),
-            (Some(ruled), None) => Some(ruled.clone()),
-            (None, again) => again.map(str::to_owned),
-        };
+        let note = call_note(ctx, &call.id, executed && on_resume);
         let invocation = ToolInvocation {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -222,6 +158,58 @@ impl ToolLoop {
         };
         emit_tool(sink, &invocation, round, on_resume, note.as_deref());
         invocation
+    }
+
+    /// Runs the tool of an approved or free call (with the operator's edited arguments, if
+    /// any), keyed by its effect key when it follows a decision. Its result, cut to size.
+    async fn run_tool(
+        &self,
+        tool: &Arc<dyn DynTool>,
+        call: &ToolCall,
+        edited: Option<&Value>,
+        (round, on_resume): (u32, bool),
+        ctx: &RunContext,
+    ) -> (String, ToolOutcome, bool) {
+        let arguments = match edited {
+            Some(arguments) => Ok(arguments.clone()),
+            None => call
+                .parsed_arguments()
+                .map_err(|err| ToolError::InvalidArguments {
+                    field: "arguments".to_owned(),
+                    message: format!("not valid JSON ({err})"),
+                }),
+        };
+        let tool_ctx = ToolContext {
+            run_id: ctx.run_id.clone(),
+            actor: ctx.actor.clone(),
+            call_id: call.id.clone(),
+            lease_epoch: ctx.lease_epoch,
+            approved_basis: ctx.approved_bases.get(&call.id).cloned(),
+            // An approved call's effect is keyed ([`call_effect_key`]), so that running
+            // it again after a restart applies nothing twice.
+            effect_key: on_resume.then(|| {
+                ctx.effect_keys
+                    .get(&call.id)
+                    .cloned()
+                    .unwrap_or_else(|| effect_key(&ctx.run_id, round, &call.id))
+            }),
+        };
+        if on_resume {
+            failpoint::reach("before_approved_tool");
+        }
+        let ran = match arguments {
+            Ok(arguments) => tool.execute(&arguments, &tool_ctx).await,
+            Err(err) => Err(err),
+        };
+        match ran {
+            Ok(text) => (cap_result(text), ToolOutcome::Ok, true),
+            Err(err) => {
+                if let ToolError::Internal(detail) = &err {
+                    tracing::error!(tool = %call.name, call_id = %call.id, run_id = %ctx.run_id, %detail, "tool failed");
+                }
+                (cap_result(err.model_text()), ToolOutcome::Error, true)
+            }
+        }
     }
 
     /// Answers a call with a result known already (nothing runs).
@@ -244,5 +232,54 @@ impl ToolLoop {
         };
         emit_tool(sink, &invocation, round, on_resume, Some(note));
         invocation
+    }
+}
+
+/// The note of a call's step: the rule or check that let it through, and that it ran again after
+/// a restart (under the same effect key).
+fn call_note(ctx: &RunContext, call_id: &str, ran_on_resume: bool) -> Option<String> {
+    let again = (ctx.recovering && ran_on_resume)
+        .then_some("run again with the same effect key after a restart");
+    match (ctx.call_notes.get(call_id), again) {
+        (Some(ruled), Some(again)) => Some(format!("{ruled}; {again}")),
+        (Some(ruled), None) => Some(ruled.clone()),
+        (None, again) => again.map(str::to_owned),
+    }
+}
+
+/// The answer to a call that does not run: denied, answered by the operator (a question's
+/// answer is its whole result), reported failed, expired, or a tool that is not offered (any
+/// more). `asks_operator`: whether the call's tool, if offered, is a question.
+fn not_run(
+    call: &ToolCall,
+    asks_operator: Option<bool>,
+    choice: &Choice,
+    on_resume: bool,
+) -> (String, ToolOutcome, bool) {
+    match (asks_operator, choice) {
+        (_, Choice::Deny { reason }) => {
+            (refusal_text(reason.as_deref()), ToolOutcome::Denied, false)
+        }
+        (Some(true), Choice::Respond { result }) => (result.clone(), ToolOutcome::Ok, false),
+        (_, Choice::Respond { result }) => (
+            format!("(The operator answered this call without running the tool.)\n{result}"),
+            ToolOutcome::Ok,
+            false,
+        ),
+        (_, Choice::Failed { note }) => (failed_text(note.as_deref()), ToolOutcome::Error, false),
+        (_, Choice::Expired { text }) => (text.clone(), ToolOutcome::Denied, false),
+        (_, _) if on_resume => (
+            format!(
+                "Error: tool `{}` is no longer permitted, not executed",
+                call.name
+            ),
+            ToolOutcome::Error,
+            false,
+        ),
+        (_, _) => (
+            format!("Error: tool `{}` is not available to this run", call.name),
+            ToolOutcome::Error,
+            false,
+        ),
     }
 }
