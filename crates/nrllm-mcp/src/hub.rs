@@ -334,24 +334,7 @@ async fn connect(
             env,
             pass_env,
         } => {
-            let program = if command == SELF_COMMAND {
-                std::env::current_exe()
-                    .map_err(|err| format!("cannot find this program's own path: {err}"))?
-            } else {
-                command.into()
-            };
-            let mut cmd = tokio::process::Command::new(&program);
-            cmd.args(args).env_clear();
-            for var in INHERITED_ENV
-                .iter()
-                .copied()
-                .chain(pass_env.iter().map(String::as_str))
-            {
-                if let Ok(value) = std::env::var(var) {
-                    cmd.env(var, value);
-                }
-            }
-            cmd.envs(env);
+            let cmd = child_command(command, args, env, pass_env)?;
             let (process, stderr) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::piped())
                 .spawn()
@@ -374,26 +357,7 @@ async fn connect(
             headers,
             header_env,
         } => {
-            let mut sent = std::collections::HashMap::new();
-            let literal = headers.iter().map(|(k, v)| (k.clone(), v.clone()));
-            let mut from_env = Vec::new();
-            for (header, var) in header_env {
-                let value = std::env::var(var).map_err(|_| {
-                    format!(
-                        "the header `{header}` takes its value from the environment variable \
-                         `{var}`, which is not set"
-                    )
-                })?;
-                from_env.push((header.clone(), value));
-            }
-            for (header, value) in literal.chain(from_env) {
-                let name = http::HeaderName::try_from(header.as_str())
-                    .map_err(|_| format!("`{header}` is not a valid header name"))?;
-                let value = http::HeaderValue::try_from(value).map_err(|_| {
-                    format!("the value of the header `{header}` is not valid in a header")
-                })?;
-                sent.insert(name, value);
-            }
+            let sent = http_headers(headers, header_env)?;
             let transport = StreamableHttpClientTransport::from_config(
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(sent),
             );
@@ -413,8 +377,72 @@ async fn connect(
             tools.len()
         ));
     }
+    let listed = listed(tools, config);
+    Ok((running, listed))
+}
+
+/// The command that starts a stdio server: this program itself for the built-in demo server,
+/// with an environment of only what it is given (and the few variables every process needs).
+fn child_command(
+    command: &str,
+    args: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+    pass_env: &[String],
+) -> Result<tokio::process::Command, String> {
+    let program = if command == SELF_COMMAND {
+        std::env::current_exe()
+            .map_err(|err| format!("cannot find this program's own path: {err}"))?
+    } else {
+        command.into()
+    };
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(args).env_clear();
+    for var in INHERITED_ENV
+        .iter()
+        .copied()
+        .chain(pass_env.iter().map(String::as_str))
+    {
+        if let Ok(value) = std::env::var(var) {
+            cmd.env(var, value);
+        }
+    }
+    cmd.envs(env);
+    Ok(cmd)
+}
+
+/// The headers an HTTP server is sent: those given, and those whose value comes from the
+/// environment (a variable that is not set is an error naming it).
+fn http_headers(
+    headers: &std::collections::BTreeMap<String, String>,
+    header_env: &std::collections::BTreeMap<String, String>,
+) -> Result<std::collections::HashMap<http::HeaderName, http::HeaderValue>, String> {
+    let mut sent = std::collections::HashMap::new();
+    let literal = headers.iter().map(|(k, v)| (k.clone(), v.clone()));
+    let mut from_env = Vec::new();
+    for (header, var) in header_env {
+        let value = std::env::var(var).map_err(|_| {
+            format!(
+                "the header `{header}` takes its value from the environment variable \
+                 `{var}`, which is not set"
+            )
+        })?;
+        from_env.push((header.clone(), value));
+    }
+    for (header, value) in literal.chain(from_env) {
+        let name = http::HeaderName::try_from(header.as_str())
+            .map_err(|_| format!("`{header}` is not a valid header name"))?;
+        let value = http::HeaderValue::try_from(value)
+            .map_err(|_| format!("the value of the header `{header}` is not valid in a header"))?;
+        sent.insert(name, value);
+    }
+    Ok(sent)
+}
+
+/// The tools a server listed that join the registry: not the preview tools (which say
+/// whether a tool has one), and only those `allow` names if it names any.
+fn listed(tools: Vec<rmcp::model::Tool>, config: &Server) -> Vec<Listed> {
     let names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
-    let listed = tools
+    tools
         .into_iter()
         .filter(|tool| !tool.name.ends_with(PREVIEW_SUFFIX))
         .filter(|tool| {
@@ -439,8 +467,7 @@ async fn connect(
                 },
             }
         })
-        .collect();
-    Ok((running, listed))
+        .collect()
 }
 
 /// A stdio server's error output goes to our log, line by line, bounded.

@@ -222,26 +222,10 @@ impl WireFormat for Gemini {
                     content,
                     tool_calls,
                 } => {
-                    let mut parts: Vec<Part> = turn_text(content)
-                        .map(|text| Part {
-                            text: Some(text),
-                            ..Part::default()
-                        })
-                        .into_iter()
-                        .collect();
                     for call in tool_calls {
                         names.insert(&call.id, &call.name);
-                        parts.push(Part {
-                            function_call: Some(FunctionCall {
-                                id: provider_id(&call.id).map(str::to_owned),
-                                name: Some(call.name.clone()),
-                                args: arguments_object(call),
-                            }),
-                            thought_signature: call.signature.clone(),
-                            ..Part::default()
-                        });
                     }
-                    push_turn(&mut contents, "model", parts);
+                    push_turn(&mut contents, "model", model_parts(content, tool_calls));
                 }
                 Message::Tool {
                     tool_call_id,
@@ -269,29 +253,7 @@ impl WireFormat for Gemini {
                 }
             }
         }
-        let tools = if request.tools.is_empty() {
-            Vec::new()
-        } else {
-            vec![Tools {
-                function_declarations: request
-                    .tools
-                    .iter()
-                    .map(|tool| {
-                        let parameters = reduce_schema(&tool.parameters);
-                        // A function without arguments is declared without parameters.
-                        let has_arguments = parameters
-                            .get("properties")
-                            .and_then(Value::as_object)
-                            .is_some_and(|p| !p.is_empty());
-                        FunctionDeclaration {
-                            name: tool.name.clone(),
-                            description: tool.description.clone(),
-                            parameters: has_arguments.then_some(parameters),
-                        }
-                    })
-                    .collect(),
-            }]
-        };
+        let tools = declarations(&request.tools);
         let tool_config = (!tools.is_empty()).then_some(ToolConfig {
             function_calling_config: FunctionCallingConfig {
                 mode: match request.tool_choice {
@@ -485,32 +447,7 @@ fn reduce(schema: &Value, definitions: &Value, depth: usize) -> Value {
                 out.insert("enum".into(), json!([value]));
             }
             "anyOf" | "oneOf" => {
-                let variants: Vec<&Value> = value
-                    .as_array()
-                    .map(|v| v.iter().collect())
-                    .unwrap_or_default();
-                let (nulls, others): (Vec<&Value>, Vec<&Value>) =
-                    variants.into_iter().partition(|v| v["type"] == "null");
-                nullable |= !nulls.is_empty();
-                match others.as_slice() {
-                    [only] => {
-                        if let Value::Object(inner) = reduce(only, definitions, depth + 1) {
-                            for (k, v) in inner {
-                                out.entry(k).or_insert(v);
-                            }
-                        }
-                    }
-                    many => {
-                        out.insert(
-                            "anyOf".into(),
-                            Value::Array(
-                                many.iter()
-                                    .map(|v| reduce(v, definitions, depth + 1))
-                                    .collect(),
-                            ),
-                        );
-                    }
-                }
+                nullable |= reduce_variants(value, definitions, depth, &mut out);
             }
             "properties" => {
                 let properties: Map<String, Value> = value
@@ -534,6 +471,49 @@ fn reduce(schema: &Value, definitions: &Value, depth: usize) -> Value {
             _ => {}
         }
     }
+    keep_to_subset(&mut out);
+    if nullable {
+        out.insert("nullable".into(), Value::Bool(true));
+    }
+    Value::Object(out)
+}
+
+/// An `anyOf`/`oneOf` reduced into `out`: its one non-null variant merged in, or the variants
+/// kept as `anyOf`. Whether a variant was `null`.
+fn reduce_variants(
+    value: &Value,
+    definitions: &Value,
+    depth: usize,
+    out: &mut Map<String, Value>,
+) -> bool {
+    let variants: Vec<&Value> = value
+        .as_array()
+        .map(|v| v.iter().collect())
+        .unwrap_or_default();
+    let (nulls, others): (Vec<&Value>, Vec<&Value>) =
+        variants.into_iter().partition(|v| v["type"] == "null");
+    match others.as_slice() {
+        [only] => {
+            if let Value::Object(inner) = reduce(only, definitions, depth + 1) {
+                for (k, v) in inner {
+                    out.entry(k).or_insert(v);
+                }
+            }
+        }
+        many => {
+            let reduced = many
+                .iter()
+                .map(|v| reduce(v, definitions, depth + 1))
+                .collect();
+            out.insert("anyOf".into(), Value::Array(reduced));
+        }
+    }
+    !nulls.is_empty()
+}
+
+/// What Gemini's subset refuses, taken out of a reduced node: enums of anything but strings,
+/// formats its types do not have, and `required` names of properties not declared.
+fn keep_to_subset(out: &mut Map<String, Value>) {
     // Only string enums exist in Gemini's subset.
     if out
         .get("enum")
@@ -569,10 +549,53 @@ fn reduce(schema: &Value, definitions: &Value, depth: usize) -> Value {
             out.insert("required".into(), Value::Array(kept));
         }
     }
-    if nullable {
-        out.insert("nullable".into(), Value::Bool(true));
+}
+
+/// The model's own turn: its text (if any), then its function calls with their thought
+/// signatures.
+fn model_parts(content: &Option<String>, tool_calls: &[ToolCall]) -> Vec<Part> {
+    let mut parts: Vec<Part> = turn_text(content)
+        .map(|text| Part {
+            text: Some(text),
+            ..Part::default()
+        })
+        .into_iter()
+        .collect();
+    parts.extend(tool_calls.iter().map(|call| Part {
+        function_call: Some(FunctionCall {
+            id: provider_id(&call.id).map(str::to_owned),
+            name: Some(call.name.clone()),
+            args: arguments_object(call),
+        }),
+        thought_signature: call.signature.clone(),
+        ..Part::default()
+    }));
+    parts
+}
+
+/// The tools as function declarations (a function without arguments is declared without
+/// parameters); none for a request that offers none.
+fn declarations(tools: &[nrllm_core::tool::ToolSpec]) -> Vec<Tools> {
+    if tools.is_empty() {
+        return Vec::new();
     }
-    Value::Object(out)
+    vec![Tools {
+        function_declarations: tools
+            .iter()
+            .map(|tool| {
+                let parameters = reduce_schema(&tool.parameters);
+                let has_arguments = parameters
+                    .get("properties")
+                    .and_then(Value::as_object)
+                    .is_some_and(|p| !p.is_empty());
+                FunctionDeclaration {
+                    name: tool.name.clone(),
+                    description: tool.description.clone(),
+                    parameters: has_arguments.then_some(parameters),
+                }
+            })
+            .collect(),
+    }]
 }
 
 #[cfg(test)]
