@@ -121,34 +121,57 @@ pub(super) fn parse_task(prompt: &str) -> Task {
     let text = prompt.trim();
     // ASCII lower-casing keeps byte offsets, so positions found in `lower` slice `text` safely.
     let lower = text.to_ascii_lowercase();
-    let starts = |prefixes: &[&str]| prefixes.iter().any(|p| lower.starts_with(p));
+    [
+        notes_task,
+        asking_task,
+        page_edit_task,
+        page_action_task,
+        lookup_task,
+        question_task,
+    ]
+    .iter()
+    .find_map(|parse| parse(text, &lower))
+    .unwrap_or(Task::Unknown)
+}
 
-    if starts(&["write the note", "write note", "write a note"]) {
-        if let Some((head, body)) = split_first(text, &lower, &[" saying ", ": "]) {
+/// Whether `lower` starts with one of `prefixes`.
+fn starts(lower: &str, prefixes: &[&str]) -> bool {
+    prefixes.iter().any(|p| lower.starts_with(p))
+}
+
+/// A note written, read or listed.
+fn notes_task(text: &str, lower: &str) -> Option<Task> {
+    if starts(lower, &["write the note", "write note", "write a note"]) {
+        if let Some((head, body)) = split_first(text, lower, &[" saying ", ": "]) {
             if let Some(name) = note_name(head) {
-                return Task::WriteNote {
+                return Some(Task::WriteNote {
                     name,
                     text: unquote(body),
-                };
+                });
             }
         }
     }
-    if starts(&["read the note", "read note", "show the note"]) {
+    if starts(lower, &["read the note", "read note", "show the note"]) {
         if let Some(name) = note_name(text) {
-            return Task::ReadNote { name: Some(name) };
+            return Some(Task::ReadNote { name: Some(name) });
         }
     }
     if lower.contains("notes") && (lower.contains("list") || lower.contains("show")) {
-        return Task::ReadNote { name: None };
+        return Some(Task::ReadNote { name: None });
     }
+    None
+}
+
+/// A task that asks the operator something on the way.
+fn asking_task(text: &str, lower: &str) -> Option<Task> {
     if lower.contains("ask me") {
-        if starts(&["publish"]) {
-            return Task::PublishAsked;
+        if starts(lower, &["publish"]) {
+            return Some(Task::PublishAsked);
         }
-        if starts(&["create", "add"]) {
-            return Task::CreateAsked;
+        if starts(lower, &["create", "add"]) {
+            return Some(Task::CreateAsked);
         }
-        if starts(&["rename"]) {
+        if starts(lower, &["rename"]) {
             // "Rename the home page to "X" and ask me …": the rename is what comes before.
             let cut = lower.find("ask me").unwrap_or(lower.len());
             let head = text[..cut]
@@ -156,32 +179,37 @@ pub(super) fn parse_task(prompt: &str) -> Task {
                 .trim_end_matches([',', '—', '-', ' ']);
             let head = head.strip_suffix(" and").unwrap_or(head);
             if let Task::Rename { slug, title } = parse_task(head) {
-                return Task::RenameAsking { slug, title };
+                return Some(Task::RenameAsking { slug, title });
             }
         }
     }
-    if starts(&["rename", "retitle"]) || lower.starts_with("change the title") {
-        if let Some((head, title)) = split_first(text, &lower, &[" to ", " as "]) {
+    None
+}
+
+/// A page renamed, rewritten or created.
+fn page_edit_task(text: &str, lower: &str) -> Option<Task> {
+    if starts(lower, &["rename", "retitle"]) || lower.starts_with("change the title") {
+        if let Some((head, title)) = split_first(text, lower, &[" to ", " as "]) {
             if let Some(slug) = slug_in(&without_verb(head)) {
-                return Task::Rename {
+                return Some(Task::Rename {
                     slug,
                     title: unquote(title),
-                };
+                });
             }
         }
     }
     if lower.starts_with("change the body") || lower.starts_with("rewrite") {
-        if let Some((head, body)) = split_first(text, &lower, &[" to ", " as "]) {
+        if let Some((head, body)) = split_first(text, lower, &[" to ", " as "]) {
             if let Some(slug) = slug_in(&without_verb(head)) {
-                return Task::Rewrite {
+                return Some(Task::Rewrite {
                     slug,
                     body: unquote(body),
-                };
+                });
             }
         }
     }
-    if starts(&["create", "add"]) {
-        if let Some(rest) = after(text, &lower, "page") {
+    if starts(lower, &["create", "add"]) {
+        if let Some(rest) = after(text, lower, "page") {
             let rest_lower = rest.to_ascii_lowercase();
             let (slug_part, title) =
                 match split_last(rest, &rest_lower, &[" titled ", " called ", " with title "]) {
@@ -194,44 +222,54 @@ pub(super) fn parse_task(prompt: &str) -> Task {
                 } else {
                     title
                 };
-                return Task::Create { slug, title };
+                return Some(Task::Create { slug, title });
             }
         }
     }
+    None
+}
+
+/// A page published (and someone told), exported or deleted.
+fn page_action_task(text: &str, lower: &str) -> Option<Task> {
     if lower.starts_with("publish") {
         let (page_part, notify) =
-            match split_last(text, &lower, &[" and tell ", " and notify ", " and email "]) {
+            match split_last(text, lower, &[" and tell ", " and notify ", " and email "]) {
                 Some((page_part, who)) => (page_part.to_ascii_lowercase(), Some(unquote(who))),
-                None => (lower.clone(), None),
+                None => (lower.to_owned(), None),
             };
         if let Some(slug) = slug_in(&page_part.replacen("publish", "", 1)) {
-            return Task::Publish { slug, notify };
+            return Some(Task::Publish { slug, notify });
         }
     }
     if lower.starts_with("export") {
         if let Some(slug) = slug_in(&lower.replacen("export", "", 1)) {
-            return Task::Export { slug };
+            return Some(Task::Export { slug });
         }
     }
-    if starts(&["delete", "remove"]) {
+    if starts(lower, &["delete", "remove"]) {
         if let Some(slug) = slug_in(&lower.replacen("delete", "", 1).replacen("remove", "", 1)) {
-            return Task::Delete { slug };
+            return Some(Task::Delete { slug });
         }
     }
-    if starts(&["send", "message", "email", "tell"]) {
-        if let Some(rest) = after(text, &lower, " to ") {
+    None
+}
+
+/// A message sent, pages searched, a page's history.
+fn lookup_task(text: &str, lower: &str) -> Option<Task> {
+    if starts(lower, &["send", "message", "email", "tell"]) {
+        if let Some(rest) = after(text, lower, " to ") {
             let rest_lower = rest.to_ascii_lowercase();
             if let Some((to, message)) =
                 split_first(rest, &rest_lower, &[" saying ", ": ", " that "])
             {
-                return Task::Message {
+                return Some(Task::Message {
                     to: unquote(to),
                     text: unquote(message),
-                };
+                });
             }
         }
     }
-    if starts(&["search", "find"]) {
+    if starts(lower, &["search", "find"]) {
         let query = lower
             .trim_start_matches("search")
             .trim_start_matches("find")
@@ -242,39 +280,44 @@ pub(super) fn parse_task(prompt: &str) -> Task {
             .to_owned();
         let query = unquote(&text[text.len() - query.len()..]);
         if !query.is_empty() {
-            return Task::Search { query };
+            return Some(Task::Search { query });
         }
     }
     if lower.contains("history") {
         if let Some(slug) = slug_in(&lower.replace("history", "").replace("show", "")) {
-            return Task::History { slug };
+            return Some(Task::History { slug });
         }
     }
+    None
+}
+
+/// A question: the pages, the runs, the time, a sum.
+fn question_task(_text: &str, lower: &str) -> Option<Task> {
     if (lower.contains("list")
         || lower.contains("show")
         || lower.contains("which")
         || lower.contains("what"))
         && lower.contains("pages")
     {
-        return Task::List;
+        return Some(Task::List);
     }
     if lower.contains("runs")
         && (lower.contains("list") || lower.contains("show") || lower.contains("recent"))
     {
-        return Task::Runs;
+        return Some(Task::Runs);
     }
     if lower.contains("time") || lower.contains("date") || lower.contains("what day") {
-        return Task::Time;
+        return Some(Task::Time);
     }
     for prefix in ["calculate", "compute", "what is", "what's"] {
         if let Some(expression) = lower.strip_prefix(prefix) {
             let expression = unquote(expression);
             if !expression.is_empty() && expression.chars().any(|c| c.is_ascii_digit()) {
-                return Task::Calculate { expression };
+                return Some(Task::Calculate { expression });
             }
         }
     }
-    Task::Unknown
+    None
 }
 
 /// The words after the first (the verb), lower-cased, with "the title/body of" dropped.
