@@ -46,26 +46,7 @@ impl Provider for DemoProvider {
         if !self.think_time.is_zero() {
             tokio::time::sleep(self.think_time).await;
         }
-        let prompt_text: String = request
-            .messages
-            .iter()
-            .map(|m| match m {
-                Message::System { content }
-                | Message::User { content }
-                | Message::Tool { content, .. } => content.clone(),
-                Message::Assistant {
-                    content,
-                    tool_calls,
-                } => format!(
-                    "{}{}",
-                    content.as_deref().unwrap_or_default(),
-                    tool_calls
-                        .iter()
-                        .map(|c| c.arguments.as_str())
-                        .collect::<String>()
-                ),
-            })
-            .collect();
+        let prompt_text = transcript_text(&request.messages);
         let prompt_tokens = estimate_tokens(&prompt_text);
         let task = parse_task(&task_text(&request.messages));
         // What was done for that task: the calls answered since it was asked.
@@ -91,46 +72,71 @@ impl Provider for DemoProvider {
         } else {
             next(&task, &done, &offered)
         };
-        let calls: Vec<(String, Value)> = match next {
-            Next::Answer(text) => {
-                return Ok(ChatResponse {
-                    usage: Usage {
-                        prompt_tokens,
-                        completion_tokens: estimate_tokens(&text),
-                    },
-                    content: Some(text),
-                    tool_calls: Vec::new(),
-                    finish_reason: FinishReason::Stop,
-                    raw: None,
-                })
-            }
-            Next::Call(calls) => calls
-                .into_iter()
-                .map(|(name, arguments)| (name.to_owned(), arguments))
-                .collect(),
-            Next::CallOffered(name, arguments) => vec![(name, arguments)],
-        };
-        let round = done.len();
-        let tool_calls: Vec<ToolCall> = calls
-            .into_iter()
-            .enumerate()
-            .map(|(i, (name, arguments))| {
-                ToolCall::new(format!("demo_{round}_{i}"), name, &arguments)
-            })
-            .collect();
-        let completion: String = tool_calls
-            .iter()
-            .map(|c| format!("{}{}", c.name, c.arguments))
-            .collect();
-        Ok(ChatResponse {
-            content: None,
-            usage: Usage {
-                prompt_tokens,
-                completion_tokens: estimate_tokens(&completion),
-            },
-            tool_calls,
-            finish_reason: FinishReason::ToolCalls,
-            raw: None,
+        Ok(response(next, prompt_tokens, done.len()))
+    }
+}
+
+/// All the text of a transcript (arguments of calls included), for a token estimate.
+fn transcript_text(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .map(|m| match m {
+            Message::System { content }
+            | Message::User { content }
+            | Message::Tool { content, .. } => content.clone(),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => format!(
+                "{}{}",
+                content.as_deref().unwrap_or_default(),
+                tool_calls
+                    .iter()
+                    .map(|c| c.arguments.as_str())
+                    .collect::<String>()
+            ),
         })
+        .collect()
+}
+
+/// The demo model's answer: its text, or its calls (numbered by round), with estimated usage.
+fn response(next: Next, prompt_tokens: u64, round: usize) -> ChatResponse {
+    let calls: Vec<(String, Value)> = match next {
+        Next::Answer(text) => {
+            return ChatResponse {
+                usage: Usage {
+                    prompt_tokens,
+                    completion_tokens: estimate_tokens(&text),
+                },
+                content: Some(text),
+                tool_calls: Vec::new(),
+                finish_reason: FinishReason::Stop,
+                raw: None,
+            }
+        }
+        Next::Call(calls) => calls
+            .into_iter()
+            .map(|(name, arguments)| (name.to_owned(), arguments))
+            .collect(),
+        Next::CallOffered(name, arguments) => vec![(name, arguments)],
+    };
+    let tool_calls: Vec<ToolCall> = calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, arguments))| ToolCall::new(format!("demo_{round}_{i}"), name, &arguments))
+        .collect();
+    let completion: String = tool_calls
+        .iter()
+        .map(|c| format!("{}{}", c.name, c.arguments))
+        .collect();
+    ChatResponse {
+        content: None,
+        usage: Usage {
+            prompt_tokens,
+            completion_tokens: estimate_tokens(&completion),
+        },
+        tool_calls,
+        finish_reason: FinishReason::ToolCalls,
+        raw: None,
     }
 }

@@ -110,32 +110,69 @@ pub(super) fn capabilities() -> String {
     text
 }
 
+/// Before writing, look at the page; the write comes after a successful look, and its outcome
+/// is the answer.
+fn look_then(
+    done: &[Step],
+    has: &dyn Fn(&str) -> bool,
+    slug: &str,
+    write: (&'static str, Value),
+) -> Next {
+    match done.iter().find(|s| s.tool == "get_page") {
+        None if has("get_page") => Next::Call(vec![("get_page", json!({ "slug": slug }))]),
+        Some(look) if look.outcome == ToolOutcome::Error => Next::Answer(outcome_sentence(look)),
+        _ if done.iter().any(|s| s.tool == write.0) => {
+            let step = done
+                .iter()
+                .rev()
+                .find(|s| s.tool == write.0)
+                .map(outcome_sentence);
+            Next::Answer(step.unwrap_or_default())
+        }
+        _ if has(write.0) => Next::Call(vec![write]),
+        _ => Next::Answer(format!(
+            "I cannot do that here: the `{}` tool is not available to this run.",
+            write.0
+        )),
+    }
+}
+
+/// A new page: created as a draft, then its outcome is the answer.
+fn create_next(last: Option<&Step>, has: &dyn Fn(&str) -> bool, slug: &str, title: &str) -> Next {
+    match last {
+        None if has("create_page") => Next::Call(vec![(
+            "create_page",
+            json!({ "slug": slug, "title": title, "body": format!("{title}. (Draft written by the demo model.)") }),
+        )]),
+        None => Next::Answer(
+            "I cannot create pages here: the `create_page` tool is not available to this run."
+                .into(),
+        ),
+        Some(step) => Next::Answer(outcome_sentence(step)),
+    }
+}
+
+/// A page published, and someone told, in one turn; then the outcomes are the answer.
+fn publish_next(done: &[Step], slug: &str, notify: Option<&str>) -> Next {
+    if !done.is_empty() {
+        let outcomes: Vec<String> = done.iter().map(outcome_sentence).collect();
+        return Next::Answer(outcomes.join("\n"));
+    }
+    let mut calls = vec![("publish_page", json!({ "slug": slug }))];
+    if let Some(to) = notify {
+        calls.push((
+            "send_message",
+            json!({ "to": to, "subject": format!("Page {slug} is live"), "body": format!("The page `{slug}` has just been published.") }),
+        ));
+    }
+    Next::Call(calls)
+}
+
 /// Decides the next turn from the task and what has happened so far.
 pub(super) fn next(task: &Task, done: &[Step], offered: &[String]) -> Next {
     let last = done.last();
     let has = |name: &str| offered.iter().any(|t| t == name);
-    // Before writing, look at the page; the write comes after a successful look.
-    let look_then = |slug: &str, write: (&'static str, Value)| -> Next {
-        match done.iter().find(|s| s.tool == "get_page") {
-            None if has("get_page") => Next::Call(vec![("get_page", json!({ "slug": slug }))]),
-            Some(look) if look.outcome == ToolOutcome::Error => {
-                Next::Answer(outcome_sentence(look))
-            }
-            _ if done.iter().any(|s| s.tool == write.0) => {
-                let step = done
-                    .iter()
-                    .rev()
-                    .find(|s| s.tool == write.0)
-                    .map(outcome_sentence);
-                Next::Answer(step.unwrap_or_default())
-            }
-            _ if has(write.0) => Next::Call(vec![write]),
-            _ => Next::Answer(format!(
-                "I cannot do that here: the `{}` tool is not available to this run.",
-                write.0
-            )),
-        }
-    };
+    let look_then = |slug: &str, write| look_then(done, &has, slug, write);
     match task {
         Task::Rename { slug, title } => look_then(
             slug,
@@ -146,36 +183,8 @@ pub(super) fn next(task: &Task, done: &[Step], offered: &[String]) -> Next {
         }
         Task::Delete { slug } => look_then(slug, ("delete_page", json!({ "slug": slug }))),
         Task::Export { slug } => look_then(slug, ("export_page", json!({ "slug": slug }))),
-        Task::Create { slug, title } => match last {
-            None if has("create_page") => Next::Call(vec![(
-                "create_page",
-                json!({ "slug": slug, "title": title, "body": format!("{title}. (Draft written by the demo model.)") }),
-            )]),
-            None => Next::Answer(
-                "I cannot create pages here: the `create_page` tool is not available to this run."
-                    .into(),
-            ),
-            Some(step) => Next::Answer(outcome_sentence(step)),
-        },
-        Task::Publish { slug, notify } => {
-            if done.is_empty() {
-                let mut calls = vec![("publish_page", json!({ "slug": slug }))];
-                if let Some(to) = notify {
-                    calls.push((
-                        "send_message",
-                        json!({ "to": to, "subject": format!("Page {slug} is live"), "body": format!("The page `{slug}` has just been published.") }),
-                    ));
-                }
-                Next::Call(calls)
-            } else {
-                Next::Answer(
-                    done.iter()
-                        .map(outcome_sentence)
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                )
-            }
-        }
+        Task::Create { slug, title } => create_next(last, &has, slug, title),
+        Task::Publish { slug, notify } => publish_next(done, slug, notify.as_deref()),
         Task::Message { to, text } => match last {
             None => Next::Call(vec![(
                 "send_message",
