@@ -206,22 +206,7 @@ fn main() {
 async fn bench(args: Args) -> Result<(), String> {
     let sqlite_path = args.db.strip_prefix("sqlite:").map(str::to_owned);
     let fsyncs = match &sqlite_path {
-        Some(path) => {
-            // A fresh file each time, so runs do not measure a growing table.
-            for suffix in ["", "-wal", "-shm"] {
-                let _ = std::fs::remove_file(format!("{path}{suffix}"));
-            }
-            let dir = std::path::Path::new(path)
-                .parent()
-                .unwrap_or(std::path::Path::new("."));
-            // The disk's limit matters where commits wait for it.
-            match args.sync {
-                SqliteSync::Full => {
-                    Some(fsyncs_per_second(dir).map_err(|err| format!("fsync probe: {err}"))?)
-                }
-                SqliteSync::Normal => None,
-            }
-        }
+        Some(path) => fresh_sqlite(path, args.sync)?,
         None => None,
     };
     let scratch = match sqlite_path {
@@ -245,19 +230,79 @@ async fn bench(args: Args) -> Result<(), String> {
     .map_err(|err| err.to_string())?;
     let store = Arc::new(SqlRunStore::new(db.clone()));
     let probe = Probe::default();
-    let text = if args.state_kb == 0 {
+    let service = service(&store, &probe, args.state_kb);
+
+    let per_client = args.runs.div_ceil(args.concurrency);
+    let total = per_client * args.concurrency;
+    let commits_before = store.commits();
+    let started = Instant::now();
+    let cycles = run_clients(&service, per_client, args.concurrency).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    if probe.count("write_note") != total {
+        return Err(format!(
+            "{} approved calls ran, expected exactly {total}",
+            probe.count("write_note")
+        ));
+    }
+    let commits_per_cycle = (store.commits() - commits_before) as f64 / total as f64;
+    report(
+        &args,
+        cycles,
+        total as f64 / elapsed,
+        commits_per_cycle,
+        fsyncs,
+    );
+    db.pool().close().await;
+    if let Some(scratch) = scratch {
+        scratch
+            .drop_it()
+            .await
+            .map_err(|err| format!("dropping the scratch database: {err}"))?;
+    }
+    Ok(())
+}
+
+/// A fresh SQLite file at `path` (so runs do not measure a growing table), and the disk's fsyncs
+/// a second where commits wait for the disk (`synchronous=FULL`).
+fn fresh_sqlite(path: &str, sync: SqliteSync) -> Result<Option<f64>, String> {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{path}{suffix}"));
+    }
+    let dir = std::path::Path::new(path)
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
+    match sync {
+        SqliteSync::Full => Ok(Some(
+            fsyncs_per_second(dir).map_err(|err| format!("fsync probe: {err}"))?,
+        )),
+        SqliteSync::Normal => Ok(None),
+    }
+}
+
+/// The run service over `store`, with a model whose gated call carries `state_kb` KiB.
+fn service(store: &Arc<SqlRunStore>, probe: &Probe, state_kb: usize) -> Arc<RunService> {
+    let text = if state_kb == 0 {
         "x".to_owned()
     } else {
-        "x".repeat(args.state_kb * 1024)
+        "x".repeat(state_kb * 1024)
     };
     let tool_loop = Arc::new(ToolLoop::new(
         Arc::new(CycleModel { text }),
-        Arc::new(probe_registry(&probe)),
+        Arc::new(probe_registry(probe)),
     ));
-    let service = Arc::new(RunService::new(
+    Arc::new(RunService::new(
         store.clone(),
         Arc::new(SingleLoop(tool_loop)),
-    ));
+    ))
+}
+
+/// `concurrency` clients of `per_client` cycles each, together: their cycles, or the first
+/// failure.
+async fn run_clients(
+    service: &Arc<RunService>,
+    per_client: usize,
+    concurrency: usize,
+) -> Result<Cycles, String> {
     let configuration = RunConfiguration {
         continues: None,
         approval_timeout_ms: None,
@@ -268,94 +313,86 @@ async fn bench(args: Args) -> Result<(), String> {
         skills: Vec::new(),
         settings: RunSettings::default(),
     };
-
-    let per_client = args.runs.div_ceil(args.concurrency);
-    let total = per_client * args.concurrency;
-    let commits_before = store.commits();
-    let started = Instant::now();
-    let clients: Vec<_> = (0..args.concurrency)
+    let clients: Vec<_> = (0..concurrency)
         .map(|_| tokio::spawn(client(service.clone(), configuration.clone(), per_client)))
         .collect();
-    let mut cycle_ms = Vec::with_capacity(total);
-    let mut resume_ms = Vec::with_capacity(total);
-    let mut state_bytes = 0;
+    let mut all = Cycles {
+        cycle_ms: Vec::with_capacity(per_client * concurrency),
+        resume_ms: Vec::with_capacity(per_client * concurrency),
+        state_bytes: 0,
+    };
     let mut failures = Vec::new();
     for handle in clients {
         match handle.await {
             Ok(Ok(cycles)) => {
-                cycle_ms.extend(cycles.cycle_ms);
-                resume_ms.extend(cycles.resume_ms);
-                state_bytes = cycles.state_bytes;
+                all.cycle_ms.extend(cycles.cycle_ms);
+                all.resume_ms.extend(cycles.resume_ms);
+                all.state_bytes = cycles.state_bytes;
             }
             Ok(Err(message)) => failures.push(message),
             Err(err) => failures.push(format!("a client panicked: {err}")),
         }
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    if !failures.is_empty() {
-        return Err(format!(
-            "{} of {} clients failed; first: {}",
-            failures.len(),
-            args.concurrency,
-            failures[0]
-        ));
+    match failures.first() {
+        Some(first) => Err(format!(
+            "{} of {concurrency} clients failed; first: {first}",
+            failures.len()
+        )),
+        None => Ok(all),
     }
-    if probe.count("write_note") != total {
-        return Err(format!(
-            "{} approved calls ran, expected exactly {total}",
-            probe.count("write_note")
-        ));
-    }
-    let commits_per_cycle = (store.commits() - commits_before) as f64 / total as f64;
-    cycle_ms.sort_by(f64::total_cmp);
-    resume_ms.sort_by(f64::total_cmp);
+}
+
+/// Prints the case's figures: cycles a second, commits a cycle, the cycle's and the approve →
+/// completed latencies, and (one client on SQLite FULL) how near the disk's limit it came.
+fn report(
+    args: &Args,
+    mut cycles: Cycles,
+    cycles_per_s: f64,
+    commits_per_cycle: f64,
+    fsyncs: Option<f64>,
+) {
+    cycles.cycle_ms.sort_by(f64::total_cmp);
+    cycles.resume_ms.sort_by(f64::total_cmp);
+    let (cycle_ms, resume_ms) = (&cycles.cycle_ms, &cycles.resume_ms);
     let backend = args.db.split(':').next().unwrap_or_default();
-    let sync = if sqlite_path.is_some() {
+    let sync = if backend == "sqlite" {
         format!(" synchronous={:?}", args.sync)
     } else {
         String::new()
     };
-    let cycles_per_s = total as f64 / elapsed;
     println!(
-        "db={backend}{sync} concurrency={} runs={total} cycles_per_s={cycles_per_s:.1} \
+        "db={backend}{sync} concurrency={} runs={} cycles_per_s={cycles_per_s:.1} \
          commits_per_cycle={commits_per_cycle:.1}",
-        args.concurrency
+        args.concurrency,
+        cycle_ms.len()
     );
     println!(
         "cycle_ms p50={:.3} p90={:.3} p99={:.3}",
-        percentile(&cycle_ms, 0.5),
-        percentile(&cycle_ms, 0.9),
-        percentile(&cycle_ms, 0.99)
+        percentile(cycle_ms, 0.5),
+        percentile(cycle_ms, 0.9),
+        percentile(cycle_ms, 0.99)
     );
     println!(
-        "state_bytes={state_bytes} approve_to_completed_ms p50={:.3} p99={:.3}",
-        percentile(&resume_ms, 0.5),
-        percentile(&resume_ms, 0.99)
+        "state_bytes={} approve_to_completed_ms p50={:.3} p99={:.3}",
+        cycles.state_bytes,
+        percentile(resume_ms, 0.5),
+        percentile(resume_ms, 0.99)
     );
-    db.pool().close().await;
-    if let Some(scratch) = scratch {
-        scratch
-            .drop_it()
-            .await
-            .map_err(|err| format!("dropping the scratch database: {err}"))?;
+    let Some(fsyncs) = fsyncs else { return };
+    if args.concurrency == 1 {
+        let limit = fsyncs / commits_per_cycle;
+        println!(
+            "disk fsyncs_per_s={fsyncs:.0} -> limit_cycles_per_s={limit:.1} ({commits_per_cycle:.1} commits a cycle); \
+             reached {:.0}% of it",
+            100.0 * cycles_per_s / limit
+        );
+    } else {
+        // The writer commits the transitions that queued together in one transaction.
+        println!(
+            "disk fsyncs_per_s={fsyncs:.0} (several clients' transitions share commits: the \
+             one-client limit does not apply)"
+        );
     }
-    if let Some(fsyncs) = fsyncs {
-        if args.concurrency == 1 {
-            let limit = fsyncs / commits_per_cycle;
-            println!(
-                "disk fsyncs_per_s={fsyncs:.0} -> limit_cycles_per_s={limit:.1} ({commits_per_cycle:.1} commits a cycle); \
-                 reached {:.0}% of it",
-                100.0 * cycles_per_s / limit
-            );
-        } else {
-            // The writer commits the transitions that queued together in one transaction.
-            println!(
-                "disk fsyncs_per_s={fsyncs:.0} (several clients' transitions share commits: the \
-                 one-client limit does not apply)"
-            );
-        }
-    }
-    Ok(())
 }
 
 /// A database of the bench's own on a Postgres server, made new for each run.
