@@ -24,7 +24,7 @@ run: setup
 ## Every test: lints, Rust tests of the whole workspace, then the Playwright suite.
 test: setup-test lint unit bench-smoke e2e
 
-lint:
+lint: structure
 	cargo fmt --all -- --check
 	scripts/check-core-deps.sh
 	cargo clippy --workspace --all-targets --features nrllm-playground/ssr -- -D warnings

@@ -258,45 +258,11 @@ async fn main() {
         .await;
 
     // A run that stays running: the demo model thinks for a minute.
-    let body = br#"{"prompt": "List the pages"}"#;
-    let host = host_lines();
-    let head = format!(
-        "POST /api/nrllm_tool_run HTTP/1.1\r\n{host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let (_, mut answer) = request(head, body).await.expect("a run is started");
-    let mut text = String::new();
-    let _ = answer.read_to_string(&mut text).await;
-    let run_id = text
-        .rsplit("\r\n\r\n")
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .trim_matches('"')
-        .to_owned();
+    let run_id = start_run().await;
 
     report
         .case(&server, "1,100 streams held at once on one run", async {
-            let mut held = Vec::new();
-            let mut counts = [0usize; 2];
-            for _ in 0..1100 {
-                match request(stream_head(&run_id), b"").await {
-                    Some((200, stream)) => {
-                        counts[0] += 1;
-                        held.push(stream);
-                    }
-                    Some((503, _)) => counts[1] += 1,
-                    other => panic!("unexpected answer {:?}", other.map(|(s, _)| s)),
-                }
-            }
-            let during = rss(&server);
-            drop(held);
-            format!(
-                "200: {}, 503: {}, {:.1} MB while held",
-                counts[0],
-                counts[1],
-                during as f64 / 1048576.0
-            )
+            hold_streams(&server, &run_id, 1100).await
         })
         .await;
 
@@ -307,23 +273,11 @@ async fn main() {
         .await;
 
     report
-        .case(&server, "a 50 MB body (Content-Length, then chunked)", async {
-            let big = vec![b'x'; 50 * 1024 * 1024];
-            let host = host_lines();
-            let head = format!(
-                "POST /api/nrllm_tool_run HTTP/1.1\r\n{host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                big.len()
-            );
-            let sized = request(head, &big).await.map(|(s, _)| s);
-            let mut chunked = format!("{:x}\r\n", big.len()).into_bytes();
-            chunked.extend_from_slice(&big);
-            chunked.extend_from_slice(b"\r\n0\r\n\r\n");
-            let head = format!(
-                "POST /api/nrllm_tool_run HTTP/1.1\r\n{host}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-            );
-            let streamed = request(head, &chunked).await.map(|(s, _)| s);
-            format!("with length: {sized:?}, chunked: {streamed:?}")
-        })
+        .case(
+            &server,
+            "a 50 MB body (Content-Length, then chunked)",
+            async { big_bodies(50 * 1024 * 1024).await },
+        )
         .await;
 
     report
@@ -338,4 +292,67 @@ async fn main() {
     if report.failed {
         std::process::exit(1);
     }
+}
+
+/// Starts a run as an API client and returns its id.
+async fn start_run() -> String {
+    let body = br#"{"prompt": "List the pages"}"#;
+    let host = host_lines();
+    let head = format!(
+        "POST /api/nrllm_tool_run HTTP/1.1\r\n{host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let (_, mut answer) = request(head, body).await.expect("a run is started");
+    let mut text = String::new();
+    let _ = answer.read_to_string(&mut text).await;
+    text.rsplit("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .trim_matches('"')
+        .to_owned()
+}
+
+/// `count` streams of one run opened and held at once: how many were answered 200 and 503, and
+/// the server's memory while they were held.
+async fn hold_streams(server: &Server, run_id: &str, count: usize) -> String {
+    let mut held = Vec::new();
+    let mut counts = [0usize; 2];
+    for _ in 0..count {
+        match request(stream_head(run_id), b"").await {
+            Some((200, stream)) => {
+                counts[0] += 1;
+                held.push(stream);
+            }
+            Some((503, _)) => counts[1] += 1,
+            other => panic!("unexpected answer {:?}", other.map(|(s, _)| s)),
+        }
+    }
+    let during = rss(server);
+    drop(held);
+    format!(
+        "200: {}, 503: {}, {:.1} MB while held",
+        counts[0],
+        counts[1],
+        during as f64 / 1048576.0
+    )
+}
+
+/// A body of `size` bytes posted with its length, then chunked: the statuses of both.
+async fn big_bodies(size: usize) -> String {
+    let big = vec![b'x'; size];
+    let host = host_lines();
+    let head = format!(
+        "POST /api/nrllm_tool_run HTTP/1.1\r\n{host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        big.len()
+    );
+    let sized = request(head, &big).await.map(|(s, _)| s);
+    let mut chunked = format!("{:x}\r\n", big.len()).into_bytes();
+    chunked.extend_from_slice(&big);
+    chunked.extend_from_slice(b"\r\n0\r\n\r\n");
+    let head = format!(
+        "POST /api/nrllm_tool_run HTTP/1.1\r\n{host}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    let streamed = request(head, &chunked).await.map(|(s, _)| s);
+    format!("with length: {sized:?}, chunked: {streamed:?}")
 }

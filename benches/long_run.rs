@@ -89,30 +89,7 @@ async fn main() {
     );
     let mut over_budget = Vec::new();
     for rounds in [6usize, 10, 100, 200] {
-        let provider = ScriptedProvider::new(script(rounds));
-        let tool_loop = ToolLoop::new(Arc::new(provider), Arc::clone(&state.registry));
-        let service = RunService::new(
-            Arc::clone(&state.store),
-            Arc::new(SingleLoop(Arc::new(tool_loop))),
-        );
-        let configuration = RunConfiguration {
-            continues: None,
-            approval_timeout_ms: None,
-            provider: "demo".into(),
-            model: "demo-1".into(),
-            prompt: kilobyte_of("prompt", rounds),
-            system_prompt: Some("Be brief.".into()),
-            skills: Vec::new(),
-            settings: RunSettings {
-                max_rounds: rounds as u32 + 1,
-                ..RunSettings::default()
-            },
-        };
-        let run = service
-            .start(configuration, "bench")
-            .await
-            .expect("the run");
-        assert_eq!(run.counters.iterations as usize, rounds + 1);
+        let run = long_run(&state, rounds).await;
         let (events, stored): (i64, i64) = sqlx::query_as(
             "SELECT COUNT(*), COALESCE(SUM(LENGTH(payload)), 0) FROM agent_run_event WHERE run_id = $1",
         )
@@ -120,29 +97,8 @@ async fn main() {
         .fetch_one(db.pool())
         .await
         .expect("the stored size");
-        let mut page_bytes = 0;
-        let mut samples: Vec<Duration> = Vec::new();
-        for _ in 0..21 {
-            let request = Request::get(format!("/runs/{}", run.id))
-                .header("host", "127.0.0.1:3000")
-                .header("authorization", format!("Bearer {token}"))
-                .body(Body::empty())
-                .expect("a request");
-            let started = Instant::now();
-            let response = router.clone().oneshot(request).await.expect("a response");
-            assert_eq!(response.status(), 200);
-            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-                .await
-                .expect("the page");
-            samples.push(started.elapsed());
-            page_bytes = body.len();
-        }
-        samples.remove(0);
-        samples.sort();
-        println!(
-            "{rounds:>6} {events:>8} {stored:>14} {page_bytes:>14} {:>12.2?}",
-            samples[samples.len() / 2]
-        );
+        let (page_bytes, median) = render_page(&router, run.id, &token).await;
+        println!("{rounds:>6} {events:>8} {stored:>14} {page_bytes:>14} {median:>12.2?}");
         if page_bytes > PAGE_BUDGET_BYTES {
             over_budget.push(format!("{events} steps: {page_bytes} bytes"));
         }
@@ -154,4 +110,58 @@ async fn main() {
         );
         std::process::exit(1);
     }
+}
+
+/// A run of `rounds` rounds driven to its end by a scripted model, through the app's tools.
+async fn long_run(state: &AppState, rounds: usize) -> nrllm_core::run_store::RunRecord {
+    let provider = ScriptedProvider::new(script(rounds));
+    let tool_loop = ToolLoop::new(Arc::new(provider), Arc::clone(&state.registry));
+    let service = RunService::new(
+        Arc::clone(&state.store),
+        Arc::new(SingleLoop(Arc::new(tool_loop))),
+    );
+    let configuration = RunConfiguration {
+        continues: None,
+        approval_timeout_ms: None,
+        provider: "demo".into(),
+        model: "demo-1".into(),
+        prompt: kilobyte_of("prompt", rounds),
+        system_prompt: Some("Be brief.".into()),
+        skills: Vec::new(),
+        settings: RunSettings {
+            max_rounds: rounds as u32 + 1,
+            ..RunSettings::default()
+        },
+    };
+    let run = service
+        .start(configuration, "bench")
+        .await
+        .expect("the run");
+    assert_eq!(run.counters.iterations as usize, rounds + 1);
+    run
+}
+
+/// The run page's size and its median server-side render time over 20 requests (a first,
+/// warming one aside).
+async fn render_page(router: &axum::Router, run: uuid::Uuid, token: &str) -> (usize, Duration) {
+    let mut page_bytes = 0;
+    let mut samples: Vec<Duration> = Vec::new();
+    for _ in 0..21 {
+        let request = Request::get(format!("/runs/{run}"))
+            .header("host", "127.0.0.1:3000")
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .expect("a request");
+        let started = Instant::now();
+        let response = router.clone().oneshot(request).await.expect("a response");
+        assert_eq!(response.status(), 200);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("the page");
+        samples.push(started.elapsed());
+        page_bytes = body.len();
+    }
+    samples.remove(0);
+    samples.sort();
+    (page_bytes, samples[samples.len() / 2])
 }
