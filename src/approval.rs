@@ -12,6 +12,16 @@ use crate::field;
 use crate::forms::{action, list_field, CsrfField};
 use crate::page_data::{CallState, FieldView, PendingCallView, PreviewView, QuestionView, RunView};
 
+/// The form name of a field of the `index`th call of the turn (`calls[2][reason]`).
+fn call_field(index: usize, field: &str) -> String {
+    list_field(field!(NrllmToolResume, calls), index, field)
+}
+
+/// The element id of a field of the `index`th call in the panel `prefix`.
+fn call_element(prefix: &str, index: usize, field: &str) -> String {
+    format!("{prefix}-call-{index}-{field}")
+}
+
 /// A diff's lines, removed and added ones marked by colour as well as by their sign.
 fn diff_lines(lines: Vec<crate::page_data::DiffLine>) -> AnyView {
     let lines = lines
@@ -112,8 +122,8 @@ fn decide_call(
     call: &PendingCallView,
     configuration: Option<String>,
 ) -> AnyView {
-    let name = |field: &str| list_field(field!(NrllmToolResume, calls), index, field);
-    let id = |field: &str| format!("{prefix}-call-{index}-{field}");
+    let name = |field: &str| call_field(index, field);
+    let id = |field: &str| call_element(prefix, index, field);
     let prefix = prefix.to_owned();
     view! {
         <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
@@ -154,8 +164,8 @@ fn decide_unknown(
     dispatched_at: &str,
     effect_key: &str,
 ) -> AnyView {
-    let name = |field: &str| list_field(field!(NrllmToolResume, calls), index, field);
-    let id = |field: &str| format!("{prefix}-call-{index}-{field}");
+    let name = |field: &str| call_field(index, field);
+    let id = |field: &str| call_element(prefix, index, field);
     view! {
         <p class="mt-2 rounded border border-rose-300 bg-rose-50 p-2 text-sm text-rose-900 dark:border-rose-800 dark:bg-rose-950 dark:text-rose-100" data-testid="outcome-unknown">
             {format!("Outcome unknown: this call was dispatched at {dispatched_at} (effect key {effect_key}), then the server stopped before its result was recorded. It may or may not have taken effect — check its target, then choose.")}
@@ -195,8 +205,8 @@ fn Remember(
     arguments: Vec<String>,
     configuration: Option<String>,
 ) -> impl IntoView {
-    let name = |field: &str| list_field(field!(NrllmToolResume, calls), index, field);
-    let id = |field: &str| format!("{prefix}-call-{index}-{field}");
+    let name = |field: &str| call_field(index, field);
+    let id = |field: &str| call_element(&prefix, index, field);
     let arguments = arguments
         .into_iter()
         .map(|a| view! { <option value=a.clone()>{a.clone()}</option> })
@@ -230,7 +240,7 @@ fn PendingCall(
     /// The run's configuration, when the viewer may add rules for all of it.
     configuration: Option<String>,
 ) -> impl IntoView {
-    let name = |field: &str| list_field(field!(NrllmToolResume, calls), index, field);
+    let name = |field: &str| call_field(index, field);
     let refused = match &call.ruled {
         Some((false, note)) => Some(note.clone()),
         _ => None,
@@ -279,7 +289,7 @@ fn PendingCall(
 /// or free text), checked against the question when the decision is claimed.
 #[component]
 fn QuestionInCall(prefix: String, index: usize, question: QuestionView) -> impl IntoView {
-    let name = |field: &str| list_field(field!(NrllmToolResume, calls), index, field);
+    let name = |field: &str| call_field(index, field);
     let id = format!("{prefix}-call-{index}-answer");
     let answer = if !question.choices.is_empty() {
         view! {

@@ -191,16 +191,11 @@ impl Tarjan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixture::crate_dir;
     use crate::modules::load;
 
     fn crate_of(name: &str, files: &[(&str, &str)]) -> CrateTree {
-        let dir = std::env::temp_dir().join(format!("nrllm-lint-c-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        for (file, text) in files {
-            let path = dir.join(file);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, text).unwrap();
-        }
+        let dir = crate_dir(&format!("c-{name}"), files);
         let tree = load(&dir.join("lib.rs")).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         tree

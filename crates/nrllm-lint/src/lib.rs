@@ -12,6 +12,8 @@
 
 pub mod cfg;
 pub mod circles;
+#[cfg(test)]
+mod fixture;
 pub mod modules;
 pub mod sizes;
 

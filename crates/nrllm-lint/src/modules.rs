@@ -330,26 +330,12 @@ impl<'ast> Visit<'ast> for Collector<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) fn write(dir: &Path, files: &[(&str, &str)]) {
-        for (name, text) in files {
-            let path = dir.join(name);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, text).unwrap();
-        }
-    }
-
-    pub(crate) fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("nrllm-lint-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
+    use crate::fixture::crate_dir;
 
     #[test]
     fn follows_declarations_to_files_and_skips_test_modules() {
-        let dir = scratch("tree");
-        write(
-            &dir,
+        let dir = crate_dir(
+            "tree",
             &[
                 ("lib.rs", "mod a;\nmod b;\n#[cfg(test)]\nmod tests;\n"),
                 (
@@ -379,8 +365,7 @@ mod tests {
 
     #[test]
     fn a_missing_module_file_is_an_error_naming_it() {
-        let dir = scratch("missing");
-        write(&dir, &[("lib.rs", "mod gone;\n")]);
+        let dir = crate_dir("missing", &[("lib.rs", "mod gone;\n")]);
         let error = load(&dir.join("lib.rs")).err().unwrap().to_string();
         assert!(error.contains("module `gone` has no file"), "{error}");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -388,9 +373,8 @@ mod tests {
 
     #[test]
     fn macro_tokens_yield_paths() {
-        let dir = scratch("macro");
-        write(
-            &dir,
+        let dir = crate_dir(
+            "macro",
             &[(
                 "lib.rs",
                 "fn f() { view! { <crate::pages::Run id=x::y/> }; }\n",
