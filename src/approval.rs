@@ -6,7 +6,7 @@
 
 use leptos::prelude::*;
 
-use crate::api::{CallForm, NrllmInputAnswer, NrllmToolResume};
+use crate::api::{NrllmInputAnswer, NrllmToolResume, SubmittedCall};
 use crate::components::{op_options, TextArea, BUTTON_APPROVE, BUTTON_DENY, BUTTON_PRIMARY, INPUT};
 use crate::field;
 use crate::forms::{action, list_field, CsrfField};
@@ -129,26 +129,26 @@ fn decide_call(
         <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
             <legend class="sr-only">{format!("Decision for {}", call.tool)}</legend>
             <label class="flex items-center gap-1">
-                <input type="radio" name=name(field!(CallForm, choice)) value="approve" checked=true id=id("approve") />" Approve"
+                <input type="radio" name=name(field!(SubmittedCall, choice)) value="approve" checked=true id=id("approve") />" Approve"
             </label>
             <label class="flex items-center gap-1">
-                <input type="radio" name=name(field!(CallForm, choice)) value="deny" id=id("deny") />" Deny"
+                <input type="radio" name=name(field!(SubmittedCall, choice)) value="deny" id=id("deny") />" Deny"
             </label>
             <label class="flex items-center gap-1">
-                <input type="radio" name=name(field!(CallForm, choice)) value="respond" id=id("respond") />" Answer it myself (not run)"
+                <input type="radio" name=name(field!(SubmittedCall, choice)) value="respond" id=id("respond") />" Answer it myself (not run)"
             </label>
         </fieldset>
         <div class="mt-2 grid gap-2 sm:grid-cols-2">
             <div>
                 <label for=id("arguments") class="text-xs font-medium">"Arguments it runs with (edit to change them)"</label>
-                <TextArea id=id("arguments") name=name(field!(CallForm, arguments)) rows=4 class=format!("{INPUT} font-mono text-xs")
+                <TextArea id=id("arguments") name=name(field!(SubmittedCall, arguments)) rows=4 class=format!("{INPUT} font-mono text-xs")
                     value=call.arguments.clone() maxlength=crate::page_data::MAX_EDIT_CHARS />
             </div>
             <div>
                 <label for=id("reason") class="text-xs font-medium">"Reason if denied (the model reads it)"</label>
-                <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::page_data::MAX_REASON_CHARS />
+                <input id=id("reason") name=name(field!(SubmittedCall, reason)) class=INPUT maxlength=crate::page_data::MAX_REASON_CHARS />
                 <label for=id("result") class="mt-2 block text-xs font-medium">"Your answer, with “Answer it myself” (the model reads it as the result; nothing runs)"</label>
-                <TextArea id=id("result") name=name(field!(CallForm, result)) rows=2 class=INPUT maxlength=crate::page_data::MAX_EDIT_CHARS />
+                <TextArea id=id("result") name=name(field!(SubmittedCall, result)) rows=2 class=INPUT maxlength=crate::page_data::MAX_EDIT_CHARS />
             </div>
         </div>
         {call.gated.then(|| view! { <Remember prefix=prefix.clone() index tool=call.tool.clone() arguments=call.argument_names.clone() configuration=configuration.clone() /> })}
@@ -173,23 +173,23 @@ fn decide_unknown(
         <fieldset class="mt-3 flex flex-wrap gap-4 text-sm">
             <legend class="sr-only">{format!("Decision for {tool}")}</legend>
             <label class="flex items-center gap-1">
-                <input type="radio" name=name(field!(CallForm, choice)) value="approve" checked=true id=id("again") />" Run it again (same effect key)"
+                <input type="radio" name=name(field!(SubmittedCall, choice)) value="approve" checked=true id=id("again") />" Run it again (same effect key)"
             </label>
             <label class="flex items-center gap-1">
-                <input type="radio" name=name(field!(CallForm, choice)) value="respond" id=id("respond") />" Record what happened"
+                <input type="radio" name=name(field!(SubmittedCall, choice)) value="respond" id=id("respond") />" Record what happened"
             </label>
             <label class="flex items-center gap-1">
-                <input type="radio" name=name(field!(CallForm, choice)) value="failed" id=id("failed") />" Tell the model it failed"
+                <input type="radio" name=name(field!(SubmittedCall, choice)) value="failed" id=id("failed") />" Tell the model it failed"
             </label>
         </fieldset>
         <div class="mt-2 grid gap-2 sm:grid-cols-2">
             <div>
                 <label for=id("result") class="text-xs font-medium">"What happened (the model reads it, with “Record what happened”)"</label>
-                <TextArea id=id("result") name=name(field!(CallForm, result)) rows=3 class=INPUT maxlength=crate::page_data::MAX_EDIT_CHARS />
+                <TextArea id=id("result") name=name(field!(SubmittedCall, result)) rows=3 class=INPUT maxlength=crate::page_data::MAX_EDIT_CHARS />
             </div>
             <div>
                 <label for=id("reason") class="text-xs font-medium">"Note (the model reads it, with “Tell the model it failed”)"</label>
-                <input id=id("reason") name=name(field!(CallForm, reason)) class=INPUT maxlength=crate::page_data::MAX_REASON_CHARS />
+                <input id=id("reason") name=name(field!(SubmittedCall, reason)) class=INPUT maxlength=crate::page_data::MAX_REASON_CHARS />
             </div>
         </div>
     }.into_any()
@@ -214,7 +214,7 @@ fn Remember(
     view! {
         <div class="mt-2 flex flex-wrap items-center gap-2 text-xs" data-testid="remember">
             <label for=id("remember") class="font-medium">"Decide without asking from now on"</label>
-            <select id=id("remember") name=name(field!(CallForm, remember)) class=INPUT>
+            <select id=id("remember") name=name(field!(SubmittedCall, remember)) class=INPUT>
                 <option value="" selected=true>"no, ask each time"</option>
                 <option value="run">{format!("always approve {tool} for this run")}</option>
                 {configuration.clone().map(|c| view! { <option value="configuration">{format!("always approve {tool} in configuration {c}")}</option> })}
@@ -222,12 +222,12 @@ fn Remember(
                 {configuration.map(|c| view! { <option value="never_configuration">{format!("never allow {tool} in configuration {c} (deny it now)")}</option> })}
             </select>
             <label for=id("rule-argument")>"only when"</label>
-            <select id=id("rule-argument") name=name(field!(CallForm, rule_argument)) class=INPUT>
+            <select id=id("rule-argument") name=name(field!(SubmittedCall, rule_argument)) class=INPUT>
                 <option value="" selected=true>"(any arguments)"</option>
                 {arguments}
             </select>
-            <select name=name(field!(CallForm, rule_op)) class=INPUT aria-label="compares">{op_options()}</select>
-            <input name=name(field!(CallForm, rule_value)) class=INPUT placeholder="value" aria-label="value" maxlength=nrllm_types::RULE_VALUE_CHARS />
+            <select name=name(field!(SubmittedCall, rule_op)) class=INPUT aria-label="compares">{op_options()}</select>
+            <input name=name(field!(SubmittedCall, rule_value)) class=INPUT placeholder="value" aria-label="value" maxlength=nrllm_types::RULE_VALUE_CHARS />
         </div>
     }
 }
@@ -247,7 +247,7 @@ fn PendingCall(
     };
     view! {
         <li class="rounded-md border border-slate-200 p-3 dark:border-slate-700" data-testid="pending-call" data-tool=call.tool.clone()>
-            <input type="hidden" name=name(field!(CallForm, call_id)) value=call.call_id.clone() />
+            <input type="hidden" name=name(field!(SubmittedCall, call_id)) value=call.call_id.clone() />
             <div class="flex flex-wrap items-center gap-2">
                 <span class="font-mono font-semibold">{call.tool.clone()}</span>
                 {if let Some((allow, note)) = call.ruled.clone() {
@@ -265,14 +265,14 @@ fn PendingCall(
                     <QuestionInCall prefix=prefix.clone() index question=call.question.clone().unwrap_or_default() />
                 }.into_any(),
                 CallState::Pending if refused.is_some() => view! {
-                    <input type="hidden" name=name(field!(CallForm, choice)) value="deny" />
+                    <input type="hidden" name=name(field!(SubmittedCall, choice)) value="deny" />
                     <p class="mt-2 text-sm text-rose-800 dark:text-rose-300" data-testid="call-refused-by-rule">
                         {format!("Refused whatever is chosen here: {}", refused.clone().unwrap_or_default())}
                     </p>
                 }.into_any(),
                 CallState::Pending => decide_call(&prefix, index, &call, configuration.clone()),
                 CallState::Answered { result } => view! {
-                    <input type="hidden" name=name(field!(CallForm, choice)) value="approve" />
+                    <input type="hidden" name=name(field!(SubmittedCall, choice)) value="approve" />
                     <p class="mt-2 text-sm" data-testid="call-answered">"It ran before the server restarted; its journaled result is used and it does not run again:"</p>
                     <pre class="mt-1 whitespace-pre-wrap rounded bg-slate-50 p-2 text-xs dark:bg-slate-950">{result}</pre>
                 }.into_any(),
@@ -293,14 +293,14 @@ fn QuestionInCall(prefix: String, index: usize, question: QuestionView) -> impl 
     let id = format!("{prefix}-call-{index}-answer");
     let answer = if !question.choices.is_empty() {
         view! {
-            <select id=id.clone() name=name(field!(CallForm, answer)) class=INPUT data-testid="question-choice">
+            <select id=id.clone() name=name(field!(SubmittedCall, answer)) class=INPUT data-testid="question-choice">
                 <option value="">"— choose an answer —"</option>
                 {question.choices.iter().map(|choice| view! { <option value=choice.clone()>{choice.clone()}</option> }).collect_view()}
             </select>
         }
         .into_any()
     } else if !question.fields.is_empty() {
-        let base = name(field!(CallForm, fields));
+        let base = name(field!(SubmittedCall, fields));
         view! {
             <div class="grid gap-2 sm:grid-cols-2">
                 {question.fields.iter().cloned().map(|field| view! {
@@ -310,10 +310,10 @@ fn QuestionInCall(prefix: String, index: usize, question: QuestionView) -> impl 
         }
         .into_any()
     } else {
-        view! { <TextArea id=id.clone() name=name(field!(CallForm, answer)) rows=2 class=INPUT maxlength=nrllm_types::MAX_ANSWER_CHARS /> }.into_any()
+        view! { <TextArea id=id.clone() name=name(field!(SubmittedCall, answer)) rows=2 class=INPUT maxlength=nrllm_types::MAX_ANSWER_CHARS /> }.into_any()
     };
     view! {
-        <input type="hidden" name=name(field!(CallForm, choice)) value="answer" />
+        <input type="hidden" name=name(field!(SubmittedCall, choice)) value="answer" />
         <label for=id class="mt-2 block text-sm font-medium" data-testid="question">
             {format!("The run asks: {}", question.text)}
         </label>

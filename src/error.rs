@@ -167,9 +167,10 @@ mod from_runtime {
                     &format!("arguments of {tool} ({call_id})"),
                     format!("field `{field}`: {message}"),
                 ),
-                ResumeError::InvalidDecision(DecisionError::InvalidAnswer { field, message }) => {
-                    AppError::invalid(&field, message)
-                }
+                ResumeError::InvalidDecision(
+                    DecisionError::InvalidAnswer { field, message }
+                    | DecisionError::InvalidField { field, message },
+                ) => AppError::invalid(&field, message),
                 ResumeError::InvalidDecision(other) => {
                     AppError::invalid("calls", other.to_string())
                 }
@@ -197,12 +198,16 @@ mod from_runtime {
             match err {
                 ServiceError::Configuration(message) => AppError::invalid("configuration", message),
                 ServiceError::NotFound(message) => AppError::NotFound(message),
-                ServiceError::InvalidRule(RuleError::Invalid { field, message }) => {
-                    AppError::invalid(&field, message)
-                }
+                ServiceError::InvalidRule(rule) => AppError::from(rule),
                 ServiceError::Refused(refusal) => AppError::from(refusal),
                 ServiceError::Store(store) => AppError::from(store),
             }
+        }
+    }
+
+    impl From<RuleError> for AppError {
+        fn from(RuleError::Invalid { field, message }: RuleError) -> AppError {
+            AppError::invalid(&field, message)
         }
     }
 

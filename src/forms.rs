@@ -43,7 +43,7 @@ pub fn list_field(list: &str, index: usize, field: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{CallForm, NrllmToolResume, NrllmToolRun};
+    use crate::api::{NrllmToolResume, NrllmToolRun, SubmittedCall};
 
     #[test]
     fn forms_post_to_their_server_functions_with_their_argument_names() {
@@ -51,7 +51,11 @@ mod tests {
         assert_eq!(action::<NrllmToolResume>(), "/api/nrllm_tool_resume");
         assert_eq!(field!(NrllmToolRun, system_prompt), "system_prompt");
         assert_eq!(
-            list_field(field!(NrllmToolResume, calls), 2, field!(CallForm, reason)),
+            list_field(
+                field!(NrllmToolResume, calls),
+                2,
+                field!(SubmittedCall, reason)
+            ),
             "calls[2][reason]"
         );
     }

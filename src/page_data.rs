@@ -5,10 +5,8 @@ use serde::{Deserialize, Serialize};
 
 pub use nrllm_types::{RunStatus, TerminationReason};
 
-/// The longest reason an operator may type, in characters (the runtime refuses longer ones).
-pub const MAX_REASON_CHARS: usize = 2000;
-/// The longest edited-arguments text an operator may send, in characters.
-pub const MAX_EDIT_CHARS: usize = 100_000;
+/// The longest texts an operator may type (the core refuses longer ones).
+pub use nrllm_types::submission::{MAX_EDIT_CHARS, MAX_REASON_CHARS};
 /// The steps a run page shows at once; older ones are a link away.
 pub const STEP_WINDOW: usize = 100;
 

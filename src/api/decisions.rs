@@ -7,7 +7,7 @@
 
 use leptos::prelude::*;
 
-use crate::api::call_form::CallForm;
+use crate::api::SubmittedCall;
 use crate::error::AppError;
 use crate::page_data::{ApprovalsPage, ResumeAccepted};
 
@@ -94,7 +94,7 @@ pub async fn nrllm_tool_resume(
     decision: String,
     reason: Option<String>,
     digest: Option<String>,
-    calls: Option<Vec<CallForm>>,
+    calls: Option<Vec<SubmittedCall>>,
     acknowledge_discard: Option<String>,
 ) -> Result<ResumeAccepted, AppError> {
     use crate::server::{request::require, request::state, wants_html};
@@ -109,19 +109,15 @@ pub async fn nrllm_tool_resume(
                 .to_owned(),
         ));
     }
-    let calls = calls.unwrap_or_default();
-    let scopes = crate::api::call_form::rule_scopes(&calls)?;
-    let mut submission = crate::api::call_form::submission(
-        &decision,
-        reason,
-        calls,
-        acknowledge_discard.is_some_and(|a| !a.is_empty() && a != "false"),
-    )?;
-    for (call, remember) in submission.calls.iter_mut().zip(scopes) {
-        call.remember = remember;
-    }
-    // The claim checks who may decide (the core's authority) and queues the decision; this
+    // The form's fields as they came: the core reads them (the button, each call's choice,
+    // edit and rule), checks who may decide (its authority) and queues the decision; this
     // instance's worker (or another's) carries it out.
+    let submission = nrllm_types::submission::Submission {
+        decision,
+        reason,
+        calls: calls.unwrap_or_default(),
+        acknowledge_discard: nrllm_types::submission::ticked(acknowledge_discard.as_deref()),
+    };
     state
         .runs
         .claim_submission(id, &submission, &who, digest.as_deref())

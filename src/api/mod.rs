@@ -7,7 +7,6 @@
 //! One module per resource; the checks and form readers they share sit beside them.
 
 pub mod accounts;
-pub mod call_form;
 #[cfg(feature = "ssr")]
 pub(crate) mod checks;
 pub mod decisions;
@@ -17,7 +16,7 @@ mod run_form;
 pub mod runs;
 pub mod system;
 
-pub use call_form::CallForm;
 pub use decisions::*;
+pub use nrllm_types::submission::SubmittedCall;
 pub use runs::*;
 pub use system::*;

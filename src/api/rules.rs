@@ -84,7 +84,12 @@ pub async fn nrllm_rule_add(
         tool,
         effect: RuleEffect::parse(effect.trim())
             .ok_or_else(|| AppError::invalid("effect", "allow or deny"))?,
-        conditions: crate::api::call_form::conditions(argument, op, value, "")?,
+        conditions: nrllm_core::rules::form_conditions(
+            argument.as_deref(),
+            op.as_deref(),
+            value.as_deref(),
+            "",
+        )?,
     };
     // Whoever may not decide the run may not decide its calls in advance either: the run
     // service asks the core's authority.

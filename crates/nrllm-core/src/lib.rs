@@ -27,6 +27,7 @@ pub mod run_service;
 pub mod run_store;
 pub mod state;
 pub mod step_machine;
+pub mod submit;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tool;

@@ -8,10 +8,11 @@
 use uuid::Uuid;
 
 use crate::authority::Act;
-use crate::decision::{CallDecision, Choice, Decision, DecisionError, Submission};
+use crate::decision::{CallDecision, Choice, Decision, DecisionError};
 use crate::question::FormAnswer;
 use crate::rules::RuleDraft;
 use crate::state::SuspendedState;
+use crate::submit::{self, Submission};
 
 /// What the model reads for each call of a turn nobody decided in time.
 pub const EXPIRED_TEXT: &str =
@@ -57,11 +58,12 @@ impl TurnMove<'_> {
         (run, configuration): (Uuid, &str),
     ) -> Result<(Decision, Vec<RuleDraft>), DecisionError> {
         match self {
-            TurnMove::Submit(submission) => {
-                let decision = submission.resolve(&state.pending, &state.questions)?;
-                let rules = submission.rules(&state.pending, &decision, (run, configuration))?;
-                Ok((decision, rules))
-            }
+            TurnMove::Submit(submission) => submit::resolve(
+                submission,
+                &state.pending,
+                &state.questions,
+                (run, configuration),
+            ),
             TurnMove::Answer { call_id, answer } => {
                 Ok((answer_decision(state, *call_id, answer)?, Vec::new()))
             }

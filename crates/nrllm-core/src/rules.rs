@@ -154,6 +154,38 @@ fn invalid(field: &str, message: impl Into<String>) -> RuleError {
     }
 }
 
+/// The condition a form asks for, from its three fields (named with `prefix`, e.g.
+/// `calls[0].rule_`, in a refusal): none when `argument` is empty, else all three.
+pub fn form_conditions(
+    argument: Option<&str>,
+    op: Option<&str>,
+    value: Option<&str>,
+    prefix: &str,
+) -> Result<Vec<Condition>, RuleError> {
+    let argument = argument.unwrap_or_default().trim();
+    if argument.is_empty() {
+        return Ok(Vec::new());
+    }
+    let op = MatchOp::parse(op.unwrap_or_default().trim()).ok_or_else(|| {
+        invalid(
+            &format!("{prefix}op"),
+            "equals, starts_with, ends_with or contains",
+        )
+    })?;
+    let value = value.unwrap_or_default();
+    if value.is_empty() {
+        return Err(invalid(
+            &format!("{prefix}value"),
+            format!("give the value {argument} is compared with"),
+        ));
+    }
+    Ok(vec![Condition {
+        argument: argument.to_owned(),
+        op,
+        value: value.to_owned(),
+    }])
+}
+
 impl RuleDraft {
     /// Checks the sizes and names; `Ok` means the store may keep it.
     pub fn check(&self) -> Result<(), RuleError> {

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use nrllm_core::authority::{authorize, Act, Actor, Lineage, Refusal, RunFacts};
-use nrllm_core::decision::{Action, DecisionError, Submission, SubmittedCall};
+use nrllm_core::decision::DecisionError;
 use nrllm_core::events::NullSink;
 use nrllm_core::moves::TurnMove;
 use nrllm_core::provider::ChatResponse;
@@ -26,6 +26,7 @@ use nrllm_core::question::{AskOperator, FormAnswer};
 use nrllm_core::rules::{ApprovalRule, RuleEffect, RuleScope};
 use nrllm_core::run_store::RunStatus;
 use nrllm_core::state::UnknownCall;
+use nrllm_core::submit::{Submission, SubmittedCall};
 use nrllm_core::testing::{probe_registry, usage, Probe, ScriptedProvider};
 use nrllm_core::transcript::{Message, ToolCall};
 use nrllm_core::{
@@ -192,17 +193,16 @@ fn submission_of(way: &Way, calls: &[ToolCall]) -> Option<Submission> {
         choice: Some(choice.to_owned()),
         arguments: (choice == "edit").then(|| r#"{"text": "edited"}"#.to_owned()),
         result: (choice == "respond").then(|| typed.unwrap_or("what happened").to_owned()),
-        answer: match (choice, typed) {
-            ("answer", Some(text)) => FormAnswer::text(text),
-            _ => FormAnswer::default(),
-        },
+        answer: (choice == "answer")
+            .then(|| typed.map(str::to_owned))
+            .flatten(),
         ..SubmittedCall::default()
     };
     let (action, calls) = match way {
-        Way::ApproveAll => (Action::ApproveAll, Vec::new()),
-        Way::DenyAll => (Action::DenyAll, Vec::new()),
+        Way::ApproveAll => ("approve_all", Vec::new()),
+        Way::DenyAll => ("deny_all", Vec::new()),
         Way::PerCall(entries) => (
-            Action::PerCall,
+            "per_call",
             calls
                 .iter()
                 .zip(entries)
@@ -212,7 +212,7 @@ fn submission_of(way: &Way, calls: &[ToolCall]) -> Option<Submission> {
         _ => return None,
     };
     Some(Submission {
-        action,
+        decision: action.to_owned(),
         reason: None,
         calls,
         acknowledge_discard: true,

@@ -244,9 +244,10 @@ async fn an_unknown_prompt_gets_the_list_of_things_the_demo_can_do() {
 /// rename.
 #[tokio::test]
 async fn a_rename_asked_beside_a_question_is_decided_whole() {
-    use nrllm_core::decision::{Action, DecisionError, Submission, SubmittedCall};
+    use nrllm_core::decision::DecisionError;
     use nrllm_core::question::FormAnswer;
     use nrllm_core::run_service::ResumeError;
+    use nrllm_core::submit::{Submission, SubmittedCall};
     for db in backends().await {
         let p = playground(&db.db).await;
         let run = p
@@ -274,13 +275,12 @@ async fn a_rename_asked_beside_a_question_is_decided_whole() {
         ));
         assert_eq!(p.site.get_page("home").await.unwrap().title, "Welcome");
         let submission = Submission {
-            action: Action::PerCall,
-            reason: None,
+            decision: "per_call".into(),
             calls: vec![
                 SubmittedCall {
                     call_id: state.pending[0].id.clone(),
                     choice: Some("answer".into()),
-                    answer: FormAnswer::text("loudly"),
+                    answer: Some("loudly".into()),
                     ..SubmittedCall::default()
                 },
                 SubmittedCall {
@@ -289,7 +289,7 @@ async fn a_rename_asked_beside_a_question_is_decided_whole() {
                     ..SubmittedCall::default()
                 },
             ],
-            acknowledge_discard: false,
+            ..Submission::default()
         };
         let claimed = p
             .service

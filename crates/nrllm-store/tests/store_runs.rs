@@ -1545,8 +1545,8 @@ async fn a_queued_decision_whose_model_cannot_be_reached_fails_with_the_reason()
 
 #[tokio::test]
 async fn approval_rules_decide_later_calls_and_their_steps_name_the_rule() {
-    use nrllm_core::decision::{Action, Remember, RememberScope, Submission, SubmittedCall};
     use nrllm_core::rules::{Condition, MatchOp, RuleDraft, RuleEffect, RuleScope};
+    use nrllm_core::submit::{Submission, SubmittedCall};
     for db in backends().await {
         let responses = vec![
             call_turn("c1", "write_note", json!({"text": "a"}), usage(1, 1)),
@@ -1569,18 +1569,13 @@ async fn approval_rules_decide_later_calls_and_their_steps_name_the_rule() {
         assert_eq!(run.status, RunStatus::WaitingForApproval);
         // Approving the first call, the operator asks to always approve write_note here.
         let submission = Submission {
-            action: Action::ApproveAll,
-            reason: None,
+            decision: "approve_all".into(),
             calls: vec![SubmittedCall {
                 call_id: "c1".into(),
-                remember: Some(Remember {
-                    scope: RememberScope::Run,
-                    effect: RuleEffect::Allow,
-                    conditions: Vec::new(),
-                }),
+                remember: Some("run".into()),
                 ..SubmittedCall::default()
             }],
-            acknowledge_discard: false,
+            ..Submission::default()
         };
         let claimed = s
             .service

@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use strum::{Display, EnumIter, EnumString, IntoStaticStr};
 
+pub mod submission;
+
 /// A run's status (DESIGN §3).
 #[derive(
     Debug,

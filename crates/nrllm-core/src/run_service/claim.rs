@@ -11,7 +11,7 @@ use super::errors::ResumeError;
 use super::{dispatches, recorded_decision, RunService, Weighed};
 use crate::authority::{authorize, Act, Actor, Refusal, StateRefusal};
 use crate::clock::format_utc;
-use crate::decision::{Choice, Decision, Submission};
+use crate::decision::{Choice, Decision};
 use crate::events::Event;
 use crate::failpoint;
 use crate::moves::TurnMove;
@@ -23,6 +23,7 @@ use crate::run_store::{
     TerminationReason,
 };
 use crate::state::{StateError, SuspendedState};
+use crate::submit::Submission;
 use crate::tool_loop::{decision_event, LoopError, ToolLoopService};
 
 impl RunService {
@@ -96,7 +97,7 @@ impl RunService {
     }
 
     /// [`RunService::claim`] for a submitted approval form: the decision is what the form showed
-    /// for the pending turn ([`Submission::resolve`]), a question of the turn answered by its
+    /// for the pending turn ([`crate::submit::resolve`]), a question of the turn answered by its
     /// call's entry. The rules asked for with it must be the decider's to add.
     pub async fn claim_submission(
         &self,
