@@ -56,11 +56,13 @@ fn http_provider(
     fn build<F: WireFormat>(
         config: ProviderConfig,
         format: F,
+        stream: bool,
     ) -> Result<Arc<dyn Provider>, String> {
         HttpProvider::new(config, format)
-            .map(|p| Arc::new(p) as Arc<dyn Provider>)
+            .map(|p| Arc::new(p.streaming(stream)) as Arc<dyn Provider>)
             .map_err(|err| err.message)
     }
+    let stream = configuration.stream.unwrap_or(true);
     let format_openai = OpenAi {
         // OpenAI itself takes the newer `max_completion_tokens`; compatible servers `max_tokens`.
         max_completion_tokens: base_url.contains("api.openai.com"),
@@ -79,9 +81,9 @@ fn http_provider(
         },
     };
     match configuration.kind {
-        ProviderKind::Openai => build(config, format_openai),
-        ProviderKind::Anthropic => build(config, Anthropic),
-        ProviderKind::Gemini => build(config, Gemini),
+        ProviderKind::Openai => build(config, format_openai, stream),
+        ProviderKind::Anthropic => build(config, Anthropic, stream),
+        ProviderKind::Gemini => build(config, Gemini, stream),
         ProviderKind::Demo => Err("the demo model speaks no wire format".to_owned()),
     }
 }
@@ -238,6 +240,7 @@ mod tests {
             api_key_env: Some(key_env.into()),
             temperature: Some(0.4),
             max_tokens: None,
+            stream: None,
             price_input_per_million: Some(2.0),
             price_output_per_million: Some(8.0),
             four_eyes: None,

@@ -176,6 +176,7 @@ fn model_configurations_are_read_and_checked() {
         model = "llama3.1"
         base_url = "http://127.0.0.1:11434/v1"
         api_key_env = ""
+        stream = false
     "#;
     let settings = load(Some(text), &[("OPENAI_BASE_URL", "http://proxy.local/v1")]).unwrap();
     let [openai, ollama] = settings.configurations.as_slice() else {
@@ -188,6 +189,7 @@ fn model_configurations_are_read_and_checked() {
         Some("http://127.0.0.1:11434/v1")
     );
     assert_eq!(ollama.key_env(), None);
+    assert_eq!((openai.stream, ollama.stream), (None, Some(false)));
 
     let twice = "[[configurations]]\nname = \"a\"\nkind = \"openai\"\nmodel = \"m\"\n[[configurations]]\nname = \"a\"\nkind = \"gemini\"\nmodel = \"m\"\n";
     let err = load(Some(twice), &[]).unwrap_err().to_string();

@@ -133,6 +133,10 @@ pub struct ModelConfiguration {
     pub temperature: Option<f64>,
     #[serde(default)]
     pub max_tokens: Option<u32>,
+    /// Ask for responses as streams (default `true`); `false` for a gateway that does not
+    /// stream.
+    #[serde(default)]
+    pub stream: Option<bool>,
     /// US dollars per million prompt tokens, for the cost estimate.
     #[serde(default)]
     pub price_input_per_million: Option<f64>,

@@ -222,6 +222,10 @@ pub struct CallChoice {
 /// and writes with the run's next transition.
 pub trait EventSink: Send + Sync {
     fn emit(&self, event: Event);
+
+    /// A piece of round `round`'s response as the model writes it: for whoever watches the run
+    /// live; never journaled (the response is emitted whole as [`Event::Llm`] once complete).
+    fn delta(&self, _round: u32, _delta: crate::provider::Delta) {}
 }
 
 /// A sink that keeps every event in memory.

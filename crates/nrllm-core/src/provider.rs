@@ -187,6 +187,34 @@ pub struct RetryNotice {
 /// Told about each retry as it is about to happen.
 pub type RetryObserver<'a> = &'a (dyn Fn(RetryNotice) + Send + Sync);
 
+/// A piece of a model's response as it is written: shown live, never journaled (the response is
+/// journaled whole, once it is complete).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Delta {
+    /// More of the answer's text.
+    Text { text: String },
+    /// More of the model's thinking (shown live only).
+    Thinking { text: String },
+    /// A tool call forming, by its place in the response: its id and name when they arrive, and
+    /// the next fragment of its arguments' JSON text.
+    ToolCall {
+        index: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        arguments: String,
+    },
+}
+
+/// Told about each piece of a response as it is written.
+pub type DeltaObserver<'a> = &'a (dyn Fn(Delta) + Send + Sync);
+
+/// A delta observer that ignores every piece.
+pub fn ignore_deltas(_delta: Delta) {}
+
 /// A chat-completion backend.
 #[async_trait]
 pub trait Provider: Send + Sync {
@@ -201,6 +229,18 @@ pub trait Provider: Send + Sync {
         request: &ChatRequest,
         on_retry: RetryObserver<'_>,
     ) -> Result<ChatResponse, ProviderError>;
+
+    /// [`Provider::complete`], telling `on_delta` each piece of the response as it is written.
+    /// The response is the one `complete` would give for the same exchange. A provider that does
+    /// not stream gives it whole (and tells nothing).
+    async fn stream(
+        &self,
+        request: &ChatRequest,
+        on_retry: RetryObserver<'_>,
+        _on_delta: DeltaObserver<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
+        self.complete(request, on_retry).await
+    }
 }
 
 /// A retry observer that ignores every retry.

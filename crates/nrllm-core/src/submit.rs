@@ -749,7 +749,8 @@ mod tests {
         let mut form = submission("deny_all", vec![submitted("a", "deny", None, "")]);
         form.reason = long(MAX_REASON_CHARS);
         assert_eq!(field_of(form.resolve(&pending, &[]).unwrap_err()), "reason");
-        let cases: [(fn(&mut SubmittedCall, Option<String>), usize, &str); 3] = [
+        type Set = fn(&mut SubmittedCall, Option<String>);
+        let cases: [(Set, usize, &str); 3] = [
             (|c, t| c.arguments = t, MAX_EDIT_CHARS, "calls[0].arguments"),
             (|c, t| c.reason = t, MAX_REASON_CHARS, "calls[0].reason"),
             (|c, t| c.result = t, MAX_EDIT_CHARS, "calls[0].result"),

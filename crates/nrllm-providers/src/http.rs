@@ -9,8 +9,12 @@ use std::time::{Duration, SystemTime};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 
-use nrllm_core::provider::{ProviderError, ProviderErrorKind, RetryNotice, RetryObserver};
+use nrllm_core::provider::{
+    DeltaObserver, ProviderError, ProviderErrorKind, RetryNotice, RetryObserver,
+};
 use nrllm_core::retry::retry_delay;
+
+use crate::stream::{is_event_stream, read_events, NewFold};
 
 /// When and how often to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,37 +233,39 @@ impl Engine {
         on_retry: RetryObserver<'_>,
         body_hint: BodyHint<'_>,
     ) -> Result<Value, ProviderError> {
+        self.exchange(url, headers, body, (on_retry, body_hint), None)
+            .await
+    }
+
+    /// [`Engine::post`] for a streaming request: a response of server-sent events is folded by
+    /// a fresh fold from `stream` (each attempt starts again), telling `on_delta` what each
+    /// event adds; a plain JSON response is read as [`Engine::post`] reads it. A stream that
+    /// breaks off is retried as a whole response, under the same rules.
+    pub async fn post_stream(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        body: &Value,
+        (on_retry, body_hint): (RetryObserver<'_>, BodyHint<'_>),
+        stream: (NewFold<'_>, DeltaObserver<'_>),
+    ) -> Result<Value, ProviderError> {
+        self.exchange(url, headers, body, (on_retry, body_hint), Some(stream))
+            .await
+    }
+
+    async fn exchange(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        body: &Value,
+        (on_retry, body_hint): (RetryObserver<'_>, BodyHint<'_>),
+        stream: Option<(NewFold<'_>, DeltaObserver<'_>)>,
+    ) -> Result<Value, ProviderError> {
         let mut retries = 0;
         loop {
-            let mut request = self.client.post(url).json(body);
-            for (name, value) in headers {
-                request = request.header(*name, value);
-            }
-            let (error, hint) = match request.send().await {
-                Ok(response) => {
-                    let status = response.status();
-                    let header_hint = retry_after(response.headers(), SystemTime::now());
-                    match response.text().await {
-                        Ok(text) if status.is_success() => return self.success(text),
-                        Ok(text) => {
-                            let hint = header_hint.or_else(|| {
-                                serde_json::from_str::<Value>(&text)
-                                    .ok()
-                                    .and_then(|json| body_hint(&json))
-                            });
-                            (self.status_error(status.as_u16(), &text), hint)
-                        }
-                        Err(err) => (
-                            ProviderError::transient(format!(
-                                "{}: the response broke off ({})",
-                                self.provider,
-                                self.scrub(&err.to_string())
-                            )),
-                            None,
-                        ),
-                    }
-                }
-                Err(err) => (self.send_failure(&err), None),
+            let (error, hint) = match self.attempt(url, headers, body, body_hint, stream).await {
+                Ok(body) => return Ok(body),
+                Err(failure) => failure,
             };
             if error.kind != ProviderErrorKind::Transient
                 || retries >= self.settings.retry.max_retries
@@ -293,8 +299,65 @@ impl Engine {
         }
     }
 
-    /// A successful response's body as JSON. It becomes a step's raw payload: a key echoed back
-    /// must not.
+    /// One request and its response: the body as JSON, or the failure and any wait the provider
+    /// asked for.
+    async fn attempt(
+        &self,
+        url: &str,
+        headers: &[(&str, String)],
+        body: &Value,
+        body_hint: BodyHint<'_>,
+        stream: Option<(NewFold<'_>, DeltaObserver<'_>)>,
+    ) -> Result<Value, (ProviderError, Option<WaitHint>)> {
+        let mut request = self.client.post(url).json(body);
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|err| (self.send_failure(&err), None))?;
+        let status = response.status();
+        let header_hint = retry_after(response.headers(), SystemTime::now());
+        if let (true, Some((fold, on_delta))) = (status.is_success(), stream) {
+            if let Some(fold) = fold().filter(|_| is_event_stream(response.headers())) {
+                let folded = read_events(response, fold, on_delta, &self.provider).await;
+                return folded
+                    .map_err(|err| (self.scrubbed(err), None))
+                    .and_then(|body| self.success(body.to_string()).map_err(|err| (err, None)));
+            }
+        }
+        match response.text().await {
+            Ok(text) if status.is_success() => self.success(text).map_err(|err| (err, None)),
+            Ok(text) => {
+                let hint = header_hint.or_else(|| {
+                    serde_json::from_str::<Value>(&text)
+                        .ok()
+                        .and_then(|json| body_hint(&json))
+                });
+                Err((self.status_error(status.as_u16(), &text), hint))
+            }
+            Err(err) => Err((self.broke_off(&err), None)),
+        }
+    }
+
+    /// A response whose body stopped before its end (worth a retry).
+    fn broke_off(&self, err: &reqwest::Error) -> ProviderError {
+        ProviderError::transient(format!(
+            "{}: the response broke off ({})",
+            self.provider,
+            self.scrub(&err.to_string())
+        ))
+    }
+
+    /// `err` with the key scrubbed from its message.
+    fn scrubbed(&self, mut err: ProviderError) -> ProviderError {
+        err.message = self.scrub(&err.message);
+        err
+    }
+
+    /// A successful response's body (or a stream's, folded) as JSON. It becomes a step's raw
+    /// payload: a key echoed back must not.
     fn success(&self, text: String) -> Result<Value, ProviderError> {
         let text = match &self.secret {
             Some(secret) if text.contains(secret.expose()) => {

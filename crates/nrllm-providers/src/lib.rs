@@ -9,6 +9,7 @@ pub mod anthropic;
 pub mod gemini;
 pub mod http;
 pub mod openai;
+pub mod stream;
 
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
@@ -16,8 +17,11 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use http::{ApiKey, Engine, HttpSettings, WaitHint};
-use nrllm_core::provider::{ChatRequest, ChatResponse, Provider, ProviderError, RetryObserver};
+use nrllm_core::provider::{
+    ChatRequest, ChatResponse, DeltaObserver, Provider, ProviderError, RetryObserver,
+};
 use nrllm_core::transcript::ToolCall;
+use stream::StreamFold;
 
 /// What sets one wire format apart: where it is posted, how the key travels, the request body
 /// it takes and the response it gives, as typed serde structs.
@@ -47,6 +51,18 @@ pub trait WireFormat: Send + Sync + 'static {
     fn wait_hint(&self, _error_body: &Value) -> Option<WaitHint> {
         None
     }
+
+    /// A fold for one streamed response from `provider`, or `None` for a format that does not
+    /// stream (its requests are then sent whole).
+    fn fold(&self, _provider: &str) -> Option<Box<dyn StreamFold>> {
+        None
+    }
+    /// `body` (as [`WireFormat::request`] made it) asking for a stream.
+    fn stream_body(&self, _body: &mut Value) {}
+    /// The endpoint of a streaming request for `model`.
+    fn stream_url(&self, base_url: &str, model: &str) -> String {
+        self.url(base_url, model)
+    }
 }
 
 /// Where and how to reach one configured model.
@@ -68,6 +84,8 @@ pub struct HttpProvider<F> {
     config: ProviderConfig,
     engine: Engine,
     format: F,
+    /// Ask for the response as a stream (for a format that can).
+    stream: bool,
 }
 
 impl<F: WireFormat> HttpProvider<F> {
@@ -78,7 +96,15 @@ impl<F: WireFormat> HttpProvider<F> {
             config,
             engine,
             format,
+            stream: true,
         })
+    }
+
+    /// The provider asking for streamed responses (`true`, the default) or whole ones (for a
+    /// gateway that does not stream).
+    pub fn streaming(mut self, stream: bool) -> HttpProvider<F> {
+        self.stream = stream;
+        self
     }
 
     /// The endpoint requests go to.
@@ -133,6 +159,36 @@ impl<F: WireFormat> Provider for HttpProvider<F> {
                 &self.request_body(request),
                 on_retry,
                 &|error| self.format.wait_hint(error),
+            )
+            .await?;
+        self.parse_response(&body)
+    }
+
+    async fn stream(
+        &self,
+        request: &ChatRequest,
+        on_retry: RetryObserver<'_>,
+        on_delta: DeltaObserver<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let name = &self.config.name;
+        if !self.stream || self.format.fold(name).is_none() {
+            return self.complete(request, on_retry).await;
+        }
+        let fold = || self.format.fold(name);
+        let mut body = self.request_body(request);
+        self.format.stream_body(&mut body);
+        let url = self.format.stream_url(
+            self.config.base_url.trim_end_matches('/'),
+            &self.config.model,
+        );
+        let body = self
+            .engine
+            .post_stream(
+                &url,
+                &self.format.headers(self.config.api_key.as_ref()),
+                &body,
+                (on_retry, &|error| self.format.wait_hint(error)),
+                (&fold, on_delta),
             )
             .await?;
         self.parse_response(&body)

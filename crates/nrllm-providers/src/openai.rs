@@ -2,12 +2,16 @@
 //! server, LM Studio, OpenRouter… The canonical transcript is already this shape; tools go out as
 //! `{type: "function", function: {…}}` with `tool_choice: "auto"`; parallel tool calls, usage and
 //! the finish reason come back. Tool-call ids that a local server leaves out are synthesised, and
-//! arguments sent as an object instead of a string are accepted.
+//! arguments sent as an object instead of a string are accepted. Responses are
+//! streamed (`openai/stream.rs`) unless the configuration says not to.
+
+mod stream;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::http::ApiKey;
+use crate::stream::StreamFold;
 use crate::{synthesised_id, HttpProvider, WireFormat};
 use nrllm_core::provider::{
     ChatRequest, ChatResponse, FinishReason, ProviderError, ToolChoice, Usage,
@@ -183,6 +187,15 @@ impl WireFormat for OpenAi {
             max_tokens: limit.filter(|_| !self.max_completion_tokens),
             max_completion_tokens: limit.filter(|_| self.max_completion_tokens),
         }
+    }
+
+    fn fold(&self, provider: &str) -> Option<Box<dyn StreamFold>> {
+        Some(Box::new(stream::Chunks::new(provider)))
+    }
+
+    fn stream_body(&self, body: &mut Value) {
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
     }
 
     fn response(&self, response: Response, provider: &str) -> Result<ChatResponse, ProviderError> {

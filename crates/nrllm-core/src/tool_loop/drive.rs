@@ -11,7 +11,7 @@ use crate::decision::{Choice, Decision};
 use crate::events::{Event, EventSink};
 use crate::failpoint;
 use crate::preview::{preview_pending, CallPreview};
-use crate::provider::{ChatResponse, ProviderError, RetryNotice, ToolChoice};
+use crate::provider::{ChatResponse, Delta, ProviderError, RetryNotice, ToolChoice};
 use crate::state::Answer;
 use crate::state::SuspendedState;
 use crate::step_machine::{Ask, CallPlan, Machine, Next};
@@ -145,8 +145,13 @@ impl ToolLoop {
                 hint: notice.hint,
             })
         };
+        let on_delta = |delta: Delta| sink.delta(round, delta);
         failpoint::reach("during_model_call");
-        match self.provider.complete(&ask.request, &on_retry).await {
+        match self
+            .provider
+            .stream(&ask.request, &on_retry, &on_delta)
+            .await
+        {
             Ok(response) => {
                 sink.emit(Event::Llm {
                     round,

@@ -20,6 +20,9 @@ pub enum Reply {
     Hang,
     /// Promises more bytes than it sends, then closes.
     Truncated(String),
+    /// A `text/event-stream` body written piece by piece (each piece flushed, then a pause), then
+    /// the connection closed.
+    Stream(Vec<Vec<u8>>),
 }
 
 impl Reply {
@@ -139,6 +142,17 @@ impl MockServer {
                             let _ = socket.write_all(response.as_bytes()).await;
                         }
                         Reply::Hang => tokio::time::sleep(Duration::from_secs(30)).await,
+                        Reply::Stream(pieces) => {
+                            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n";
+                            let _ = socket.write_all(head.as_bytes()).await;
+                            for piece in pieces {
+                                if socket.write_all(&piece).await.is_err() {
+                                    break;
+                                }
+                                let _ = socket.flush().await;
+                                tokio::time::sleep(Duration::from_millis(2)).await;
+                            }
+                        }
                         Reply::Truncated(body) => {
                             let response = format!(
                                 "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -162,4 +176,18 @@ impl MockServer {
     pub fn requests(&self) -> Vec<Recorded> {
         self.requests.lock().unwrap().clone()
     }
+}
+
+/// `body` cut into pieces of `size` bytes, whatever they cut through: inside a line, a JSON
+/// string, a UTF-8 character.
+pub fn pieces(body: &str, size: usize) -> Vec<Vec<u8>> {
+    body.as_bytes().chunks(size).map(<[u8]>::to_vec).collect()
+}
+
+/// Server-sent events, one `data:` line each, with a comment between them (as servers send
+/// keep-alives).
+pub fn events<'a>(data: impl IntoIterator<Item = &'a str>) -> String {
+    data.into_iter()
+        .map(|data| format!("data: {data}\n\n: keep-alive\n\n"))
+        .collect()
 }
