@@ -2,12 +2,16 @@
 //! `{name, description, input_schema}`; an assistant turn's tool calls become `tool_use` blocks;
 //! consecutive tool results are merged into one user message of `tool_result` blocks keyed by
 //! `tool_use_id` — the shape the API requires after every tool-using turn — each flagged
-//! `is_error` by its outcome.
+//! `is_error` by its outcome. Responses are streamed (`anthropic/stream.rs`) unless the
+//! configuration says not to.
+
+mod stream;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::http::ApiKey;
+use crate::stream::StreamFold;
 use crate::{arguments_object, synthesised_id, turn_text, HttpProvider, WireFormat};
 use nrllm_core::provider::{
     ChatRequest, ChatResponse, FinishReason, ProviderError, ToolChoice, Usage,
@@ -190,6 +194,14 @@ impl WireFormat for Anthropic {
             tools,
             tool_choice,
         }
+    }
+
+    fn fold(&self, provider: &str) -> Option<Box<dyn StreamFold>> {
+        Some(Box::new(stream::Events::new(provider)))
+    }
+
+    fn stream_body(&self, body: &mut Value) {
+        body["stream"] = Value::Bool(true);
     }
 
     fn response(&self, response: Response, provider: &str) -> Result<ChatResponse, ProviderError> {

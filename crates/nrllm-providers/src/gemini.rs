@@ -8,7 +8,10 @@
 //! as ours, so it is never sent back); the result is matched to its call by name and order. Ids
 //! the model did send are echoed. A call's `thoughtSignature` is kept on the call and sent back
 //! with it: thinking models reject a replayed call without it. A 429 says how long to wait in its
-//! body (`RetryInfo.retryDelay`), which the engine honours.
+//! body (`RetryInfo.retryDelay`), which the engine honours. Responses are streamed
+//! (`streamGenerateContent?alt=sse`, `gemini/stream.rs`) unless the configuration says not to.
+
+mod stream;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::http::{ApiKey, WaitHint};
+use crate::stream::StreamFold;
 use crate::{arguments_object, synthesised_id, turn_text, HttpProvider, WireFormat};
 use nrllm_core::provider::{
     ChatRequest, ChatResponse, FinishReason, ProviderError, ToolChoice, Usage,
@@ -194,6 +198,15 @@ impl WireFormat for Gemini {
     fn url(&self, base_url: &str, model: &str) -> String {
         let model = model.trim_start_matches("models/");
         format!("{base_url}/models/{model}:generateContent")
+    }
+
+    fn stream_url(&self, base_url: &str, model: &str) -> String {
+        let model = model.trim_start_matches("models/");
+        format!("{base_url}/models/{model}:streamGenerateContent?alt=sse")
+    }
+
+    fn fold(&self, provider: &str) -> Option<Box<dyn StreamFold>> {
+        Some(Box::new(stream::Chunks::new(provider)))
     }
 
     fn headers(&self, key: Option<&ApiKey>) -> Vec<(&'static str, String)> {
