@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 
-use crate::page_data::{ConfigurationView, StepView};
+use crate::page_data::{ConfigurationView, Forming, StepView};
 
 /// One row of the step list: a link to the step's detail (works without JavaScript).
 #[component]
@@ -49,12 +49,15 @@ pub fn StepRow(run_id: String, step: StepView, #[prop(optional)] selected: bool)
 /// navigation.
 #[island]
 pub fn LiveSteps(run_id: String, after: i64, live: bool, children: Children) -> impl IntoView {
-    let added = RwSignal::new(Vec::<StepView>::new());
+    let feed = Feed {
+        added: RwSignal::new(Vec::new()),
+        forming: RwSignal::new(None),
+    };
     if live {
         let run_id = run_id.clone();
         Effect::new(move |_| {
             #[cfg(feature = "hydrate")]
-            listen(&run_id, after, added);
+            listen(&run_id, after, feed);
             #[cfg(not(feature = "hydrate"))]
             let _ = (&run_id, after);
         });
@@ -62,15 +65,57 @@ pub fn LiveSteps(run_id: String, after: i64, live: bool, children: Children) -> 
     view! {
         <ol data-testid="steps" class="divide-y divide-transparent">
             {children()}
-            <For each=move || added.get() key=|step| step.sequence let:step>
+            <For each=move || feed.added.get() key=|step| step.sequence let:step>
                 <StepRow run_id=run_id.clone() step=step />
             </For>
+            {move || feed.forming.get().filter(|f| !f.is_empty()).map(|forming| view! { <FormingRow forming /> })}
         </ol>
     }
 }
 
+/// What a live step list adds to the steps it was rendered with: later steps, and the response
+/// the model is writing.
+#[derive(Clone, Copy)]
+struct Feed {
+    added: RwSignal<Vec<StepView>>,
+    forming: RwSignal<Option<Forming>>,
+}
+
+/// The response the model is writing, under the step list until its step lands: its thinking,
+/// its text, and each call with its arguments so far (marked as not complete). The model's text,
+/// shown as text.
+#[component]
+fn FormingRow(forming: Forming) -> impl IntoView {
+    let calls = forming
+        .calls
+        .into_iter()
+        .map(|call| {
+            let name = call.name.unwrap_or_else(|| "a tool".to_owned());
+            view! {
+                <p data-testid="forming-call" class="font-mono text-xs">
+                    {name}" " <span class="text-slate-500">{call.arguments}</span>
+                    <span class="ml-1 text-amber-700 dark:text-amber-300">"(still being written)"</span>
+                </p>
+            }
+        })
+        .collect_view();
+    view! {
+        <li data-testid="forming" aria-live="polite" aria-busy="true" class="border-b border-slate-100 px-1 py-1.5 text-sm dark:border-slate-800">
+            <span class="font-mono text-xs text-slate-500">"the model is writing…"</span>
+            {(!forming.thinking.is_empty()).then(|| view! {
+                <p data-testid="forming-thinking" class="whitespace-pre-wrap text-xs italic text-slate-500">{forming.thinking}</p>
+            })}
+            {(!forming.text.is_empty()).then(|| view! {
+                <p data-testid="forming-text" class="whitespace-pre-wrap">{forming.text}</p>
+            })}
+            {calls}
+            {forming.cut.then(|| view! { <p class="text-xs text-slate-500">"(more than fits here: the step will show all of it)"</p> })}
+        </li>
+    }
+}
+
 #[cfg(feature = "hydrate")]
-fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
+fn listen(run_id: &str, after: i64, feed: Feed) {
     use std::cell::Cell;
     use std::rc::Rc;
     use wasm_bindgen::closure::Closure;
@@ -94,7 +139,11 @@ fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
             let Ok(step) = serde_json::from_str::<StepView>(&text) else {
                 return;
             };
-            added.update(|list| {
+            // The response's step replaces what was shown of it being written.
+            if matches!(step.kind.as_str(), "llm" | "llm_failed") {
+                feed.forming.set(None);
+            }
+            feed.added.update(|list| {
                 let last = list.last().map(|s| s.sequence).unwrap_or(after);
                 if last < step.sequence {
                     list.push(step);
@@ -103,6 +152,22 @@ fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
         });
     let _ = source.add_event_listener_with_callback("step", on_step.as_ref().unchecked_ref());
     on_step.forget();
+    let on_delta =
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
+            let Some(more) = event
+                .data()
+                .as_string()
+                .and_then(|text| serde_json::from_str::<Forming>(&text).ok())
+            else {
+                return;
+            };
+            feed.forming.update(|shown| match shown {
+                Some(shown) if !more.reset && shown.round == more.round => shown.extend(&more),
+                _ => *shown = Some(more),
+            });
+        });
+    let _ = source.add_event_listener_with_callback("delta", on_delta.as_ref().unchecked_ref());
+    on_delta.forget();
     let reload = {
         let leaving = Rc::clone(&leaving);
         move || {
@@ -121,7 +186,7 @@ fn listen(run_id: &str, after: i64, added: RwSignal<Vec<StepView>>) {
     let _ = source.add_event_listener_with_callback("status", on_status.as_ref().unchecked_ref());
     on_status.forget();
     poll_when_refused(&source, reload);
-    listen_again_if_kept(&window, source, leaving, run_id, (after, added));
+    listen_again_if_kept(&window, source, leaving, run_id, (after, feed));
 }
 
 /// A stream the server refused (503: too many streams) is closed for good: poll by reloading
@@ -159,7 +224,7 @@ fn listen_again_if_kept(
     source: web_sys::EventSource,
     leaving: std::rc::Rc<std::cell::Cell<bool>>,
     run_id: &str,
-    (after, added): (i64, RwSignal<Vec<StepView>>),
+    (after, feed): (i64, Feed),
 ) {
     use wasm_bindgen::closure::Closure;
     use wasm_bindgen::JsCast;
@@ -172,8 +237,10 @@ fn listen_again_if_kept(
             source.close();
             let run_id = run_id.clone();
             let again = Closure::<dyn FnMut()>::new(move || {
-                let last = added.with_untracked(|list| list.last().map(|s| s.sequence));
-                listen(&run_id, last.unwrap_or(after), added);
+                let last = feed
+                    .added
+                    .with_untracked(|list| list.last().map(|s| s.sequence));
+                listen(&run_id, last.unwrap_or(after), feed);
             });
             let _ = window.set_timeout_with_callback_and_timeout_and_arguments_0(
                 again.as_ref().unchecked_ref(),

@@ -167,6 +167,108 @@ pub struct StepView {
     pub ok: bool,
 }
 
+/// A model response as it is being written, shown under the step list until its step lands.
+/// A live message carries what came since the one before it; with `reset`, everything so far (it
+/// replaces what the page shows: a browser that connects mid-response, a retry that starts over).
+/// Its texts are the model's: shown as text, and bounded ([`FORMING_BYTES`] each).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Forming {
+    pub round: u32,
+    #[serde(default)]
+    pub reset: bool,
+    #[serde(default)]
+    pub text: String,
+    #[serde(default)]
+    pub thinking: String,
+    #[serde(default)]
+    pub calls: Vec<FormingCall>,
+    /// Some of it was left out (past the bound); the step will have it all.
+    #[serde(default)]
+    pub cut: bool,
+}
+
+/// A tool call being written: its name once known, its arguments' JSON text so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FormingCall {
+    pub index: usize,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub arguments: String,
+}
+
+/// The most bytes of each forming text (the answer, the thinking, a call's arguments) that reach
+/// the page live.
+pub const FORMING_BYTES: usize = 32 * 1024;
+/// The most tool calls a forming response shows.
+pub const FORMING_CALLS: usize = 32;
+
+impl Forming {
+    /// Nothing written yet.
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty() && self.thinking.is_empty() && self.calls.is_empty()
+    }
+
+    /// Adds `more` (what was written after this) to it, within the bounds.
+    pub fn extend(&mut self, more: &Forming) {
+        self.cut |= more.cut;
+        self.cut |=
+            !append(&mut self.text, &more.text) | !append(&mut self.thinking, &more.thinking);
+        for call in &more.calls {
+            self.call(call.index, call.name.as_deref(), &call.arguments);
+        }
+    }
+
+    /// Adds to call `index`: its name (when it comes) and more of its arguments.
+    pub fn call(&mut self, index: usize, name: Option<&str>, arguments: &str) {
+        let at = match self.calls.iter().position(|c| c.index == index) {
+            Some(at) => at,
+            None if self.calls.len() < FORMING_CALLS => {
+                self.calls.push(FormingCall {
+                    index,
+                    ..FormingCall::default()
+                });
+                self.calls.len() - 1
+            }
+            None => {
+                self.cut = true;
+                return;
+            }
+        };
+        let call = &mut self.calls[at];
+        if let Some(name) = name {
+            call.name = Some(name.chars().take(200).collect());
+        }
+        self.cut |= !append(&mut call.arguments, arguments);
+    }
+
+    /// Adds `text` to the answer (`thinking`: to the thinking).
+    pub fn write(&mut self, text: &str, thinking: bool) {
+        let to = if thinking {
+            &mut self.thinking
+        } else {
+            &mut self.text
+        };
+        self.cut |= !append(to, text);
+    }
+}
+
+/// Appends `more` to `text` up to [`FORMING_BYTES`] (at a character's edge); false when some
+/// was left out.
+fn append(text: &mut String, more: &str) -> bool {
+    let room = FORMING_BYTES.saturating_sub(text.len());
+    if more.len() <= room {
+        text.push_str(more);
+        return true;
+    }
+    let mut end = room;
+    while !more.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.push_str(&more[..end]);
+    false
+}
+
 /// One tab of a step's detail. Text is shown as text, never as HTML.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepTab {

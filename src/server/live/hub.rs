@@ -1,6 +1,10 @@
 //! The live hub: a broadcast channel per running run that someone follows, and the caps on
 //! live streams.
 
+use super::forming::Writing;
+use crate::page_data::Forming;
+use nrllm_core::events::Event;
+use nrllm_core::provider::Delta;
 use nrllm_core::run_service::RunListener;
 use nrllm_core::run_store::{RunStatus, SequencedEvent};
 use std::collections::HashMap;
@@ -22,6 +26,8 @@ pub(super) const RECONNECT_AFTER: Duration = Duration::from_secs(2);
 pub enum LiveMessage {
     Event(SequencedEvent),
     Status(RunStatus),
+    /// What the model wrote since the last such message (or, with `reset`, the start over).
+    Forming(Forming),
 }
 
 /// Caps on live streams.
@@ -62,6 +68,8 @@ pub(super) struct LiveRun {
     pub(super) channel: Option<broadcast::Sender<LiveMessage>>,
     pub(super) subscribers: usize,
     pub(super) unpersisted: Vec<SequencedEvent>,
+    /// The response its model is writing now.
+    pub(super) writing: Writing,
 }
 
 /// How many runs, channels and subscribers the hub holds (for tests and the system page).
@@ -87,6 +95,8 @@ pub struct Subscription {
     pub(super) receiver: broadcast::Receiver<LiveMessage>,
     /// The run's events emitted but not committed yet, as of subscribing.
     pub(super) unpersisted: Vec<SequencedEvent>,
+    /// The response being written as of subscribing, whole.
+    pub(super) forming: Option<Forming>,
     pub(super) slot: Slot,
 }
 
@@ -175,6 +185,7 @@ impl LiveHub {
         Ok(Subscription {
             receiver,
             unpersisted: run.unpersisted.clone(),
+            forming: run.writing.snapshot(),
             slot: Slot {
                 hub: Arc::clone(self),
                 run_id: id,
@@ -214,8 +225,37 @@ impl RunListener for LiveHub {
         let mut hub = self.lock();
         let run = hub.runs.entry(run_id).or_default();
         run.unpersisted.push(event.clone());
+        // The response's step replaces what was shown of it; a retry starts it over.
+        let over = match &event.event {
+            Event::Llm { .. } | Event::LlmFailed { .. } => Some(false),
+            Event::ProviderRetry { .. } => Some(true),
+            _ => None,
+        };
+        if let Some(again) = over {
+            let round = run.writing.so_far.round;
+            run.writing = Writing::default();
+            if let (true, Some(channel)) = (again, &run.channel) {
+                let _ = channel.send(LiveMessage::Forming(Forming {
+                    round,
+                    reset: true,
+                    ..Forming::default()
+                }));
+            }
+        }
         if let Some(channel) = &run.channel {
             let _ = channel.send(LiveMessage::Event(event.clone()));
+        }
+    }
+
+    fn delta(&self, run_id: Uuid, round: u32, delta: &Delta) {
+        let mut hub = self.lock();
+        // Only a run running here has a place (and its events a feed).
+        let Some(run) = hub.runs.get_mut(&run_id) else {
+            return;
+        };
+        let message = run.writing.add(round, delta, run.channel.is_some());
+        if let (Some(message), Some(channel)) = (message, &run.channel) {
+            let _ = channel.send(LiveMessage::Forming(message));
         }
     }
 

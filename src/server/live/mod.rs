@@ -12,7 +12,12 @@
 //!   subscription with it, at once;
 //! - live streams are capped per run and in total; over the cap the answer is 503 and the page
 //!   polls instead.
+//!
+//! While a model writes its response, the stream also carries `delta` events (no id: they are
+//! never journaled) with what it wrote, gathered so that a run sends at most one every 25 ms
+//! ([`forming`]); the response's step replaces them when it lands.
 
+mod forming;
 mod hub;
 mod remote;
 mod route;

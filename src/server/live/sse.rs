@@ -28,6 +28,14 @@ pub(super) fn stored_steps(stored: &[StoredEvent], last: &mut i64) -> Vec<SseEve
         .collect()
 }
 
+/// What the model wrote since the last one (never journaled, so no id: the id stays the last
+/// step's, for `Last-Event-ID`).
+pub(super) fn forming_event(forming: &crate::page_data::Forming) -> SseEvent {
+    SseEvent::default()
+        .event("delta")
+        .data(serde_json::to_string(forming).unwrap_or_default())
+}
+
 pub(super) fn status_event(status: RunStatus) -> SseEvent {
     SseEvent::default().event("status").data(status.as_str())
 }

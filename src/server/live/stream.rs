@@ -129,6 +129,7 @@ fn live_tail(subscription: Subscription, mut last: i64) -> Steps {
         receiver,
         slot,
         unpersisted,
+        forming,
     } = subscription;
     let mut head = Vec::new();
     for event in &unpersisted {
@@ -137,6 +138,8 @@ fn live_tail(subscription: Subscription, mut last: i64) -> Steps {
             head.push(step_event(event));
         }
     }
+    // A browser that joins mid-response first gets what was written so far.
+    head.extend(forming.as_ref().map(forming_event));
     let live = BroadcastStream::new(receiver)
         // Fell behind: the stream ends and the browser reconnects from its last id.
         .take_while(|message| ready(message.is_ok()))
@@ -150,6 +153,7 @@ fn live_tail(subscription: Subscription, mut last: i64) -> Steps {
                 Ok(LiveMessage::Status(status)) if status != RunStatus::Running => {
                     Some(status_event(status))
                 }
+                Ok(LiveMessage::Forming(forming)) => Some(forming_event(&forming)),
                 _ => None,
             };
             ready(Some(event))

@@ -248,3 +248,106 @@ async fn streams_over_the_caps_are_refused() {
         Some(StreamError::Full)
     );
 }
+
+fn llm_event(sequence: i64, text: &str) -> SequencedEvent {
+    SequencedEvent {
+        sequence,
+        event: nrllm_core::events::Event::Llm {
+            round: 1,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            usage: Default::default(),
+            finish_reason: nrllm_core::provider::FinishReason::Stop,
+            duration_ms: 1,
+            raw: None,
+        },
+        created_at_ms: 0,
+    }
+}
+
+/// The `delta` events among `events`, as the browser reads them.
+fn deltas(events: &[SseEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| format!("{e:?}"))
+        .filter(|e| e.contains("event: delta"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_response_being_written_reaches_the_stream_and_a_browser_joining_mid_response_gets_it_whole(
+) {
+    use nrllm_core::provider::Delta;
+    let (_dir, store) = store().await;
+    let hub = Arc::new(LiveHub::default());
+    let id = running_run(&store).await;
+    hub.status(id, RunStatus::Running);
+    let write = |text: &str| {
+        hub.delta(id, 1, &Delta::Text { text: text.into() });
+    };
+    // Written before anyone listens: kept, for whoever joins.
+    write("Hello, ");
+    write("wor");
+    let mut stream = event_stream(store.clone(), hub.clone(), None, id, 0)
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    // The reconnect hint, then what was written so far, whole, replacing what a page shows.
+    for _ in 0..2 {
+        seen.push(stream.next().await.unwrap());
+    }
+    let joined = deltas(&seen);
+    assert_eq!(joined.len(), 1, "{seen:?}");
+    assert!(
+        joined[0].contains(r#"\"reset\":true"#) && joined[0].contains("Hello, wor"),
+        "{joined:?}"
+    );
+    assert!(
+        !joined[0].contains("id:"),
+        "a delta carries no id: {joined:?}"
+    );
+    // Written now: sent (the first at once; later ones at most every 25 ms, gathered).
+    write("ld");
+    let next = stream.next().await.unwrap();
+    assert!(
+        format!("{next:?}").contains(r#"\"text\":\"ld\""#),
+        "{next:?}"
+    );
+    // A retry starts the response over: the page drops what it showed, then the retry step.
+    hub.event(
+        id,
+        &SequencedEvent {
+            sequence: 1,
+            event: nrllm_core::events::Event::ProviderRetry {
+                round: 1,
+                retry: 1,
+                wait_ms: 10,
+                reason: "the stream broke off".into(),
+                hint: None,
+            },
+            created_at_ms: 0,
+        },
+    );
+    let reset = format!("{:?}", stream.next().await.unwrap());
+    assert!(
+        reset.contains(r#"\"reset\":true"#) && reset.contains(r#"\"text\":\"\""#),
+        "{reset:?}"
+    );
+    assert!(format!("{:?}", stream.next().await.unwrap()).contains("event: step"));
+    write("Again");
+    assert!(format!("{:?}", stream.next().await.unwrap()).contains("Again"));
+    // The step lands: the page replaces what it showed; a browser joining now gets no delta.
+    hub.event(id, &llm_event(2, "Again"));
+    let step = stream.next().await.unwrap();
+    assert!(format!("{step:?}").contains("event: step"), "{step:?}");
+    let mut late = event_stream(store.clone(), hub.clone(), None, id, 2)
+        .await
+        .unwrap();
+    let hint = late.next().await.unwrap();
+    assert!(deltas(&[hint]).is_empty());
+    let more = tokio::time::timeout(std::time::Duration::from_millis(100), late.next()).await;
+    assert!(
+        more.is_err(),
+        "nothing more until the run moves on: {more:?}"
+    );
+}

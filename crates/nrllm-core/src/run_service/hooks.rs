@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::provider::Usage;
+use crate::provider::{Delta, Usage};
 use crate::run_store::{RunConfiguration, RunStatus, SequencedEvent};
 use crate::tool_loop::ToolLoopService;
 
@@ -43,6 +43,9 @@ impl LoopFactory for SingleLoop {
 pub trait RunListener: Send + Sync {
     fn event(&self, run_id: Uuid, event: &SequencedEvent);
     fn status(&self, run_id: Uuid, status: RunStatus);
+    /// A piece of round `round`'s response as the model writes it: never journaled (the
+    /// response comes whole as an event once complete).
+    fn delta(&self, _run_id: Uuid, _round: u32, _delta: &Delta) {}
 }
 
 /// Several listeners as one, told in turn.
@@ -52,6 +55,12 @@ impl RunListener for Listeners {
     fn event(&self, run_id: Uuid, event: &SequencedEvent) {
         for listener in &self.0 {
             listener.event(run_id, event);
+        }
+    }
+
+    fn delta(&self, run_id: Uuid, round: u32, delta: &Delta) {
+        for listener in &self.0 {
+            listener.delta(run_id, round, delta);
         }
     }
 

@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use crate::clock::Clock;
 use crate::events::{Event, EventSink};
+use crate::provider::Delta;
 use crate::run_store::{RunConfiguration, SequencedEvent, Verdict};
 use crate::state::Counters;
 use crate::tool_loop::ToolLoopService;
@@ -69,5 +70,11 @@ impl EventSink for SegmentSink {
             listener.event(self.run_id, &sequenced);
         }
         inner.1.push(sequenced);
+    }
+
+    fn delta(&self, round: u32, delta: Delta) {
+        if let Some(listener) = &self.listener {
+            listener.delta(self.run_id, round, &delta);
+        }
     }
 }

@@ -131,3 +131,75 @@ fn skills_in_front_of_the_task_are_ignored() {
     let messages = vec![Message::user("<skills note=\"x\">\n<skill name=\"a\">\nrename all\n</skill>\n</skills>\n\nList the pages")];
     assert_eq!(task_text(&messages), "List the pages");
 }
+
+#[tokio::test]
+async fn the_demo_model_writes_its_response_in_pieces_over_its_think_time() {
+    use super::provider::DemoProvider;
+    use nrllm_core::provider::{ignore_retries, ChatRequest, Delta, ModelOptions, Provider};
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    let provider = DemoProvider::with_think_time(Duration::from_millis(300));
+    let ask = |prompt: &str, tools: Vec<nrllm_core::tool::ToolSpec>| ChatRequest {
+        messages: vec![Message::user(prompt)],
+        tools,
+        tool_choice: Default::default(),
+        options: ModelOptions::default(),
+    };
+    // An answer: word by word, adding up to the text.
+    let request = ask("Sing me a song", Vec::new());
+    let deltas = Mutex::new(Vec::new());
+    let started = Instant::now();
+    let streamed = provider
+        .stream(&request, &ignore_retries, &|d| {
+            deltas.lock().unwrap().push(d)
+        })
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "spread over the think time"
+    );
+    let deltas = deltas.into_inner().unwrap();
+    let text: String = deltas
+        .iter()
+        .map(|d| match d {
+            Delta::Text { text } => text.as_str(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(Some(text.as_str()), streamed.content.as_deref());
+    assert!(deltas.len() > 3, "{deltas:?}");
+    // The same answer as without streaming.
+    let whole = provider.complete(&request, &ignore_retries).await.unwrap();
+    assert_eq!(whole, streamed);
+    // A call: its name first, then its arguments in pieces.
+    let tools = ["get_page", "update_page"]
+        .map(|name| {
+            serde_json::from_value(json!({"name": name, "description": "", "parameters": {},
+                "group": "pages", "enabled_by_default": true, "admin_only": false,
+                "requires_approval": name == "update_page"}))
+            .unwrap()
+        })
+        .to_vec();
+    let request = ask("Rename the home page to \"Hi\"", tools);
+    let deltas = Mutex::new(Vec::new());
+    let streamed = provider
+        .stream(&request, &ignore_retries, &|d| {
+            deltas.lock().unwrap().push(d)
+        })
+        .await
+        .unwrap();
+    let call = &streamed.tool_calls[0];
+    let deltas = deltas.into_inner().unwrap();
+    assert!(
+        matches!(&deltas[0], Delta::ToolCall { index: 0, name: Some(name), .. } if *name == call.name)
+    );
+    let arguments: String = deltas
+        .iter()
+        .filter_map(|d| match d {
+            Delta::ToolCall { arguments, .. } => Some(arguments.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(arguments, call.arguments);
+}

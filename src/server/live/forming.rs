@@ -1,0 +1,148 @@
+//! The response a run's model is writing, as the hub keeps it: everything so far (for a browser
+//! that connects mid-response) and what came since the last live message, sent at most once
+//! every [`FORMING_EVERY`] (deltas in between are gathered into one message; a browser that falls
+//! behind loses deltas, never a step). Dropped when the response's step lands or a retry starts
+//! over.
+
+use std::time::{Duration, Instant};
+
+use nrllm_core::provider::Delta;
+
+use crate::page_data::Forming;
+
+/// At most one live message of a forming response per run this often.
+pub const FORMING_EVERY: Duration = Duration::from_millis(25);
+
+/// A run's forming response.
+#[derive(Debug, Default)]
+pub(super) struct Writing {
+    /// Everything written so far in this round.
+    pub(super) so_far: Forming,
+    /// What came since the last message sent.
+    batch: Forming,
+    sent_at: Option<Instant>,
+}
+
+impl Writing {
+    /// Adds `delta` of round `round`; the message to send now, if one is due (`live`: someone
+    /// listens).
+    pub(super) fn add(&mut self, round: u32, delta: &Delta, live: bool) -> Option<Forming> {
+        if self.so_far.round != round {
+            *self = Writing::default();
+            self.so_far.round = round;
+            self.batch.round = round;
+        }
+        add(&mut self.so_far, delta);
+        if !live {
+            return None;
+        }
+        add(&mut self.batch, delta);
+        let due = self.sent_at.is_none_or(|at| at.elapsed() >= FORMING_EVERY);
+        due.then(|| {
+            self.sent_at = Some(Instant::now());
+            std::mem::replace(
+                &mut self.batch,
+                Forming {
+                    round,
+                    ..Forming::default()
+                },
+            )
+        })
+    }
+
+    /// Everything so far, as the first message of a stream that joins now (none if nothing was
+    /// written yet).
+    pub(super) fn snapshot(&self) -> Option<Forming> {
+        (!self.so_far.is_empty()).then(|| Forming {
+            reset: true,
+            ..self.so_far.clone()
+        })
+    }
+}
+
+fn add(forming: &mut Forming, delta: &Delta) {
+    match delta {
+        Delta::Text { text } => forming.write(text, false),
+        Delta::Thinking { text } => forming.write(text, true),
+        Delta::ToolCall {
+            index,
+            name,
+            arguments,
+            ..
+        } => forming.call(*index, name.as_deref(), arguments),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::page_data::FORMING_BYTES;
+
+    fn text(text: &str) -> Delta {
+        Delta::Text { text: text.into() }
+    }
+
+    #[test]
+    fn deltas_are_gathered_into_one_message_per_interval_and_nothing_is_lost_in_the_sum() {
+        let mut writing = Writing::default();
+        let first = writing
+            .add(1, &text("Hel"), true)
+            .expect("the first is sent at once");
+        assert_eq!(first.text, "Hel");
+        // Within the interval: gathered, not sent.
+        assert_eq!(writing.add(1, &text("lo"), true), None);
+        assert_eq!(
+            writing.add(
+                1,
+                &Delta::ToolCall {
+                    index: 0,
+                    id: None,
+                    name: Some("update_page".into()),
+                    arguments: "{\"slug\"".into()
+                },
+                true
+            ),
+            None
+        );
+        std::thread::sleep(FORMING_EVERY);
+        let next = writing.add(1, &text("!"), true).expect("due again");
+        assert_eq!(next.text, "lo!");
+        assert_eq!(next.calls[0].name.as_deref(), Some("update_page"));
+        let mut shown = first;
+        shown.extend(&next);
+        assert_eq!(shown.text, "Hello!");
+        assert_eq!(writing.snapshot().unwrap().text, "Hello!");
+        assert!(writing.snapshot().unwrap().reset);
+        // A new round starts over.
+        writing.add(2, &text("New"), false);
+        assert_eq!(writing.snapshot().unwrap().text, "New");
+        assert_eq!(writing.snapshot().unwrap().round, 2);
+    }
+
+    #[test]
+    fn a_forming_response_is_bounded_and_says_it_was_cut() {
+        let mut writing = Writing::default();
+        let long = "é".repeat(FORMING_BYTES);
+        writing.add(1, &text(&long), false);
+        writing.add(1, &text("more"), false);
+        let so_far = writing.snapshot().unwrap();
+        assert!(so_far.text.len() <= FORMING_BYTES);
+        assert!(so_far.cut);
+        for index in 0..100 {
+            writing.add(
+                1,
+                &Delta::ToolCall {
+                    index,
+                    id: None,
+                    name: Some("t".into()),
+                    arguments: String::new(),
+                },
+                false,
+            );
+        }
+        assert_eq!(
+            writing.snapshot().unwrap().calls.len(),
+            crate::page_data::FORMING_CALLS
+        );
+    }
+}
