@@ -42,6 +42,10 @@ pub enum Event {
         usage: Usage,
         finish_reason: FinishReason,
         duration_ms: u64,
+        /// From the request to the first piece of the response (a streamed response; `None`
+        /// when the provider gave it whole).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        first_token_ms: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         raw: Option<Value>,
     },

@@ -259,6 +259,7 @@ fn llm_event(sequence: i64, text: &str) -> SequencedEvent {
             usage: Default::default(),
             finish_reason: nrllm_core::provider::FinishReason::Stop,
             duration_ms: 1,
+            first_token_ms: None,
             raw: None,
         },
         created_at_ms: 0,

@@ -19,6 +19,8 @@ pub struct Counters {
     pub(super) model_failures: Counter,
     pub(super) provider_retries: Counter,
     pub(super) model_latency: Histogram,
+    /// From a streamed request to its first token.
+    pub(super) first_token: Histogram,
 }
 
 impl Default for Counters {
@@ -30,6 +32,8 @@ impl Default for Counters {
             provider_retries: Counter::default(),
             // 50 ms … ~100 s.
             model_latency: Histogram::new(exponential_buckets(0.05, 2.0, 12)),
+            // 25 ms … ~50 s.
+            first_token: Histogram::new(exponential_buckets(0.025, 2.0, 12)),
         }
     }
 }
@@ -40,9 +44,16 @@ impl RunListener for Counters {
             Event::ApprovalDecided { .. } => {
                 self.decisions.inc();
             }
-            Event::Llm { duration_ms, .. } => {
+            Event::Llm {
+                duration_ms,
+                first_token_ms,
+                ..
+            } => {
                 self.model_calls.inc();
                 self.model_latency.observe(*duration_ms as f64 / 1000.0);
+                if let Some(first) = first_token_ms {
+                    self.first_token.observe(*first as f64 / 1000.0);
+                }
             }
             Event::LlmFailed { .. } => {
                 self.model_failures.inc();

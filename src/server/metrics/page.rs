@@ -96,6 +96,11 @@ fn register_counters(registry: &mut Registry, counters: &Counters) {
         "How long answered model calls took",
         counters.model_latency.clone(),
     );
+    registry.register(
+        "model_first_token_seconds",
+        "From a streamed model request to the first piece of its response",
+        counters.first_token.clone(),
+    );
 }
 
 /// What this instance does now: lease takeovers, live streams, runs driven, queue work taken.

@@ -28,6 +28,26 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
     }
 }
 
+/// How fast a streamed response came: its first token, then its output tokens a second
+/// (empty for a response given whole).
+fn pace(event: &Event) -> String {
+    let Event::Llm {
+        first_token_ms: Some(first),
+        duration_ms,
+        usage,
+        ..
+    } = event
+    else {
+        return String::new();
+    };
+    let writing_ms = duration_ms.saturating_sub(*first);
+    let rate = match (usage.completion_tokens, writing_ms) {
+        (0, _) | (_, 0) => String::new(),
+        (tokens, ms) => format!(", {:.0} tokens/s", tokens as f64 * 1000.0 / ms as f64),
+    };
+    format!(" (first token after {first} ms{rate})")
+}
+
 /// A step's one-line title, and whether it went as it should.
 fn step_title(event: &Event) -> (String, bool) {
     match event {
@@ -50,11 +70,12 @@ fn step_title(event: &Event) -> (String, bool) {
             true,
         ),
         Event::Llm { tool_calls, .. } if tool_calls.is_empty() => {
-            ("model answered".to_owned(), true)
+            (format!("model answered{}", pace(event)), true)
         }
-        Event::Llm { tool_calls, .. } => {
-            (format!("model requests tools: {}", names(tool_calls)), true)
-        }
+        Event::Llm { tool_calls, .. } => (
+            format!("model requests tools: {}{}", names(tool_calls), pace(event)),
+            true,
+        ),
         Event::ProviderRetry {
             retry,
             wait_ms,

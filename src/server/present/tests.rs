@@ -194,3 +194,29 @@ fn a_retry_is_a_step_that_says_why_and_how_long_it_waits() {
         "retry 1 in 2.0 s (as the provider asked: RetryInfo.retryDelay 2s): gemini: rate limited (HTTP 429): quota"
     );
 }
+
+#[test]
+fn a_streamed_response_step_says_when_its_first_token_came_and_how_fast_it_wrote() {
+    let answer = |first_token_ms| nrllm_core::run_store::SequencedEvent {
+        sequence: 3,
+        event: Event::Llm {
+            round: 1,
+            content: Some("Hello".into()),
+            tool_calls: Vec::new(),
+            usage: nrllm_core::provider::Usage {
+                prompt_tokens: 10,
+                completion_tokens: 50,
+            },
+            finish_reason: nrllm_core::provider::FinishReason::Stop,
+            duration_ms: 1200,
+            first_token_ms,
+            raw: None,
+        },
+        created_at_ms: 0,
+    };
+    assert_eq!(
+        live_step(&answer(Some(200))).title,
+        "model answered (first token after 200 ms, 50 tokens/s)"
+    );
+    assert_eq!(live_step(&answer(None)).title, "model answered");
+}

@@ -145,7 +145,20 @@ impl ToolLoop {
                 hint: notice.hint,
             })
         };
-        let on_delta = |delta: Delta| sink.delta(round, delta);
+        // The first piece of the last attempt (a retry starts the response over).
+        let first_token = std::sync::Mutex::new(None::<u64>);
+        let on_retry = |notice: RetryNotice| {
+            if let Ok(mut first) = first_token.lock() {
+                *first = None;
+            }
+            on_retry(notice)
+        };
+        let on_delta = |delta: Delta| {
+            if let Ok(mut first) = first_token.lock() {
+                first.get_or_insert_with(|| elapsed_ms(started));
+            }
+            sink.delta(round, delta)
+        };
         failpoint::reach("during_model_call");
         match self
             .provider
@@ -160,6 +173,7 @@ impl ToolLoop {
                     usage: response.usage,
                     finish_reason: response.finish_reason.clone(),
                     duration_ms: elapsed_ms(started),
+                    first_token_ms: first_token.lock().ok().and_then(|first| *first),
                     raw: response.raw.clone(),
                 });
                 Ok(response)
