@@ -8,6 +8,7 @@
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use nrllm_core::provider::{Delta, DeltaObserver, ProviderError};
@@ -26,6 +27,21 @@ pub trait StreamFold: Send {
     fn complete(&self) -> bool;
     /// The body the non-streaming endpoint would have answered.
     fn finish(self: Box<Self>) -> Value;
+}
+
+/// An event's data as JSON; `None` for empty data (a keep-alive). Data that is not JSON breaks the
+/// stream (worth a retry).
+pub(crate) fn event_json<T: DeserializeOwned>(
+    data: &str,
+    provider: &str,
+) -> Result<Option<T>, ProviderError> {
+    let data = data.trim();
+    if data.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_str(data).map(Some).map_err(|_| {
+        ProviderError::transient(format!("{provider}: a streamed event is not valid JSON"))
+    })
 }
 
 /// Makes a fresh fold for each attempt of a streaming request (`None`: read the response whole).

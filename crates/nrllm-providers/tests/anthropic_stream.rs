@@ -7,16 +7,14 @@
 mod mock_http;
 
 use std::sync::Mutex;
-use std::time::Duration;
 
-use mock_http::{pieces, MockServer, Reply};
+use mock_http::{journaled, pieces, quick, MockServer, Reply};
 use nrllm_core::provider::{
-    ignore_deltas, ignore_retries, ChatRequest, ChatResponse, Delta, FinishReason, ModelOptions,
-    Provider, ProviderErrorKind, RetryNotice,
+    ignore_deltas, ignore_retries, ChatRequest, Delta, FinishReason, ModelOptions, Provider,
+    ProviderErrorKind, RetryNotice,
 };
 use nrllm_core::transcript::Message;
 use nrllm_providers::anthropic::{Anthropic, AnthropicProvider};
-use nrllm_providers::http::{HttpSettings, RetryPolicy};
 use nrllm_providers::ProviderConfig;
 use serde_json::{json, Value};
 
@@ -27,15 +25,7 @@ fn provider(server: &MockServer, retries: u32) -> AnthropicProvider {
             base_url: format!("{}/v1", server.base_url),
             model: "claude-test".into(),
             api_key: Some("ak-test-secret-999".into()),
-            http: HttpSettings {
-                connect_timeout: Duration::from_secs(2),
-                request_timeout: Duration::from_secs(10),
-                retry: RetryPolicy {
-                    max_retries: retries,
-                    base_delay: Duration::from_millis(10),
-                    max_delay: Duration::from_millis(50),
-                },
-            },
+            http: quick(retries),
         },
         Anthropic,
     )
@@ -81,14 +71,6 @@ fn ends(stop_reason: &str, output_tokens: u64) -> [Value; 2] {
             "usage": {"output_tokens": output_tokens}}),
         json!({"type": "message_stop"}),
     ]
-}
-
-/// What a step journals of a response (its raw body aside).
-fn journaled(response: &ChatResponse) -> ChatResponse {
-    ChatResponse {
-        raw: None,
-        ..response.clone()
-    }
 }
 
 #[tokio::test]

@@ -8,16 +8,14 @@
 mod mock_http;
 
 use std::sync::Mutex;
-use std::time::Duration;
 
-use mock_http::{events, pieces, MockServer, Reply};
+use mock_http::{events, journaled, pieces, quick, MockServer, Reply};
 use nrllm_core::provider::{
     ignore_deltas, ignore_retries, ChatRequest, ChatResponse, Delta, ModelOptions, Provider,
     ProviderErrorKind, RetryNotice,
 };
 use nrllm_core::transcript::{Message, ToolCall};
 use nrllm_providers::gemini::{Gemini, GeminiProvider};
-use nrllm_providers::http::{HttpSettings, RetryPolicy};
 use nrllm_providers::ProviderConfig;
 use serde_json::{json, Value};
 
@@ -28,15 +26,7 @@ fn provider(server: &MockServer, retries: u32) -> GeminiProvider {
             base_url: format!("{}/v1beta", server.base_url),
             model: "gemini-test".into(),
             api_key: Some("gk-test-secret-777".into()),
-            http: HttpSettings {
-                connect_timeout: Duration::from_secs(2),
-                request_timeout: Duration::from_secs(10),
-                retry: RetryPolicy {
-                    max_retries: retries,
-                    base_delay: Duration::from_millis(10),
-                    max_delay: Duration::from_millis(50),
-                },
-            },
+            http: quick(retries),
         },
         Gemini,
     )
@@ -64,14 +54,6 @@ fn chunk(parts: Value, finish: Option<&str>, usage: Option<(u64, u64)>) -> Strin
             "thoughtsTokenCount": 4, "totalTokenCount": prompt + candidates + 4});
     }
     chunk.to_string()
-}
-
-/// What a step journals of a response (its raw body aside).
-fn journaled(response: &ChatResponse) -> ChatResponse {
-    ChatResponse {
-        raw: None,
-        ..response.clone()
-    }
 }
 
 fn call_ids_aside(mut response: ChatResponse) -> (ChatResponse, Vec<String>) {

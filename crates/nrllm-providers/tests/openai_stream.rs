@@ -6,15 +6,13 @@
 mod mock_http;
 
 use std::sync::Mutex;
-use std::time::Duration;
 
-use mock_http::{events, pieces, MockServer, Reply};
+use mock_http::{events, journaled, pieces, quick, MockServer, Reply};
 use nrllm_core::provider::{
     ignore_deltas, ignore_retries, ChatRequest, ChatResponse, Delta, FinishReason, ModelOptions,
     Provider, ProviderErrorKind, RetryNotice,
 };
 use nrllm_core::transcript::Message;
-use nrllm_providers::http::{HttpSettings, RetryPolicy};
 use nrllm_providers::openai::{OpenAi, OpenAiProvider};
 use nrllm_providers::ProviderConfig;
 use serde_json::{json, Value};
@@ -26,15 +24,7 @@ fn provider(server: &MockServer, retries: u32) -> OpenAiProvider {
             base_url: format!("{}/v1", server.base_url),
             model: "gpt-test".into(),
             api_key: Some("sk-test-secret-key-123".into()),
-            http: HttpSettings {
-                connect_timeout: Duration::from_secs(2),
-                request_timeout: Duration::from_secs(10),
-                retry: RetryPolicy {
-                    max_retries: retries,
-                    base_delay: Duration::from_millis(10),
-                    max_delay: Duration::from_millis(50),
-                },
-            },
+            http: quick(retries),
         },
         OpenAi::default(),
     )
@@ -86,14 +76,6 @@ async fn both_ways(
     let read_whole = provider.complete(&hello(), &ignore_retries).await.unwrap();
     let requests = server.requests().into_iter().map(|r| r.body).collect();
     (streamed, read_whole, deltas.into_inner().unwrap(), requests)
-}
-
-/// What a step journals of a response (its raw body aside).
-fn journaled(response: &ChatResponse) -> ChatResponse {
-    ChatResponse {
-        raw: None,
-        ..response.clone()
-    }
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::stream::StreamFold;
+use crate::stream::{event_json, StreamFold};
 use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind};
 
 /// The events read so far.
@@ -159,15 +159,9 @@ impl Events {
 
 impl StreamFold for Events {
     fn event(&mut self, name: &str, data: &str) -> Result<Vec<Delta>, ProviderError> {
-        if data.trim().is_empty() {
+        let Some(event) = event_json::<Value>(data, &self.provider)? else {
             return Ok(Vec::new());
-        }
-        let event: Value = serde_json::from_str(data).map_err(|_| {
-            ProviderError::transient(format!(
-                "{}: a streamed event is not valid JSON",
-                self.provider
-            ))
-        })?;
+        };
         // The data names its type too; a server that leaves out `event:` lines is read by it.
         let kind = event
             .get("type")

@@ -8,7 +8,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::stream::StreamFold;
+use crate::stream::{event_json, StreamFold};
 use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind};
 
 /// The chunks read so far.
@@ -123,15 +123,9 @@ impl Chunks {
 
 impl StreamFold for Chunks {
     fn event(&mut self, _event: &str, data: &str) -> Result<Vec<Delta>, ProviderError> {
-        if data.trim().is_empty() {
+        let Some(chunk) = event_json::<Map<String, Value>>(data, &self.provider)? else {
             return Ok(Vec::new());
-        }
-        let chunk: Map<String, Value> = serde_json::from_str(data).map_err(|_| {
-            ProviderError::transient(format!(
-                "{}: a streamed chunk is not valid JSON",
-                self.provider
-            ))
-        })?;
+        };
         if let Some(error) = chunk.get("error") {
             return Err(self.error(error));
         }

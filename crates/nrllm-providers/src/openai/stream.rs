@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::stream::StreamFold;
+use crate::stream::{event_json, StreamFold};
 use nrllm_core::provider::{Delta, ProviderError};
 
 /// The chunks read so far.
@@ -139,15 +139,9 @@ impl StreamFold for Chunks {
             self.done = true;
             return Ok(Vec::new());
         }
-        if data.is_empty() {
+        let Some(chunk) = event_json::<Value>(data, &self.provider)? else {
             return Ok(Vec::new());
-        }
-        let chunk: Value = serde_json::from_str(data).map_err(|_| {
-            ProviderError::transient(format!(
-                "{}: a streamed chunk is not valid JSON",
-                self.provider
-            ))
-        })?;
+        };
         if let Some(error) = chunk.get("error") {
             return Err(self.error(error));
         }

@@ -178,6 +178,30 @@ impl MockServer {
     }
 }
 
+/// Timeouts short enough for tests, and `retries` retries 10 ms apart (50 ms at most).
+pub fn quick(retries: u32) -> nrllm_providers::http::HttpSettings {
+    use nrllm_providers::http::{HttpSettings, RetryPolicy};
+    HttpSettings {
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(10),
+        retry: RetryPolicy {
+            max_retries: retries,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(50),
+        },
+    }
+}
+
+/// What a step journals of a response (its raw body aside).
+pub fn journaled(
+    response: &nrllm_core::provider::ChatResponse,
+) -> nrllm_core::provider::ChatResponse {
+    nrllm_core::provider::ChatResponse {
+        raw: None,
+        ..response.clone()
+    }
+}
+
 /// `body` cut into pieces of `size` bytes, whatever they cut through: inside a line, a JSON
 /// string, a UTF-8 character.
 pub fn pieces(body: &str, size: usize) -> Vec<Vec<u8>> {
