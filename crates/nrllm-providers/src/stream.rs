@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use nrllm_core::provider::{Delta, DeltaObserver, ProviderError};
+use nrllm_core::provider::{Delta, DeltaObserver, ProviderError, ProviderErrorKind};
 
 /// The most event data one response may bring, in bytes: a stream that goes on past it is cut off
 /// (and not retried).
@@ -42,6 +42,34 @@ pub(crate) fn event_json<T: DeserializeOwned>(
     serde_json::from_str(data).map(Some).map_err(|_| {
         ProviderError::transient(format!("{provider}: a streamed event is not valid JSON"))
     })
+}
+
+/// An error the provider reported inside a stream: `what` is its type or code if it gave one,
+/// `message` its words (cut to 300 characters).
+pub(crate) fn failed_mid_response(
+    provider: &str,
+    kind: ProviderErrorKind,
+    what: Option<&str>,
+    message: Option<&str>,
+) -> ProviderError {
+    let message: String = message
+        .unwrap_or("an error in the stream")
+        .chars()
+        .take(300)
+        .collect();
+    let what = what.map(|what| format!(" ({what})")).unwrap_or_default();
+    ProviderError {
+        kind,
+        message: format!("{provider}: the provider failed mid-response{what}: {message}"),
+    }
+}
+
+/// Appends `more` to the text field `key` of a part or block being assembled, in place.
+pub(crate) fn append_text(part: &mut Value, key: &str, more: &str) {
+    match part.get_mut(key) {
+        Some(Value::String(text)) => text.push_str(more),
+        _ => part[key] = Value::String(more.to_owned()),
+    }
 }
 
 /// Makes a fresh fold for each attempt of a streaming request (`None`: read the response whole).

@@ -8,25 +8,18 @@ mod mock_http;
 
 use std::sync::Mutex;
 
-use mock_http::{journaled, pieces, quick, MockServer, Reply};
+use mock_http::{config, journaled, pieces, MockServer, Reply};
 use nrllm_core::provider::{
     ignore_deltas, ignore_retries, ChatRequest, Delta, FinishReason, ModelOptions, Provider,
     ProviderErrorKind, RetryNotice,
 };
 use nrllm_core::transcript::Message;
 use nrllm_providers::anthropic::{Anthropic, AnthropicProvider};
-use nrllm_providers::ProviderConfig;
 use serde_json::{json, Value};
 
 fn provider(server: &MockServer, retries: u32) -> AnthropicProvider {
     AnthropicProvider::new(
-        ProviderConfig {
-            name: "anthropic".into(),
-            base_url: format!("{}/v1", server.base_url),
-            model: "claude-test".into(),
-            api_key: Some("ak-test-secret-999".into()),
-            http: quick(retries),
-        },
+        config(server, ("anthropic", "/v1", "claude-test"), retries),
         Anthropic,
     )
     .unwrap()

@@ -9,25 +9,18 @@ mod mock_http;
 
 use std::sync::Mutex;
 
-use mock_http::{events, journaled, pieces, quick, MockServer, Reply};
+use mock_http::{config, events, journaled, pieces, MockServer, Reply};
 use nrllm_core::provider::{
     ignore_deltas, ignore_retries, ChatRequest, ChatResponse, Delta, ModelOptions, Provider,
     ProviderErrorKind, RetryNotice,
 };
 use nrllm_core::transcript::{Message, ToolCall};
 use nrllm_providers::gemini::{Gemini, GeminiProvider};
-use nrllm_providers::ProviderConfig;
 use serde_json::{json, Value};
 
 fn provider(server: &MockServer, retries: u32) -> GeminiProvider {
     GeminiProvider::new(
-        ProviderConfig {
-            name: "gemini".into(),
-            base_url: format!("{}/v1beta", server.base_url),
-            model: "gemini-test".into(),
-            api_key: Some("gk-test-secret-777".into()),
-            http: quick(retries),
-        },
+        config(server, ("gemini", "/v1beta", "gemini-test"), retries),
         Gemini,
     )
     .unwrap()

@@ -7,25 +7,18 @@ mod mock_http;
 
 use std::sync::Mutex;
 
-use mock_http::{events, journaled, pieces, quick, MockServer, Reply};
+use mock_http::{config, events, journaled, pieces, MockServer, Reply};
 use nrllm_core::provider::{
     ignore_deltas, ignore_retries, ChatRequest, ChatResponse, Delta, FinishReason, ModelOptions,
     Provider, ProviderErrorKind, RetryNotice,
 };
 use nrllm_core::transcript::Message;
 use nrllm_providers::openai::{OpenAi, OpenAiProvider};
-use nrllm_providers::ProviderConfig;
 use serde_json::{json, Value};
 
 fn provider(server: &MockServer, retries: u32) -> OpenAiProvider {
     OpenAiProvider::new(
-        ProviderConfig {
-            name: "openai".into(),
-            base_url: format!("{}/v1", server.base_url),
-            model: "gpt-test".into(),
-            api_key: Some("sk-test-secret-key-123".into()),
-            http: quick(retries),
-        },
+        config(server, ("openai", "/v1", "gpt-test"), retries),
         OpenAi::default(),
     )
     .unwrap()

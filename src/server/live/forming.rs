@@ -38,16 +38,36 @@ impl Writing {
         }
         add(&mut self.batch, delta);
         let due = self.sent_at.is_none_or(|at| at.elapsed() >= FORMING_EVERY);
-        due.then(|| {
+        if due {
+            self.flush()
+        } else {
+            None
+        }
+    }
+
+    /// What came since the last message sent and was not sent yet, if anything: sent now.
+    pub(super) fn flush(&mut self) -> Option<Forming> {
+        let round = self.so_far.round;
+        let batch = std::mem::replace(
+            &mut self.batch,
+            Forming {
+                round,
+                ..Forming::default()
+            },
+        );
+        (!batch.is_empty()).then(|| {
             self.sent_at = Some(Instant::now());
-            std::mem::replace(
-                &mut self.batch,
-                Forming {
-                    round,
-                    ..Forming::default()
-                },
-            )
+            batch
         })
+    }
+
+    /// The message that starts the response over (a retry): pages drop what they show.
+    pub(super) fn over(self) -> Forming {
+        Forming {
+            round: self.so_far.round,
+            reset: true,
+            ..Forming::default()
+        }
     }
 
     /// Everything so far, as the first message of a stream that joins now (none if nothing was

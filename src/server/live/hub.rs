@@ -176,10 +176,15 @@ impl LiveHub {
         if run.subscribers >= self.limits.per_run {
             return Err(Refused::Full);
         }
-        let receiver = run
+        let channel = run
             .channel
-            .get_or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
-            .subscribe();
+            .get_or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0);
+        // What the streams already here have not been sent yet goes to them now: the new one
+        // gets it in the response so far, and must not get it twice.
+        if let Some(pending) = run.writing.flush() {
+            let _ = channel.send(LiveMessage::Forming(pending));
+        }
+        let receiver = channel.subscribe();
         run.subscribers += 1;
         hub.subscribers += 1;
         Ok(Subscription {
@@ -225,22 +230,17 @@ impl RunListener for LiveHub {
         let mut hub = self.lock();
         let run = hub.runs.entry(run_id).or_default();
         run.unpersisted.push(event.clone());
-        // The response's step replaces what was shown of it; a retry starts it over.
-        let over = match &event.event {
-            Event::Llm { .. } | Event::LlmFailed { .. } => Some(false),
-            Event::ProviderRetry { .. } => Some(true),
-            _ => None,
-        };
-        if let Some(again) = over {
-            let round = run.writing.so_far.round;
-            run.writing = Writing::default();
-            if let (true, Some(channel)) = (again, &run.channel) {
-                let _ = channel.send(LiveMessage::Forming(Forming {
-                    round,
-                    reset: true,
-                    ..Forming::default()
-                }));
+        // The response's step replaces what was shown of it; a retry starts it over (and says
+        // so, so that pages drop what they show).
+        match &event.event {
+            Event::Llm { .. } | Event::LlmFailed { .. } => run.writing = Writing::default(),
+            Event::ProviderRetry { .. } => {
+                let over = std::mem::take(&mut run.writing).over();
+                if let Some(channel) = &run.channel {
+                    let _ = channel.send(LiveMessage::Forming(over));
+                }
             }
+            _ => {}
         }
         if let Some(channel) = &run.channel {
             let _ = channel.send(LiveMessage::Event(event.clone()));

@@ -352,3 +352,35 @@ async fn a_response_being_written_reaches_the_stream_and_a_browser_joining_mid_r
         "nothing more until the run moves on: {more:?}"
     );
 }
+
+#[tokio::test]
+async fn a_browser_joining_between_two_messages_gets_each_piece_once() {
+    use crate::page_data::Forming;
+    use nrllm_core::provider::Delta;
+    let hub = Arc::new(LiveHub::default());
+    let id = Uuid::now_v7();
+    hub.status(id, RunStatus::Running);
+    let write = |text: &str| hub.delta(id, 1, &Delta::Text { text: text.into() });
+    let forming = |message: LiveMessage| match message {
+        LiveMessage::Forming(forming) => forming,
+        other => panic!("{other:?}"),
+    };
+    let mut first = hub.subscribe(id).unwrap();
+    write("a"); // sent at once
+    write("b"); // gathered: due within the interval
+    assert_eq!(forming(first.receiver.try_recv().unwrap()).text, "a");
+    assert!(
+        first.receiver.try_recv().is_err(),
+        "b waits for the interval"
+    );
+    // A second browser joins: the first gets what was gathered, the second all of it once.
+    let mut second = hub.subscribe(id).unwrap();
+    assert_eq!(forming(first.receiver.try_recv().unwrap()).text, "b");
+    let mut shown: Forming = second.forming.clone().unwrap();
+    assert_eq!(shown.text, "ab");
+    std::thread::sleep(super::forming::FORMING_EVERY);
+    write("c");
+    shown.extend(&forming(second.receiver.try_recv().unwrap()));
+    assert_eq!(shown.text, "abc", "no piece twice");
+    assert!(second.receiver.try_recv().is_err());
+}

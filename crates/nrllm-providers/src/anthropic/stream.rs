@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::stream::{event_json, StreamFold};
+use crate::stream::{append_text, event_json, failed_mid_response, StreamFold};
 use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind};
 
 /// The events read so far.
@@ -89,10 +89,7 @@ impl Events {
             return Vec::new();
         };
         let text = |key: &str| delta.get(key).and_then(Value::as_str).unwrap_or_default();
-        let mut append = |key: &str, more: &str| {
-            let so_far = block.get(key).and_then(Value::as_str).unwrap_or_default();
-            block[key] = Value::String(format!("{so_far}{more}"));
-        };
+        let mut append = |key: &str, more: &str| append_text(block, key, more);
         match delta.get("type").and_then(Value::as_str) {
             Some("text_delta") if !text("text").is_empty() => {
                 append("text", text("text"));
@@ -131,13 +128,7 @@ impl Events {
             .pointer("/error/type")
             .and_then(Value::as_str)
             .unwrap_or("error");
-        let message: String = event
-            .pointer("/error/message")
-            .and_then(Value::as_str)
-            .unwrap_or("an error in the stream")
-            .chars()
-            .take(300)
-            .collect();
+        let message = event.pointer("/error/message").and_then(Value::as_str);
         // Overloaded, rate limited or failed is worth another try; a refused request is not.
         let kind_of = match kind {
             "invalid_request_error"
@@ -147,13 +138,7 @@ impl Events {
             | "request_too_large" => ProviderErrorKind::Permanent,
             _ => ProviderErrorKind::Transient,
         };
-        ProviderError {
-            kind: kind_of,
-            message: format!(
-                "{}: the provider failed mid-response ({kind}): {message}",
-                self.provider
-            ),
-        }
+        failed_mid_response(&self.provider, kind_of, Some(kind), message)
     }
 }
 

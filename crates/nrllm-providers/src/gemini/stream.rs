@@ -8,7 +8,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::stream::{event_json, StreamFold};
+use crate::stream::{append_text, event_json, failed_mid_response, StreamFold};
 use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind};
 
 /// The chunks read so far.
@@ -85,8 +85,7 @@ impl Chunks {
         });
         match joins {
             Some(last) if part.get("text").is_some() => {
-                let so_far = last["text"].as_str().unwrap_or_default().to_owned();
-                last["text"] = Value::String(so_far + text);
+                append_text(last, "text", text);
                 if let Some(signature) = part.get("thoughtSignature") {
                     last["thoughtSignature"] = signature.clone();
                 }
@@ -101,23 +100,12 @@ impl Chunks {
 
     fn error(&self, error: &Value) -> ProviderError {
         let code = error.get("code").and_then(Value::as_u64).unwrap_or(500);
-        let message: String = error
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("an error in the stream")
-            .chars()
-            .take(300)
-            .collect();
-        ProviderError {
-            kind: match code {
-                429 | 500..=599 => ProviderErrorKind::Transient,
-                _ => ProviderErrorKind::Permanent,
-            },
-            message: format!(
-                "{}: the provider failed mid-response ({code}): {message}",
-                self.provider
-            ),
-        }
+        let kind = match code {
+            429 | 500..=599 => ProviderErrorKind::Transient,
+            _ => ProviderErrorKind::Permanent,
+        };
+        let message = error.get("message").and_then(Value::as_str);
+        failed_mid_response(&self.provider, kind, Some(&code.to_string()), message)
     }
 }
 

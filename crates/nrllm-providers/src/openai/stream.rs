@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::stream::{event_json, StreamFold};
-use nrllm_core::provider::{Delta, ProviderError};
+use crate::stream::{event_json, failed_mid_response, StreamFold};
+use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind};
 
 /// The chunks read so far.
 #[derive(Debug, Default)]
@@ -120,15 +120,8 @@ impl Chunks {
     }
 
     fn error(&self, error: &Value) -> ProviderError {
-        let message = error
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or("an error in the stream");
-        let message: String = message.chars().take(300).collect();
-        ProviderError::transient(format!(
-            "{}: the provider failed mid-response: {message}",
-            self.provider
-        ))
+        let message = error.get("message").and_then(Value::as_str);
+        failed_mid_response(&self.provider, ProviderErrorKind::Transient, None, message)
     }
 }
 

@@ -178,6 +178,22 @@ impl MockServer {
     }
 }
 
+/// A configuration reaching this server: `name` and `model`, the API under `path` (`/v1`), a
+/// test key, and [`quick`] settings with `retries`.
+pub fn config(
+    server: &MockServer,
+    (name, path, model): (&str, &str, &str),
+    retries: u32,
+) -> nrllm_providers::ProviderConfig {
+    nrllm_providers::ProviderConfig {
+        name: name.into(),
+        base_url: format!("{}{path}", server.base_url),
+        model: model.into(),
+        api_key: Some(format!("{name}-test-secret-key").into()),
+        http: quick(retries),
+    }
+}
+
 /// Timeouts short enough for tests, and `retries` retries 10 ms apart (50 ms at most).
 pub fn quick(retries: u32) -> nrllm_providers::http::HttpSettings {
     use nrllm_providers::http::{HttpSettings, RetryPolicy};
