@@ -29,7 +29,12 @@ pub struct RunSummary {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub total_tokens: u64,
-    /// `$0.0012`, when the configuration has prices.
+    /// Responses whose usage the provider did not report: the counts above (and the cost) are
+    /// then a lower bound.
+    #[serde(default)]
+    pub unreported_usage: u32,
+    /// `$0.0012`, when the configuration has prices (`at least $0.0012` when some usage was
+    /// not reported).
     pub estimated_cost: Option<String>,
     /// From start to finish (or to now, for a live run), in milliseconds.
     pub wall_ms: Option<i64>,
@@ -55,6 +60,31 @@ pub struct RunSummary {
     /// The run this one goes on from (a fork or a retry), with how.
     #[serde(default)]
     pub parent: Option<(String, String)>,
+}
+
+impl RunSummary {
+    /// The run's total tokens, marked `+` when some responses did not report their usage.
+    pub fn total_tokens_text(&self) -> String {
+        match self.unreported_usage {
+            0 => self.total_tokens.to_string(),
+            _ => format!("{}+", self.total_tokens),
+        }
+    }
+
+    /// "tokens 120 (100 + 20)", saying how many responses' usage is missing from the count.
+    pub fn tokens_fact(&self) -> String {
+        let counted = format!(
+            "tokens {} ({} + {})",
+            self.total_tokens_text(),
+            self.prompt_tokens,
+            self.completion_tokens
+        );
+        match self.unreported_usage {
+            0 => counted,
+            1 => format!("{counted}; usage of 1 response not reported"),
+            n => format!("{counted}; usage of {n} responses not reported"),
+        }
+    }
 }
 
 /// One line of a before/after diff.

@@ -322,10 +322,7 @@ fn SummaryStrip(summary: RunSummary) -> impl IntoView {
     let facts = [
         Some(format!("rounds {}", summary.rounds)),
         Some(format!("tool calls {}{pending}", summary.tool_calls)),
-        Some(format!(
-            "tokens {} ({} + {})",
-            summary.total_tokens, summary.prompt_tokens, summary.completion_tokens
-        )),
+        Some(summary.tokens_fact()),
         summary.estimated_cost.clone(),
         summary.wall_ms.map(duration_text),
         summary

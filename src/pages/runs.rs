@@ -52,7 +52,7 @@ fn RunsTable(page: RunList, status: String) -> impl IntoView {
                     <td class="py-2 pr-3"><a href=format!("/runs/{}", run.id) class="text-indigo-700 underline dark:text-indigo-300">{run.prompt.clone()}</a></td>
                     <td class="py-2 pr-3 text-sm text-slate-500">{run.created_at.clone()}</td>
                     <td class="py-2 pr-3 text-right text-sm">{run.rounds}</td>
-                    <td class="py-2 text-right text-sm">{run.total_tokens}</td>
+                    <td class="py-2 text-right text-sm">{run.total_tokens_text()}</td>
                 </tr>
             }
         })

@@ -296,10 +296,7 @@ mod tests {
         );
         assert!(configurations.tool_loop(&run("local")).is_ok());
         // $2 and $8 per million tokens: 1000 prompt + 500 completion tokens = $0.006.
-        let usage = Usage {
-            prompt_tokens: 1000,
-            completion_tokens: 500,
-        };
+        let usage = Usage::tokens(1000, 500);
         assert_eq!(
             configurations.estimate_cost_micros(&run("local"), usage),
             Some(6000)

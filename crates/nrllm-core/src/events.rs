@@ -60,12 +60,19 @@ pub enum Event {
         /// The provider's hint the wait follows, if it gave one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         hint: Option<String>,
+        /// What the previous attempt used, when it got as far as a response (a stream that
+        /// broke off): counted in the run's usage.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
     },
     /// The provider failed.
     LlmFailed {
         round: u32,
         message: String,
         duration_ms: u64,
+        /// What the failed attempt used, as for [`Event::ProviderRetry`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
     },
     /// A tool call was answered (executed, refused by the gate, or denied by the operator).
     Tool {

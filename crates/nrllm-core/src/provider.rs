@@ -52,12 +52,42 @@ pub struct ChatRequest {
 pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Responses whose usage the provider did not report: their tokens are not in the counts
+    /// above, which are then a lower bound (never read as zero).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unreported: u32,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 impl Usage {
-    /// Prompt plus completion tokens.
+    /// Reported token counts.
+    pub fn tokens(prompt_tokens: u64, completion_tokens: u64) -> Usage {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            unreported: 0,
+        }
+    }
+
+    /// One response whose usage the provider did not report.
+    pub fn unreported() -> Usage {
+        Usage {
+            unreported: 1,
+            ..Usage::default()
+        }
+    }
+
+    /// Prompt plus completion tokens (of the responses that reported them).
     pub fn total(&self) -> u64 {
         self.prompt_tokens + self.completion_tokens
+    }
+
+    /// Whether every response counted reported its usage.
+    pub fn is_complete(&self) -> bool {
+        self.unreported == 0
     }
 }
 
@@ -65,6 +95,7 @@ impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Usage) {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
+        self.unreported = self.unreported.saturating_add(other.unreported);
     }
 }
 
@@ -149,23 +180,31 @@ pub enum ProviderErrorKind {
 pub struct ProviderError {
     pub kind: ProviderErrorKind,
     pub message: String,
+    /// What the failed attempt used, when it got as far as a response (a stream that broke off
+    /// after it began): the usage the provider reported so far, or [`Usage::unreported`]. The
+    /// run counts it, so its cost stays the sum of its steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent: Option<Usage>,
 }
 
 impl ProviderError {
+    /// A failure of `kind` with a safe message.
+    pub fn new(kind: ProviderErrorKind, message: impl Into<String>) -> ProviderError {
+        ProviderError {
+            kind,
+            message: message.into(),
+            spent: None,
+        }
+    }
+
     /// A permanent failure with a safe message.
     pub fn permanent(message: impl Into<String>) -> ProviderError {
-        ProviderError {
-            kind: ProviderErrorKind::Permanent,
-            message: message.into(),
-        }
+        ProviderError::new(ProviderErrorKind::Permanent, message)
     }
 
     /// A transient failure with a safe message.
     pub fn transient(message: impl Into<String>) -> ProviderError {
-        ProviderError {
-            kind: ProviderErrorKind::Transient,
-            message: message.into(),
-        }
+        ProviderError::new(ProviderErrorKind::Transient, message)
     }
 }
 
@@ -182,6 +221,9 @@ pub struct RetryNotice {
     /// it gave one; otherwise the wait is the backoff's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// What the previous attempt used (see [`ProviderError::spent`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent: Option<Usage>,
 }
 
 /// Told about each retry as it is about to happen.

@@ -272,10 +272,7 @@ mod tests {
             gated: vec!["c1".into()],
             counters: Counters {
                 iterations: 1,
-                usage: Usage {
-                    prompt_tokens: 10,
-                    completion_tokens: 3,
-                },
+                usage: Usage::tokens(10, 3),
                 tool_calls: 0,
             },
             settings: RunSettings::default(),

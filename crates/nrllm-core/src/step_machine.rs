@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::decision::Choice;
-use crate::provider::{ChatRequest, ChatResponse, ToolChoice};
+use crate::provider::{ChatRequest, ChatResponse, ToolChoice, Usage};
 use crate::registry::Pass;
 use crate::state::{
     Answer, Counters, RuledCall, RunSettings, SuspendedState, STATE_SCHEMA_VERSION,
@@ -144,6 +144,11 @@ impl Machine {
                 options: self.settings.model.clone(),
             },
         }
+    }
+
+    /// Counts what a request's failed attempts used (streams that broke off).
+    pub fn spent(&mut self, usage: Usage) {
+        self.counters.usage += usage;
     }
 
     /// The model answered `ask`: finish, suspend, or run the turn's calls. `pass` says how each
@@ -278,10 +283,7 @@ mod tests {
     use serde_json::json;
 
     fn usage() -> Usage {
-        Usage {
-            prompt_tokens: 10,
-            completion_tokens: 2,
-        }
+        Usage::tokens(10, 2)
     }
 
     fn call(id: &str, name: &str) -> ToolCall {

@@ -78,10 +78,7 @@ impl Provider for ScriptedProvider {
 
 /// A usage figure for scripted responses.
 pub fn usage(prompt_tokens: u64, completion_tokens: u64) -> Usage {
-    Usage {
-        prompt_tokens,
-        completion_tokens,
-    }
+    Usage::tokens(prompt_tokens, completion_tokens)
 }
 
 /// A tool-call turn with one call.

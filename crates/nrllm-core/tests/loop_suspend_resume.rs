@@ -718,3 +718,87 @@ async fn a_provider_failure_reports_the_counters_so_far() {
     }
     assert_eq!(sink.events().last().map(Event::kind), Some("llm_failed"));
 }
+
+/// A provider whose every request first has a stream that broke off after using `spent`, then
+/// answers as `inner` does.
+struct BrokeOffFirst {
+    inner: ScriptedProvider,
+    spent: nrllm_core::provider::Usage,
+}
+
+#[async_trait::async_trait]
+impl nrllm_core::provider::Provider for BrokeOffFirst {
+    fn name(&self) -> &str {
+        "broke-off-first"
+    }
+
+    fn model(&self) -> &str {
+        "script"
+    }
+
+    async fn complete(
+        &self,
+        request: &nrllm_core::provider::ChatRequest,
+        on_retry: nrllm_core::provider::RetryObserver<'_>,
+    ) -> Result<ChatResponse, nrllm_core::provider::ProviderError> {
+        on_retry(nrllm_core::provider::RetryNotice {
+            retry: 1,
+            wait_ms: 0,
+            reason: "the stream broke off".into(),
+            hint: None,
+            spent: Some(self.spent),
+        });
+        self.inner.complete(request, on_retry).await
+    }
+}
+
+#[tokio::test]
+async fn what_broken_attempts_used_is_counted_so_the_run_is_the_sum_of_its_steps() {
+    use nrllm_core::provider::{ProviderError, Usage};
+    let inner = ScriptedProvider::new([ChatResponse::text("Done.", usage(10, 2))]);
+    let probe = Probe::default();
+    let registry = Arc::new(probe_registry(&probe));
+    let provider = BrokeOffFirst {
+        inner: inner.clone(),
+        spent: usage(4, 1),
+    };
+    let tool_loop = ToolLoop::new(Arc::new(provider), Arc::clone(&registry));
+    let sink = VecSink::default();
+    let done = completed(
+        tool_loop
+            .run(input("x"), &ctx("alice"), &sink)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(done.counters.usage, usage(14, 3));
+    let mut summed = Usage::default();
+    for event in sink.events() {
+        match event {
+            Event::Llm { usage, .. } => summed += usage,
+            Event::ProviderRetry {
+                usage: Some(usage), ..
+            } => summed += usage,
+            _ => {}
+        }
+    }
+    assert_eq!(summed, done.counters.usage, "the run's usage is its steps'");
+
+    // A request that fails for good after its stream broke off counts what it used, and a
+    // usage the provider never reported stays marked unknown (never 0).
+    let f = fixture(Vec::new());
+    let mut error = ProviderError::transient("the stream broke off");
+    error.spent = Some(Usage::unreported());
+    f.provider.push_result(Err(error));
+    let sink = VecSink::default();
+    match f.tool_loop.run(input("x"), &ctx("alice"), &sink).await {
+        Err(LoopError::Provider { counters, .. }) => {
+            assert_eq!(counters.usage.unreported, 1);
+            assert!(!counters.usage.is_complete());
+        }
+        other => panic!("expected a provider error, got {other:?}"),
+    }
+    assert!(matches!(
+        sink.events().last(),
+        Some(Event::LlmFailed { usage: Some(usage), .. }) if usage.unreported == 1
+    ));
+}

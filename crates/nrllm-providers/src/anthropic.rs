@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::http::ApiKey;
-use crate::stream::StreamFold;
+use crate::stream::{ReadUsage, StreamFold};
 use crate::{arguments_object, synthesised_id, turn_text, HttpProvider, WireFormat};
 use nrllm_core::provider::{
     ChatRequest, ChatResponse, FinishReason, ProviderError, ToolChoice, Usage,
@@ -118,6 +118,17 @@ struct WireUsage {
     output_tokens: u64,
 }
 
+impl From<WireUsage> for Usage {
+    fn from(usage: WireUsage) -> Usage {
+        Usage::tokens(usage.input_tokens, usage.output_tokens)
+    }
+}
+
+/// A usage object as a stream reports it so far.
+fn reported_usage(usage: &Value) -> Option<Usage> {
+    WireUsage::deserialize(usage).ok().map(Usage::from)
+}
+
 impl WireFormat for Anthropic {
     type Request = Request;
     type Response = Response;
@@ -197,7 +208,10 @@ impl WireFormat for Anthropic {
     }
 
     fn fold(&self, provider: &str) -> Option<Box<dyn StreamFold>> {
-        Some(Box::new(stream::Events::new(provider)))
+        Some(Box::new(stream::Events::new(
+            provider,
+            ReadUsage(reported_usage),
+        )))
     }
 
     fn stream_body(&self, body: &mut Value) {
@@ -234,10 +248,7 @@ impl WireFormat for Anthropic {
             Some("max_tokens") => FinishReason::Length,
             Some(other) => FinishReason::Other(other.to_owned()),
         };
-        let usage = response.usage.map_or(Usage::default(), |u| Usage {
-            prompt_tokens: u.input_tokens,
-            completion_tokens: u.output_tokens,
-        });
+        let usage = response.usage.map_or(Usage::unreported(), Usage::from);
         Ok(ChatResponse::turn(text, tool_calls, usage, finish_reason))
     }
 }

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::http::{ApiKey, WaitHint};
-use crate::stream::StreamFold;
+use crate::stream::{ReadUsage, StreamFold};
 use crate::{arguments_object, synthesised_id, turn_text, HttpProvider, WireFormat};
 use nrllm_core::provider::{
     ChatRequest, ChatResponse, FinishReason, ProviderError, ToolChoice, Usage,
@@ -170,6 +170,21 @@ struct UsageMetadata {
     thoughts_token_count: u64,
 }
 
+impl From<UsageMetadata> for Usage {
+    fn from(usage: UsageMetadata) -> Usage {
+        // Thinking tokens are billed as output.
+        Usage::tokens(
+            usage.prompt_token_count,
+            usage.candidates_token_count + usage.thoughts_token_count,
+        )
+    }
+}
+
+/// A `usageMetadata` object as a stream reports it so far.
+fn reported_usage(usage: &Value) -> Option<Usage> {
+    UsageMetadata::deserialize(usage).ok().map(Usage::from)
+}
+
 /// Appends `parts` as a turn of `role`, joining the previous turn when it has the same role
 /// (Gemini expects turns to alternate).
 fn push_turn(contents: &mut Vec<Content>, role: &str, parts: Vec<Part>) {
@@ -209,7 +224,10 @@ impl WireFormat for Gemini {
     }
 
     fn fold(&self, provider: &str) -> Option<Box<dyn StreamFold>> {
-        Some(Box::new(stream::Chunks::new(provider)))
+        Some(Box::new(stream::Chunks::new(
+            provider,
+            ReadUsage(reported_usage),
+        )))
     }
 
     fn headers(&self, key: Option<&ApiKey>) -> Vec<(&'static str, String)> {
@@ -352,11 +370,9 @@ impl WireFormat for Gemini {
             }
             Some(other) => FinishReason::Other(other.to_owned()),
         };
-        let usage = response.usage_metadata.map_or(Usage::default(), |u| Usage {
-            prompt_tokens: u.prompt_token_count,
-            // Thinking tokens are billed as output.
-            completion_tokens: u.candidates_token_count + u.thoughts_token_count,
-        });
+        let usage = response
+            .usage_metadata
+            .map_or(Usage::unreported(), Usage::from);
         Ok(ChatResponse::turn(text, tool_calls, usage, finish_reason))
     }
 

@@ -49,10 +49,16 @@ impl RetryPolicy {
     }
 }
 
+/// The longest a streamed response may take in all (each read still waits at most the request
+/// timeout: a stream that goes silent that long broke off).
+pub const MAX_STREAM_DURATION: Duration = Duration::from_secs(30 * 60);
+
 /// Timeouts and retries for one provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpSettings {
     pub connect_timeout: Duration,
+    /// The longest a response read whole may take; for a streamed one, the longest wait for
+    /// its next bytes.
     pub request_timeout: Duration,
     pub retry: RetryPolicy,
 }
@@ -157,7 +163,7 @@ impl Engine {
     ) -> Result<Engine, ProviderError> {
         let client = reqwest::Client::builder()
             .connect_timeout(settings.connect_timeout)
-            .timeout(settings.request_timeout)
+            .read_timeout(settings.request_timeout)
             .build()
             .map_err(|err| {
                 ProviderError::permanent(format!(
@@ -285,6 +291,7 @@ impl Engine {
             on_retry(RetryNotice {
                 retry: retries + 1,
                 wait_ms,
+                spent: error.spent,
                 reason: error.message,
                 hint: hint.map(|h| {
                     if h.wait > self.settings.retry.max_delay {
@@ -309,7 +316,12 @@ impl Engine {
         body_hint: BodyHint<'_>,
         stream: Option<(NewFold<'_>, DeltaObserver<'_>)>,
     ) -> Result<Value, (ProviderError, Option<WaitHint>)> {
-        let mut request = self.client.post(url).json(body);
+        // A response read whole has the request timeout in all; a stream, between its pieces.
+        let timeout = match stream {
+            Some(_) => MAX_STREAM_DURATION,
+            None => self.settings.request_timeout,
+        };
+        let mut request = self.client.post(url).json(body).timeout(timeout);
         for (name, value) in headers {
             request = request.header(*name, value);
         }
@@ -386,12 +398,10 @@ impl Engine {
             _ if key_refused => ProviderError::permanent(format!(
                 "{provider}: the API key was refused (HTTP {status}): {message}"
             )),
-            _ if too_long => {
-                ProviderError {
-                    kind: ProviderErrorKind::ContextLength,
-                    message: format!("{provider}: the conversation is too long for the model (HTTP {status}): {message}"),
-                }
-            }
+            _ if too_long => ProviderError::new(
+                ProviderErrorKind::ContextLength,
+                format!("{provider}: the conversation is too long for the model (HTTP {status}): {message}"),
+            ),
             _ => ProviderError::permanent(format!("{provider}: the request was refused (HTTP {status}): {message}")),
         }
     }

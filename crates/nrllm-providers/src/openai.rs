@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::http::ApiKey;
-use crate::stream::StreamFold;
+use crate::stream::{ReadUsage, StreamFold};
 use crate::{synthesised_id, HttpProvider, WireFormat};
 use nrllm_core::provider::{
     ChatRequest, ChatResponse, FinishReason, ProviderError, ToolChoice, Usage,
@@ -149,6 +149,17 @@ struct WireUsage {
     completion_tokens: u64,
 }
 
+impl From<WireUsage> for Usage {
+    fn from(usage: WireUsage) -> Usage {
+        Usage::tokens(usage.prompt_tokens, usage.completion_tokens)
+    }
+}
+
+/// A usage object as a stream reports it.
+fn reported_usage(usage: &Value) -> Option<Usage> {
+    WireUsage::deserialize(usage).ok().map(Usage::from)
+}
+
 impl WireFormat for OpenAi {
     type Request = Request;
     type Response = Response;
@@ -190,7 +201,10 @@ impl WireFormat for OpenAi {
     }
 
     fn fold(&self, provider: &str) -> Option<Box<dyn StreamFold>> {
-        Some(Box::new(stream::Chunks::new(provider)))
+        Some(Box::new(stream::Chunks::new(
+            provider,
+            ReadUsage(reported_usage),
+        )))
     }
 
     fn stream_body(&self, body: &mut Value) {
@@ -240,10 +254,7 @@ impl WireFormat for OpenAi {
             Some(other) => FinishReason::Other(other.to_owned()),
             None => FinishReason::ToolCalls,
         };
-        let usage = response.usage.map_or(Usage::default(), |u| Usage {
-            prompt_tokens: u.prompt_tokens,
-            completion_tokens: u.completion_tokens,
-        });
+        let usage = response.usage.map_or(Usage::unreported(), Usage::from);
         Ok(ChatResponse::turn(
             message.content.unwrap_or_default(),
             tool_calls,

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use nrllm_core::provider::{Delta, DeltaObserver, ProviderError, ProviderErrorKind};
+use nrllm_core::provider::{Delta, DeltaObserver, ProviderError, ProviderErrorKind, Usage};
 
 /// The most event data one response may bring, in bytes: a stream that goes on past it is cut off
 /// (and not retried).
@@ -25,6 +25,8 @@ pub trait StreamFold: Send {
     fn event(&mut self, event: &str, data: &str) -> Result<Vec<Delta>, ProviderError>;
     /// The stream said the response is complete (`[DONE]`, `message_stop`, a finish reason).
     fn complete(&self) -> bool;
+    /// The usage the stream reported so far, if any (for a stream that breaks off).
+    fn usage(&self) -> Option<Usage>;
     /// The body the non-streaming endpoint would have answered.
     fn finish(self: Box<Self>) -> Value;
 }
@@ -58,10 +60,10 @@ pub(crate) fn failed_mid_response(
         .take(300)
         .collect();
     let what = what.map(|what| format!(" ({what})")).unwrap_or_default();
-    ProviderError {
+    ProviderError::new(
         kind,
-        message: format!("{provider}: the provider failed mid-response{what}: {message}"),
-    }
+        format!("{provider}: the provider failed mid-response{what}: {message}"),
+    )
 }
 
 /// Appends `more` to the text field `key` of a part or block being assembled, in place.
@@ -69,6 +71,16 @@ pub(crate) fn append_text(part: &mut Value, key: &str, more: &str) {
     match part.get_mut(key) {
         Some(Value::String(text)) => text.push_str(more),
         _ => part[key] = Value::String(more.to_owned()),
+    }
+}
+
+/// A wire format's reading of a usage object (`None` if it is not one); by default, none.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadUsage(pub fn(&Value) -> Option<Usage>);
+
+impl Default for ReadUsage {
+    fn default() -> ReadUsage {
+        ReadUsage(|_| None)
     }
 }
 
@@ -86,13 +98,30 @@ pub fn is_event_stream(headers: &reqwest::header::HeaderMap) -> bool {
 
 /// Reads `response`'s events into `fold`, telling `on_delta` what each adds; the folded body, or
 /// why the stream failed (a stream that ends before it says it is complete broke off: worth a
-/// retry).
+/// retry), with what it had used (the usage reported so far, or unreported: the provider
+/// answered, so it may have billed).
 pub(crate) async fn read_events(
     response: reqwest::Response,
     mut fold: Box<dyn StreamFold>,
     on_delta: DeltaObserver<'_>,
     provider: &str,
 ) -> Result<Value, ProviderError> {
+    match fold_events(response, &mut *fold, on_delta, provider).await {
+        Ok(()) => Ok(fold.finish()),
+        Err(mut error) => {
+            error.spent = Some(fold.usage().unwrap_or_else(Usage::unreported));
+            Err(error)
+        }
+    }
+}
+
+/// Folds `response`'s events until the stream says the response is complete.
+async fn fold_events(
+    response: reqwest::Response,
+    fold: &mut dyn StreamFold,
+    on_delta: DeltaObserver<'_>,
+    provider: &str,
+) -> Result<(), ProviderError> {
     let mut events = response.bytes_stream().eventsource();
     let mut bytes = 0usize;
     while let Some(event) = events.next().await {
@@ -110,7 +139,7 @@ pub(crate) async fn read_events(
             on_delta(delta);
         }
         if fold.complete() {
-            return Ok(fold.finish());
+            return Ok(());
         }
     }
     Err(ProviderError::transient(format!(

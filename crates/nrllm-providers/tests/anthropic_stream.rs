@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use mock_http::{config, journaled, pieces, MockServer, Reply};
 use nrllm_core::provider::{
     ignore_deltas, ignore_retries, ChatRequest, Delta, FinishReason, ModelOptions, Provider,
-    ProviderErrorKind, RetryNotice,
+    ProviderErrorKind, RetryNotice, Usage,
 };
 use nrllm_core::transcript::Message;
 use nrllm_providers::anthropic::{Anthropic, AnthropicProvider};
@@ -211,6 +211,16 @@ async fn an_overloaded_error_mid_stream_is_retried_and_a_refusal_is_not() {
         "{}",
         retries[0].reason
     );
+    assert_eq!(
+        retries[0].spent,
+        Some(Usage::tokens(10, 1)),
+        "the broken attempt's usage, as message_start reported it, goes with the retry"
+    );
+    assert_eq!(
+        response.usage,
+        Usage::tokens(10, 3),
+        "the response's own usage"
+    );
 
     broken[3] =
         json!({"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}});
@@ -220,6 +230,7 @@ async fn an_overloaded_error_mid_stream_is_retried_and_a_refusal_is_not() {
         .await
         .unwrap_err();
     assert_eq!(err.kind, ProviderErrorKind::Permanent);
+    assert_eq!(err.spent, Some(Usage::tokens(10, 1)));
     assert_eq!(server.requests().len(), 1, "a refusal is not retried");
 }
 

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use mock_http::{config, events, journaled, pieces, MockServer, Reply};
 use nrllm_core::provider::{
     ignore_deltas, ignore_retries, ChatRequest, ChatResponse, Delta, ModelOptions, Provider,
-    ProviderErrorKind, RetryNotice,
+    ProviderErrorKind, RetryNotice, Usage,
 };
 use nrllm_core::transcript::{Message, ToolCall};
 use nrllm_providers::gemini::{Gemini, GeminiProvider};
@@ -158,7 +158,8 @@ async fn an_error_chunk_is_retried_and_a_stream_without_a_finish_reason_broke_of
         .iter()
         .map(String::as_str),
     );
-    let cut = events([chunk(json!([{"text": "Cut"}]), None, None).as_str()]);
+    // Gemini may report usage so far on any chunk: a stream cut after one is counted by it.
+    let cut = events([chunk(json!([{"text": "Cut"}]), None, Some((5, 1))).as_str()]);
     let good = events([chunk(json!([{"text": "Whole."}]), Some("STOP"), Some((3, 2))).as_str()]);
     let server = MockServer::start(vec![
         Reply::Stream(pieces(&error, 11)),
@@ -186,6 +187,12 @@ async fn an_error_chunk_is_retried_and_a_stream_without_a_finish_reason_broke_of
     assert!(retries[1]
         .reason
         .contains("ended before the response was complete"));
+    assert_eq!(retries[0].spent, Some(Usage::unreported()));
+    assert_eq!(
+        retries[1].spent,
+        Some(Usage::tokens(5, 1 + 4)),
+        "thinking counts as output"
+    );
 
     let refused = events(
         [

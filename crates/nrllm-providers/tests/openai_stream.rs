@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use mock_http::{config, events, journaled, pieces, MockServer, Reply};
 use nrllm_core::provider::{
     ignore_deltas, ignore_retries, ChatRequest, ChatResponse, Delta, FinishReason, ModelOptions,
-    Provider, ProviderErrorKind, RetryNotice,
+    Provider, ProviderErrorKind, RetryNotice, Usage,
 };
 use nrllm_core::transcript::Message;
 use nrllm_providers::openai::{OpenAi, OpenAiProvider};
@@ -228,7 +228,77 @@ async fn a_stream_that_breaks_is_retried_as_a_whole_response() {
         "{}",
         retries[1].reason
     );
+    // OpenAI reports usage only at the end: what the broken attempts used is unknown, not 0.
+    for retry in &retries {
+        assert_eq!(retry.spent, Some(Usage::unreported()));
+    }
+    assert_eq!(response.usage, Usage::tokens(3, 2));
     assert_eq!(server.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn a_stream_may_take_longer_than_the_request_timeout_but_not_go_silent_that_long() {
+    let mut settings = mock_http::quick(0);
+    settings.request_timeout = std::time::Duration::from_millis(400);
+    let provider = |server: &MockServer| {
+        let mut config = config(server, ("openai", "/v1", "gpt-test"), 0);
+        config.http = settings;
+        OpenAiProvider::new(config, OpenAi::default()).unwrap()
+    };
+    // Twenty pieces 100 ms apart: two seconds in all, never 400 ms without a byte.
+    let steady = answer_stream("Slow but steady.");
+    let piece = steady.len().div_ceil(20);
+    let server = MockServer::start(vec![Reply::Paced(
+        pieces(&steady, piece),
+        std::time::Duration::from_millis(100),
+    )])
+    .await;
+    let response = provider(&server)
+        .stream(&hello(), &ignore_retries, &ignore_deltas)
+        .await
+        .unwrap();
+    assert_eq!(response.content.as_deref(), Some("Slow but steady."));
+    // A stream that goes silent for longer broke off.
+    let server = MockServer::start(vec![Reply::Paced(
+        pieces(&steady, steady.len() / 2 + 1),
+        std::time::Duration::from_millis(900),
+    )])
+    .await;
+    let err = provider(&server)
+        .stream(&hello(), &ignore_retries, &ignore_deltas)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ProviderErrorKind::Transient);
+    assert!(err.message.contains("broke off"), "{}", err.message);
+}
+
+#[tokio::test]
+async fn a_stream_without_usage_records_it_as_unreported_never_as_zero() {
+    let stream = events(
+        [
+            chunk(json!({"content": "No usage here."}), Some("stop")),
+            "[DONE]".to_owned(),
+        ]
+        .iter()
+        .map(String::as_str),
+    );
+    let whole = json!({"choices": [{"index": 0, "message": {"role": "assistant",
+        "content": "No usage here."}, "finish_reason": "stop"}]});
+    let server =
+        MockServer::start(vec![Reply::Stream(pieces(&stream, 11)), Reply::ok(whole)]).await;
+    let streamed = provider(&server, 0)
+        .stream(&hello(), &ignore_retries, &ignore_deltas)
+        .await
+        .unwrap();
+    let read_whole = provider(&server, 0)
+        .complete(&hello(), &ignore_retries)
+        .await
+        .unwrap();
+    for response in [streamed, read_whole] {
+        assert_eq!(response.content.as_deref(), Some("No usage here."));
+        assert_eq!(response.usage, Usage::unreported());
+        assert!(!response.usage.is_complete());
+    }
 }
 
 #[tokio::test]
@@ -244,6 +314,7 @@ async fn a_broken_stream_out_of_retries_is_a_transient_failure_naming_it() {
         err.message,
         "openai: the stream ended before the response was complete"
     );
+    assert_eq!(err.spent, Some(Usage::unreported()));
 }
 
 #[tokio::test]

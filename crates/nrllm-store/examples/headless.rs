@@ -78,10 +78,7 @@ impl Provider for NoteTaker {
         request: &ChatRequest,
         _on_retry: RetryObserver<'_>,
     ) -> Result<ChatResponse, ProviderError> {
-        let usage = Usage {
-            prompt_tokens: 10,
-            completion_tokens: 5,
-        };
+        let usage = Usage::tokens(10, 5);
         Ok(match request.messages.last() {
             Some(Message::User { content }) => ChatResponse::calls(
                 vec![ToolCall::new(

@@ -10,6 +10,16 @@ use super::pending::*;
 use super::steps::*;
 use crate::page_data::{ChildView, RunSummary, RunView, StepDetail, STEP_WINDOW};
 
+/// The run's estimated cost (`at least` it, when some usage was not reported).
+fn cost_text(run: &RunRecord) -> Option<String> {
+    let at_least = match run.counters.usage.is_complete() {
+        true => "",
+        false => "at least ",
+    };
+    run.estimated_cost_micros
+        .map(|micros| format!("{at_least}${:.4}", micros as f64 / 1_000_000.0))
+}
+
 /// The summary of a run.
 pub fn summary(run: &RunRecord) -> RunSummary {
     let configuration = run.configuration.as_ref();
@@ -50,9 +60,8 @@ pub fn summary(run: &RunRecord) -> RunSummary {
         prompt_tokens: run.counters.usage.prompt_tokens,
         completion_tokens: run.counters.usage.completion_tokens,
         total_tokens: run.counters.usage.total(),
-        estimated_cost: run
-            .estimated_cost_micros
-            .map(|micros| format!("${:.4}", micros as f64 / 1_000_000.0)),
+        unreported_usage: run.counters.usage.unreported,
+        estimated_cost: cost_text(run),
         wall_ms,
         truncated: run.truncated,
         termination_reason: run.termination_reason.clone(),

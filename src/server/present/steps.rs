@@ -21,7 +21,13 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
         round: event.round(),
         duration_ms: event.duration_ms(),
         tokens: match event {
-            Event::Llm { usage, .. } => Some(usage.total()),
+            Event::Llm { usage, .. }
+            | Event::ProviderRetry {
+                usage: Some(usage), ..
+            }
+            | Event::LlmFailed {
+                usage: Some(usage), ..
+            } if usage.is_complete() => Some(usage.total()),
             _ => None,
         },
         ok,
@@ -41,7 +47,8 @@ fn pace(event: &Event) -> String {
         return String::new();
     };
     let writing_ms = duration_ms.saturating_sub(*first);
-    let rate = match (usage.completion_tokens, writing_ms) {
+    let reported = usage.is_complete().then_some(usage.completion_tokens);
+    let rate = match (reported.unwrap_or(0), writing_ms) {
         (0, _) | (_, 0) => String::new(),
         (tokens, ms) => format!(", {:.0} tokens/s", tokens as f64 * 1000.0 / ms as f64),
     };
@@ -69,24 +76,22 @@ fn step_title(event: &Event) -> (String, bool) {
             request_title(*first, messages.len(), tools_offered.len()),
             true,
         ),
-        Event::Llm { tool_calls, .. } if tool_calls.is_empty() => {
-            (format!("model answered{}", pace(event)), true)
-        }
-        Event::Llm { tool_calls, .. } => (
-            format!("model requests tools: {}{}", names(tool_calls), pace(event)),
-            true,
-        ),
+        Event::Llm { .. } => (answered_title(event), true),
         Event::ProviderRetry {
             retry,
             wait_ms,
             reason,
             hint,
+            usage,
             ..
         } => (
-            retry_title(*retry, *wait_ms, reason, hint.as_deref()),
+            retry_title(*retry, *wait_ms, reason, hint.as_deref()) + &spent_text(usage),
             false,
         ),
-        Event::LlmFailed { message, .. } => (format!("model failed: {message}"), false),
+        Event::LlmFailed { message, usage, .. } => (
+            format!("model failed: {message}{}", spent_text(usage)),
+            false,
+        ),
         Event::Tool { .. } => tool_title(event),
         Event::ApprovalRequested { calls, gated, .. } => {
             let gated = gated.len();
@@ -202,6 +207,40 @@ fn retry_title(retry: u32, wait_ms: u64, reason: &str, hint: Option<&str>) -> St
         .map(|hint| format!(" (as the provider asked: {hint})"))
         .unwrap_or_default();
     format!("retry {retry} in {wait}{hint}: {reason}")
+}
+
+/// A model response's title: what it asks for, how fast it came, and whether its usage is
+/// known.
+fn answered_title(event: &Event) -> String {
+    let Event::Llm {
+        tool_calls, usage, ..
+    } = event
+    else {
+        return String::new();
+    };
+    let unreported = match usage.is_complete() {
+        true => "",
+        false => "; the provider did not report its usage",
+    };
+    let what = match tool_calls.is_empty() {
+        true => "model answered".to_owned(),
+        false => format!("model requests tools: {}", names(tool_calls)),
+    };
+    format!("{what}{}{unreported}", pace(event))
+}
+
+/// What a failed attempt used, for its step's title (empty when it got no response).
+fn spent_text(usage: &Option<nrllm_core::provider::Usage>) -> String {
+    match usage {
+        None => String::new(),
+        Some(usage) if usage.is_complete() => format!(
+            "; the broken attempt used {} tokens ({} + {})",
+            usage.total(),
+            usage.prompt_tokens,
+            usage.completion_tokens
+        ),
+        Some(_) => "; the provider did not report what the broken attempt used".to_owned(),
+    }
 }
 
 /// A tool step's title (its name, how it ended, and a note), and whether it went well.

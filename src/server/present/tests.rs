@@ -53,6 +53,7 @@ fn failure(round: u32) -> Event {
         round,
         message: "x".into(),
         duration_ms: 1,
+        usage: None,
     }
 }
 
@@ -167,6 +168,7 @@ fn a_retry_is_a_step_that_says_why_and_how_long_it_waits() {
         wait_ms,
         reason: "openai: rate limited (HTTP 429): slow down".into(),
         hint: None,
+        usage: None,
     };
     let view = step(7, &retry(1500));
     assert_eq!(view.kind, "provider_retry");
@@ -188,11 +190,71 @@ fn a_retry_is_a_step_that_says_why_and_how_long_it_waits() {
         wait_ms: 2000,
         reason: "gemini: rate limited (HTTP 429): quota".into(),
         hint: Some("RetryInfo.retryDelay 2s".into()),
+        usage: None,
     };
     assert_eq!(
         step(9, &hinted).title,
         "retry 1 in 2.0 s (as the provider asked: RetryInfo.retryDelay 2s): gemini: rate limited (HTTP 429): quota"
     );
+}
+
+#[test]
+fn a_broken_stream_says_what_it_used_and_unreported_usage_is_never_zero() {
+    use nrllm_core::provider::Usage;
+    let broken = |usage| Event::ProviderRetry {
+        round: 1,
+        retry: 1,
+        wait_ms: 500,
+        reason: "anthropic: the provider failed mid-response (overloaded_error): busy".into(),
+        hint: None,
+        usage,
+    };
+    let counted = step(3, &broken(Some(Usage::tokens(120, 7))));
+    assert_eq!(
+        counted.title,
+        "retry 1 in 500 ms: anthropic: the provider failed mid-response (overloaded_error): busy; \
+         the broken attempt used 127 tokens (120 + 7)"
+    );
+    assert_eq!(counted.tokens, Some(127));
+    let unknown = step(4, &broken(Some(Usage::unreported())));
+    assert!(
+        unknown
+            .title
+            .ends_with("; the provider did not report what the broken attempt used"),
+        "{}",
+        unknown.title
+    );
+    assert_eq!(
+        unknown.tokens, None,
+        "unknown usage is not shown as 0 tokens"
+    );
+    let answer = Event::Llm {
+        round: 1,
+        content: Some("hi".into()),
+        tool_calls: Vec::new(),
+        usage: Usage::unreported(),
+        finish_reason: nrllm_core::provider::FinishReason::Stop,
+        duration_ms: 900,
+        first_token_ms: Some(100),
+        raw: None,
+    };
+    let view = step(5, &answer);
+    assert_eq!(
+        view.title,
+        "model answered (first token after 100 ms); the provider did not report its usage"
+    );
+    assert_eq!(view.tokens, None);
+    let mut run = record(1);
+    run.counters.usage = Usage::tokens(100, 20);
+    run.counters.usage += Usage::unreported();
+    run.estimated_cost_micros = Some(1200);
+    let summary = summary(&run);
+    assert_eq!(summary.total_tokens_text(), "120+");
+    assert_eq!(
+        summary.tokens_fact(),
+        "tokens 120+ (100 + 20); usage of 1 response not reported"
+    );
+    assert_eq!(summary.estimated_cost.as_deref(), Some("at least $0.0012"));
 }
 
 #[test]
@@ -203,10 +265,7 @@ fn a_streamed_response_step_says_when_its_first_token_came_and_how_fast_it_wrote
             round: 1,
             content: Some("Hello".into()),
             tool_calls: Vec::new(),
-            usage: nrllm_core::provider::Usage {
-                prompt_tokens: 10,
-                completion_tokens: 50,
-            },
+            usage: nrllm_core::provider::Usage::tokens(10, 50),
             finish_reason: nrllm_core::provider::FinishReason::Stop,
             duration_ms: 1200,
             first_token_ms,

@@ -48,7 +48,7 @@ pub use hooks::{FourEyes, Listeners, LoopFactory, RunListener, SingleLoop};
 /// The failure of a run whose configuration cannot be driven now (`message` says why).
 fn unavailable(message: String, counters: Counters) -> LoopError {
     LoopError::Provider {
-        error: crate::provider::ProviderError::permanent(message),
+        error: Box::new(crate::provider::ProviderError::permanent(message)),
         counters,
         transcript: Vec::new(),
         approved_ran: Vec::new(),

@@ -11,7 +11,7 @@ use crate::decision::{Choice, Decision};
 use crate::events::{Event, EventSink};
 use crate::failpoint;
 use crate::preview::{preview_pending, CallPreview};
-use crate::provider::{ChatResponse, Delta, ProviderError, RetryNotice, ToolChoice};
+use crate::provider::{ChatResponse, Delta, ProviderError, RetryNotice, ToolChoice, Usage};
 use crate::state::Answer;
 use crate::state::SuspendedState;
 use crate::step_machine::{Ask, CallPlan, Machine, Next};
@@ -106,12 +106,14 @@ impl ToolLoop {
         if !ctx.lease_held() {
             return Err(LoopError::LeaseLost);
         }
-        match self.ask(&ask, sink).await {
+        let (answer, spent) = self.ask(&ask, sink).await;
+        machine.spent(spent);
+        match answer {
             Ok(response) => {
                 Ok(machine.answered(&ask, response, |call| gate.pass(call, &ctx.rules)))
             }
             Err(error) => Err(LoopError::Provider {
-                error,
+                error: Box::new(error),
                 counters: machine.counters(),
                 transcript: machine.messages().to_vec(),
                 approved_ran: approved_ran.to_vec(),
@@ -119,12 +121,13 @@ impl ToolLoop {
         }
     }
 
-    /// One provider request with its events.
+    /// One provider request with its events, and what its failed attempts used (the usage of
+    /// each stream that broke off: the steps that say so count it).
     pub(super) async fn ask(
         &self,
         ask: &Ask,
         sink: &dyn EventSink,
-    ) -> Result<ChatResponse, ProviderError> {
+    ) -> (Result<ChatResponse, ProviderError>, Usage) {
         let round = ask.round;
         sink.emit(Event::Request {
             round,
@@ -136,13 +139,18 @@ impl ToolLoop {
             },
         });
         let started = Instant::now();
+        let spent = std::sync::Mutex::new(Usage::default());
         let on_retry = |notice: RetryNotice| {
+            if let (Some(usage), Ok(mut spent)) = (notice.spent, spent.lock()) {
+                *spent += usage;
+            }
             sink.emit(Event::ProviderRetry {
                 round,
                 retry: notice.retry,
                 wait_ms: notice.wait_ms,
                 reason: notice.reason,
                 hint: notice.hint,
+                usage: notice.spent,
             })
         };
         // The first piece of the last attempt (a retry starts the response over).
@@ -160,11 +168,12 @@ impl ToolLoop {
             sink.delta(round, delta)
         };
         failpoint::reach("during_model_call");
-        match self
+        let answer = self
             .provider
             .stream(&ask.request, &on_retry, &on_delta)
-            .await
-        {
+            .await;
+        let mut spent = spent.into_inner().unwrap_or_default();
+        let answer = match answer {
             Ok(response) => {
                 sink.emit(Event::Llm {
                     round,
@@ -179,14 +188,19 @@ impl ToolLoop {
                 Ok(response)
             }
             Err(error) => {
+                if let Some(usage) = error.spent {
+                    spent += usage;
+                }
                 sink.emit(Event::LlmFailed {
                     round,
                     message: error.message.clone(),
                     duration_ms: elapsed_ms(started),
+                    usage: error.spent,
                 });
                 Err(error)
             }
-        }
+        };
+        (answer, spent)
     }
 }
 

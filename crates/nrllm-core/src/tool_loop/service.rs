@@ -119,7 +119,8 @@ pub enum LoopError {
     /// approval in this segment (their effects happened).
     #[error("the model provider failed: {error}")]
     Provider {
-        error: ProviderError,
+        /// Boxed: the other errors are small, and results carry this one rarely.
+        error: Box<ProviderError>,
         counters: Counters,
         transcript: Vec<Message>,
         approved_ran: Vec<String>,

@@ -166,10 +166,7 @@ fn response(next: Next, prompt_tokens: u64, round: usize) -> ChatResponse {
     let calls: Vec<(String, Value)> = match next {
         Next::Answer(text) => {
             return ChatResponse {
-                usage: Usage {
-                    prompt_tokens,
-                    completion_tokens: estimate_tokens(&text),
-                },
+                usage: Usage::tokens(prompt_tokens, estimate_tokens(&text)),
                 content: Some(text),
                 tool_calls: Vec::new(),
                 finish_reason: FinishReason::Stop,
@@ -193,10 +190,7 @@ fn response(next: Next, prompt_tokens: u64, round: usize) -> ChatResponse {
         .collect();
     ChatResponse {
         content: None,
-        usage: Usage {
-            prompt_tokens,
-            completion_tokens: estimate_tokens(&completion),
-        },
+        usage: Usage::tokens(prompt_tokens, estimate_tokens(&completion)),
         tool_calls,
         finish_reason: FinishReason::ToolCalls,
         raw: None,

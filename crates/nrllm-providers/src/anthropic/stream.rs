@@ -9,13 +9,15 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::stream::{append_text, event_json, failed_mid_response, StreamFold};
-use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind};
+use crate::stream::{append_text, event_json, failed_mid_response, ReadUsage, StreamFold};
+use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind, Usage};
 
 /// The events read so far.
 #[derive(Debug, Default)]
 pub struct Events {
     provider: String,
+    /// Reads the usage the stream reported (the wire format\'s own reading).
+    read_usage: ReadUsage,
     /// `message_start`'s message, without its content.
     message: Map<String, Value>,
     /// The content blocks by index, each as it started; a tool call's input text beside it.
@@ -28,10 +30,11 @@ pub struct Events {
 }
 
 impl Events {
-    /// A fold for a stream from `provider` (named in errors).
-    pub fn new(provider: &str) -> Events {
+    /// A fold for a stream from `provider` (named in errors), whose usage `read_usage` reads.
+    pub fn new(provider: &str, read_usage: ReadUsage) -> Events {
         Events {
             provider: provider.to_owned(),
+            read_usage,
             ..Events::default()
         }
     }
@@ -188,6 +191,12 @@ impl StreamFold for Events {
 
     fn complete(&self) -> bool {
         self.done
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        (!self.usage.is_empty())
+            .then(|| (self.read_usage.0)(&Value::Object(self.usage.clone())))
+            .flatten()
     }
 
     fn finish(self: Box<Self>) -> Value {

@@ -8,13 +8,15 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::stream::{append_text, event_json, failed_mid_response, StreamFold};
-use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind};
+use crate::stream::{append_text, event_json, failed_mid_response, ReadUsage, StreamFold};
+use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind, Usage};
 
 /// The chunks read so far.
 #[derive(Debug, Default)]
 pub struct Chunks {
     provider: String,
+    /// Reads the usage the stream reported (the wire format\'s own reading).
+    read_usage: ReadUsage,
     /// The latest chunk's fields other than its candidates (`usageMetadata`, `modelVersion`,
     /// `responseId`, `promptFeedback`).
     head: Map<String, Value>,
@@ -25,10 +27,11 @@ pub struct Chunks {
 }
 
 impl Chunks {
-    /// A fold for a stream from `provider` (named in errors).
-    pub fn new(provider: &str) -> Chunks {
+    /// A fold for a stream from `provider` (named in errors), whose usage `read_usage` reads.
+    pub fn new(provider: &str, read_usage: ReadUsage) -> Chunks {
         Chunks {
             provider: provider.to_owned(),
+            read_usage,
             ..Chunks::default()
         }
     }
@@ -122,6 +125,10 @@ impl StreamFold for Chunks {
 
     fn complete(&self) -> bool {
         self.finish_reason.is_some() || self.blocked
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        self.head.get("usageMetadata").and_then(self.read_usage.0)
     }
 
     fn finish(self: Box<Self>) -> Value {

@@ -8,13 +8,15 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::stream::{event_json, failed_mid_response, StreamFold};
-use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind};
+use crate::stream::{event_json, failed_mid_response, ReadUsage, StreamFold};
+use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind, Usage};
 
 /// The chunks read so far.
 #[derive(Debug, Default)]
 pub struct Chunks {
     provider: String,
+    /// Reads the usage the stream reported (the wire format\'s own reading).
+    read_usage: ReadUsage,
     /// The first chunk's `id`, `model` and `created`, for the assembled body.
     head: Map<String, Value>,
     text: String,
@@ -32,10 +34,11 @@ struct Call {
 }
 
 impl Chunks {
-    /// A fold for a stream from `provider` (named in errors).
-    pub fn new(provider: &str) -> Chunks {
+    /// A fold for a stream from `provider` (named in errors), whose usage `read_usage` reads.
+    pub fn new(provider: &str, read_usage: ReadUsage) -> Chunks {
         Chunks {
             provider: provider.to_owned(),
+            read_usage,
             ..Chunks::default()
         }
     }
@@ -143,6 +146,10 @@ impl StreamFold for Chunks {
 
     fn complete(&self) -> bool {
         self.done
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        self.usage.as_ref().and_then(self.read_usage.0)
     }
 
     fn finish(self: Box<Self>) -> Value {

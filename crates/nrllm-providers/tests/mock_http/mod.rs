@@ -23,6 +23,8 @@ pub enum Reply {
     /// A `text/event-stream` body written piece by piece (each piece flushed, then a pause), then
     /// the connection closed.
     Stream(Vec<Vec<u8>>),
+    /// [`Reply::Stream`] with this pause after each piece.
+    Paced(Vec<Vec<u8>>, Duration),
 }
 
 impl Reply {
@@ -128,6 +130,10 @@ impl MockServer {
                         .unwrap()
                         .pop_front()
                         .unwrap_or(Reply::status(500, "no reply scripted"));
+                    let reply = match reply {
+                        Reply::Stream(pieces) => Reply::Paced(pieces, Duration::from_millis(2)),
+                        other => other,
+                    };
                     match reply {
                         Reply::Json(status, extra, body) => {
                             let mut response = format!(
@@ -142,7 +148,8 @@ impl MockServer {
                             let _ = socket.write_all(response.as_bytes()).await;
                         }
                         Reply::Hang => tokio::time::sleep(Duration::from_secs(30)).await,
-                        Reply::Stream(pieces) => {
+                        Reply::Stream(_) => unreachable!("read as paced"),
+                        Reply::Paced(pieces, pause) => {
                             let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n";
                             let _ = socket.write_all(head.as_bytes()).await;
                             for piece in pieces {
@@ -150,7 +157,7 @@ impl MockServer {
                                     break;
                                 }
                                 let _ = socket.flush().await;
-                                tokio::time::sleep(Duration::from_millis(2)).await;
+                                tokio::time::sleep(pause).await;
                             }
                         }
                         Reply::Truncated(body) => {

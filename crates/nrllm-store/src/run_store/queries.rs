@@ -100,7 +100,7 @@ pub(super) const RUN_COLUMNS: &str =
     prompt_tokens, completion_tokens, estimated_cost_micros, termination_reason, error_summary, \
     final_answer, suspended_state, decided_by, decided_at_ms, decision, decision_record, version, \
     last_sequence, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms, \
-    approval_deadline_ms, queued_at_ms, approved_bases, cancel_by, cancel_reason";
+    approval_deadline_ms, queued_at_ms, approved_bases, cancel_by, cancel_reason, unreported_usage";
 
 /// The update that takes the queued runs matching `which` for this instance ($1–$5: see
 /// [`SqlRunStore::bind_take`]), returning them.
@@ -224,6 +224,7 @@ pub(super) fn read_run(row: &impl Cells) -> Result<RunRecord, StoreError> {
             usage: nrllm_core::provider::Usage {
                 prompt_tokens: get_u64("prompt_tokens")?,
                 completion_tokens: get_u64("completion_tokens")?,
+                unreported: u32::try_from(get_u64("unreported_usage")?).unwrap_or(u32::MAX),
             },
         },
         truncated: row.required_int("truncated")? != 0,
