@@ -494,6 +494,10 @@ async fn metrics_need_a_token_and_count_what_happened_and_request_logs_keep_no_q
         waiting.contains("nrllm_model_call_seconds_count 2"),
         "{waiting}"
     );
+    assert!(
+        waiting.contains("nrllm_model_first_token_seconds_count{configuration=\"demo\"} 2"),
+        "time to first token is kept by configuration: {waiting}"
+    );
 
     let (status, _) = call(
         &server,

@@ -98,7 +98,7 @@ fn register_counters(registry: &mut Registry, counters: &Counters) {
     );
     registry.register(
         "model_first_token_seconds",
-        "From a streamed model request to the first piece of its response",
+        "From a streamed model request to the first piece of its response, by configuration",
         counters.first_token.clone(),
     );
 }

@@ -42,7 +42,12 @@ impl RunService {
         &self,
         claimed: ClaimedRun,
     ) -> Result<RunRecord, StoreError> {
-        let sink = SegmentSink::new(self, claimed.id, claimed.last_sequence);
+        let sink = SegmentSink::new(
+            self,
+            claimed.id,
+            claimed.last_sequence,
+            &claimed.configuration,
+        );
         self.carry_out(claimed, &sink).await
     }
 

@@ -42,6 +42,11 @@ impl LoopFactory for SingleLoop {
 /// Sees a run's events and status changes as they happen.
 pub trait RunListener: Send + Sync {
     fn event(&self, run_id: Uuid, event: &SequencedEvent);
+    /// An event of a segment driven here, with the name of its run's configuration (for
+    /// measures kept by configuration); by default told as [`RunListener::event`].
+    fn segment_event(&self, _configuration: &str, run_id: Uuid, event: &SequencedEvent) {
+        self.event(run_id, event);
+    }
     fn status(&self, run_id: Uuid, status: RunStatus);
     /// A piece of round `round`'s response as the model writes it: never journaled (the
     /// response comes whole as an event once complete).
@@ -55,6 +60,12 @@ impl RunListener for Listeners {
     fn event(&self, run_id: Uuid, event: &SequencedEvent) {
         for listener in &self.0 {
             listener.event(run_id, event);
+        }
+    }
+
+    fn segment_event(&self, configuration: &str, run_id: Uuid, event: &SequencedEvent) {
+        for listener in &self.0 {
+            listener.segment_event(configuration, run_id, event);
         }
     }
 

@@ -72,7 +72,7 @@ impl RunService {
         };
         let round = state.counters.iterations;
         let unknown = self.journaled(id, &mut state, &tool_loop).await?;
-        let sink = SegmentSink::new(self, id, run.last_sequence);
+        let sink = SegmentSink::new(self, id, run.last_sequence, &configuration);
         if unknown.is_empty() {
             sink.emit(Event::Recovered {
                 resumes_at: format!(
@@ -175,7 +175,7 @@ impl RunService {
         configuration: &RunConfiguration,
         reason: &str,
     ) -> Result<RunRecord, ServiceError> {
-        let sink = SegmentSink::new(self, run.id, run.last_sequence);
+        let sink = SegmentSink::new(self, run.id, run.last_sequence, configuration);
         sink.emit(Event::Ended {
             reason: TerminationReason::Interrupted.as_str().to_owned(),
             explanation: format!(

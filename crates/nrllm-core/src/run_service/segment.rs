@@ -32,15 +32,23 @@ pub(super) struct Segment<'a> {
 /// Numbers a segment's events and keeps them until the segment's transition commits.
 pub(super) struct SegmentSink {
     run_id: Uuid,
+    /// The name of the run's configuration, for the listener.
+    configuration: String,
     inner: Mutex<(i64, Vec<SequencedEvent>)>,
     listener: Option<Arc<dyn RunListener>>,
     clock: Arc<dyn Clock>,
 }
 
 impl SegmentSink {
-    pub(super) fn new(service: &RunService, run_id: Uuid, last_sequence: i64) -> SegmentSink {
+    pub(super) fn new(
+        service: &RunService,
+        run_id: Uuid,
+        last_sequence: i64,
+        configuration: &RunConfiguration,
+    ) -> SegmentSink {
         SegmentSink {
             run_id,
+            configuration: configuration.provider.clone(),
             inner: Mutex::new((last_sequence, Vec::new())),
             listener: service.listener.clone(),
             clock: Arc::clone(&service.clock),
@@ -67,7 +75,7 @@ impl EventSink for SegmentSink {
             created_at_ms: self.clock.now_ms(),
         };
         if let Some(listener) = &self.listener {
-            listener.event(self.run_id, &sequenced);
+            listener.segment_event(&self.configuration, self.run_id, &sequenced);
         }
         inner.1.push(sequenced);
     }

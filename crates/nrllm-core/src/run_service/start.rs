@@ -104,7 +104,7 @@ impl RunService {
             // Its model cannot be reached now (say, its key was removed): it fails with the
             // reason, as a new run would.
             Err(message) => {
-                let sink = SegmentSink::new(self, run.id, run.last_sequence);
+                let sink = SegmentSink::new(self, run.id, run.last_sequence, &configuration);
                 let segment = Segment {
                     id: run.id,
                     version: run.version,
@@ -157,7 +157,7 @@ impl RunService {
                 "the run's configuration cannot be read".into(),
             ));
         };
-        let sink = SegmentSink::new(self, run.id, run.last_sequence);
+        let sink = SegmentSink::new(self, run.id, run.last_sequence, &configuration);
         if let Some(event) = recovered {
             sink.emit(event);
         }
