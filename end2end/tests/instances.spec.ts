@@ -4,7 +4,8 @@ import { test, expect, ADMIN_PASSWORD } from "../fixtures";
 // Two instances of the server on one Postgres database (a scratch database of their own): a run
 // that instance A drives is watched in a browser connected to instance B. B follows A's commits
 // (LISTEN/NOTIFY), so the page on B shows A's steps and then the approval panel, without a reload
-// by hand.
+// by hand; and A announces to B what its model is writing (on the run's own channel), so the page
+// on B shows the call forming before its step lands.
 
 test.describe.configure({ timeout: 90_000 });
 
@@ -25,7 +26,7 @@ async function instance(base: string, database: string): Promise<ChildProcess> {
       NRLLM_CONFIG: "nrllm-e2e.toml",
       NRLLM_SITE_ADDR: base.replace("http://", ""),
       NRLLM_DATABASE_URL: database,
-      NRLLM_DEMO_THINK_MS: "1500",
+      NRLLM_DEMO_THINK_MS: "3000",
       // Instances sharing a database share its audit key, as their operators set it.
       NRLLM_AUDIT_KEY: "b2".repeat(32),
       NRLLM_LOG: "warn",
@@ -78,7 +79,11 @@ test("a browser on instance B sees the steps of a run that instance A drives", a
     // B's page, opened while A works on the run, follows it to the approval panel.
     await page.goto(`${B}/runs/${runId}`);
     await expect(page.getByTestId("running-note")).toBeVisible();
+    // What A's model writes reaches B's page as it is written.
+    const forming = page.getByTestId("forming-call").filter({ hasText: "update_page" });
+    await expect(forming).toContainText("still being written", { timeout: 20_000 });
     await expect(page.getByRole("button", { name: /Approve all/ })).toBeVisible({ timeout: 20_000 });
+    await expect(page.getByTestId("forming")).toHaveCount(0);
     await expect(page.getByTestId("step").filter({ hasText: /update_page/ }).first()).toBeVisible();
     await onA.dispose();
   } finally {

@@ -151,12 +151,7 @@ impl AppState {
         recovery::recover_cut_off_runs(&store, &leases, db.backend())
             .await
             .map_err(|err| format!("cannot recover the runs the last stop cut off: {err}"))?;
-        let remote = (db.backend() == nrllm_store::db::Backend::Postgres).then(|| {
-            Arc::new(live::RemoteFeed::new(
-                &settings.database_url,
-                settings.stream_limit_total as usize,
-            ))
-        });
+        let remote = remote_feed(&db, &live, settings);
         Ok(AppState {
             leptos_options,
             db,
@@ -211,6 +206,11 @@ impl AppState {
         tokio::spawn(Arc::clone(&self.queue).run(self.remote.clone(), self.shutdown.clone()));
         if let Some(remote) = &self.remote {
             tokio::spawn(Arc::clone(remote).run(self.shutdown.clone()));
+            tokio::spawn(live::announce_forming(
+                Arc::clone(&self.live),
+                self.db.clone(),
+                self.shutdown.clone(),
+            ));
         }
         if let Some(remote) = &self.remote {
             // Another instance may switch a tool on or off: read the choices again when it says
@@ -238,6 +238,22 @@ impl AppState {
             tokio::spawn(Arc::clone(webhooks).run(self.shutdown.clone()));
         }
     }
+}
+
+/// On Postgres, the feed of what other instances commit and write (none on SQLite).
+fn remote_feed(
+    db: &Database,
+    live: &Arc<LiveHub>,
+    settings: &Settings,
+) -> Option<Arc<live::RemoteFeed>> {
+    (db.backend() == nrllm_store::db::Backend::Postgres).then(|| {
+        Arc::new(live::RemoteFeed::new(
+            &settings.database_url,
+            settings.stream_limit_total as usize,
+            Arc::clone(live),
+            db.clone(),
+        ))
+    })
 }
 
 /// This instance's name, how long its leases last, and the run store that holds runs under

@@ -16,6 +16,7 @@ use nrllm_core::run_store::StoreError;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::Migrator;
 use sqlx::{AnyPool, Executor};
+use uuid::Uuid;
 
 use crate::chain::AuditKey;
 use crate::notify::{Announcer, Notice};
@@ -203,10 +204,22 @@ impl Database {
         }
     }
 
-    /// Tells the other instances of a commit (Postgres; nothing on SQLite).
-    pub(crate) fn announce(&self, notices: Vec<Notice>) {
+    /// Tells the other instances of a commit, or that a browser here follows a run they may
+    /// drive (Postgres; nothing on SQLite).
+    pub fn announce(&self, notices: Vec<Notice>) {
         if let (Direct::Postgres { announcer, .. }, false) = (&*self.direct, notices.is_empty()) {
             announcer.announce(notices);
+        }
+    }
+
+    /// Tells the instances that follow run `id` what its model wrote: `message` in pieces on the
+    /// run's channel, outside any transaction of the run (Postgres; nothing on SQLite).
+    pub fn announce_forming(&self, id: Uuid, number: u64, message: &str) {
+        if let Direct::Postgres { announcer, .. } = &*self.direct {
+            announcer.announce_on(
+                &crate::notify::forming_channel(id),
+                crate::notify::chunks(number, message),
+            );
         }
     }
 

@@ -1130,7 +1130,9 @@ async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
         .unwrap();
     let announced = tokio::time::timeout(std::time::Duration::from_secs(5), async {
         loop {
-            if heard.next().await.unwrap() == nrllm_store::notify::Notice::Run(run.id) {
+            if heard.next().await.unwrap()
+                == nrllm_store::notify::Heard::Notice(nrllm_store::notify::Notice::Run(run.id))
+            {
                 return;
             }
         }
@@ -1158,7 +1160,9 @@ async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
     // (Other tests share the database and its channel: only this run counts.)
     let silent = tokio::time::timeout(std::time::Duration::from_millis(500), async {
         loop {
-            if heard.next().await.unwrap() == nrllm_store::notify::Notice::Run(run.id) {
+            if heard.next().await.unwrap()
+                == nrllm_store::notify::Heard::Notice(nrllm_store::notify::Notice::Run(run.id))
+            {
                 return;
             }
         }
@@ -1173,7 +1177,9 @@ async fn on_postgres_every_commit_of_steps_is_announced_to_listeners() {
         .unwrap();
     let told = tokio::time::timeout(std::time::Duration::from_secs(5), async {
         loop {
-            if heard.next().await.unwrap() == nrllm_store::notify::Notice::ToolSettings {
+            if heard.next().await.unwrap()
+                == nrllm_store::notify::Heard::Notice(nrllm_store::notify::Notice::ToolSettings)
+            {
                 return;
             }
         }

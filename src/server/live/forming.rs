@@ -2,7 +2,8 @@
 //! that connects mid-response) and what came since the last live message, sent at most once
 //! every [`FORMING_EVERY`] (deltas in between are gathered into one message; a browser that falls
 //! behind loses deltas, never a step). Dropped when the response's step lands or a retry starts
-//! over.
+//! over. While browsers on other instances follow the run, what came since the last message to
+//! them is gathered apart, for the announcement sent every [`FORMING_ELSEWHERE_EVERY`].
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,9 @@ use crate::page_data::Forming;
 /// At most one live message of a forming response per run this often.
 pub const FORMING_EVERY: Duration = Duration::from_millis(25);
 
+/// At most one announcement of a forming response per run this often, to other instances.
+pub const FORMING_ELSEWHERE_EVERY: Duration = Duration::from_millis(100);
+
 /// A run's forming response.
 #[derive(Debug, Default)]
 pub(super) struct Writing {
@@ -21,6 +25,8 @@ pub(super) struct Writing {
     /// What came since the last message sent.
     batch: Forming,
     sent_at: Option<Instant>,
+    /// While other instances follow the run: what came since the last announcement to them.
+    elsewhere: Option<Forming>,
 }
 
 impl Writing {
@@ -28,11 +34,18 @@ impl Writing {
     /// listens).
     pub(super) fn add(&mut self, round: u32, delta: &Delta, live: bool) -> Option<Forming> {
         if self.so_far.round != round {
-            *self = Writing::default();
+            let elsewhere = self.elsewhere.take().map(|_| restart(round));
+            *self = Writing {
+                elsewhere,
+                ..Writing::default()
+            };
             self.so_far.round = round;
             self.batch.round = round;
         }
         add(&mut self.so_far, delta);
+        if let Some(elsewhere) = &mut self.elsewhere {
+            add(elsewhere, delta);
+        }
         if !live {
             return None;
         }
@@ -61,13 +74,58 @@ impl Writing {
         })
     }
 
-    /// The message that starts the response over (a retry): pages drop what they show.
-    pub(super) fn over(self) -> Forming {
-        Forming {
-            round: self.so_far.round,
-            reset: true,
-            ..Forming::default()
+    /// The response's step landed: what was written goes (other instances still get what they
+    /// were not sent; the step reaches them with its commit).
+    pub(super) fn landed(&mut self) {
+        *self = Writing {
+            elsewhere: self.elsewhere.take(),
+            ..Writing::default()
+        };
+    }
+
+    /// Starts the response over (a retry): the message that tells pages to drop what they show
+    /// (other instances are told at their next announcement).
+    pub(super) fn over(&mut self) -> Forming {
+        let round = self.so_far.round;
+        *self = Writing {
+            elsewhere: self.elsewhere.take().map(|_| restart(round)),
+            ..Writing::default()
+        };
+        self.so_far.round = round;
+        self.batch.round = round;
+        restart(round)
+    }
+
+    /// Another instance follows the run: with `fresh` (a browser joined there), the next
+    /// announcement is everything so far.
+    pub(super) fn watched_elsewhere(&mut self, fresh: bool) {
+        if fresh || self.elsewhere.is_none() {
+            self.elsewhere = Some(
+                self.snapshot()
+                    .unwrap_or_else(|| restart(self.so_far.round)),
+            );
         }
+    }
+
+    /// No other instance follows the run any more.
+    pub(super) fn unwatched(&mut self) {
+        self.elsewhere = None;
+    }
+
+    /// What other instances were not told yet, if anything: told now.
+    pub(super) fn elsewhere_due(&mut self) -> Option<Forming> {
+        let pending = self.elsewhere.as_mut()?;
+        if pending.is_empty() && !pending.reset {
+            return None;
+        }
+        let round = pending.round;
+        Some(std::mem::replace(
+            pending,
+            Forming {
+                round,
+                ..Forming::default()
+            },
+        ))
     }
 
     /// Everything so far, as the first message of a stream that joins now (none if nothing was
@@ -77,6 +135,15 @@ impl Writing {
             reset: true,
             ..self.so_far.clone()
         })
+    }
+}
+
+/// The message that starts round `round`'s response over.
+fn restart(round: u32) -> Forming {
+    Forming {
+        round,
+        reset: true,
+        ..Forming::default()
     }
 }
 
@@ -164,5 +231,44 @@ mod tests {
             writing.snapshot().unwrap().calls.len(),
             crate::page_data::FORMING_CALLS
         );
+    }
+
+    #[test]
+    fn other_instances_get_everything_so_far_then_what_came_since_and_a_retry_starts_over() {
+        let mut writing = Writing::default();
+        writing.add(1, &text("Hello"), false);
+        assert_eq!(writing.elsewhere_due(), None, "nobody elsewhere follows it");
+        // A browser on another instance joins: everything so far, whole.
+        writing.watched_elsewhere(true);
+        let first = writing.elsewhere_due().unwrap();
+        assert!(first.reset);
+        assert_eq!(first.text, "Hello");
+        assert_eq!(writing.elsewhere_due(), None, "nothing new");
+        writing.add(1, &text(", wor"), true);
+        writing.add(1, &text("ld"), false);
+        // Still followed: no snapshot, just what came since.
+        writing.watched_elsewhere(false);
+        let next = writing.elsewhere_due().unwrap();
+        assert!(!next.reset);
+        assert_eq!(next.text, ", world");
+        // A retry: the other instances are told to drop what they show.
+        writing.add(1, &text("half"), false);
+        let over = writing.over();
+        assert!(over.reset && over.is_empty());
+        let told = writing.elsewhere_due().unwrap();
+        assert!(told.reset && told.is_empty(), "{told:?}");
+        // The step lands: what they were not sent still goes.
+        writing.add(1, &text("Again"), false);
+        writing.landed();
+        assert_eq!(writing.snapshot(), None);
+        assert_eq!(writing.elsewhere_due().unwrap().text, "Again");
+        // A new round starts over there too.
+        writing.add(2, &text("Next"), false);
+        let round = writing.elsewhere_due().unwrap();
+        assert!(round.reset);
+        assert_eq!((round.round, round.text.as_str()), (2, "Next"));
+        writing.unwatched();
+        writing.add(2, &text("!"), false);
+        assert_eq!(writing.elsewhere_due(), None);
     }
 }

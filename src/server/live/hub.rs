@@ -9,7 +9,7 @@ use nrllm_core::run_service::RunListener;
 use nrllm_core::run_store::{RunStatus, SequencedEvent};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
@@ -20,6 +20,10 @@ pub(super) const CHANNEL_CAPACITY: usize = 256;
 /// How long a browser waits before it reconnects to a stream that ended (the polling cadence of a
 /// page whose run runs in another process, or whose stream was refused).
 pub(super) const RECONNECT_AFTER: Duration = Duration::from_secs(2);
+
+/// How long a run counts as followed from another instance after that instance last said so
+/// (it says so every [`super::WATCHING_EVERY`]).
+pub(super) const WATCHED_FOR: Duration = Duration::from_secs(12);
 
 /// What a live run reports.
 #[derive(Debug, Clone)]
@@ -70,6 +74,8 @@ pub(super) struct LiveRun {
     pub(super) unpersisted: Vec<SequencedEvent>,
     /// The response its model is writing now.
     pub(super) writing: Writing,
+    /// Until when browsers on other instances follow it.
+    pub(super) watched_until: Option<Instant>,
 }
 
 /// How many runs, channels and subscribers the hub holds (for tests and the system page).
@@ -208,6 +214,34 @@ impl LiveHub {
             .unwrap_or_default()
     }
 
+    /// Browsers on another instance follow run `id` (if it runs here): its forming response is
+    /// announced to them from now on — with `fresh` (one joined), everything written so far first.
+    pub fn watched_elsewhere(&self, id: Uuid, fresh: bool) {
+        if let Some(run) = self.lock().runs.get_mut(&id) {
+            run.watched_until = Some(Instant::now() + WATCHED_FOR);
+            run.writing.watched_elsewhere(fresh);
+        }
+    }
+
+    /// The forming responses of the runs followed from other instances that they were not told
+    /// yet, taken now (runs nobody has said they follow for a while are no more followed).
+    pub fn elsewhere_due(&self) -> Vec<(Uuid, Forming)> {
+        let now = Instant::now();
+        let mut hub = self.lock();
+        let mut due = Vec::new();
+        for (id, run) in &mut hub.runs {
+            match run.watched_until {
+                None => {}
+                Some(until) if until < now => {
+                    run.watched_until = None;
+                    run.writing.unwatched();
+                }
+                Some(_) => due.extend(run.writing.elsewhere_due().map(|forming| (*id, forming))),
+            }
+        }
+        due
+    }
+
     /// Forgets a run this process no longer drives although it never saw it stop (another
     /// instance took it over): its streams end, and reconnecting browsers follow the new driver.
     pub fn forget(&self, id: Uuid) {
@@ -233,9 +267,9 @@ impl RunListener for LiveHub {
         // The response's step replaces what was shown of it; a retry starts it over (and says
         // so, so that pages drop what they show).
         match &event.event {
-            Event::Llm { .. } | Event::LlmFailed { .. } => run.writing = Writing::default(),
+            Event::Llm { .. } | Event::LlmFailed { .. } => run.writing.landed(),
             Event::ProviderRetry { .. } => {
-                let over = std::mem::take(&mut run.writing).over();
+                let over = run.writing.over();
                 if let Some(channel) = &run.channel {
                     let _ = channel.send(LiveMessage::Forming(over));
                 }

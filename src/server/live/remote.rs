@@ -1,14 +1,19 @@
 //! Runs driven by another instance: their steps, read from the database when the database
-//! announces them.
+//! announces them, and the response their model is writing, as the instance driving them
+//! announces it to the instances whose browsers follow them.
 
+use super::forming::FORMING_ELSEWHERE_EVERY;
 use super::hub::*;
 use super::sse::*;
+use crate::page_data::{Forming, FORMING_BYTES, FORMING_CALLS};
 use axum::response::sse::Event as SseEvent;
 use nrllm_core::run_store::{RunStatus, RunStore};
-use nrllm_store::notify::Notice;
-use std::sync::Arc;
+use nrllm_store::db::Database;
+use nrllm_store::notify::{Heard, Notice, Reassembly, RunNotifications};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 use uuid::Uuid;
 
 /// How long a stream of a run driven elsewhere waits for a commit before it reads the run again
@@ -18,11 +23,27 @@ pub(super) const REMOTE_RECHECK: Duration = Duration::from_secs(3);
 /// How often a stream of a queued run looks whether a worker took it.
 pub(super) const QUEUE_RECHECK: Duration = Duration::from_millis(300);
 
+/// How often an instance says again that its browsers still follow a run driven elsewhere.
+pub const WATCHING_EVERY: Duration = Duration::from_secs(4);
+
+/// The longest forming message read from another instance, in bytes (its texts are bounded
+/// by [`FORMING_BYTES`] each; JSON escapes at most double them).
+const MAX_FORMING_MESSAGE: usize = 2 * (3 + FORMING_CALLS) * FORMING_BYTES;
+
+/// What the feed tells the streams of runs driven elsewhere.
+#[derive(Debug, Clone)]
+pub(super) enum Remote {
+    /// New steps of this run were committed.
+    Committed(Uuid),
+    /// What this run's model wrote, as its instance announced it.
+    Forming(Uuid, Arc<Forming>),
+}
+
 /// Commits of runs announced by any instance (Postgres `LISTEN/NOTIFY`), for the live streams of
 /// runs that another instance drives. Capped like the hub's streams.
 pub struct RemoteFeed {
     pub(super) url: String,
-    pub(super) sender: broadcast::Sender<Uuid>,
+    pub(super) sender: broadcast::Sender<Remote>,
     pub(super) open: std::sync::atomic::AtomicUsize,
     pub(super) limit: usize,
     /// Rung when the tool settings may have changed.
@@ -31,6 +52,34 @@ pub struct RemoteFeed {
     pub(super) queued: tokio::sync::Notify,
     /// Runs someone asked to cancel.
     pub(super) cancels: broadcast::Sender<Uuid>,
+    /// The runs driven elsewhere that streams here follow, with how many streams.
+    watched: Mutex<HashMap<Uuid, usize>>,
+    /// To the listening task: follow a run's forming response (`true`), or no more.
+    follow: mpsc::UnboundedSender<(Uuid, bool)>,
+    following: Mutex<Option<mpsc::UnboundedReceiver<(Uuid, bool)>>>,
+    /// The runs driven here: told when another instance follows one.
+    hub: Arc<LiveHub>,
+    /// Where this instance announces what it follows, and what its runs' models write.
+    db: Database,
+}
+
+/// A stream's following of a run driven elsewhere; the last one dropped stops it.
+pub(super) struct Watching {
+    feed: Arc<RemoteFeed>,
+    id: Uuid,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let mut watched = self.feed.lock_watched();
+        if let Some(count) = watched.get_mut(&self.id) {
+            *count -= 1;
+            if *count == 0 {
+                watched.remove(&self.id);
+                let _ = self.feed.follow.send((self.id, false));
+            }
+        }
+    }
 }
 
 /// A stream's place in [`RemoteFeed`]'s count, given back when the stream is dropped.
@@ -45,8 +94,10 @@ impl Drop for RemoteSlot {
 }
 
 impl RemoteFeed {
-    /// A feed of the database at `url`, for at most `limit` streams at once.
-    pub fn new(url: &str, limit: usize) -> RemoteFeed {
+    /// A feed of the database at `url` (through `db`), for at most `limit` streams at once;
+    /// `hub` holds the runs driven here.
+    pub fn new(url: &str, limit: usize, hub: Arc<LiveHub>, db: Database) -> RemoteFeed {
+        let (follow, following) = mpsc::unbounded_channel();
         RemoteFeed {
             url: url.to_owned(),
             sender: broadcast::channel(CHANNEL_CAPACITY).0,
@@ -55,52 +106,148 @@ impl RemoteFeed {
             tool_settings: tokio::sync::Notify::new(),
             queued: tokio::sync::Notify::new(),
             cancels: broadcast::channel(CHANNEL_CAPACITY).0,
+            watched: Mutex::default(),
+            follow,
+            following: Mutex::new(Some(following)),
+            hub,
+            db,
         }
     }
 
-    /// Listens for commits until `shutdown`, reconnecting after a lost connection.
+    fn lock_watched(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, usize>> {
+        self.watched
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Listens for commits and forming responses until `shutdown`, reconnecting after a lost
+    /// connection.
     pub async fn run(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+        let Some(mut follow) = self
+            .following
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let mut watching_tick = tokio::time::interval(WATCHING_EVERY);
         loop {
             let connected = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                connected = nrllm_store::notify::RunNotifications::connect(&self.url) => connected,
+                connected = RunNotifications::connect(&self.url) => connected,
             };
-            match connected {
-                Ok(mut notifications) => {
-                    // (Re)connected: changes made while nobody listened are read now.
-                    self.tool_settings.notify_one();
-                    self.queued.notify_one();
-                    loop {
-                        tokio::select! {
-                            _ = shutdown.cancelled() => return,
-                            next = notifications.next() => match next {
-                                Ok(Notice::Run(id)) => {
-                                    let _ = self.sender.send(id);
-                                }
-                                Ok(Notice::Queued) => self.queued.notify_one(),
-                                Ok(Notice::Cancel(id)) => {
-                                    let _ = self.cancels.send(id);
-                                }
-                                Ok(Notice::ToolSettings) => self.tool_settings.notify_one(),
-                                Ok(Notice::Other) => {}
-                                Err(err) => {
-                                    tracing::warn!(%err, "listening for other instances' commits");
-                                    break;
-                                }
-                            },
-                        }
-                    }
+            let mut notifications = match connected {
+                Ok(notifications) => notifications,
+                Err(err) => {
+                    tracing::warn!(%err, "cannot listen for other instances' commits");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
                 }
-                Err(err) => tracing::warn!(%err, "cannot listen for other instances' commits"),
+            };
+            // (Re)connected: changes made while nobody listened are read now, and the runs
+            // followed are followed again.
+            self.tool_settings.notify_one();
+            self.queued.notify_one();
+            let mut listening = Listening::default();
+            // The runs followed now, once each: what was asked before is in the list (asking
+            // happens under the same lock).
+            let followed: Vec<Uuid> = {
+                let watched = self.lock_watched();
+                while follow.try_recv().is_ok() {}
+                watched.keys().copied().collect()
+            };
+            for id in followed {
+                if let Err(err) = listening.follow(&mut notifications, &self.db, id).await {
+                    tracing::warn!(%err, "following a run's response on another instance");
+                }
+            }
+            loop {
+                let outcome = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    next = notifications.next() => match next {
+                        Ok(heard) => {
+                            self.heard(heard, &mut listening);
+                            Ok(())
+                        }
+                        Err(err) => Err(err),
+                    },
+                    Some((id, on)) = follow.recv() => match on {
+                        true => listening.follow(&mut notifications, &self.db, id).await,
+                        false => listening.leave(&mut notifications, id).await,
+                    },
+                    _ = watching_tick.tick() => {
+                        let still: Vec<Notice> =
+                            listening.runs.keys().map(|id| Notice::Watching(*id)).collect();
+                        self.db.announce(still);
+                        Ok(())
+                    }
+                };
+                if let Err(err) = outcome {
+                    tracing::warn!(%err, "listening for other instances' commits");
+                    break;
+                }
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 
-    pub(super) fn subscribe(self: &Arc<Self>) -> Option<(broadcast::Receiver<Uuid>, RemoteSlot)> {
+    /// Acts on what the listening connection heard.
+    fn heard(&self, heard: Heard, listening: &mut Listening) {
+        match heard {
+            Heard::Notice(Notice::Run(id)) => {
+                let _ = self.sender.send(Remote::Committed(id));
+            }
+            Heard::Notice(Notice::Queued) => self.queued.notify_one(),
+            Heard::Notice(Notice::Cancel(id)) => {
+                let _ = self.cancels.send(id);
+            }
+            Heard::Notice(Notice::ToolSettings) => self.tool_settings.notify_one(),
+            Heard::Notice(Notice::Watch(id)) => self.hub.watched_elsewhere(id, true),
+            Heard::Notice(Notice::Watching(id)) => self.hub.watched_elsewhere(id, false),
+            Heard::Notice(Notice::Other) => {}
+            Heard::Forming { run, payload } => {
+                let Some(message) = listening
+                    .runs
+                    .get_mut(&run)
+                    .and_then(|reassembly| reassembly.add(&payload))
+                else {
+                    return;
+                };
+                // Another instance's words: read as the bounded, typed message they must be.
+                match serde_json::from_str::<Forming>(&message) {
+                    Ok(forming) => {
+                        let _ = self.sender.send(Remote::Forming(run, Arc::new(forming)));
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, run_id = %run, "an unreadable forming message")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Holds a place for a stream of run `id` driven elsewhere: its feed, and the following of
+    /// its response; `None` over the cap.
+    pub(super) fn subscribe(
+        self: &Arc<Self>,
+        id: Uuid,
+    ) -> Option<(broadcast::Receiver<Remote>, RemoteSlot, Watching)> {
         let open = self.open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let slot = RemoteSlot(Arc::clone(self));
-        (open < self.limit).then(|| (self.sender.subscribe(), slot))
+        if open >= self.limit {
+            return None;
+        }
+        let mut watched = self.lock_watched();
+        *watched.entry(id).or_default() += 1;
+        // Every new stream asks for everything written so far (its browser has nothing yet).
+        let _ = self.follow.send((id, true));
+        drop(watched);
+        let watching = Watching {
+            feed: Arc::clone(self),
+            id,
+        };
+        Some((self.sender.subscribe(), slot, watching))
     }
 
     /// Waits until the tool settings may have changed (another instance changed them, or the
@@ -125,14 +272,78 @@ impl RemoteFeed {
     }
 }
 
+/// The runs whose forming responses the listening connection follows, each with its messages
+/// being put together.
+#[derive(Default)]
+struct Listening {
+    runs: HashMap<Uuid, Reassembly>,
+}
+
+impl Listening {
+    /// Follows run `id`'s response (listening first, so nothing sent in answer is missed), and
+    /// asks its instance for everything written so far.
+    async fn follow(
+        &mut self,
+        notifications: &mut RunNotifications,
+        db: &Database,
+        id: Uuid,
+    ) -> Result<(), sqlx::Error> {
+        if let std::collections::hash_map::Entry::Vacant(entry) = self.runs.entry(id) {
+            notifications.follow_forming(id, true).await?;
+            entry.insert(Reassembly::new(MAX_FORMING_MESSAGE));
+        }
+        db.announce(vec![Notice::Watch(id)]);
+        Ok(())
+    }
+
+    async fn leave(
+        &mut self,
+        notifications: &mut RunNotifications,
+        id: Uuid,
+    ) -> Result<(), sqlx::Error> {
+        if self.runs.remove(&id).is_some() {
+            notifications.follow_forming(id, false).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Announces, until `shutdown`, what the models of the runs driven here wrote to the instances
+/// whose browsers follow them: at most one message per run every [`FORMING_ELSEWHERE_EVERY`],
+/// outside every transaction of the run.
+pub async fn announce_forming(
+    hub: Arc<LiveHub>,
+    db: Database,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(FORMING_ELSEWHERE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut number = 0u64;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        for (id, forming) in hub.elsewhere_due() {
+            number += 1;
+            match serde_json::to_string(&forming) {
+                Ok(message) => db.announce_forming(id, number, &message),
+                Err(err) => tracing::warn!(%err, run_id = %id, "a forming message"),
+            }
+        }
+    }
+}
+
 /// The live part of a stream of a run driven by another instance: at each commit of the run (or
-/// every few seconds), its new steps; when it stops running, its status, and the end.
+/// every few seconds), its new steps; what its model writes, as its instance announces it; when
+/// it stops running, its status, and the end.
 pub(super) struct RemoteTail {
     pub(super) store: Arc<dyn RunStore>,
     pub(super) id: Uuid,
     pub(super) last: i64,
-    pub(super) receiver: broadcast::Receiver<Uuid>,
+    pub(super) receiver: broadcast::Receiver<Remote>,
     pub(super) _slot: RemoteSlot,
+    pub(super) _watching: Watching,
     pub(super) done: bool,
 }
 
@@ -147,16 +358,22 @@ impl RemoteTail {
             let woke = tokio::time::timeout(REMOTE_RECHECK, async move {
                 loop {
                     match receiver.recv().await {
-                        Ok(run) if run == id => return true,
+                        Ok(Remote::Committed(run)) if run == id => return Some(None),
+                        Ok(Remote::Forming(run, forming)) if run == id => {
+                            return Some(Some(forming))
+                        }
                         Ok(_) => continue,
-                        Err(broadcast::error::RecvError::Lagged(_)) => return true,
-                        Err(broadcast::error::RecvError::Closed) => return false,
+                        Err(broadcast::error::RecvError::Lagged(_)) => return Some(None),
+                        Err(broadcast::error::RecvError::Closed) => return None,
                     }
                 }
             })
             .await;
-            if woke == Ok(false) {
-                return None;
+            match woke {
+                Ok(None) => return None,
+                Ok(Some(Some(forming))) => return Some((vec![forming_event(&forming)], self)),
+                // A commit, a lost notice or none for a while: read the run.
+                Ok(Some(None)) | Err(_) => {}
             }
             // A read that fails ends the stream; the browser reconnects. The status first: the
             // steps committed with it are then read too.

@@ -77,7 +77,7 @@ pub fn event_stream(
             Err(Refused::NotRunningHere) => None,
         };
         let elsewhere = match (&subscription, &remote) {
-            (None, Some(feed)) => Some(feed.subscribe().ok_or(StreamError::Full)?),
+            (None, Some(feed)) => Some(feed.subscribe(id).ok_or(StreamError::Full)?),
             _ => None,
         };
         let replay = paged_steps(Arc::clone(&store), id, page, Arc::clone(&last));
@@ -169,20 +169,25 @@ async fn elsewhere_tail(
     store: Arc<dyn RunStore>,
     id: Uuid,
     last: i64,
-    elsewhere: Option<(tokio::sync::broadcast::Receiver<Uuid>, RemoteSlot)>,
+    elsewhere: Option<(
+        tokio::sync::broadcast::Receiver<Remote>,
+        RemoteSlot,
+        Watching,
+    )>,
 ) -> Steps {
     let still_running = matches!(
         store.get(id).await,
         Ok(Some(run)) if run.status == RunStatus::Running
     );
     match (still_running, elsewhere) {
-        (true, Some((receiver, slot))) => futures::stream::unfold(
+        (true, Some((receiver, slot, watching))) => futures::stream::unfold(
             RemoteTail {
                 store,
                 id,
                 last,
                 receiver,
                 _slot: slot,
+                _watching: watching,
                 done: false,
             },
             RemoteTail::next_batch,

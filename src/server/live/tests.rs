@@ -213,6 +213,7 @@ async fn live_steps_reach_a_subscriber_and_the_stream_ends_with_the_status() {
             round: 1,
             message: "boom".into(),
             duration_ms: 3,
+            usage: None,
         },
         created_at_ms: 5,
     };
@@ -325,6 +326,7 @@ async fn a_response_being_written_reaches_the_stream_and_a_browser_joining_mid_r
                 wait_ms: 10,
                 reason: "the stream broke off".into(),
                 hint: None,
+                usage: None,
             },
             created_at_ms: 0,
         },
@@ -383,4 +385,73 @@ async fn a_browser_joining_between_two_messages_gets_each_piece_once() {
     shown.extend(&forming(second.receiver.try_recv().unwrap()));
     assert_eq!(shown.text, "abc", "no piece twice");
     assert!(second.receiver.try_recv().is_err());
+}
+
+/// The next `delta` event of `stream` (within 10 s), as the browser reads it.
+async fn next_delta(stream: &mut futures::stream::BoxStream<'static, SseEvent>) -> String {
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            let event = format!("{:?}", stream.next().await.expect("the stream goes on"));
+            if event.contains("event: delta") {
+                return event;
+            }
+        }
+    })
+    .await
+    .expect("a delta from the other instance")
+}
+
+#[tokio::test]
+#[ignore = "needs Postgres (TEST_DATABASE_URL); make test runs it"]
+async fn a_browser_on_another_instance_gets_the_response_so_far_then_what_follows() {
+    use super::remote::{announce_forming, RemoteFeed};
+    use nrllm_core::provider::Delta;
+    let test_db = nrllm_store::testing::postgres_from_env().await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    // Two instances on one database: A drives the run, a browser follows it through B.
+    let instance = |db: Database| {
+        let hub = Arc::new(LiveHub::default());
+        let feed = Arc::new(RemoteFeed::new(
+            &test_db.url,
+            10,
+            Arc::clone(&hub),
+            db.clone(),
+        ));
+        tokio::spawn(Arc::clone(&feed).run(shutdown.clone()));
+        tokio::spawn(announce_forming(Arc::clone(&hub), db, shutdown.clone()));
+        (hub, feed)
+    };
+    let (hub_a, _feed_a) = instance(test_db.db.clone());
+    let db_b = test_db.open(4).await;
+    let (hub_b, feed_b) = instance(db_b.clone());
+    let store_a = SqlRunStore::new(test_db.db.clone());
+    let id = running_run(&store_a).await;
+    hub_a.status(id, RunStatus::Running);
+    let write = |text: &str| hub_a.delta(id, 1, &Delta::Text { text: text.into() });
+    // Written before the browser came: it gets it, whole, once it follows the run.
+    write("Hello");
+    write(", wor");
+    let store_b: Arc<dyn RunStore> = Arc::new(SqlRunStore::new(db_b));
+    let mut stream = event_stream(store_b, Arc::clone(&hub_b), Some(feed_b), id, 0)
+        .await
+        .unwrap();
+    let whole = next_delta(&mut stream).await;
+    assert!(
+        whole.contains(r#"\"reset\":true"#) && whole.contains("Hello, wor"),
+        "{whole}"
+    );
+    // Then what is written next, and nothing twice.
+    write("ld");
+    let more = next_delta(&mut stream).await;
+    assert!(
+        more.contains(r#"\"text\":\"ld\""#) && !more.contains(r#"\"reset\":true"#),
+        "{more}"
+    );
+    // A long piece comes through whole, in payloads under Postgres's limit.
+    let long = "x".repeat(20_000);
+    write(&long);
+    let long_delta = next_delta(&mut stream).await;
+    assert!(long_delta.contains(&long), "{} bytes", long_delta.len());
+    assert_eq!(hub_b.stats().runs, 0, "B drives nothing");
+    shutdown.cancel();
 }
