@@ -140,3 +140,25 @@ for (const javaScript of [true, false]) {
     });
   });
 }
+
+test("a hostile model's words show as text while it writes them, and cancelling drops its connection", async ({ page, request }) => {
+  const closedEarly = async () =>
+    ((await (await request.get("http://127.0.0.1:3011/stats")).json()) as { streams_closed_early: number })
+      .streams_closed_early;
+  const before = await closedEarly();
+  const dialogs = countDialogs(page);
+  // The hostile model streams its answer cut through the payloads' markup, and stops writing
+  // halfway with the connection open.
+  await startRun(page, `hostile hang ${ALL_PAYLOADS}`, { configuration: "hostile" });
+  const forming = page.getByTestId("forming-text");
+  await expect(forming).toContainText(PAYLOADS[0], { timeout: 15_000 });
+  await expectInert(page, dialogs);
+  // The run waits on the model: cancelling it drops the model's connection at once.
+  await page.getByTestId("cancel").click();
+  await expect.poll(closedEarly, { timeout: 5_000 }).toBeGreaterThan(before);
+  await expect(async () => {
+    await page.reload();
+    await expect(page.getByTestId("status").first()).toHaveText(/cancelled/i, { timeout: 500 });
+  }).toPass({ timeout: 10_000 });
+  await expectInert(page, dialogs);
+});
