@@ -9,7 +9,7 @@ export TEST_DATABASE_URL
 # Playwright's server gets a database of its own, new for every run.
 E2E_DB_DIR := target/e2e
 
-.PHONY: run test setup setup-test lint structure unit e2e size abuse bench-long-run crash-test bench-hitl bench-peers bench-fill bench-smoke
+.PHONY: run test setup setup-test lint structure unit e2e size abuse bench-long-run crash-test bench-hitl bench-peers bench-fill bench-deltas bench-smoke
 
 setup:
 	scripts/setup.sh
@@ -86,9 +86,15 @@ bench-peers:
 bench-fill:
 	cargo bench -p nrllm-playground --features ssr --bench fill -- --check
 
+## A streamed response's pieces from the provider's write to a live-stream client: p50/p99 delay
+## and the server's CPU a piece (release build; a local fake provider).
+bench-deltas:
+	cargo bench -p nrllm-playground --features ssr --bench deltas
+
 ## Short runs of the long benchmarks (debug build, figures not checked): they must run through.
 bench-smoke:
 	cargo test -p nrllm-store --bench hitl -- --runs 64 --concurrency 8 --synchronous normal
 	cargo test -p nrllm-store --bench hitl -- --runs 32 --concurrency 8 --db $(TEST_DATABASE_URL)
 	cargo test -p nrllm-playground --features ssr --bench fill -- --sizes 20,200
 	cargo test -p nrllm-playground --features ssr --bench long_run
+	cargo test -p nrllm-playground --features ssr --bench deltas -- --runs 2 --chunks 20

@@ -3,6 +3,9 @@
 //! - 20,000 live-step streams for unknown run ids;
 //! - 1,100 streams held open at once on one running run (the per-run cap refuses most: 503);
 //! - 5,000 streams on that run that connect and drop at once;
+//! - 1,000 streams held on 20 runs whose model is writing its response (50 on each, the per-run
+//!   cap; none of them reads: the server drops what a stream cannot take), after a first round
+//!   of the same, unmeasured;
 //! - a 50 MB request body (with its Content-Length, and chunked without one);
 //! - 1,000 logins with 900 KB random names, from 250 loopback addresses (127.0.0.2 to .251).
 //!
@@ -61,7 +64,8 @@ async fn start(binary: &str) -> Server {
     db.pool().close().await;
     let _ = TOKEN.set(token);
     let config = dir.path().join("abuse.toml");
-    std::fs::write(&config, "log_level = \"warn\"\n").expect("the settings file");
+    std::fs::write(&config, "log_level = \"warn\"\nmax_running_runs = 64\n")
+        .expect("the settings file");
     let child = Command::new(binary)
         .env("NRLLM_CONFIG", &config)
         .env("NRLLM_SITE_ADDR", ADDR)
@@ -262,13 +266,27 @@ async fn main() {
 
     report
         .case(&server, "1,100 streams held at once on one run", async {
-            hold_streams(&server, &run_id, 1100).await
+            hold_on_runs(&server, std::slice::from_ref(&run_id), 1100).await
         })
         .await;
 
     report
         .case(&server, "5,000 streams that connect and drop", async {
             format!("{:?}", many(5_000, |_| stream_head(&run_id)).await)
+        })
+        .await;
+
+    let mut writing = Vec::new();
+    for _ in 0..20 {
+        writing.push(start_run().await);
+    }
+    // Once unmeasured, as the warm-up above: 1,000 held connections are the allocator's working
+    // set (it keeps their buffers for the next ones); a leak would grow again in the round
+    // measured.
+    hold_on_runs(&server, &writing, 50).await;
+    report
+        .case(&server, "1,000 streams on 20 runs being written", async {
+            hold_on_runs(&server, &writing, 50).await
         })
         .await;
 
@@ -313,21 +331,24 @@ async fn start_run() -> String {
         .to_owned()
 }
 
-/// `count` streams of one run opened and held at once: how many were answered 200 and 503, and
-/// the server's memory while they were held.
-async fn hold_streams(server: &Server, run_id: &str, count: usize) -> String {
+/// `each` streams on each of `runs` opened and held at once (a few seconds, while their models
+/// write), unread: how many were answered 200 and 503, and the memory while they were held.
+async fn hold_on_runs(server: &Server, runs: &[String], each: usize) -> String {
     let mut held = Vec::new();
     let mut counts = [0usize; 2];
-    for _ in 0..count {
-        match request(stream_head(run_id), b"").await {
-            Some((200, stream)) => {
-                counts[0] += 1;
-                held.push(stream);
+    for run_id in runs {
+        for _ in 0..each {
+            match request(stream_head(run_id), b"").await {
+                Some((200, stream)) => {
+                    counts[0] += 1;
+                    held.push(stream);
+                }
+                Some((503, _)) => counts[1] += 1,
+                other => panic!("unexpected answer {:?}", other.map(|(s, _)| s)),
             }
-            Some((503, _)) => counts[1] += 1,
-            other => panic!("unexpected answer {:?}", other.map(|(s, _)| s)),
         }
     }
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let during = rss(server);
     drop(held);
     format!(
