@@ -218,6 +218,13 @@ impl WireFormat for Anthropic {
         body["stream"] = Value::Bool(true);
     }
 
+    fn without_thinking(&self, body: &mut Value) {
+        let blocks = body["content"].as_array_mut().into_iter().flatten();
+        for block in blocks.filter(|block| block["type"] == "thinking") {
+            crate::thinking_set_aside(block.get_mut("thinking"));
+        }
+    }
+
     fn response(&self, response: Response, provider: &str) -> Result<ChatResponse, ProviderError> {
         let blocks = response.content.ok_or_else(|| {
             ProviderError::permanent(format!("{provider}: the response has no content"))

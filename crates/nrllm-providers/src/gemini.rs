@@ -223,6 +223,19 @@ impl WireFormat for Gemini {
         format!("{base_url}/models/{model}:streamGenerateContent?alt=sse")
     }
 
+    fn without_thinking(&self, body: &mut Value) {
+        let candidates = body["candidates"].as_array_mut().into_iter().flatten();
+        for candidate in candidates {
+            let parts = candidate["content"]["parts"]
+                .as_array_mut()
+                .into_iter()
+                .flatten();
+            for part in parts.filter(|part| part["thought"] == true) {
+                crate::thinking_set_aside(part.get_mut("text"));
+            }
+        }
+    }
+
     fn fold(&self, provider: &str) -> Option<Box<dyn StreamFold>> {
         Some(Box::new(stream::Chunks::new(
             provider,

@@ -59,6 +59,9 @@ pub trait WireFormat: Send + Sync + 'static {
     }
     /// `body` (as [`WireFormat::request`] made it) asking for a stream.
     fn stream_body(&self, _body: &mut Value) {}
+    /// A response body as it is kept (the step's raw view): the model's thinking text set
+    /// aside ([`thinking_set_aside`]) — it is shown live, never kept. Signatures stay.
+    fn without_thinking(&self, _body: &mut Value) {}
     /// The endpoint of a streaming request for `model`.
     fn stream_url(&self, base_url: &str, model: &str) -> String {
         self.url(base_url, model)
@@ -130,8 +133,22 @@ impl<F: WireFormat> HttpProvider<F> {
             ))
         })?;
         let mut response = self.format.response(typed, &self.config.name)?;
-        response.raw = Some(body.clone());
+        let mut raw = body.clone();
+        self.format.without_thinking(&mut raw);
+        response.raw = Some(raw);
         Ok(response)
+    }
+}
+
+/// Sets aside the thinking text at `text` (a string in a response body): it becomes how long it
+/// was. The model's thinking is shown live and never kept.
+pub(crate) fn thinking_set_aside(text: Option<&mut Value>) {
+    if let Some(text) = text {
+        if let Some(length) = text.as_str().map(|t| t.chars().count()) {
+            *text = Value::String(format!(
+                "[{length} characters of thinking: shown live, not kept]"
+            ));
+        }
     }
 }
 

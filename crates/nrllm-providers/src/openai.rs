@@ -212,6 +212,15 @@ impl WireFormat for OpenAi {
         body["stream_options"] = json!({"include_usage": true});
     }
 
+    fn without_thinking(&self, body: &mut Value) {
+        let messages = body["choices"].as_array_mut().into_iter().flatten();
+        for message in messages.filter_map(|choice| choice.get_mut("message")) {
+            for key in ["reasoning_content", "reasoning"] {
+                crate::thinking_set_aside(message.get_mut(key));
+            }
+        }
+    }
+
     fn response(&self, response: Response, provider: &str) -> Result<ChatResponse, ProviderError> {
         let malformed = |what: &str| {
             ProviderError::permanent(format!("{provider}: the response has no {what}"))

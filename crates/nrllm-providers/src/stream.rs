@@ -4,7 +4,7 @@
 //! and, at the end, gives the body its non-streaming endpoint would have answered for the same
 //! exchange. That body is then read exactly as a non-streaming one: a streamed step and the next
 //! request's transcript are the same either way, and the step's raw view holds the assembled
-//! response.
+//! response (its thinking text set aside, either way: thinking is shown live, never kept).
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;

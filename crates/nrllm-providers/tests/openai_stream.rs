@@ -346,3 +346,40 @@ async fn a_provider_set_not_to_stream_sends_the_request_whole() {
     assert_eq!(response.content.as_deref(), Some("Plain."));
     assert_eq!(server.requests()[0].body.get("stream"), None);
 }
+
+#[tokio::test]
+async fn reasoning_text_is_shown_live_and_never_kept() {
+    let stream = events(
+        [
+            chunk(json!({"reasoning_content": "Think "}), None),
+            chunk(json!({"reasoning_content": "first."}), None),
+            chunk(json!({"content": "Done."}), Some("stop")),
+            usage_chunk(3, 2),
+            "[DONE]".to_owned(),
+        ]
+        .iter()
+        .map(String::as_str),
+    );
+    let whole = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "Done.",
+        "reasoning_content": "Think first."}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2}});
+    let server = MockServer::start(vec![Reply::Stream(pieces(&stream, 9)), Reply::ok(whole)]).await;
+    let thinking = Mutex::new(String::new());
+    let streamed = provider(&server, 0)
+        .stream(&hello(), &ignore_retries, &|delta| {
+            if let Delta::Thinking { text } = delta {
+                thinking.lock().unwrap().push_str(&text);
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(thinking.into_inner().unwrap(), "Think first.");
+    let read_whole = provider(&server, 0)
+        .complete(&hello(), &ignore_retries)
+        .await
+        .unwrap();
+    assert_eq!(journaled(&streamed), journaled(&read_whole));
+    for raw in [streamed.raw.unwrap(), read_whole.raw.unwrap()] {
+        assert!(!raw.to_string().contains("Think first"), "{raw}");
+    }
+}
