@@ -13,9 +13,11 @@
 //!
 //! `make abuse` (or `cargo bench -p nrllm-playground --features ssr --bench abuse -- <binary>`)
 
-use std::process::{Child, Command, Stdio};
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
+use support::Server;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -24,18 +26,6 @@ use tokio::sync::Semaphore;
 const ADDR: &str = "127.0.0.1:3097";
 const LIMIT_BYTES: i64 = 20 * 1024 * 1024;
 const AT_ONCE: usize = 64;
-
-struct Server {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// The API token every request carries (an operator's, made in the database before the start).
 static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -49,37 +39,16 @@ fn host_lines() -> String {
 async fn start(binary: &str) -> Server {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let url = format!("sqlite:{}/abuse.db", dir.path().display());
-    let db = nrllm_store::db::Database::connect(&url)
-        .await
-        .expect("the database");
-    let token = nrllm_store::accounts::AccountStore::new(db.clone())
-        .create_program_token(
-            "bench",
-            nrllm_types::Role::Operator,
-            "abuse-bench",
-            nrllm_core::clock::now_ms(),
-        )
-        .await
-        .expect("a token");
-    db.pool().close().await;
+    let token = support::token(&url, nrllm_types::Role::Operator, "abuse-bench").await;
     let _ = TOKEN.set(token);
-    let config = dir.path().join("abuse.toml");
-    std::fs::write(&config, "log_level = \"warn\"\nmax_running_runs = 64\n")
-        .expect("the settings file");
-    let child = Command::new(binary)
-        .env("NRLLM_CONFIG", &config)
-        .env("NRLLM_SITE_ADDR", ADDR)
-        .env(
-            "NRLLM_DATABASE_URL",
-            format!("sqlite:{}/abuse.db", dir.path().display()),
-        )
-        // The demo model thinks for a minute: a run stays running while the cases run.
-        .env("NRLLM_DEMO_THINK_MS", "60000")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|err| panic!("cannot start {binary}: {err}"));
-    Server { child, _dir: dir }
+    // The demo model thinks for a minute: a run stays running while the cases run.
+    Server::start(
+        binary,
+        dir,
+        "log_level = \"warn\"\nmax_running_runs = 64\n",
+        (ADDR, &url),
+        &[("NRLLM_DEMO_THINK_MS", "60000")],
+    )
 }
 
 /// The server's resident memory, in bytes.

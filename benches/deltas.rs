@@ -18,7 +18,6 @@
 //! cargo bench -p nrllm-playground --features ssr --bench deltas -- [--runs 20] [--chunks 200] [--every 10] [binary]
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +26,10 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+mod support;
+
+use support::Server;
 
 const ADDR: &str = "127.0.0.1:3099";
 
@@ -152,68 +155,29 @@ async fn answer(mut socket: TcpStream, every: Duration, written: Written) {
     let _ = socket.write_all(end.as_bytes()).await;
 }
 
-struct Server {
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    /// The server's CPU time so far (user + system), in milliseconds.
-    fn cpu_ms(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
-            .expect("the server's /proc stat");
-        // The fields after the command's closing parenthesis: utime and stime are the 12th and
-        // 13th of them, in clock ticks (100 a second on Linux).
-        let after = &stat[stat.rfind(')').expect("a stat line") + 2..];
-        let fields: Vec<&str> = after.split(' ').collect();
-        let ticks: f64 =
-            fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
-        ticks * 10.0
-    }
+/// The server's CPU time so far (user + system), in milliseconds.
+fn cpu_ms(server: &Server) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", server.child.id()))
+        .expect("the server's /proc stat");
+    // The fields after the command's closing parenthesis: utime and stime are the 12th and 13th
+    // of them, in clock ticks (100 a second on Linux).
+    let after = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    let ticks: f64 =
+        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
+    ticks * 10.0
 }
 
 async fn start(binary: &str, provider: &str) -> (Server, String) {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let url = format!("sqlite:{}/deltas.db", dir.path().display());
-    let db = nrllm_store::db::Database::connect(&url)
-        .await
-        .expect("the database");
-    let token = nrllm_store::accounts::AccountStore::new(db.clone())
-        .create_program_token(
-            "bench",
-            nrllm_types::Role::Operator,
-            "deltas-bench",
-            nrllm_core::clock::now_ms(),
-        )
-        .await
-        .expect("a token");
-    db.pool().close().await;
-    let config = dir.path().join("deltas.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "log_level = \"warn\"\nrun_starts_per_minute = 10000\n\n[[configurations]]\n\
-             name = \"fake\"\nkind = \"openai\"\nmodel = \"fake-1\"\nbase_url = \"{provider}\"\n\
-             api_key_env = \"\"\n"
-        ),
-    )
-    .expect("the settings file");
-    let child = Command::new(binary)
-        .env("NRLLM_CONFIG", &config)
-        .env("NRLLM_SITE_ADDR", ADDR)
-        .env("NRLLM_DATABASE_URL", &url)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|err| panic!("cannot start {binary}: {err}"));
-    let server = Server { child, _dir: dir };
+    let token = support::token(&url, nrllm_types::Role::Operator, "deltas-bench").await;
+    let settings = format!(
+        "log_level = \"warn\"\nrun_starts_per_minute = 10000\n\n[[configurations]]\n\
+         name = \"fake\"\nkind = \"openai\"\nmodel = \"fake-1\"\nbase_url = \"{provider}\"\n\
+         api_key_env = \"\"\n"
+    );
+    let server = Server::start(binary, dir, &settings, (ADDR, &url), &[]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while TcpStream::connect(ADDR).await.is_err() {
         assert!(Instant::now() < deadline, "the server never listened");
@@ -305,12 +269,12 @@ async fn main() {
         .expect("an HTTP client");
     // One run first, unmeasured: the server warms up. Then the runs' own cost, with one piece.
     follow(&client, &token, &written, args.chunks).await;
-    let cpu_before = server.cpu_ms();
+    let cpu_before = cpu_ms(&server);
     for _ in 0..args.runs {
         follow(&client, &token, &written, 1).await;
     }
-    let cpu_runs = server.cpu_ms() - cpu_before;
-    let cpu_before = server.cpu_ms();
+    let cpu_runs = cpu_ms(&server) - cpu_before;
+    let cpu_before = cpu_ms(&server);
     let mut delays = Vec::new();
     let mut messages = 0;
     for _ in 0..args.runs {
@@ -318,7 +282,7 @@ async fn main() {
         delays.extend(more);
         messages += read;
     }
-    let cpu_ms = server.cpu_ms() - cpu_before;
+    let cpu_ms = cpu_ms(&server) - cpu_before;
     let pieces = args.runs * args.chunks;
     delays.sort_by(f64::total_cmp);
     println!(
