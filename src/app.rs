@@ -74,6 +74,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/admin") view=AdminPage ssr=SsrMode::Async />
                 </Routes>
             </main>
+            <crate::times::LocalTimes />
         </Router>
     }
 }

@@ -17,6 +17,23 @@ fn call_field(index: usize, field: &str) -> String {
     list_field(field!(NrllmToolResume, calls), index, field)
 }
 
+/// Arguments and previews longer than this many lines fold behind their line count.
+const FOLD_LINES: usize = 12;
+
+/// `body` (of `lines` lines), folded behind "`what` (N lines)" when it is long.
+fn fold_long(what: String, lines: usize, body: AnyView) -> AnyView {
+    if lines <= FOLD_LINES {
+        return body;
+    }
+    view! {
+        <details data-testid="folded">
+            <summary class="cursor-pointer text-xs font-medium text-slate-600 dark:text-slate-400">{format!("{what} ({lines} lines)")}</summary>
+            {body}
+        </details>
+    }
+    .into_any()
+}
+
 /// The element id of a field of the `index`th call in the panel `prefix`.
 fn call_element(prefix: &str, index: usize, field: &str) -> String {
     format!("{prefix}-call-{index}-{field}")
@@ -72,6 +89,7 @@ fn Preview(preview: PreviewView) -> impl IntoView {
             changed,
             download,
         } => {
+            let count = lines.len();
             let body = match download {
                 Some(href) => view! {
                     <p class="mt-1 text-xs" data-testid="diff-too-large">
@@ -80,7 +98,7 @@ fn Preview(preview: PreviewView) -> impl IntoView {
                     </p>
                 }
                 .into_any(),
-                None => diff_lines(lines),
+                None => fold_long(format!("Effect on {target}"), count, diff_lines(lines)),
             };
             view! {
                 <div class="mt-2" data-testid="preview">
@@ -212,7 +230,9 @@ fn Remember(
         .map(|a| view! { <option value=a.clone()>{a.clone()}</option> })
         .collect_view();
     view! {
-        <div class="mt-2 flex flex-wrap items-center gap-2 text-xs" data-testid="remember">
+        <details class="mt-2 text-xs" data-testid="remember">
+            <summary class="cursor-pointer font-medium text-slate-600 dark:text-slate-400">"Decide without asking from now on…"</summary>
+        <div class="mt-2 flex flex-wrap items-center gap-2">
             <label for=id("remember") class="font-medium">"Decide without asking from now on"</label>
             <select id=id("remember") name=name(field!(SubmittedCall, remember)) class=INPUT>
                 <option value="" selected=true>"no, ask each time"</option>
@@ -229,6 +249,7 @@ fn Remember(
             <select name=name(field!(SubmittedCall, rule_op)) class=INPUT aria-label="compares">{op_options()}</select>
             <input name=name(field!(SubmittedCall, rule_value)) class=INPUT placeholder="value" aria-label="value" maxlength=nrllm_types::RULE_VALUE_CHARS />
         </div>
+        </details>
     }
 }
 
@@ -258,7 +279,11 @@ fn PendingCall(
                     view! { <span class="rounded bg-slate-100 px-1 text-xs dark:bg-slate-800">"held with this turn"</span> }.into_any()
                 }}
             </div>
-            <pre class="mt-2 overflow-auto whitespace-pre-wrap rounded bg-slate-50 p-2 text-xs dark:bg-slate-950" data-testid="call-arguments">{call.arguments.clone()}</pre>
+            {fold_long(
+                "Arguments".to_owned(),
+                call.arguments.lines().count(),
+                view! { <pre class="mt-2 overflow-auto whitespace-pre-wrap rounded bg-slate-50 p-2 text-xs dark:bg-slate-950" data-testid="call-arguments">{call.arguments.clone()}</pre> }.into_any(),
+            )}
             {call.preview.clone().map(|preview| view! { <Preview preview /> })}
             {match call.state.clone() {
                 CallState::Pending if call.question.is_some() => view! {
@@ -487,4 +512,47 @@ pub fn ApprovalPanel(run: RunView, shortcuts: bool) -> impl IntoView {
         </section>
     }
     .into_any()
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_arguments_fold_behind_their_line_count_and_short_ones_do_not() {
+        let body = |text: &str| view! { <pre>{text.to_owned()}</pre> }.into_any();
+        let long = (1..=20)
+            .map(|n| format!("line {n}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let folded = fold_long("Arguments".into(), 20, body(&long)).to_html();
+        assert!(folded.contains("<details"), "{folded}");
+        assert!(folded.contains("Arguments (20 lines)"), "{folded}");
+        assert!(
+            folded.contains("line 20"),
+            "the text is all there: {folded}"
+        );
+        let short = fold_long("Arguments".into(), FOLD_LINES, body("{}")).to_html();
+        assert!(!short.contains("<details"), "{short}");
+    }
+
+    #[test]
+    fn the_rule_controls_fold_behind_one_line() {
+        let html = view! {
+            <Remember prefix="p".into() index=0 tool="send_message".into()
+                arguments=vec!["to".into()] configuration=Some("demo".into()) />
+        }
+        .to_html();
+        let details = html.find("<details").expect("a fold");
+        let summary = html.find("<summary").expect("a summary");
+        let select = html.find("<select").expect("the rule's select");
+        assert!(
+            details < summary && summary < select,
+            "the controls are inside the fold: {html}"
+        );
+        assert!(
+            html.contains("Decide without asking from now on…"),
+            "{html}"
+        );
+    }
 }

@@ -17,6 +17,7 @@ pub mod pages;
 pub mod server;
 #[cfg(feature = "ssr")]
 pub mod settings;
+pub mod times;
 
 /// Entry point of the wasm bundle: hydrates the interactive islands of a server-rendered page.
 #[cfg(feature = "hydrate")]

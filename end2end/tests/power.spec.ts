@@ -52,6 +52,9 @@ for (const javaScript of [true, false]) {
       await startRun(page, `Send a message to ${to} saying first`);
       await waitFor(page, "approval-panel", reload);
       const remember = page.getByTestId("remember");
+      // The rule's controls fold behind one line until asked for.
+      await expect(remember.getByLabel("Decide without asking from now on")).toBeHidden();
+      await remember.getByText("Decide without asking from now on…").click();
       await remember.getByLabel("Decide without asking from now on").selectOption("configuration");
       await remember.getByLabel("only when").selectOption("to");
       await remember.getByLabel("compares").selectOption("equals");

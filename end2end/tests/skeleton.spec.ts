@@ -1,4 +1,5 @@
 import { test, expect } from "../fixtures";
+import { startRun } from "../helpers";
 
 test.describe("with JavaScript", () => {
   test("the page renders on the server with its title", async ({ page }) => {
@@ -76,3 +77,38 @@ test.describe("without JavaScript", () => {
     await expect(page.getByTestId("system-database")).toContainText("answering");
   });
 });
+
+for (const javaScript of [true, false]) {
+  test.describe(`example prompts, JavaScript ${javaScript ? "on" : "off"}`, () => {
+    test.use({ javaScriptEnabled: javaScript });
+
+    test("clicking an example prompt puts it in the prompt box", async ({ page }) => {
+      await page.goto("/");
+      const example = page.getByTestId("example-prompt").nth(1);
+      const text = (await example.textContent()) ?? "";
+      expect(text.length).toBeGreaterThan(0);
+      await example.click();
+      await page.waitForURL(/\/\?example=1$/);
+      await expect(page.getByLabel("Prompt", { exact: true })).toHaveValue(text);
+    });
+  });
+}
+
+for (const javaScript of [true, false]) {
+  test.describe(`times, JavaScript ${javaScript ? "on" : "off"}`, () => {
+    test.use({ javaScriptEnabled: javaScript, timezoneId: "Asia/Tokyo" });
+
+    test("a run's start shows in the browser's time zone and relative, UTC on hover", async ({ page }) => {
+      await startRun(page, "List the pages");
+      await page.goto("/runs");
+      const time = page.getByTestId("run-row").first().locator("time");
+      await expect(time).toHaveAttribute("title", /UTC$/);
+      if (javaScript) {
+        await expect(time).toHaveText(/\((just now|\d+ min ago)\)$/);
+        await expect(time).not.toContainText("UTC");
+      } else {
+        await expect(time).toHaveText(/UTC$/);
+      }
+    });
+  });
+}

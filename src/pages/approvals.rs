@@ -10,6 +10,7 @@ use crate::approval::{ApprovalPanel, QuestionPanel};
 use crate::components::{duration_text, url_error, ErrorBanner, BUTTON_SECONDARY, INPUT};
 use crate::islands::ApprovalGuard;
 use crate::page_data::{ApprovalsPage as Page, RunStatus};
+use crate::times::Moment;
 
 /// The approvals inbox.
 #[component]
@@ -72,14 +73,13 @@ fn Inbox(page: Page, configuration: String, tool: String) -> impl IntoView {
         .into_iter()
         .map(|run| {
             let waited = run.summary.waiting_for_ms.map(duration_text).unwrap_or_default();
-            let facts = format!(
-                "started by {} at {} · {} · waiting for {waited}",
-                run.summary.requested_by, run.summary.created_at, run.summary.configuration
-            );
+            let started = format!("started by {} at ", run.summary.requested_by);
+            let rest = format!(" · {} · waiting for {waited}", run.summary.configuration);
+            let (at_ms, at) = (run.summary.created_at_ms, run.summary.created_at.clone());
             view! {
                 <li class="rounded-lg border border-slate-200 bg-white p-4 dark:border-slate-800 dark:bg-slate-900" data-testid="inbox-item">
                     <a href=format!("/runs/{}", run.summary.id) class="font-medium text-indigo-700 underline dark:text-indigo-300">{run.summary.prompt.clone()}</a>
-                    <p class="mt-1 text-xs text-slate-500" data-testid="inbox-facts">{facts}</p>
+                    <p class="mt-1 text-xs text-slate-500" data-testid="inbox-facts">{started}<Moment ms=at_ms utc=at />{rest}</p>
                     <p class="mt-1 text-sm">"Pending: " <span class="font-mono" data-testid="inbox-tools">{run.summary.pending_tools.join(", ")}</span></p>
                     {if run.summary.status == RunStatus::WaitingForInput {
                         view! { <QuestionPanel run /> }.into_any()

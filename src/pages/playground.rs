@@ -1,7 +1,9 @@
 //! `/`: start a run. A plain form (it works without JavaScript); bad values come back as a
-//! message at the field and nothing is started.
+//! message at the field and nothing is started. The demo's example prompts are links that fill
+//! the prompt box (`/?example=2`).
 
 use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
 
 use crate::api::{nrllm_playground_options, NrllmToolRun};
 use crate::components::{url_error, ErrorBanner, FieldError, TextArea, BUTTON_PRIMARY, INPUT};
@@ -14,6 +16,14 @@ use crate::page_data::PlaygroundOptions;
 #[component]
 pub fn PlaygroundPage() -> impl IntoView {
     let options = Resource::new(|| (), |_| nrllm_playground_options());
+    let query = use_query_map();
+    // Which example prompt fills the prompt box: an index into the server's own list.
+    let example = move || {
+        query
+            .read()
+            .get("example")
+            .and_then(|n| n.parse::<usize>().ok())
+    };
     view! {
         <h1 class="text-2xl font-semibold">"Playground"</h1>
         <p class="mt-1 max-w-prose text-sm text-slate-600 dark:text-slate-400">
@@ -22,7 +32,12 @@ pub fn PlaygroundPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match options.await {
-                    Ok(options) => view! { <RunForm options /> }.into_any(),
+                    Ok(options) => {
+                        let prompt = example()
+                            .and_then(|n| options.example_prompts.get(n).cloned())
+                            .unwrap_or_default();
+                        view! { <RunForm options prompt /> }.into_any()
+                    }
                     Err(err) => view! { <ErrorBanner error=Some(err) /> }.into_any(),
                 }
             })}
@@ -31,7 +46,11 @@ pub fn PlaygroundPage() -> impl IntoView {
 }
 
 #[component]
-fn RunForm(options: PlaygroundOptions) -> impl IntoView {
+fn RunForm(
+    options: PlaygroundOptions,
+    /// The prompt box's text as the page opens (an example chosen, or empty).
+    prompt: String,
+) -> impl IntoView {
     let error = url_error();
     let field_only = error.as_ref().and_then(|e| e.field()).is_some();
     let banner = if field_only { None } else { error.clone() };
@@ -39,7 +58,15 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
     let examples = options
         .example_prompts
         .iter()
-        .map(|p| view! { <li class="font-mono text-xs">{p.clone()}</li> })
+        .enumerate()
+        .map(|(n, p)| {
+            view! {
+                <li class="font-mono text-xs">
+                    <a href=format!("/?example={n}") class="underline decoration-dotted hover:text-indigo-700 dark:hover:text-indigo-300"
+                        title="Put this in the prompt box" data-testid="example-prompt">{p.clone()}</a>
+                </li>
+            }
+        })
         .collect_view();
     view! {
         <ErrorBanner error=banner />
@@ -50,7 +77,7 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
                 <div>
                     <label for="prompt" class="text-sm font-medium">"Prompt"</label>
                     <TextArea id="prompt" name=field!(NrllmToolRun, prompt) rows=4 required=true class=INPUT maxlength=20_000
-                        placeholder="Rename the home page to \"Hello\"" />
+                        value=prompt placeholder="Rename the home page to \"Hello\"" />
                     <FieldError error=error.clone() field="prompt" />
                 </div>
                 <div>
@@ -67,7 +94,7 @@ fn RunForm(options: PlaygroundOptions) -> impl IntoView {
                 </div>
                 <button type="submit" class=BUTTON_PRIMARY data-testid="start-run">"Start run"</button>
                 <div>
-                    <h2 class="mt-2 text-sm font-medium">"The demo model understands"</h2>
+                    <h2 class="mt-2 text-sm font-medium">"The demo model understands (click one to put it in the prompt box)"</h2>
                     <ul class="mt-1 list-inside list-disc text-slate-600 dark:text-slate-400">{examples}</ul>
                 </div>
             </div>

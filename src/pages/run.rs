@@ -21,6 +21,7 @@ use crate::islands::{ApprovalGuard, LiveSteps, StepRow};
 use crate::page_data::{RunStatus, RunSummary, RunView, StepDetail};
 use crate::pages::rules::RuleList;
 use crate::pages::NotFound;
+use crate::times::Moment;
 
 /// The run page.
 #[component]
@@ -348,7 +349,11 @@ fn SummaryStrip(summary: RunSummary) -> impl IntoView {
             <ul class="mt-2 flex flex-wrap gap-x-4 gap-y-1 text-sm text-slate-600 dark:text-slate-400" data-testid="summary">
                 {facts}
             </ul>
-            <p class="mt-1 font-mono text-xs text-slate-500">{format!("run {} · started {} by {}", summary.id, summary.created_at, summary.requested_by)}</p>
+            <p class="mt-1 font-mono text-xs text-slate-500">
+                {format!("run {} · started ", summary.id)}
+                <Moment ms=summary.created_at_ms utc=summary.created_at.clone() />
+                {format!(" by {}", summary.requested_by)}
+            </p>
         </header>
     }
 }

@@ -6,6 +6,7 @@ use leptos_router::hooks::use_query_map;
 use crate::api::nrllm_runs_list;
 use crate::components::{ErrorBanner, StatusBadge, BUTTON_SECONDARY, INPUT};
 use crate::page_data::{RunList, RunStatus};
+use crate::times::Moment;
 
 /// The history page.
 #[component]
@@ -50,7 +51,7 @@ fn RunsTable(page: RunList, status: String) -> impl IntoView {
                 <tr class="border-t border-slate-100 dark:border-slate-800" data-testid="run-row">
                     <td class="py-2 pr-3"><StatusBadge status=run.status /></td>
                     <td class="py-2 pr-3"><a href=format!("/runs/{}", run.id) class="text-indigo-700 underline dark:text-indigo-300">{run.prompt.clone()}</a></td>
-                    <td class="py-2 pr-3 text-sm text-slate-500">{run.created_at.clone()}</td>
+                    <td class="py-2 pr-3 text-sm text-slate-500"><Moment ms=run.created_at_ms utc=run.created_at.clone() /></td>
                     <td class="py-2 pr-3 text-right text-sm">{run.rounds}</td>
                     <td class="py-2 text-right text-sm">{run.total_tokens_text()}</td>
                 </tr>
