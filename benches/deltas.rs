@@ -64,9 +64,7 @@ fn parse_args() -> Result<Args, String> {
             binary => args.binary = binary.to_owned(),
         }
     }
-    if args.binary.is_empty() {
-        args.binary = env!("CARGO_BIN_EXE_nrllm-playground").to_owned();
-    }
+    args.binary = support::binary_or_own(args.binary);
     Ok(args)
 }
 

@@ -14,6 +14,8 @@
 //!
 //! The server is the binary cargo built with the bench unless another is named.
 
+mod support;
+
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,10 +65,7 @@ fn parse_args() -> Result<Args, String> {
             binary => args.binary = binary.to_owned(),
         }
     }
-    if args.binary.is_empty() {
-        // The build's own server binary (cargo builds it with the bench).
-        args.binary = env!("CARGO_BIN_EXE_nrllm-playground").to_owned();
-    }
+    args.binary = support::binary_or_own(args.binary);
     Ok(args)
 }
 

@@ -6,6 +6,14 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+/// The server binary a bench was told to run, or (none named) the one cargo built with it.
+pub fn binary_or_own(named: String) -> String {
+    match named.is_empty() {
+        true => env!("CARGO_BIN_EXE_nrllm-playground").to_owned(),
+        false => named,
+    }
+}
+
 /// An API token of `role` for the bench `name`, made in the SQLite database at `url` (which it
 /// creates and migrates); the database is closed again for the server to open.
 pub async fn token(url: &str, role: nrllm_types::Role, name: &str) -> String {

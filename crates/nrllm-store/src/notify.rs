@@ -199,10 +199,13 @@ impl Announcer {
                         Err(_) => break,
                     }
                 }
-                // The same notice twice says nothing more; the pieces of a message keep their
-                // order (Postgres delivers a transaction's notifications in the order sent).
+                // The same notice twice says nothing more. The pieces of a forming message are
+                // each different already, and keep their order (Postgres delivers a
+                // transaction's notifications in the order sent).
                 let mut seen = std::collections::HashSet::new();
-                batch.retain(|payload| seen.insert(payload.clone()));
+                batch.retain(|(channel, payload)| {
+                    channel != CHANNEL || seen.insert(payload.clone())
+                });
                 if let Err(err) = send(&mut conn, &url, &batch).await {
                     // Connected again for the next batch.
                     conn = None;

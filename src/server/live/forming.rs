@@ -25,8 +25,25 @@ pub(super) struct Writing {
     /// What came since the last message sent.
     batch: Forming,
     sent_at: Option<Instant>,
-    /// While other instances follow the run: what came since the last announcement to them.
-    elsewhere: Option<Forming>,
+    /// While other instances follow the run: until when, and what came since the last
+    /// announcement to them.
+    elsewhere: Option<Elsewhere>,
+}
+
+#[derive(Debug)]
+struct Elsewhere {
+    until: Instant,
+    pending: Forming,
+}
+
+impl Elsewhere {
+    /// The same following, for a response that starts over in `round`.
+    fn restarted(self, round: u32) -> Elsewhere {
+        Elsewhere {
+            pending: restart(round),
+            ..self
+        }
+    }
 }
 
 impl Writing {
@@ -34,7 +51,7 @@ impl Writing {
     /// listens).
     pub(super) fn add(&mut self, round: u32, delta: &Delta, live: bool) -> Option<Forming> {
         if self.so_far.round != round {
-            let elsewhere = self.elsewhere.take().map(|_| restart(round));
+            let elsewhere = self.elsewhere.take().map(|e| e.restarted(round));
             *self = Writing {
                 elsewhere,
                 ..Writing::default()
@@ -44,7 +61,7 @@ impl Writing {
         }
         add(&mut self.so_far, delta);
         if let Some(elsewhere) = &mut self.elsewhere {
-            add(elsewhere, delta);
+            add(&mut elsewhere.pending, delta);
         }
         if !live {
             return None;
@@ -88,7 +105,7 @@ impl Writing {
     pub(super) fn over(&mut self) -> Forming {
         let round = self.so_far.round;
         *self = Writing {
-            elsewhere: self.elsewhere.take().map(|_| restart(round)),
+            elsewhere: self.elsewhere.take().map(|e| e.restarted(round)),
             ..Writing::default()
         };
         self.so_far.round = round;
@@ -96,25 +113,27 @@ impl Writing {
         restart(round)
     }
 
-    /// Another instance follows the run: with `fresh` (a browser joined there), the next
-    /// announcement is everything so far.
-    pub(super) fn watched_elsewhere(&mut self, fresh: bool) {
-        if fresh || self.elsewhere.is_none() {
-            self.elsewhere = Some(
-                self.snapshot()
-                    .unwrap_or_else(|| restart(self.so_far.round)),
-            );
+    /// Another instance follows the run, until `until` unless it says so again: with `fresh`
+    /// (a browser joined there), the next announcement is everything so far.
+    pub(super) fn watched_elsewhere(&mut self, fresh: bool, until: Instant) {
+        match &mut self.elsewhere {
+            Some(elsewhere) if !fresh => elsewhere.until = until,
+            _ => {
+                let pending = self
+                    .snapshot()
+                    .unwrap_or_else(|| restart(self.so_far.round));
+                self.elsewhere = Some(Elsewhere { until, pending });
+            }
         }
     }
 
-    /// No other instance follows the run any more.
-    pub(super) fn unwatched(&mut self) {
-        self.elsewhere = None;
-    }
-
-    /// What other instances were not told yet, if anything: told now.
-    pub(super) fn elsewhere_due(&mut self) -> Option<Forming> {
-        let pending = self.elsewhere.as_mut()?;
+    /// What other instances were not told yet, if anything: told now. A following nobody
+    /// renewed by `now` ends.
+    pub(super) fn elsewhere_due(&mut self, now: Instant) -> Option<Forming> {
+        if self.elsewhere.as_ref().is_some_and(|e| e.until < now) {
+            self.elsewhere = None;
+        }
+        let pending = &mut self.elsewhere.as_mut()?.pending;
         if pending.is_empty() && !pending.reset {
             return None;
         }
@@ -235,40 +254,48 @@ mod tests {
 
     #[test]
     fn other_instances_get_everything_so_far_then_what_came_since_and_a_retry_starts_over() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(10);
         let mut writing = Writing::default();
         writing.add(1, &text("Hello"), false);
-        assert_eq!(writing.elsewhere_due(), None, "nobody elsewhere follows it");
+        assert_eq!(
+            writing.elsewhere_due(now),
+            None,
+            "nobody elsewhere follows it"
+        );
         // A browser on another instance joins: everything so far, whole.
-        writing.watched_elsewhere(true);
-        let first = writing.elsewhere_due().unwrap();
+        writing.watched_elsewhere(true, later);
+        let first = writing.elsewhere_due(now).unwrap();
         assert!(first.reset);
         assert_eq!(first.text, "Hello");
-        assert_eq!(writing.elsewhere_due(), None, "nothing new");
+        assert_eq!(writing.elsewhere_due(now), None, "nothing new");
         writing.add(1, &text(", wor"), true);
         writing.add(1, &text("ld"), false);
         // Still followed: no snapshot, just what came since.
-        writing.watched_elsewhere(false);
-        let next = writing.elsewhere_due().unwrap();
+        writing.watched_elsewhere(false, later);
+        let next = writing.elsewhere_due(now).unwrap();
         assert!(!next.reset);
         assert_eq!(next.text, ", world");
         // A retry: the other instances are told to drop what they show.
         writing.add(1, &text("half"), false);
         let over = writing.over();
         assert!(over.reset && over.is_empty());
-        let told = writing.elsewhere_due().unwrap();
+        let told = writing.elsewhere_due(now).unwrap();
         assert!(told.reset && told.is_empty(), "{told:?}");
         // The step lands: what they were not sent still goes.
         writing.add(1, &text("Again"), false);
         writing.landed();
         assert_eq!(writing.snapshot(), None);
-        assert_eq!(writing.elsewhere_due().unwrap().text, "Again");
+        assert_eq!(writing.elsewhere_due(now).unwrap().text, "Again");
         // A new round starts over there too.
         writing.add(2, &text("Next"), false);
-        let round = writing.elsewhere_due().unwrap();
+        let round = writing.elsewhere_due(now).unwrap();
         assert!(round.reset);
         assert_eq!((round.round, round.text.as_str()), (2, "Next"));
-        writing.unwatched();
+        // Nobody renewed the following: it ends.
         writing.add(2, &text("!"), false);
-        assert_eq!(writing.elsewhere_due(), None);
+        assert_eq!(writing.elsewhere_due(later + Duration::from_secs(1)), None);
+        writing.add(2, &text("?"), false);
+        assert_eq!(writing.elsewhere_due(now), None);
     }
 }

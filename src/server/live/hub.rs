@@ -74,8 +74,6 @@ pub(super) struct LiveRun {
     pub(super) unpersisted: Vec<SequencedEvent>,
     /// The response its model is writing now.
     pub(super) writing: Writing,
-    /// Until when browsers on other instances follow it.
-    pub(super) watched_until: Option<Instant>,
 }
 
 /// How many runs, channels and subscribers the hub holds (for tests and the system page).
@@ -218,8 +216,8 @@ impl LiveHub {
     /// announced to them from now on — with `fresh` (one joined), everything written so far first.
     pub fn watched_elsewhere(&self, id: Uuid, fresh: bool) {
         if let Some(run) = self.lock().runs.get_mut(&id) {
-            run.watched_until = Some(Instant::now() + WATCHED_FOR);
-            run.writing.watched_elsewhere(fresh);
+            run.writing
+                .watched_elsewhere(fresh, Instant::now() + WATCHED_FOR);
         }
     }
 
@@ -227,19 +225,11 @@ impl LiveHub {
     /// yet, taken now (runs nobody has said they follow for a while are no more followed).
     pub fn elsewhere_due(&self) -> Vec<(Uuid, Forming)> {
         let now = Instant::now();
-        let mut hub = self.lock();
-        let mut due = Vec::new();
-        for (id, run) in &mut hub.runs {
-            match run.watched_until {
-                None => {}
-                Some(until) if until < now => {
-                    run.watched_until = None;
-                    run.writing.unwatched();
-                }
-                Some(_) => due.extend(run.writing.elsewhere_due().map(|forming| (*id, forming))),
-            }
-        }
-        due
+        self.lock()
+            .runs
+            .iter_mut()
+            .filter_map(|(id, run)| Some((*id, run.writing.elsewhere_due(now)?)))
+            .collect()
     }
 
     /// Forgets a run this process no longer drives although it never saw it stop (another

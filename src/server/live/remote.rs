@@ -27,8 +27,8 @@ pub(super) const QUEUE_RECHECK: Duration = Duration::from_millis(300);
 pub const WATCHING_EVERY: Duration = Duration::from_secs(4);
 
 /// The longest forming message read from another instance, in bytes (its texts are bounded
-/// by [`FORMING_BYTES`] each; JSON escapes at most double them).
-const MAX_FORMING_MESSAGE: usize = 2 * (3 + FORMING_CALLS) * FORMING_BYTES;
+/// by [`FORMING_BYTES`] each; a JSON escape, `\u001f` at worst, is six bytes for one).
+const MAX_FORMING_MESSAGE: usize = 6 * (3 + FORMING_CALLS) * FORMING_BYTES;
 
 /// What the feed tells the streams of runs driven elsewhere.
 #[derive(Debug, Clone)]

@@ -47,8 +47,13 @@ fn pace(event: &Event) -> String {
         return String::new();
     };
     let writing_ms = duration_ms.saturating_sub(*first);
-    let reported = usage.is_complete().then_some(usage.completion_tokens);
-    let rate = match (reported.unwrap_or(0), writing_ms) {
+    // Unreported usage gives no rate (its count is not the response's).
+    let tokens = if usage.is_complete() {
+        usage.completion_tokens
+    } else {
+        0
+    };
+    let rate = match (tokens, writing_ms) {
         (0, _) | (_, 0) => String::new(),
         (tokens, ms) => format!(", {:.0} tokens/s", tokens as f64 * 1000.0 / ms as f64),
     };

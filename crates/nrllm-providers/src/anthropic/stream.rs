@@ -16,7 +16,7 @@ use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind, Usage};
 #[derive(Debug, Default)]
 pub struct Events {
     provider: String,
-    /// Reads the usage the stream reported (the wire format\'s own reading).
+    /// Reads the usage the stream reported (the wire format's own reading).
     read_usage: ReadUsage,
     /// `message_start`'s message, without its content.
     message: Map<String, Value>,

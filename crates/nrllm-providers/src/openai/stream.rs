@@ -15,7 +15,7 @@ use nrllm_core::provider::{Delta, ProviderError, ProviderErrorKind, Usage};
 #[derive(Debug, Default)]
 pub struct Chunks {
     provider: String,
-    /// Reads the usage the stream reported (the wire format\'s own reading).
+    /// Reads the usage the stream reported (the wire format's own reading).
     read_usage: ReadUsage,
     /// The first chunk's `id`, `model` and `created`, for the assembled body.
     head: Map<String, Value>,
