@@ -157,6 +157,7 @@ pub async fn nrllm_runs_list(
             status,
             created_before_ms: before,
             limit: limit + 1,
+            ..RunFilter::default()
         })
         .await
         .map_err(|err| AppError::internal("listing runs", err))?;

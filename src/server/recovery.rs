@@ -30,8 +30,8 @@ pub async fn recover_cut_off_runs(
     let cut_off = store
         .list(&RunFilter {
             status: Some(RunStatus::Running),
-            created_before_ms: None,
             limit: 500,
+            ..RunFilter::default()
         })
         .await?;
     let mut taken = 0;

@@ -15,6 +15,7 @@ pub mod failpoint;
 pub mod hash;
 mod interrupt;
 pub mod lease;
+pub mod listing;
 pub mod mcp;
 pub mod moves;
 pub mod preview;

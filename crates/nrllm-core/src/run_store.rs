@@ -21,6 +21,7 @@ use crate::rules::{ApprovalRule, RuleDraft};
 use crate::state::{Counters, Kept, RunSettings};
 use crate::transcript::ToolOutcome;
 
+pub use crate::listing::{RunFilter, SearchWords, WaitingFilter, WaitingOrder};
 pub use nrllm_types::{RunStatus, TerminationReason, Verdict};
 
 /// What a run was started with (stored as JSON in `configuration`).
@@ -216,27 +217,6 @@ pub enum Claim {
     Won { version: i64 },
     /// Someone else decided first (or the run is no longer waiting).
     Lost(Box<RunRecord>),
-}
-
-/// Filter for listing runs.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunFilter {
-    pub status: Option<RunStatus>,
-    /// Runs created before this time (for paging, newest first).
-    pub created_before_ms: Option<i64>,
-    pub limit: u32,
-}
-
-/// Which waiting runs to list (the approvals inbox), oldest first.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct WaitingFilter {
-    /// Only runs of this configuration.
-    pub provider: Option<String>,
-    /// Only runs whose pending turn calls this tool.
-    pub tool: Option<String>,
-    /// Runs after this one in the inbox's order: (`updated_at_ms`, id) of the last run seen.
-    pub after: Option<(i64, Uuid)>,
-    pub limit: u32,
 }
 
 /// What the purge removed.

@@ -90,8 +90,8 @@ impl Tool for ListRuns {
             .0
             .list(&RunFilter {
                 status: args.status,
-                created_before_ms: None,
                 limit: args.limit.unwrap_or(10),
+                ..RunFilter::default()
             })
             .await
             .map_err(ToolError::internal)?;

@@ -5,6 +5,7 @@
 
 mod audit;
 mod leases;
+mod listing;
 pub(crate) mod queries;
 mod reads;
 mod rules;

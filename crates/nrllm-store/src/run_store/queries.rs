@@ -10,6 +10,7 @@ use crate::db::Backend;
 use crate::error::backend;
 use crate::transition::Cells;
 
+use super::listing;
 use super::write::*;
 use super::*;
 
@@ -27,25 +28,22 @@ impl SqlRunStore {
             ..WaitingFilter::default()
         };
         let runs = RunFilter {
-            status: None,
-            created_before_ms: None,
             limit: 50,
+            ..RunFilter::default()
         };
-        let waiting = format!("{explain} {}", waiting_sql(self.db.backend()));
-        let list = format!("{explain} {}", list_sql());
+        let waiting = listing::waiting_query(self.db.backend(), &inbox);
+        let list = listing::list_query(self.db.backend(), &runs);
+        let (waiting_sql, list_sql) = (
+            format!("{explain} {}", waiting.sql),
+            format!("{explain} {}", list.sql),
+        );
         let deadlines = format!("{explain} {}", Sweep::Deadlines.sql(self.db.backend()));
         let leases = format!("{explain} {}", Sweep::Leases.sql(self.db.backend()));
         let sweep = |sql| sqlx::query(sql).bind(0_i64).bind(50_i64);
         let mut plans = Vec::new();
         for (name, query) in [
-            (
-                "inbox, first page",
-                bind_waiting(sqlx::query(&waiting), &inbox),
-            ),
-            (
-                "runs list, first page",
-                bind_list(sqlx::query(&list), &runs),
-            ),
+            ("inbox, first page", waiting.query_as(&waiting_sql)),
+            ("runs list, first page", list.query_as(&list_sql)),
             ("approval deadline sweep", sweep(&deadlines)),
             ("lease sweep", sweep(&leases)),
         ] {
@@ -115,22 +113,6 @@ pub(super) fn take_sql(which: &str) -> String {
 
 pub(super) type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
 
-/// The runs page's query: newest first, optionally of one status, before a cursor.
-pub(super) fn list_sql() -> String {
-    format!(
-        "SELECT {RUN_COLUMNS} FROM agent_run \
-         WHERE ($1 IS NULL OR status = $1) AND created_at_ms < $2 \
-         ORDER BY created_at_ms DESC, id DESC LIMIT $3"
-    )
-}
-
-pub(super) fn bind_list<'q>(query: AnyQuery<'q>, filter: &'q RunFilter) -> AnyQuery<'q> {
-    query
-        .bind(filter.status.map(RunStatus::as_str))
-        .bind(filter.created_before_ms.unwrap_or(i64::MAX))
-        .bind(i64::from(filter.limit.clamp(1, 500)))
-}
-
 /// The clause that has SQLite read a query through `index` (SQLite keeps no statistics here, so
 /// its planner guesses); nothing on Postgres, whose planner has them.
 pub(crate) fn indexed_by(backend: Backend, index: &str) -> String {
@@ -173,33 +155,6 @@ impl Sweep {
             RunStatus::sql_list(statuses)
         )
     }
-}
-
-/// The inbox's query: waiting runs, oldest wait first, after a cursor (a row-value comparison,
-/// so that the page is a range of the waiting index rather than a sort of every waiting run).
-pub(super) fn waiting_sql(backend: Backend) -> String {
-    // SQLite without statistics would pick the status index and sort every waiting run.
-    let index = indexed_by(backend, "agent_run_waiting");
-    format!(
-        "SELECT {RUN_COLUMNS} FROM agent_run {index} WHERE status IN ({}) \
-         AND ($1 IS NULL OR provider = $1) AND ($2 IS NULL OR pending_tools LIKE $2) \
-         AND (updated_at_ms, id) > ($3, $4) \
-         ORDER BY updated_at_ms ASC, id ASC LIMIT $5",
-        RunStatus::sql_list(&RunStatus::WAITING)
-    )
-}
-
-pub(super) fn bind_waiting<'q>(query: AnyQuery<'q>, filter: &'q WaitingFilter) -> AnyQuery<'q> {
-    let (after_ms, after_id) = filter
-        .after
-        .map(|(ms, id)| (ms, id.to_string()))
-        .unwrap_or((i64::MIN, String::new()));
-    query
-        .bind(filter.provider.as_deref())
-        .bind(filter.tool.as_deref().map(|tool| format!("%,{tool},%")))
-        .bind(after_ms)
-        .bind(after_id)
-        .bind(i64::from(filter.limit.clamp(1, 1000)))
 }
 
 pub(super) fn read_run(row: &impl Cells) -> Result<RunRecord, StoreError> {

@@ -29,8 +29,9 @@ impl RunReader for SqlRunStore {
     }
 
     async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let sql = list_sql();
-        let rows = bind_list(sqlx::query(&sql), filter)
+        let listing = super::listing::list_query(self.db.backend(), filter);
+        let rows = listing
+            .query()
             .fetch_all(self.db.pool())
             .await
             .map_err(backend)?;
@@ -38,8 +39,9 @@ impl RunReader for SqlRunStore {
     }
 
     async fn waiting(&self, filter: &WaitingFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let sql = waiting_sql(self.db.backend());
-        let rows = bind_waiting(sqlx::query(&sql), filter)
+        let listing = super::listing::waiting_query(self.db.backend(), filter);
+        let rows = listing
+            .query()
             .fetch_all(self.db.pool())
             .await
             .map_err(backend)?;

@@ -1,0 +1,243 @@
+//! The queries of the run list and the inbox, built from their filters: only the conditions a
+//! filter sets are in the query (so that each database plans what is asked, not a query that
+//! must serve every filter), with keyset paging and the text search of each database.
+
+use nrllm_core::run_store::{RunFilter, RunStatus, SearchWords, WaitingFilter, WaitingOrder};
+
+use crate::db::Backend;
+
+use super::queries::{indexed_by, AnyQuery, RUN_COLUMNS};
+
+/// A value a query binds.
+enum Bound {
+    Text(String),
+    Int(i64),
+}
+
+/// A query's text and the values of its `$n` parameters, in order.
+pub(super) struct Listing {
+    pub(super) sql: String,
+    binds: Vec<Bound>,
+}
+
+impl Listing {
+    pub(super) fn query(&self) -> AnyQuery<'_> {
+        self.query_as(&self.sql)
+    }
+
+    /// Another text (this one explained, say) with this query's values.
+    pub(super) fn query_as<'q>(&'q self, sql: &'q str) -> AnyQuery<'q> {
+        self.binds
+            .iter()
+            .fold(sqlx::query(sql), |query, bound| match bound {
+                Bound::Text(text) => query.bind(text.as_str()),
+                Bound::Int(n) => query.bind(*n),
+            })
+    }
+}
+
+/// The conditions of a `WHERE`, each with the values it binds.
+#[derive(Default)]
+struct Conditions {
+    clauses: Vec<String>,
+    binds: Vec<Bound>,
+}
+
+impl Conditions {
+    /// The number of the next parameter.
+    fn next(&self) -> usize {
+        self.binds.len() + 1
+    }
+
+    /// Adds `clause` (given the number of its first parameter) binding `values`.
+    fn add(&mut self, clause: impl FnOnce(usize) -> String, values: Vec<Bound>) {
+        self.clauses.push(clause(self.next()));
+        self.binds.extend(values);
+    }
+
+    fn text(&mut self, column: &str, value: Option<&str>) {
+        if let Some(value) = value {
+            self.add(
+                |n| format!("{column} = ${n}"),
+                vec![Bound::Text(value.to_owned())],
+            );
+        }
+    }
+
+    fn search(&mut self, backend: Backend, words: Option<&SearchWords>) {
+        if let Some(words) = words {
+            self.add(
+                |n| search_clause(backend, n),
+                vec![Bound::Text(search_text(backend, words))],
+            );
+        }
+    }
+
+    fn finish(mut self, head: String, order: &str, limit: u32) -> Listing {
+        let n = self.next();
+        self.binds.push(Bound::Int(i64::from(limit)));
+        let clauses = if self.clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", self.clauses.join(" AND "))
+        };
+        Listing {
+            sql: format!("{head}{clauses} ORDER BY {order} LIMIT ${n}"),
+            binds: self.binds,
+        }
+    }
+}
+
+/// The condition that a run's prompt or answer holds the words bound at `$n`.
+fn search_clause(backend: Backend, n: usize) -> String {
+    match backend {
+        Backend::Sqlite => format!(
+            "id IN (SELECT k.run_id FROM agent_run_search \
+             JOIN agent_run_search_key k ON k.n = agent_run_search.rowid \
+             WHERE agent_run_search MATCH ${n})"
+        ),
+        Backend::Postgres => format!(
+            "id IN (SELECT run_id FROM agent_run_search \
+             WHERE document @@ to_tsquery('simple', ${n}))"
+        ),
+    }
+}
+
+/// The words as the database's search reads them: each a word or a word's beginning, all of
+/// them. The words are letters and digits only, so they carry no query syntax.
+fn search_text(backend: Backend, words: &SearchWords) -> String {
+    let each = words.words().iter();
+    match backend {
+        Backend::Sqlite => each
+            .map(|word| format!("\"{word}\"*"))
+            .collect::<Vec<_>>()
+            .join(" AND "),
+        Backend::Postgres => each
+            .map(|word| format!("{word}:*"))
+            .collect::<Vec<_>>()
+            .join(" & "),
+    }
+}
+
+/// The inbox: waiting runs in the filter's order, after its cursor. The longest waiting first
+/// reads a range of the waiting index (a row-value comparison), never a sort of every waiting
+/// run; the deadline order sorts the waiting runs that match.
+pub(super) fn waiting_query(backend: Backend, filter: &WaitingFilter) -> Listing {
+    let key = match filter.order {
+        WaitingOrder::Longest => "updated_at_ms",
+        WaitingOrder::Deadline => "COALESCE(approval_deadline_ms, 9223372036854775807)",
+    };
+    // SQLite without statistics would pick the status index and sort every waiting run.
+    let index = match filter.order {
+        WaitingOrder::Longest => indexed_by(backend, "agent_run_waiting"),
+        WaitingOrder::Deadline => String::new(),
+    };
+    let mut conditions = Conditions::default();
+    conditions.clauses.push(format!(
+        "status IN ({})",
+        RunStatus::sql_list(&RunStatus::WAITING)
+    ));
+    conditions.text("provider", filter.provider.as_deref());
+    if let Some(tool) = &filter.tool {
+        conditions.add(
+            |n| format!("pending_tools LIKE ${n}"),
+            vec![Bound::Text(format!("%,{tool},%"))],
+        );
+    }
+    conditions.text("requested_by", filter.requested_by.as_deref());
+    conditions.text("status", filter.kind.map(RunStatus::as_str));
+    conditions.search(backend, filter.search.as_ref());
+    if let Some((after, id)) = filter.after {
+        conditions.add(
+            |n| format!("({key}, id) > (${n}, ${})", n + 1),
+            vec![Bound::Int(after), Bound::Text(id.to_string())],
+        );
+    }
+    conditions.finish(
+        format!("SELECT {RUN_COLUMNS} FROM agent_run {index}"),
+        &format!("{key} ASC, id ASC"),
+        filter.limit.clamp(1, 1000),
+    )
+}
+
+/// The run list: newest first, after its cursor.
+pub(super) fn list_query(backend: Backend, filter: &RunFilter) -> Listing {
+    let mut conditions = Conditions::default();
+    conditions.text("status", filter.status.map(RunStatus::as_str));
+    conditions.text("provider", filter.provider.as_deref());
+    conditions.text("requested_by", filter.requested_by.as_deref());
+    if let Some(from) = filter.created_from_ms {
+        conditions.add(|n| format!("created_at_ms >= ${n}"), vec![Bound::Int(from)]);
+    }
+    if let Some(before) = filter.created_before_ms {
+        conditions.add(
+            |n| format!("created_at_ms < ${n}"),
+            vec![Bound::Int(before)],
+        );
+    }
+    conditions.search(backend, filter.search.as_ref());
+    if let Some((after, id)) = filter.after {
+        conditions.add(
+            |n| format!("(created_at_ms, id) < (${n}, ${})", n + 1),
+            vec![Bound::Int(after), Bound::Text(id.to_string())],
+        );
+    }
+    conditions.finish(
+        format!("SELECT {RUN_COLUMNS} FROM agent_run"),
+        "created_at_ms DESC, id DESC",
+        filter.limit.clamp(1, 500),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_conditions_a_filter_sets_are_in_the_query_numbered_in_order() {
+        let plain = list_query(
+            Backend::Postgres,
+            &RunFilter {
+                limit: 10,
+                ..RunFilter::default()
+            },
+        );
+        assert!(plain
+            .sql
+            .ends_with("FROM agent_run ORDER BY created_at_ms DESC, id DESC LIMIT $1"));
+        let filtered = list_query(
+            Backend::Sqlite,
+            &RunFilter {
+                status: Some(RunStatus::Completed),
+                search: SearchWords::parse("Deploy pro"),
+                after: Some((5, uuid::Uuid::nil())),
+                limit: 10,
+                ..RunFilter::default()
+            },
+        );
+        assert!(
+            filtered.sql.contains("status = $1 AND id IN ("),
+            "{}",
+            filtered.sql
+        );
+        assert!(filtered.sql.contains("MATCH $2)"));
+        assert!(filtered
+            .sql
+            .contains("(created_at_ms, id) < ($3, $4) ORDER BY"));
+        assert!(filtered.sql.ends_with("LIMIT $5"));
+        assert_eq!(filtered.binds.len(), 5);
+    }
+
+    #[test]
+    fn search_words_become_prefix_terms_that_must_all_match() {
+        let words = SearchWords::parse("Deploy \"pro\"* OR").unwrap();
+        assert_eq!(
+            search_text(Backend::Sqlite, &words),
+            "\"deploy\"* AND \"pro\"* AND \"or\"*"
+        );
+        assert_eq!(
+            search_text(Backend::Postgres, &words),
+            "deploy:* & pro:* & or:*"
+        );
+    }
+}
