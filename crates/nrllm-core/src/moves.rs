@@ -14,6 +14,41 @@ use crate::rules::RuleDraft;
 use crate::state::SuspendedState;
 use crate::submit::{self, Submission};
 
+/// Runs one bulk decision takes at most.
+pub const MAX_BULK_RUNS: usize = 100;
+
+/// A run picked for a bulk decision, with the digest of the turn its panel showed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pick {
+    pub id: Uuid,
+    pub digest: String,
+}
+
+/// What a bulk decision does to each run's whole turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkVerdict {
+    ApproveAll,
+    DenyAll,
+}
+
+impl BulkVerdict {
+    /// The button of a run's own form that decides the same.
+    pub fn button(self) -> &'static str {
+        match self {
+            BulkVerdict::ApproveAll => "approve_all",
+            BulkVerdict::DenyAll => "deny_all",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<BulkVerdict> {
+        match text {
+            "approve_all" => Some(BulkVerdict::ApproveAll),
+            "deny_all" => Some(BulkVerdict::DenyAll),
+            _ => None,
+        }
+    }
+}
+
 /// What the model reads for each call of a turn nobody decided in time.
 pub const EXPIRED_TEXT: &str =
     "No operator decided on this call before the approval deadline, so it was not run.";

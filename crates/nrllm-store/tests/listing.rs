@@ -53,7 +53,10 @@ async fn listed(store: &SqlRunStore, filter: RunFilter) -> Vec<Uuid> {
     runs.iter().map(|r| r.id).collect()
 }
 
+/// What a search for `text` finds once the queued runs are indexed.
 async fn searched(store: &SqlRunStore, text: &str) -> Vec<Uuid> {
+    while store.index_queued(2).await.unwrap() > 0 {}
+    assert_eq!(store.search_queue_len().await.unwrap(), 0);
     let search = SearchWords::parse(text);
     assert!(search.is_some(), "`{text}` has words");
     listed(
@@ -123,6 +126,10 @@ async fn search_finds_words_and_word_beginnings_in_prompts_and_answers_case_igno
             searched(&store, "\"menu\" OR deploy*").await.is_empty(),
             "{name}: no syntax"
         );
+        // A run only queues itself; it is found once the indexer passed.
+        let late = finished(&store, "a late prompt", "a late answer", "bob", t + 3).await;
+        assert_eq!(store.search_queue_len().await.unwrap(), 1, "{name}");
+        assert_eq!(searched(&store, "late answer").await, [late], "{name}");
         db.cleanup().await;
     }
 }
@@ -241,6 +248,7 @@ async fn the_inbox_filters_by_requester_kind_and_prompt_and_sorts_by_deadline() 
                 runs.iter().map(|r| r.id).collect::<Vec<_>>()
             }
         };
+        while store.index_queued(100).await.unwrap() > 0 {}
         assert_eq!(
             inbox(WaitingFilter::default()).await,
             [none.id, late.id, soon.id],
@@ -325,8 +333,12 @@ async fn a_purged_run_leaves_the_index_and_the_migration_indexes_runs_made_befor
         let kept = finished(&store, "keep me please", "ok", "alice", now_ms()).await;
         let name = db.name;
         assert_eq!(searched(&store, "please").await, [kept, gone], "{name}");
+        // Purged before the indexer passed: it leaves the queue too.
+        finished(&store, "never indexed", "ok", "alice", old).await;
+        assert_eq!(store.search_queue_len().await.unwrap(), 1, "{name}");
         let report = store.purge(now_ms() - 86_400_000, 0, 100).await.unwrap();
-        assert_eq!(report.runs, 1, "{name}");
+        assert_eq!(report.runs, 2, "{name}");
+        assert_eq!(store.search_queue_len().await.unwrap(), 0, "{name}");
         assert_eq!(searched(&store, "please").await, [kept], "{name}");
         assert_eq!(
             index_rows(&db.db).await,
@@ -339,10 +351,11 @@ async fn a_purged_run_leaves_the_index_and_the_migration_indexes_runs_made_befor
             nrllm_store::db::Backend::Sqlite => {
                 "DROP TRIGGER agent_run_search_insert; DROP TRIGGER agent_run_search_answer; \
                  DROP TRIGGER agent_run_search_delete; DROP TABLE agent_run_search; \
-                 DROP TABLE agent_run_search_key;"
+                 DROP TABLE agent_run_search_key; DROP TABLE agent_run_search_queue;"
             }
             nrllm_store::db::Backend::Postgres => {
-                "DROP TABLE agent_run_search; DROP FUNCTION agent_run_search_write CASCADE; \
+                "DROP TABLE agent_run_search; DROP TABLE agent_run_search_queue; \
+                 DROP FUNCTION agent_run_search_enqueue CASCADE; \
                  DROP FUNCTION agent_run_search_document;"
             }
         };

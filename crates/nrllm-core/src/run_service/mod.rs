@@ -16,6 +16,7 @@
 //!
 //! A [`RunListener`] sees each event at once, for live views.
 
+mod bulk;
 mod cancel;
 mod claim;
 mod claimed;
@@ -99,7 +100,7 @@ fn dispatches(id: Uuid, state: &SuspendedState, choices: &[Choice]) -> Vec<Dispa
 /// The largest state a waiting run keeps unless the service is told otherwise: 8 MB of JSON.
 pub const DEFAULT_MAX_STATE_BYTES: usize = 8 * 1024 * 1024;
 
-pub use crate::moves::EXPIRED_TEXT;
+pub use crate::moves::{BulkVerdict, Pick, EXPIRED_TEXT, MAX_BULK_RUNS};
 
 /// What an operator reads on a run that could not go on after a restart.
 pub const INTERRUPTED_SUMMARY: &str = "The server stopped while this run was running, and it \

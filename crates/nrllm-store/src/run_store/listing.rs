@@ -2,11 +2,16 @@
 //! filter sets are in the query (so that each database plans what is asked, not a query that
 //! must serve every filter), with keyset paging and the text search of each database.
 
-use nrllm_core::run_store::{RunFilter, RunStatus, SearchWords, WaitingFilter, WaitingOrder};
+use nrllm_core::run_store::{
+    RunFilter, RunStatus, SearchWords, StoreError, WaitingFilter, WaitingOrder,
+};
+use sqlx::Row as _;
 
 use crate::db::Backend;
 
-use super::queries::{indexed_by, AnyQuery, RUN_COLUMNS};
+use super::queries::{indexed_by, AnyQuery, Sweep, RUN_COLUMNS};
+use super::SqlRunStore;
+use crate::error::backend;
 
 /// A value a query binds.
 enum Bound {
@@ -116,6 +121,64 @@ fn search_text(backend: Backend, words: &SearchWords) -> String {
             .map(|word| format!("{word}:*"))
             .collect::<Vec<_>>()
             .join(" & "),
+    }
+}
+
+impl SqlRunStore {
+    /// How the database answers the queries that grow with the number of runs: the inbox's and
+    /// the runs page's first pages (and one searched) and the two sweeps for overdue runs, as `EXPLAIN QUERY PLAN`
+    /// (SQLite) or `EXPLAIN` (Postgres) prints them. For the benchmark of many waiting runs.
+    pub async fn query_plans(&self) -> Result<Vec<(&'static str, Vec<String>)>, StoreError> {
+        let explain = match self.db.backend() {
+            Backend::Sqlite => "EXPLAIN QUERY PLAN",
+            Backend::Postgres => "EXPLAIN",
+        };
+        let inbox = WaitingFilter {
+            limit: 51,
+            ..WaitingFilter::default()
+        };
+        let runs = RunFilter {
+            limit: 50,
+            ..RunFilter::default()
+        };
+        let searched = RunFilter {
+            search: SearchWords::parse("run"),
+            limit: 50,
+            ..RunFilter::default()
+        };
+        let waiting = waiting_query(self.db.backend(), &inbox);
+        let list = list_query(self.db.backend(), &runs);
+        let search = list_query(self.db.backend(), &searched);
+        let explained = |listing: &Listing| format!("{explain} {}", listing.sql);
+        let (waiting_sql, list_sql, search_sql) =
+            (explained(&waiting), explained(&list), explained(&search));
+        let deadlines = format!("{explain} {}", Sweep::Deadlines.sql(self.db.backend()));
+        let leases = format!("{explain} {}", Sweep::Leases.sql(self.db.backend()));
+        let sweep = |sql| sqlx::query(sql).bind(0_i64).bind(50_i64);
+        let mut plans = Vec::new();
+        for (name, query) in [
+            ("inbox, first page", waiting.query_as(&waiting_sql)),
+            ("runs list, first page", list.query_as(&list_sql)),
+            (
+                "runs list, searched for a word",
+                search.query_as(&search_sql),
+            ),
+            ("approval deadline sweep", sweep(&deadlines)),
+            ("lease sweep", sweep(&leases)),
+        ] {
+            let rows = query.fetch_all(self.db.pool()).await.map_err(backend)?;
+            let lines = rows
+                .iter()
+                .map(|row| match self.db.backend() {
+                    // id, parent, notused, detail
+                    Backend::Sqlite => row.try_get::<String, _>(3),
+                    Backend::Postgres => row.try_get::<String, _>(0),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(backend)?;
+            plans.push((name, lines));
+        }
+        Ok(plans)
     }
 }
 

@@ -10,6 +10,7 @@ pub(crate) mod queries;
 mod reads;
 mod rules;
 mod runs;
+mod search;
 mod write;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,67 +1,19 @@
 //! The queries that list runs (the run list, the inbox, the queue, the overdue sweeps), their
 //! binding, and the plans they run with.
 
-use nrllm_core::run_store::{RunFilter, RunRecord, RunStatus, StoreError, WaitingFilter};
+use nrllm_core::run_store::{RunRecord, RunStatus, StoreError};
 use nrllm_core::state::Counters;
-use sqlx::{Any, Row as _};
+use sqlx::Any;
 use uuid::Uuid;
 
 use crate::db::Backend;
 use crate::error::backend;
 use crate::transition::Cells;
 
-use super::listing;
 use super::write::*;
 use super::*;
 
 impl SqlRunStore {
-    /// How the database answers the queries that grow with the number of runs: the inbox's and
-    /// the runs page's first pages and the two sweeps for overdue runs, as `EXPLAIN QUERY PLAN`
-    /// (SQLite) or `EXPLAIN` (Postgres) prints them. For the benchmark of many waiting runs.
-    pub async fn query_plans(&self) -> Result<Vec<(&'static str, Vec<String>)>, StoreError> {
-        let explain = match self.db.backend() {
-            Backend::Sqlite => "EXPLAIN QUERY PLAN",
-            Backend::Postgres => "EXPLAIN",
-        };
-        let inbox = WaitingFilter {
-            limit: 51,
-            ..WaitingFilter::default()
-        };
-        let runs = RunFilter {
-            limit: 50,
-            ..RunFilter::default()
-        };
-        let waiting = listing::waiting_query(self.db.backend(), &inbox);
-        let list = listing::list_query(self.db.backend(), &runs);
-        let (waiting_sql, list_sql) = (
-            format!("{explain} {}", waiting.sql),
-            format!("{explain} {}", list.sql),
-        );
-        let deadlines = format!("{explain} {}", Sweep::Deadlines.sql(self.db.backend()));
-        let leases = format!("{explain} {}", Sweep::Leases.sql(self.db.backend()));
-        let sweep = |sql| sqlx::query(sql).bind(0_i64).bind(50_i64);
-        let mut plans = Vec::new();
-        for (name, query) in [
-            ("inbox, first page", waiting.query_as(&waiting_sql)),
-            ("runs list, first page", list.query_as(&list_sql)),
-            ("approval deadline sweep", sweep(&deadlines)),
-            ("lease sweep", sweep(&leases)),
-        ] {
-            let rows = query.fetch_all(self.db.pool()).await.map_err(backend)?;
-            let lines = rows
-                .iter()
-                .map(|row| match self.db.backend() {
-                    // id, parent, notused, detail
-                    Backend::Sqlite => row.try_get::<String, _>(3),
-                    Backend::Postgres => row.try_get::<String, _>(0),
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(backend)?;
-            plans.push((name, lines));
-        }
-        Ok(plans)
-    }
-
     /// The runs `sweep` finds overdue at `now_ms`, the longest overdue first.
     pub(super) async fn overdue(
         &self,
@@ -132,7 +84,7 @@ pub(super) enum Sweep {
 
 impl Sweep {
     /// Its query: ids of runs past their time at `$1`, the longest overdue first, `$2` of them.
-    fn sql(self, backend: Backend) -> String {
+    pub(super) fn sql(self, backend: Backend) -> String {
         let (statuses, column, index): (&[RunStatus], _, _) = match self {
             // Running runs are the few being driven now.
             Sweep::Leases => (

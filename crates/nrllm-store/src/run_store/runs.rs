@@ -408,6 +408,11 @@ impl RunStore for SqlRunStore {
                     .execute(&mut *tx)
                     .await
                     .map_err(backend)?;
+                sqlx::query("DELETE FROM agent_run_search_queue WHERE run_id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(backend)?;
                 let events = sqlx::query("DELETE FROM agent_run_event WHERE run_id = $1")
                     .bind(id)
                     .execute(&mut *tx)
