@@ -374,8 +374,10 @@ fn QuestionField(prefix: String, base: String, field: FieldView) -> impl IntoVie
 /// The question a run waiting for input asks, with its form: a button per choice, the fields of
 /// its schema, or a box for free text. It posts to `nrllm_input_answer`; the first answer to
 /// arrive wins.
+///
+/// `from_inbox`: after the answer the browser goes on to the next turn to decide.
 #[component]
-pub fn QuestionPanel(run: RunView) -> impl IntoView {
+pub fn QuestionPanel(run: RunView, #[prop(optional)] from_inbox: bool) -> impl IntoView {
     let Some(call) = run.pending.iter().find(|c| c.question.is_some()).cloned() else {
         return ().into_any();
     };
@@ -386,7 +388,7 @@ pub fn QuestionPanel(run: RunView) -> impl IntoView {
     });
     let prefix = format!("run-{}", run.summary.id);
     let asked = view! {
-        <h2 class="font-semibold">"The run asks you"</h2>
+        <h2 class="font-semibold" tabindex="-1" data-panel-heading="">"The run asks you"</h2>
         <p class="mt-1 whitespace-pre-wrap" data-testid="question">{question.text.clone()}</p>
         {run.summary.deadline.clone().map(|text| view! { <p class="mt-1 text-sm" data-testid="deadline">{text}</p> })}
     };
@@ -436,6 +438,7 @@ pub fn QuestionPanel(run: RunView) -> impl IntoView {
                 <input type="hidden" name=field!(NrllmInputAnswer, run_id) value=run.summary.id.clone() />
                 <input type="hidden" name=field!(NrllmInputAnswer, digest) value=run.digest.clone().unwrap_or_default() />
                 <input type="hidden" name=field!(NrllmInputAnswer, call_id) value=call.call_id.clone() />
+                {from_inbox.then(|| view! { <input type="hidden" name=field!(NrllmInputAnswer, then) value="next" /> })}
                 {answer}
             </form>
         </section>
@@ -444,9 +447,14 @@ pub fn QuestionPanel(run: RunView) -> impl IntoView {
 }
 
 /// The decision form for one waiting run. `shortcuts`: this is the page's only panel, so the
-/// buttons carry the `a` / `d` keys and the ids the keyboard shortcuts look for.
+/// buttons carry the `a` / `d` keys and the ids the keyboard shortcuts look for. `from_inbox`:
+/// after the decision the browser goes on to the next turn to decide.
 #[component]
-pub fn ApprovalPanel(run: RunView, shortcuts: bool) -> impl IntoView {
+pub fn ApprovalPanel(
+    run: RunView,
+    shortcuts: bool,
+    #[prop(optional)] from_inbox: bool,
+) -> impl IntoView {
     let count = run.pending.len();
     // Element ids are unique on a page that shows several panels (the inbox).
     let prefix = format!("run-{}", run.summary.id);
@@ -482,13 +490,14 @@ pub fn ApprovalPanel(run: RunView, shortcuts: bool) -> impl IntoView {
     }
     view! {
         <section class="mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30" data-testid="approval-panel">
-            <h2 class="font-semibold">{format!("Needs your decision — {count} call(s) hold this turn")}</h2>
+            <h2 class="font-semibold" tabindex="-1" data-panel-heading="">{format!("Needs your decision — {count} call(s) hold this turn")}</h2>
             {run.summary.deadline.clone().map(|text| view! { <p class="mt-1 text-sm" data-testid="deadline">{text}</p> })}
             <form method="post" action={action::<NrllmToolResume>()} class="mt-3 space-y-3" data-approval-form="">
                 <CsrfField />
                 <input type="hidden" name=field!(NrllmToolResume, run_id) value=run.summary.id.clone() />
                 <input type="hidden" name=field!(NrllmToolResume, digest) value=run.digest.clone().unwrap_or_default() data-testid="digest" />
                 <input type="hidden" name=field!(NrllmToolResume, acknowledge_discard) value="" />
+                {from_inbox.then(|| view! { <input type="hidden" name=field!(NrllmToolResume, then) value="next" /> })}
                 <ol class="space-y-3">{calls}</ol>
                 <div>
                     <label for=reason_id.clone() class="text-sm font-medium">"Reason for every denied call without its own (the model reads it)"</label>

@@ -61,6 +61,11 @@ pub fn accepting(state: &AppState) -> Result<(), AppError> {
     Ok(())
 }
 
+/// A form field's text, trimmed; `None` when it is missing or blank.
+pub fn present(text: Option<String>) -> Option<String> {
+    text.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty())
+}
+
 /// Refuses `text` in `field` if it is longer than `max` characters.
 pub fn at_most(field: &str, text: Option<&str>, max: usize) -> Result<(), AppError> {
     match text {
@@ -78,7 +83,8 @@ pub const INBOX_PAGE: u32 = 50;
 /// Waiting runs whose previews are built at the same time.
 pub const INBOX_PREVIEWS_AT_ONCE: usize = 8;
 
-/// An inbox cursor: `<updated_at_ms>.<run id>` of the last run on the page before.
+/// An inbox cursor: `<key>.<run id>` of the last run on the page before (the key of the page's
+/// order: when the run began waiting, or its deadline).
 pub fn parse_cursor(text: &str) -> Result<(i64, Uuid), AppError> {
     text.split_once('.')
         .and_then(|(ms, id)| Some((ms.parse().ok()?, Uuid::parse_str(id).ok()?)))
@@ -88,16 +94,4 @@ pub fn parse_cursor(text: &str) -> Result<(i64, Uuid), AppError> {
 pub fn parse_run_id(text: &str) -> Result<Uuid, AppError> {
     Uuid::parse_str(text.trim())
         .map_err(|_| AppError::invalid("run_id", format!("`{text}` is not a run id")))
-}
-
-/// A decision or an answer was claimed: the worker is woken, a browser goes back to the run.
-pub fn queued(state: &AppState, id: Uuid) -> crate::page_data::ResumeAccepted {
-    state.queue.wake();
-    if crate::server::wants_html() {
-        leptos_axum::redirect(&format!("/runs/{id}"));
-    }
-    crate::page_data::ResumeAccepted {
-        run_id: id.to_string(),
-        status: crate::page_data::RunStatus::Queued,
-    }
 }

@@ -9,85 +9,55 @@ use leptos::prelude::*;
 
 use crate::api::SubmittedCall;
 use crate::error::AppError;
-use crate::page_data::{ApprovalsPage, ResumeAccepted};
+use crate::page_data::inbox::ApprovalsPage;
+use crate::page_data::ResumeAccepted;
 
-/// Runs waiting for a decision, oldest first (the approvals inbox), each with its pending calls,
-/// previews and digest: `configuration` and `tool` filter, `after` (the `next_after` of the page
-/// before) pages on. Previews are built concurrently, each within a time limit.
+/// Runs waiting for a decision (the approvals inbox), each with its pending calls, previews and
+/// digest: filtered and sorted as `nrllm_inbox` is (`configuration`, `tool`, `requester`,
+/// `kind`, `q`, `sort`); `after` (the `next_after` of the page before) pages on. Previews are
+/// built concurrently, each within a time limit.
 #[server(endpoint = "nrllm_approvals_list")]
 pub async fn nrllm_approvals_list(
     configuration: Option<String>,
     tool: Option<String>,
     after: Option<String>,
     limit: Option<u32>,
+    requester: Option<String>,
+    kind: Option<String>,
+    q: Option<String>,
+    sort: Option<String>,
 ) -> Result<ApprovalsPage, AppError> {
-    use crate::server::{present, request::state};
+    use crate::api::waiting::{self, InboxQuery};
     use futures::StreamExt;
-    use nrllm_core::run_store::WaitingFilter;
     let who = crate::server::request::require(nrllm_types::Role::Viewer)?;
-    let state = state()?;
-    let present = |v: Option<String>| v.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-    let after = match present(after) {
-        None => None,
-        Some(cursor) => Some(crate::api::checks::parse_cursor(&cursor)?),
-    };
-    let limit = limit
-        .unwrap_or(crate::api::checks::INBOX_PAGE)
-        .clamp(1, 200);
-    let filter = WaitingFilter {
-        provider: present(configuration),
-        tool: present(tool),
+    let state = crate::server::request::state()?;
+    let query = InboxQuery::read(
+        [configuration, tool, requester, kind, q, sort],
         after,
-        limit: limit + 1,
-    };
-    let mut waiting = state
-        .store
-        .waiting(&filter)
-        .await
-        .map_err(|err| AppError::internal("listing waiting runs", err))?;
-    let more = waiting.len() > limit as usize;
-    waiting.truncate(limit as usize);
-    let next_after = more
-        .then(|| {
-            waiting
-                .last()
-                .map(|r| format!("{}.{}", r.updated_at_ms, r.id))
-        })
-        .flatten();
+        limit,
+    )?;
+    let (waiting, next_after) = waiting::page(&state, &query).await?;
     let runs: Vec<_> = futures::stream::iter(waiting)
         .map(|run| {
             let (state, who) = (&state, &who);
-            async move {
-                let pending = state.runs.pending(&run).await;
-                let mut view = present::run_view(&run, &[], None, pending.as_ref(), None);
-                view.decide_block = crate::api::checks::decide_block(state, &run, who).await?;
-                Ok::<_, AppError>(view)
-            }
+            async move { waiting::waiting_view(state, &run, who).await }
         })
         .buffered(crate::api::checks::INBOX_PREVIEWS_AT_ONCE)
         .collect()
         .await;
-    let runs = runs.into_iter().collect::<Result<_, _>>()?;
-    let mut tools: Vec<String> = state
-        .registry
-        .specs()
-        .into_iter()
-        .filter(|spec| spec.requires_approval)
-        .map(|spec| spec.name)
-        .collect();
-    tools.sort();
     Ok(ApprovalsPage {
-        runs,
+        runs: runs.into_iter().collect::<Result<_, _>>()?,
         next_after,
         configurations: state.configurations.names(),
-        tools,
+        tools: waiting::gated_tools(&state),
     })
 }
 
 /// Applies an operator's decision to a waiting run: exactly what the form showed when its button
 /// was pressed (edited arguments run, each reason reaches its call; a button that would drop typed
 /// text is refused unless `acknowledge_discard` is set). The claim happens now (exactly one
-/// decision wins); the run continues in the background.
+/// decision wins); the run continues in the background. A browser goes back to the run's page,
+/// or with `then=next` (the inbox's forms) to the next turn it may decide.
 #[server(endpoint = "nrllm_tool_resume")]
 pub async fn nrllm_tool_resume(
     run_id: String,
@@ -96,6 +66,7 @@ pub async fn nrllm_tool_resume(
     digest: Option<String>,
     calls: Option<Vec<SubmittedCall>>,
     acknowledge_discard: Option<String>,
+    then: Option<String>,
 ) -> Result<ResumeAccepted, AppError> {
     use crate::server::{request::require, request::state, wants_html};
     let who = require(nrllm_types::Role::Viewer)?;
@@ -122,7 +93,7 @@ pub async fn nrllm_tool_resume(
         .runs
         .claim_submission(id, &submission, &who, digest.as_deref())
         .await?;
-    Ok(crate::api::checks::queued(&state, id))
+    crate::api::waiting::decided(&state, id, &who, then.as_deref()).await
 }
 
 /// Answers the question a waiting run asks (`ask_operator`): `answer` — the text, or one of the
@@ -133,6 +104,7 @@ pub async fn nrllm_tool_resume(
 /// several (default: the first). An answer decides only its question: on a turn whose other
 /// calls wait for a decision too it is refused (`409`, naming them); such a turn is decided
 /// whole with `nrllm_tool_resume` (`per_call`, the question's entry carrying the answer).
+/// `then=next`: a browser goes on to the next turn it may decide, as with `nrllm_tool_resume`.
 #[server(endpoint = "nrllm_input_answer")]
 pub async fn nrllm_input_answer(
     run_id: String,
@@ -140,6 +112,7 @@ pub async fn nrllm_input_answer(
     call_id: Option<String>,
     answer: Option<String>,
     fields: Option<std::collections::BTreeMap<String, String>>,
+    then: Option<String>,
 ) -> Result<ResumeAccepted, AppError> {
     use crate::server::{request::require, request::state};
     let who = require(nrllm_types::Role::Viewer)?;
@@ -152,5 +125,5 @@ pub async fn nrllm_input_answer(
         .runs
         .claim_answer(id, call_id.as_deref(), &answer, &who, digest.as_deref())
         .await?;
-    Ok(crate::api::checks::queued(&state, id))
+    crate::api::waiting::decided(&state, id, &who, then.as_deref()).await
 }

@@ -10,13 +10,17 @@ pub mod accounts;
 #[cfg(feature = "ssr")]
 pub(crate) mod checks;
 pub mod decisions;
+pub mod inbox;
 pub mod rules;
 #[cfg(feature = "ssr")]
 mod run_form;
 pub mod runs;
 pub mod system;
+#[cfg(feature = "ssr")]
+pub(crate) mod waiting;
 
 pub use decisions::*;
+pub use inbox::*;
 pub use nrllm_types::submission::SubmittedCall;
 pub use runs::*;
 pub use system::*;

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod inbox;
+
 pub use nrllm_types::{RunStatus, TerminationReason};
 
 /// The longest texts an operator may type (the core refuses longer ones).
@@ -490,16 +492,6 @@ pub struct McpServerView {
 pub struct ResumeAccepted {
     pub run_id: String,
     pub status: RunStatus,
-}
-
-/// A page of the approvals inbox, oldest first; `next_after` continues it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ApprovalsPage {
-    pub runs: Vec<RunView>,
-    pub next_after: Option<String>,
-    /// What the inbox can be filtered by.
-    pub configurations: Vec<String>,
-    pub tools: Vec<String>,
 }
 
 /// A page of runs, newest first; `next_before` continues the list.

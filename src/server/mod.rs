@@ -9,6 +9,7 @@ pub mod configurations;
 pub mod diff;
 pub mod export;
 pub mod health;
+pub mod indexer;
 pub mod json_body;
 pub mod leases;
 pub mod live;
@@ -188,8 +189,8 @@ impl AppState {
     }
 
     /// Starts the work the server does besides answering requests (until shutdown): the leases'
-    /// heartbeat and reaper, the queue's worker, the webhook sender, and on Postgres the listener
-    /// for other instances' commits and tool settings.
+    /// heartbeat and reaper, the queue's worker, the search indexer, the webhook sender, and on
+    /// Postgres the listener for other instances' commits and tool settings.
     pub fn start_background(&self) {
         tokio::spawn(Arc::clone(&self.leases).run(self.shutdown.clone()));
         // The rate limiters forget the keys whose limits refilled: what failed logins and run
@@ -204,6 +205,7 @@ impl AppState {
             }
         });
         tokio::spawn(Arc::clone(&self.queue).run(self.remote.clone(), self.shutdown.clone()));
+        tokio::spawn(indexer::run(self.sql_store.clone(), self.shutdown.clone()));
         if let Some(remote) = &self.remote {
             tokio::spawn(Arc::clone(remote).run(self.shutdown.clone()));
             tokio::spawn(live::announce_forming(

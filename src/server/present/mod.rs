@@ -1,6 +1,7 @@
 //! Turns stored runs and events into the page data of `crate::page_data`: one module per thing a
 //! page shows.
 
+mod inbox;
 mod json;
 mod pending;
 mod runs;
@@ -9,6 +10,7 @@ mod system;
 #[cfg(test)]
 mod tests;
 
+pub use inbox::*;
 pub use json::*;
 pub use pending::*;
 pub use runs::*;

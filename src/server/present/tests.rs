@@ -18,7 +18,7 @@ fn stored(sequence: i64, event: &Event) -> StoredEvent {
     }
 }
 
-fn record(last_sequence: i64) -> RunRecord {
+pub(super) fn record(last_sequence: i64) -> RunRecord {
     RunRecord {
         id: uuid::Uuid::nil(),
         status: RunStatus::Completed,

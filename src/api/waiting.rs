@@ -1,0 +1,297 @@
+//! What the server functions of waiting runs share: the inbox's filter as a form gives it, a page
+//! of waiting runs, one waiting run's panel, the next turn a person may decide, and where a
+//! browser goes after deciding.
+
+use nrllm_core::run_store::{RunRecord, RunStatus, SearchWords, WaitingFilter, WaitingOrder};
+use nrllm_store::accounts::Principal;
+use uuid::Uuid;
+
+use crate::api::checks::{at_most, decide_block, parse_cursor, present, INBOX_PAGE};
+use crate::error::AppError;
+use crate::page_data::{ResumeAccepted, RunView};
+use crate::server::AppState;
+
+/// Characters of one filter's text at most.
+const MAX_FILTER_CHARS: usize = 200;
+
+/// The inbox's filter fields, in the order [`InboxQuery::read`] takes them.
+const FILTER_FIELDS: [&str; 6] = ["configuration", "tool", "requester", "kind", "q", "sort"];
+
+/// The inbox's filter, order and page, read from its form, and the same again for its links.
+pub struct InboxQuery {
+    pub filter: WaitingFilter,
+    /// The filters set, by field name, as the page's links carry them on.
+    pairs: Vec<(&'static str, String)>,
+    /// This page's cursor, as it came.
+    after: Option<String>,
+    /// Rows a page shows.
+    limit: u32,
+}
+
+impl InboxQuery {
+    /// The inbox's query from its fields: configuration, tool, requester, kind (`approval` or
+    /// `input`), q (words of the prompt) and sort (`waiting` or `deadline`); `after` a cursor.
+    pub fn read(
+        fields: [Option<String>; 6],
+        after: Option<String>,
+        limit: Option<u32>,
+    ) -> Result<InboxQuery, AppError> {
+        let fields = fields.map(present);
+        let mut pairs = Vec::new();
+        for (name, value) in FILTER_FIELDS.into_iter().zip(&fields) {
+            at_most(name, value.as_deref(), MAX_FILTER_CHARS)?;
+            if let Some(value) = value {
+                pairs.push((name, value.clone()));
+            }
+        }
+        let [configuration, tool, requester, kind, q, sort] = fields;
+        let kind = kind.map(|kind| waiting_kind(&kind)).transpose()?;
+        let order = match sort.as_deref() {
+            None | Some("waiting") => WaitingOrder::Longest,
+            Some("deadline") => WaitingOrder::Deadline,
+            Some(other) => {
+                return Err(AppError::invalid(
+                    "sort",
+                    format!("`{other}` is not an order of the inbox (waiting or deadline)"),
+                ))
+            }
+        };
+        let after = present(after);
+        let cursor = after.as_deref().map(parse_cursor).transpose()?;
+        let limit = limit.unwrap_or(INBOX_PAGE).clamp(1, 200);
+        Ok(InboxQuery {
+            filter: WaitingFilter {
+                provider: configuration,
+                tool,
+                requested_by: requester,
+                kind,
+                search: q.as_deref().and_then(SearchWords::parse),
+                order,
+                after: cursor,
+                limit: limit + 1,
+            },
+            pairs,
+            after,
+            limit,
+        })
+    }
+
+    /// The inbox with the same filters: on this page with `open`'s panel open, or, given
+    /// `next`, the page after this one.
+    pub fn href(&self, open: Option<Uuid>, next: Option<&str>) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (name, value) in &self.pairs {
+            query.append_pair(name, value);
+        }
+        if let Some(after) = next.or(self.after.as_deref()) {
+            query.append_pair("after", after);
+        }
+        if let Some(open) = open {
+            query.append_pair("open", &open.to_string());
+        }
+        let query = query.finish();
+        let anchor = open.map(|id| format!("#row-{id}")).unwrap_or_default();
+        match query.is_empty() {
+            true => format!("/approvals{anchor}"),
+            false => format!("/approvals?{query}{anchor}"),
+        }
+    }
+}
+
+/// A kind of waiting as the inbox's filter names it.
+fn waiting_kind(text: &str) -> Result<RunStatus, AppError> {
+    match text {
+        "approval" | "waiting_for_approval" => Ok(RunStatus::WaitingForApproval),
+        "input" | "waiting_for_input" => Ok(RunStatus::WaitingForInput),
+        other => Err(AppError::invalid(
+            "kind",
+            format!("`{other}` is not a kind of waiting (approval or input)"),
+        )),
+    }
+}
+
+/// A page of the waiting runs `query` asks for, and the cursor of the page after it.
+pub async fn page(
+    state: &AppState,
+    query: &InboxQuery,
+) -> Result<(Vec<RunRecord>, Option<String>), AppError> {
+    let mut waiting = state
+        .store
+        .waiting(&query.filter)
+        .await
+        .map_err(|err| AppError::internal("listing waiting runs", err))?;
+    let more = waiting.len() > query.limit as usize;
+    waiting.truncate(query.limit as usize);
+    let next = waiting.last().filter(|_| more).map(|run| {
+        let key = WaitingFilter::key(
+            query.filter.order,
+            run.updated_at_ms,
+            run.approval_deadline_ms,
+        );
+        format!("{key}.{}", run.id)
+    });
+    Ok((waiting, next))
+}
+
+/// Waiting run `run` as its panel shows it to `who`: its calls with their previews, the digest
+/// of the turn, and why `who` cannot decide it, if they cannot.
+pub async fn waiting_view(
+    state: &AppState,
+    run: &RunRecord,
+    who: &Principal,
+) -> Result<RunView, AppError> {
+    let pending = state.runs.pending(run).await;
+    let mut view = crate::server::present::run_view(run, &[], None, pending.as_ref(), None);
+    view.decide_block = decide_block(state, run, who).await?;
+    Ok(view)
+}
+
+/// Run `id`'s panel for `who`, if the run waits.
+pub async fn panel_view(
+    state: &AppState,
+    id: Uuid,
+    who: &Principal,
+) -> Result<Option<RunView>, AppError> {
+    let run = state
+        .store
+        .get(id)
+        .await
+        .map_err(|err| AppError::internal("reading a run", err))?;
+    match run.filter(|run| RunStatus::WAITING.contains(&run.status)) {
+        Some(run) => Ok(Some(waiting_view(state, &run, who).await?)),
+        None => Ok(None),
+    }
+}
+
+/// Waiting runs looked at for the next one a person may decide.
+const NEXT_LOOKS_AT: u32 = 25;
+
+/// The longest waiting turn `who` may decide (among the longest waiting few), if any.
+pub async fn next_to_decide(state: &AppState, who: &Principal) -> Result<Option<Uuid>, AppError> {
+    let filter = WaitingFilter {
+        limit: NEXT_LOOKS_AT,
+        ..WaitingFilter::default()
+    };
+    let waiting = state
+        .store
+        .waiting(&filter)
+        .await
+        .map_err(|err| AppError::internal("listing waiting runs", err))?;
+    for run in &waiting {
+        if decide_block(state, run, who).await?.is_none() {
+            return Ok(Some(run.id));
+        }
+    }
+    Ok(None)
+}
+
+/// The tools whose calls wait for a decision, by name (what the inbox filters by).
+pub fn gated_tools(state: &AppState) -> Vec<String> {
+    let mut tools: Vec<String> = state
+        .registry
+        .specs()
+        .into_iter()
+        .filter(|spec| spec.requires_approval)
+        .map(|spec| spec.name)
+        .collect();
+    tools.sort();
+    tools
+}
+
+/// A decision or an answer on run `id` was claimed: the worker is woken; a browser goes back to
+/// the run, or — `then` = `next`, from the inbox — to the next turn `who` may decide.
+pub async fn decided(
+    state: &AppState,
+    id: Uuid,
+    who: &Principal,
+    then: Option<&str>,
+) -> Result<ResumeAccepted, AppError> {
+    state.queue.wake();
+    if crate::server::wants_html() {
+        let target = match then {
+            Some("next") => match next_to_decide(state, who).await? {
+                Some(next) => format!("/approvals?open={next}#row-{next}"),
+                None => "/approvals".to_owned(),
+            },
+            _ => format!("/runs/{id}"),
+        };
+        leptos_axum::redirect(&target);
+    }
+    Ok(ResumeAccepted {
+        run_id: id.to_string(),
+        status: crate::page_data::RunStatus::Queued,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(pairs: &[(&str, &str)]) -> [Option<String>; 6] {
+        FILTER_FIELDS.map(|name| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    #[test]
+    fn the_inbox_query_reads_its_filters_and_refuses_what_it_does_not_know() {
+        let query = InboxQuery::read(
+            fields(&[
+                ("configuration", " demo "),
+                ("kind", "input"),
+                ("q", "Deploy  prod!"),
+                ("sort", "deadline"),
+                ("requester", ""),
+            ]),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(query.filter.provider.as_deref(), Some("demo"));
+        assert_eq!(query.filter.kind, Some(RunStatus::WaitingForInput));
+        assert_eq!(query.filter.order, WaitingOrder::Deadline);
+        assert_eq!(query.filter.requested_by, None, "blank is no filter");
+        assert_eq!(
+            query.filter.search.as_ref().map(|s| s.words().to_vec()),
+            Some(vec!["deploy".to_owned(), "prod".to_owned()])
+        );
+        assert_eq!(
+            query.filter.limit,
+            INBOX_PAGE + 1,
+            "one more: is there a next page"
+        );
+        for (field, value) in [("kind", "budget"), ("sort", "name")] {
+            let err = InboxQuery::read(fields(&[(field, value)]), None, None)
+                .err()
+                .unwrap();
+            assert_eq!(err.field(), Some(field));
+        }
+        let long = "x".repeat(MAX_FILTER_CHARS + 1);
+        assert!(InboxQuery::read(fields(&[("q", &long)]), None, None).is_err());
+        assert!(InboxQuery::read(fields(&[]), Some("nope".into()), None).is_err());
+    }
+
+    #[test]
+    fn the_inbox_links_keep_the_filters_encoded() {
+        let hostile = "\"><script>&x=1";
+        let query = InboxQuery::read(
+            fields(&[("q", hostile), ("tool", "update_page")]),
+            Some(format!("5.{}", Uuid::nil())),
+            None,
+        )
+        .unwrap();
+        let id = Uuid::from_u128(7);
+        let open = query.href(Some(id), None);
+        assert!(
+            open.starts_with("/approvals?tool=update_page&q=%22%3E%3Cscript%3E%26x%3D1&after=5.")
+        );
+        assert!(open.ends_with(&format!("&open={id}#row-{id}")));
+        let next = query.href(None, Some("9.abc"));
+        assert!(next.ends_with("&after=9.abc"), "{next}");
+        let plain = InboxQuery::read(fields(&[]), None, None).unwrap();
+        assert_eq!(plain.href(None, None), "/approvals");
+    }
+}
