@@ -3,7 +3,10 @@
 //! server binary on it and measures:
 //! - its resident memory (`VmRSS`) a second after it starts listening;
 //! - `GET /approvals` (the inbox's first page), the median of 20;
-//! - `nrllm_runs_list` (the runs page's data, first page), the median of 20;
+//! - `GET /approvals`'s HTML size;
+//! - `nrllm_runs_list` (the runs page's data, first page), the median of 20, plain and searched
+//!   for a word one run in a thousand holds and for one every run holds;
+//! - how long the search index takes to index the runs added (before the server starts);
 //! - approving one run (`nrllm_tool_resume`, answered once the claim is committed), the median of 5.
 //!
 //! With `--check`, exits 1 if any figure at a size is more than 3× its figure at the first size.
@@ -198,11 +201,18 @@ async fn fill(store: &Arc<SqlRunStore>, template: &Arc<Template>, count: usize) 
             let template = Arc::clone(template);
             let share = count / writers + usize::from(w < count % writers);
             tokio::spawn(async move {
-                for _ in 0..share {
+                for n in 0..share {
                     let now = nrllm_core::clock::now_ms();
+                    // A word one run in a thousand holds, for the search.
+                    let mut configuration = template.configuration.clone();
+                    configuration.prompt = format!(
+                        "{} (word{:03})",
+                        configuration.prompt,
+                        (n * writers + w) % 1000
+                    );
                     let run = NewRun {
                         id: Uuid::now_v7(),
-                        configuration: template.configuration.clone(),
+                        configuration,
                         requested_by: "bench".into(),
                         copied: template.events.clone(),
                     };
@@ -235,8 +245,24 @@ fn median_ms(mut samples: Vec<f64>) -> f64 {
 struct Figures {
     rss_mb: f64,
     approvals_ms: f64,
+    approvals_kb: f64,
     list_ms: f64,
+    /// The run list searched for a word one run in a thousand holds, and for one every run holds.
+    rare_ms: f64,
+    common_ms: f64,
     approve_ms: f64,
+}
+
+/// The median time of 20 calls of `endpoint` with `body`.
+async fn timed(token: &str, endpoint: &str, body: Value) -> f64 {
+    let mut samples = Vec::new();
+    for _ in 0..20 {
+        let started = Instant::now();
+        let (status, answer) = call(token, endpoint, body.clone()).await;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(status, 200, "{answer}");
+    }
+    median_ms(samples)
 }
 
 async fn measure(binary: &str, dir: &std::path::Path, token: &str, store: &SqlRunStore) -> Figures {
@@ -253,6 +279,7 @@ async fn measure(binary: &str, dir: &std::path::Path, token: &str, store: &SqlRu
         .expect("waiting runs");
     let oldest = waiting.first().expect("a waiting run").id.to_string();
     let mut approvals = Vec::new();
+    let mut approvals_kb = 0.0;
     for _ in 0..20 {
         let started = Instant::now();
         let response = client()
@@ -264,15 +291,12 @@ async fn measure(binary: &str, dir: &std::path::Path, token: &str, store: &SqlRu
         assert_eq!(response.status().as_u16(), 200);
         let page = response.text().await.expect("the inbox's HTML");
         approvals.push(started.elapsed().as_secs_f64() * 1000.0);
+        approvals_kb = page.len() as f64 / 1024.0;
         assert!(page.contains(&oldest), "the inbox shows the oldest wait");
     }
-    let mut list = Vec::new();
-    for _ in 0..20 {
-        let started = Instant::now();
-        let (status, body) = call(token, "nrllm_runs_list", json!({})).await;
-        list.push(started.elapsed().as_secs_f64() * 1000.0);
-        assert_eq!(status, 200, "{body}");
-    }
+    let list_ms = timed(token, "nrllm_runs_list", json!({})).await;
+    let rare_ms = timed(token, "nrllm_runs_list", json!({ "q": "word042" })).await;
+    let common_ms = timed(token, "nrllm_runs_list", json!({ "q": "filled" })).await;
     let mut approve = Vec::new();
     for run in waiting {
         let started = Instant::now();
@@ -291,7 +315,10 @@ async fn measure(binary: &str, dir: &std::path::Path, token: &str, store: &SqlRu
     Figures {
         rss_mb,
         approvals_ms: median_ms(approvals),
-        list_ms: median_ms(list),
+        approvals_kb,
+        list_ms,
+        rare_ms,
+        common_ms,
         approve_ms: median_ms(approve),
     }
 }
@@ -331,8 +358,11 @@ async fn main() {
     let store = Arc::new(SqlRunStore::new(db.clone()));
     let template = Arc::new(template(&args.binary, dir.path(), &token, &store).await);
 
-    println!("| waiting runs | fill | server RSS | /approvals | nrllm_runs_list | approve one |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| waiting runs | fill | search index | server RSS | /approvals | its HTML | nrllm_runs_list | \
+         searched, 1 in 1,000 | searched, every run | approve one |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut first: Option<Figures> = None;
     let mut failed = Vec::new();
     let mut filled = 1; // the template
@@ -341,11 +371,21 @@ async fn main() {
         // Five runs of each size are approved while it is measured.
         fill(&store, &template, size.saturating_sub(filled)).await;
         let fill_s = started.elapsed().as_secs_f64();
+        // The server's indexer would take the queued runs in batches; here, before it starts.
+        let started = Instant::now();
+        while store.index_queued(1000).await.expect("the search index") > 0 {}
+        let index_s = started.elapsed().as_secs_f64();
         let figures = measure(&args.binary, dir.path(), &token, &store).await;
         filled = size;
         println!(
-            "| {size} | {fill_s:.1} s | {:.1} MB | {:.2} ms | {:.2} ms | {:.2} ms |",
-            figures.rss_mb, figures.approvals_ms, figures.list_ms, figures.approve_ms
+            "| {size} | {fill_s:.1} s | {index_s:.1} s | {:.1} MB | {:.2} ms | {:.0} KB | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
+            figures.rss_mb,
+            figures.approvals_ms,
+            figures.approvals_kb,
+            figures.list_ms,
+            figures.rare_ms,
+            figures.common_ms,
+            figures.approve_ms
         );
         match &first {
             None => first = Some(figures),
@@ -373,6 +413,8 @@ fn over_threefold(figures: &Figures, base: &Figures, size: usize, first: usize) 
         ("server RSS", figures.rss_mb, base.rss_mb),
         ("/approvals", figures.approvals_ms, base.approvals_ms),
         ("nrllm_runs_list", figures.list_ms, base.list_ms),
+        ("searched, 1 in 1,000", figures.rare_ms, base.rare_ms),
+        ("searched, every run", figures.common_ms, base.common_ms),
         ("approve one", figures.approve_ms, base.approve_ms),
     ]
     .into_iter()

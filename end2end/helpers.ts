@@ -1,5 +1,6 @@
-// Steps the specs share: start a run from the playground form, wait for a part of the run page.
-import { expect, Page } from "@playwright/test";
+// Steps the specs share: start a run from the playground form or the API, wait for a part of the
+// run page, approve a run through the API.
+import { APIRequestContext, expect, Page } from "@playwright/test";
 
 /** Fills the playground form (prompt, and any other labelled field) and starts the run. */
 export async function startRun(
@@ -30,4 +31,38 @@ export async function waitFor(page: Page, testId: string, reload: boolean) {
     }
   }
   await expect(target.first()).toBeVisible();
+}
+
+/** A run as the API shows it. */
+export async function runView(request: APIRequestContext, runId: string) {
+  return (await request.post("/api/nrllm_run_get", { data: { run_id: runId } })).json();
+}
+
+/** Starts a run through the API and waits until it waits for a decision. */
+export async function startWaiting(request: APIRequestContext, prompt: string, configuration = "demo") {
+  const started = await request.post("/api/nrllm_tool_run", { data: { prompt, configuration } });
+  expect(started.status()).toBe(200);
+  const runId: string = await started.json();
+  let view = await runView(request, runId);
+  for (let i = 0; i < 60 && view.summary.status !== "waiting_for_approval"; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    view = await runView(request, runId);
+  }
+  expect(view.summary.status).toBe("waiting_for_approval");
+  return { runId, view };
+}
+
+/** Starts a run through the API and approves it, waiting until it completes. */
+export async function runApproved(request: APIRequestContext, prompt: string) {
+  const { runId, view } = await startWaiting(request, prompt);
+  const ok = await request.post("/api/nrllm_tool_resume", {
+    data: { run_id: runId, decision: "approve_all", digest: view.digest },
+  });
+  expect(ok.status()).toBe(200);
+  let done = await runView(request, runId);
+  for (let i = 0; i < 60 && done.summary.status !== "completed"; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    done = await runView(request, runId);
+  }
+  expect(done.summary.status).toBe("completed");
 }

@@ -375,9 +375,9 @@ fn QuestionField(prefix: String, base: String, field: FieldView) -> impl IntoVie
 /// its schema, or a box for free text. It posts to `nrllm_input_answer`; the first answer to
 /// arrive wins.
 ///
-/// `from_inbox`: after the answer the browser goes on to the next turn to decide.
+/// `then` (from the inbox: `next?<its filters>`): where the browser goes after the answer.
 #[component]
-pub fn QuestionPanel(run: RunView, #[prop(optional)] from_inbox: bool) -> impl IntoView {
+pub fn QuestionPanel(run: RunView, #[prop(optional)] then: Option<String>) -> impl IntoView {
     let Some(call) = run.pending.iter().find(|c| c.question.is_some()).cloned() else {
         return ().into_any();
     };
@@ -438,7 +438,7 @@ pub fn QuestionPanel(run: RunView, #[prop(optional)] from_inbox: bool) -> impl I
                 <input type="hidden" name=field!(NrllmInputAnswer, run_id) value=run.summary.id.clone() />
                 <input type="hidden" name=field!(NrllmInputAnswer, digest) value=run.digest.clone().unwrap_or_default() />
                 <input type="hidden" name=field!(NrllmInputAnswer, call_id) value=call.call_id.clone() />
-                {from_inbox.then(|| view! { <input type="hidden" name=field!(NrllmInputAnswer, then) value="next" /> })}
+                {then.map(|then| view! { <input type="hidden" name=field!(NrllmInputAnswer, then) value=then /> })}
                 {answer}
             </form>
         </section>
@@ -447,13 +447,13 @@ pub fn QuestionPanel(run: RunView, #[prop(optional)] from_inbox: bool) -> impl I
 }
 
 /// The decision form for one waiting run. `shortcuts`: this is the page's only panel, so the
-/// buttons carry the `a` / `d` keys and the ids the keyboard shortcuts look for. `from_inbox`:
-/// after the decision the browser goes on to the next turn to decide.
+/// buttons carry the `a` / `d` keys and the ids the keyboard shortcuts look for. `then` (from the
+/// inbox: `next?<its filters>`): where the browser goes after the decision.
 #[component]
 pub fn ApprovalPanel(
     run: RunView,
     shortcuts: bool,
-    #[prop(optional)] from_inbox: bool,
+    #[prop(optional)] then: Option<String>,
 ) -> impl IntoView {
     let count = run.pending.len();
     // Element ids are unique on a page that shows several panels (the inbox).
@@ -497,7 +497,7 @@ pub fn ApprovalPanel(
                 <input type="hidden" name=field!(NrllmToolResume, run_id) value=run.summary.id.clone() />
                 <input type="hidden" name=field!(NrllmToolResume, digest) value=run.digest.clone().unwrap_or_default() data-testid="digest" />
                 <input type="hidden" name=field!(NrllmToolResume, acknowledge_discard) value="" />
-                {from_inbox.then(|| view! { <input type="hidden" name=field!(NrllmToolResume, then) value="next" /> })}
+                {then.map(|then| view! { <input type="hidden" name=field!(NrllmToolResume, then) value=then /> })}
                 <ol class="space-y-3">{calls}</ol>
                 <div>
                     <label for=reason_id.clone() class="text-sm font-medium">"Reason for every denied call without its own (the model reads it)"</label>

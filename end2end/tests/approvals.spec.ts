@@ -250,10 +250,22 @@ test.describe("the approvals inbox", () => {
     await page.goto("/approvals");
     const item = page.getByTestId("inbox-item").filter({ hasText: prompt });
     await expect(item).toHaveCount(1);
-    await expect(item.getByTestId("inbox-tools")).toHaveText("update_page");
+    // A compact row: the tool and its arguments on one line, the deadline; no preview yet.
+    await expect(item.getByTestId("inbox-tool")).toHaveText(["update_page"]);
+    await expect(item.getByTestId("inbox-summary")).toContainText('slug="home"');
+    await expect(item.getByTestId("inbox-deadline")).toContainText("decide by");
+    await expect(item.getByTestId("preview")).toHaveCount(0);
+    // Its panel opens in place, as a disclosure.
+    const toggle = item.getByTestId("inbox-prompt");
+    await expect(toggle).toHaveAttribute("aria-expanded", "false");
+    await toggle.click();
+    await expect(toggle).toHaveAttribute("aria-expanded", "true");
     await expect(item.getByTestId("deadline")).toContainText("left)");
+    await expect(item.getByTestId("preview")).toContainText("home");
     await item.getByRole("button", { name: "Approve all" }).click();
-    await page.waitForURL(url);
+    // The inbox goes on to the next turn; the run goes on.
+    await page.waitForURL(/\/approvals/);
+    await page.goto(url);
     await waitFor(page, "final-answer", false);
     await expect(page.getByTestId("final-answer")).toContainText("body changed");
     await page.goto("/approvals");

@@ -1,6 +1,6 @@
-import { Page, APIRequestContext } from "@playwright/test";
+import { Page } from "@playwright/test";
 import { test, expect } from "../fixtures";
-import { startRun, waitFor } from "../helpers";
+import { runApproved, runView, startRun, startWaiting, waitFor } from "../helpers";
 
 // What an operator sees when they press a button is exactly what happens: edits run, reasons
 // reach their calls, decisions bind to the previewed target, each suspension shows only its own
@@ -14,39 +14,6 @@ function acceptDialogs(page: Page): string[] {
     await dialog.accept();
   });
   return asked;
-}
-
-async function runView(request: APIRequestContext, runId: string) {
-  return (await request.post("/api/nrllm_run_get", { data: { run_id: runId } })).json();
-}
-
-/** Starts a run through the API and waits until it waits for a decision. */
-async function startWaiting(request: APIRequestContext, prompt: string, configuration = "demo") {
-  const started = await request.post("/api/nrllm_tool_run", { data: { prompt, configuration } });
-  expect(started.status()).toBe(200);
-  const runId: string = await started.json();
-  let view = await runView(request, runId);
-  for (let i = 0; i < 60 && view.summary.status !== "waiting_for_approval"; i++) {
-    await new Promise((r) => setTimeout(r, 100));
-    view = await runView(request, runId);
-  }
-  expect(view.summary.status).toBe("waiting_for_approval");
-  return { runId, view };
-}
-
-/** Starts a run through the API and approves it, waiting until it completes. */
-async function runApproved(request: APIRequestContext, prompt: string) {
-  const { runId, view } = await startWaiting(request, prompt);
-  const ok = await request.post("/api/nrllm_tool_resume", {
-    data: { run_id: runId, decision: "approve_all", digest: view.digest },
-  });
-  expect(ok.status()).toBe(200);
-  let done = await runView(request, runId);
-  for (let i = 0; i < 60 && done.summary.status !== "completed"; i++) {
-    await new Promise((r) => setTimeout(r, 100));
-    done = await runView(request, runId);
-  }
-  expect(done.summary.status).toBe("completed");
 }
 
 for (const javaScript of [true, false]) {
@@ -137,7 +104,10 @@ for (const javaScript of [true, false]) {
       await page.goto("/approvals?tool=send_message");
       const item = page.getByTestId("inbox-item").filter({ hasText: to });
       await expect(item).toHaveCount(1);
-      await expect(item.getByTestId("inbox-facts")).toContainText("started by operator at");
+      await expect(item.getByTestId("inbox-facts")).toContainText("started by operator");
+      // The row opens its panel: in place with JavaScript, by loading the inbox without.
+      await item.getByTestId("inbox-prompt").click();
+      await expect(item.getByTestId("approval-panel")).toBeVisible();
       const publish = item.locator('[data-testid="pending-call"][data-tool="publish_page"]');
       await expect(publish.getByTestId("preview")).toContainText("Effect on page contact");
       const message = item.locator('[data-testid="pending-call"][data-tool="send_message"]');
@@ -146,7 +116,9 @@ for (const javaScript of [true, false]) {
       await message.getByLabel("Deny", { exact: true }).check();
       await message.getByLabel(/^Reason if denied/).fill(`announce it later ${mode}`);
       await item.getByRole("button", { name: "Apply the choices above" }).click();
-      await page.waitForURL(url);
+      // On to the next turn of the same inbox (filtered by tool); the run goes on.
+      await page.waitForURL(/\/approvals\?tool=send_message/);
+      await page.goto(url);
       await waitFor(page, "final-answer", reload);
       const answer = page.getByTestId("final-answer");
       await expect(answer).toContainText("contact");

@@ -40,7 +40,7 @@ for (const javaScript of [true, false]) {
       const dialogs = countDialogs(page);
       const slug = `xss-${mode}`;
       const prompt = `hostile call ${slug} ${ALL_PAYLOADS}`;
-      await startRun(page, prompt, {
+      const runUrl = await startRun(page, prompt, {
         configuration: "hostile",
         systemPrompt: `system ${ALL_PAYLOADS}`,
         skills: `payload-skill\nskill ${ALL_PAYLOADS}`,
@@ -62,15 +62,18 @@ for (const javaScript of [true, false]) {
       // The inbox and the history show the prompt as text.
       await page.goto("/approvals");
       const item = page.getByTestId("inbox-item").filter({ hasText: `hostile call ${slug}` });
-      await expect(item.getByRole("link")).toHaveText(prompt);
+      await expect(item.getByTestId("inbox-prompt")).toHaveText(prompt);
+      // The calls' arguments on one line, and the panel opened in place: text too.
+      await expect(item.getByTestId("inbox-summary").first()).toContainText("<");
+      await item.getByTestId("inbox-prompt").click();
+      await expect(item.getByTestId("approval-panel")).toBeVisible();
       await expectInert(page, dialogs);
       await page.goto("/runs");
       await expect(page.getByTestId("run-row").filter({ hasText: `hostile call ${slug}` }).getByRole("link")).toHaveText(prompt);
       await expectInert(page, dialogs);
 
       // Decide with hostile text of our own: an edit, and a reason.
-      await page.goBack();
-      await page.goBack();
+      await page.goto(runUrl);
       await waitFor(page, "approval-panel", !javaScript);
       const createAgain = page.locator('[data-testid="pending-call"][data-tool="create_page"]');
       const editedTitle = `edited ${PAYLOADS[0]}`;

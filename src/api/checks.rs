@@ -88,7 +88,7 @@ pub const INBOX_PREVIEWS_AT_ONCE: usize = 8;
 pub fn parse_cursor(text: &str) -> Result<(i64, Uuid), AppError> {
     text.split_once('.')
         .and_then(|(ms, id)| Some((ms.parse().ok()?, Uuid::parse_str(id).ok()?)))
-        .ok_or_else(|| AppError::invalid("after", format!("`{text}` is not an inbox cursor")))
+        .ok_or_else(|| AppError::invalid("after", format!("`{text}` is not a page cursor")))
 }
 
 pub fn parse_run_id(text: &str) -> Result<Uuid, AppError> {

@@ -57,14 +57,15 @@ pub async fn nrllm_inbox(
         Some(id) => waiting::panel_view(&state, id, &who).await?,
         None => None,
     };
-    let triage = waiting::next_to_decide(&state, &who).await?;
+    let triage = waiting::next_to_decide(&state, &who, &query.filter).await?;
     Ok(InboxPage {
         rows,
         next_href: next_after.map(|after| query.href(None, Some(&after))),
         configurations: state.configurations.names(),
         tools: waiting::gated_tools(&state),
         open,
-        triage_href: triage.map(|id| format!("/approvals?open={id}#row-{id}")),
+        triage_href: triage.map(|id| query.start(id)),
+        then: query.then(),
     })
 }
 

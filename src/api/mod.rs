@@ -14,6 +14,7 @@ pub mod inbox;
 pub mod rules;
 #[cfg(feature = "ssr")]
 mod run_form;
+pub mod run_list;
 pub mod runs;
 pub mod system;
 #[cfg(feature = "ssr")]
@@ -22,5 +23,6 @@ pub(crate) mod waiting;
 pub use decisions::*;
 pub use inbox::*;
 pub use nrllm_types::submission::SubmittedCall;
+pub use run_list::*;
 pub use runs::*;
 pub use system::*;

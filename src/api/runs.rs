@@ -7,7 +7,7 @@
 use leptos::prelude::*;
 
 use crate::error::AppError;
-use crate::page_data::{RunList, RunView};
+use crate::page_data::RunView;
 
 /// Starts a run and returns its id; a browser is sent on to `/runs/<id>`. The run executes in
 /// the background.
@@ -130,47 +130,6 @@ pub async fn nrllm_run_get(
         }
     }
     Ok(view)
-}
-
-/// Runs, newest first, optionally with one status; `before` (a creation time in ms) pages on.
-#[server(endpoint = "nrllm_runs_list")]
-pub async fn nrllm_runs_list(
-    status: Option<String>,
-    before: Option<i64>,
-    limit: Option<u32>,
-) -> Result<RunList, AppError> {
-    use crate::server::{present, request::state};
-    use nrllm_core::run_store::{RunFilter, RunStatus};
-    crate::server::request::require(nrllm_types::Role::Viewer)?;
-    let state = state()?;
-    let status =
-        match status.as_deref().filter(|s| !s.is_empty() && *s != "all") {
-            None => None,
-            Some(text) => Some(RunStatus::parse(text).ok_or_else(|| {
-                AppError::invalid("status", format!("`{text}` is not a run status"))
-            })?),
-        };
-    let limit = limit.unwrap_or(25).clamp(1, 200);
-    let runs = state
-        .store
-        .list(&RunFilter {
-            status,
-            created_before_ms: before,
-            limit: limit + 1,
-            ..RunFilter::default()
-        })
-        .await
-        .map_err(|err| AppError::internal("listing runs", err))?;
-    let more = runs.len() > limit as usize;
-    let runs: Vec<_> = runs
-        .iter()
-        .take(limit as usize)
-        .map(present::summary)
-        .collect();
-    Ok(RunList {
-        next_before: more.then(|| runs.last().map(|r| r.created_at_ms)).flatten(),
-        runs,
-    })
 }
 
 /// Cancels a queued or waiting run; `reason` goes into its steps with who cancelled it.

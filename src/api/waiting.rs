@@ -76,6 +76,43 @@ impl InboxQuery {
         })
     }
 
+    /// The inbox's query as a URL's query string gives it (`q=deploy&sort=deadline`); fields
+    /// other than the filters are ignored.
+    pub fn from_query(text: &str) -> Result<InboxQuery, AppError> {
+        let mut fields: [Option<String>; 6] = Default::default();
+        for (name, value) in form_urlencoded::parse(text.as_bytes()) {
+            if let Some(at) = FILTER_FIELDS.iter().position(|field| *field == name) {
+                fields[at] = Some(value.into_owned());
+            }
+        }
+        InboxQuery::read(fields, None, None)
+    }
+
+    /// The filters alone, encoded (`tool=update_page&q=deploy`).
+    fn filters(&self) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (name, value) in &self.pairs {
+            query.append_pair(name, value);
+        }
+        query.finish()
+    }
+
+    /// What this inbox's panels say comes after a decision: the next turn of the same inbox.
+    pub fn then(&self) -> String {
+        format!("next?{}", self.filters())
+    }
+
+    /// The inbox, filtered as this one, with run `id`'s panel open (where triage starts).
+    pub fn start(&self, id: Uuid) -> String {
+        InboxQuery {
+            filter: self.filter.clone(),
+            pairs: self.pairs.clone(),
+            after: None,
+            limit: self.limit,
+        }
+        .href(Some(id), None)
+    }
+
     /// The inbox with the same filters: on this page with `open`'s panel open, or, given
     /// `next`, the page after this one.
     pub fn href(&self, open: Option<Uuid>, next: Option<&str>) -> String {
@@ -166,11 +203,17 @@ pub async fn panel_view(
 /// Waiting runs looked at for the next one a person may decide.
 const NEXT_LOOKS_AT: u32 = 25;
 
-/// The longest waiting turn `who` may decide (among the longest waiting few), if any.
-pub async fn next_to_decide(state: &AppState, who: &Principal) -> Result<Option<Uuid>, AppError> {
+/// The first turn in `filter`'s order (from its start) that `who` may decide, among the first
+/// few, if any.
+pub async fn next_to_decide(
+    state: &AppState,
+    who: &Principal,
+    filter: &WaitingFilter,
+) -> Result<Option<Uuid>, AppError> {
     let filter = WaitingFilter {
+        after: None,
         limit: NEXT_LOOKS_AT,
-        ..WaitingFilter::default()
+        ..filter.clone()
     };
     let waiting = state
         .store
@@ -199,7 +242,9 @@ pub fn gated_tools(state: &AppState) -> Vec<String> {
 }
 
 /// A decision or an answer on run `id` was claimed: the worker is woken; a browser goes back to
-/// the run, or — `then` = `next`, from the inbox — to the next turn `who` may decide.
+/// the run, or — `then` = `next?<filters>`, from the inbox — to the next turn `who` may decide in
+/// that inbox (the inbox itself when none is left). `then` is read as an inbox query, never
+/// followed as a URL.
 pub async fn decided(
     state: &AppState,
     id: Uuid,
@@ -208,12 +253,16 @@ pub async fn decided(
 ) -> Result<ResumeAccepted, AppError> {
     state.queue.wake();
     if crate::server::wants_html() {
-        let target = match then {
-            Some("next") => match next_to_decide(state, who).await? {
-                Some(next) => format!("/approvals?open={next}#row-{next}"),
-                None => "/approvals".to_owned(),
-            },
-            _ => format!("/runs/{id}"),
+        let inbox = then.and_then(|then| then.strip_prefix("next"));
+        let target = match inbox {
+            Some(filters) => {
+                let query = InboxQuery::from_query(filters.trim_start_matches('?'))?;
+                match next_to_decide(state, who, &query.filter).await? {
+                    Some(next) => query.start(next),
+                    None => query.href(None, None),
+                }
+            }
+            None => format!("/runs/{id}"),
         };
         leptos_axum::redirect(&target);
     }
@@ -293,5 +342,19 @@ mod tests {
         assert!(next.ends_with("&after=9.abc"), "{next}");
         let plain = InboxQuery::read(fields(&[]), None, None).unwrap();
         assert_eq!(plain.href(None, None), "/approvals");
+        // After a decision: the same filters, read back from the panel's `then`.
+        assert_eq!(
+            query.then(),
+            "next?tool=update_page&q=%22%3E%3Cscript%3E%26x%3D1"
+        );
+        let again = InboxQuery::from_query(query.then().trim_start_matches("next?")).unwrap();
+        assert_eq!(again.filter.tool.as_deref(), Some("update_page"));
+        assert_eq!(again.filter.search, query.filter.search);
+        assert_eq!(again.filter.after, None);
+        assert_eq!(
+            again.start(id),
+            format!("/approvals?tool=update_page&q=%22%3E%3Cscript%3E%26x%3D1&open={id}#row-{id}")
+        );
+        assert!(InboxQuery::from_query("kind=budget").is_err());
     }
 }

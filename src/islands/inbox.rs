@@ -137,9 +137,14 @@ mod desk {
             let _ = history.replace_state_with_url(&JsValue::NULL, "", Some(&href));
         }
         row.scroll_into_view_with_bool(true);
+        // The inbox's filters go with it: a decision in the panel goes on within them.
+        let filters = web_sys::window()
+            .and_then(|w| w.location().search().ok())
+            .unwrap_or_default();
         let url = format!(
-            "/api/nrllm_approval_panel?run_id={}",
-            String::from(js_sys::encode_uri_component(&id))
+            "/api/nrllm_approval_panel?run_id={}&inbox={}",
+            encode(&id),
+            encode(filters.trim_start_matches('?'))
         );
         leptos::task::spawn_local(async move {
             let answer = fetch_text(&url, &json_request("GET", None)).await;

@@ -56,8 +56,10 @@ pub struct InboxPage {
     pub tools: Vec<String>,
     /// The run whose panel is open (`open=`), with its previews and digest, if it waits.
     pub open: Option<RunView>,
-    /// Where triage starts: the longest waiting turn this person may decide.
+    /// Where triage starts: the first turn in this inbox's order this person may decide.
     pub triage_href: Option<String>,
+    /// What the inbox's panels say comes after a decision (`next?<the filters>`).
+    pub then: String,
 }
 
 /// What a bulk decision did to one picked run.

@@ -46,6 +46,9 @@ pub struct RunSummary {
     pub final_answer: Option<String>,
     /// "approved by bob at …", once decided (not while the run waits for its next decision).
     pub decision: Option<String>,
+    /// Who made that decision (a user's name), the same while it applies.
+    #[serde(default)]
+    pub decided_by: Option<String>,
     /// Tools of the calls waiting for a decision.
     pub pending_tools: Vec<String>,
     /// How long the run has been waiting for a decision, while it waits.
@@ -494,11 +497,15 @@ pub struct ResumeAccepted {
     pub status: RunStatus,
 }
 
-/// A page of runs, newest first; `next_before` continues the list.
+/// A page of runs, newest first; `next_after` (or, for older clients, `next_before`) continues
+/// the list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunList {
     pub runs: Vec<RunSummary>,
     pub next_before: Option<i64>,
+    /// The cursor of the next page (`after`), with the same filters.
+    #[serde(default)]
+    pub next_after: Option<String>,
 }
 
 /// Tailwind classes for a status badge (the label always carries the meaning too).

@@ -12,6 +12,7 @@ pub mod health;
 pub mod indexer;
 pub mod json_body;
 pub mod leases;
+pub mod list_export;
 pub mod live;
 pub mod metrics;
 pub mod present;

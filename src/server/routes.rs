@@ -5,7 +5,7 @@
 use axum::Router;
 use leptos_axum::{generate_route_list, LeptosRoutes};
 
-use super::{auth, export, health, json_body, live, metrics, security, AppState};
+use super::{auth, export, health, json_body, list_export, live, metrics, security, AppState};
 use crate::app::{shell, App};
 use crate::settings::Settings;
 
@@ -19,6 +19,14 @@ pub fn router(state: AppState, settings: &Settings) -> Router {
             axum::routing::get(live::run_events),
         )
         .route("/metrics", axum::routing::get(metrics::metrics))
+        .route(
+            "/runs/export.csv",
+            axum::routing::get(list_export::export_csv),
+        )
+        .route(
+            "/runs/export.json",
+            axum::routing::get(list_export::export_json),
+        )
         .route(
             "/runs/{id}/export.json",
             axum::routing::get(export::run_export),

@@ -47,6 +47,13 @@ pub fn format_utc(ms: i64) -> String {
         .unwrap_or_default()
 }
 
+/// The first millisecond of day `text` (`2026-12-04`) in UTC, if it is a date.
+pub fn parse_day(text: &str) -> Option<i64> {
+    let format = time::macros::format_description!("[year]-[month]-[day]");
+    let date = time::Date::parse(text.trim(), &format).ok()?;
+    Some(date.midnight().assume_utc().unix_timestamp() * 1000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,5 +64,16 @@ mod tests {
         assert_eq!(format_utc(1_796_020_889_000), "2026-11-30 06:41:29 UTC");
         assert_eq!(format_utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
         assert_eq!(format_utc(-1), "1969-12-31 23:59:59 UTC");
+    }
+
+    #[test]
+    fn a_day_reads_as_its_first_millisecond_in_utc() {
+        assert_eq!(
+            parse_day("2026-11-30"),
+            Some(1_796_020_889_000 - 24_089_000)
+        );
+        assert_eq!(parse_day(" 2000-02-29 "), Some(951_782_400_000));
+        assert_eq!(parse_day("2001-02-29"), None);
+        assert_eq!(parse_day("30.11.2026"), None);
     }
 }

@@ -40,6 +40,20 @@ impl BulkVerdict {
         }
     }
 
+    /// What each picked run's claim is given: its own form's button, with `reason` when it
+    /// denies (an approval carries none: there is nothing for the model to read).
+    pub fn submission(self, reason: Option<&str>) -> Submission {
+        Submission {
+            decision: self.button().to_owned(),
+            reason: match self {
+                BulkVerdict::DenyAll => reason.map(str::to_owned),
+                BulkVerdict::ApproveAll => None,
+            },
+            calls: Vec::new(),
+            acknowledge_discard: false,
+        }
+    }
+
     pub fn parse(text: &str) -> Option<BulkVerdict> {
         match text {
             "approve_all" => Some(BulkVerdict::ApproveAll),

@@ -13,14 +13,16 @@
 //! a new run starts whose lineage four-eyes follows), cancels and recovery (a run cut off after
 //! its claim goes on with no caller) have their own cases below.
 //!
-//! Every later way of moving a run (a new button, a channel, a wait) adds its case here.
+//! Every later way of moving a run (a new button, a channel, a wait) adds its case here: the
+//! inbox's bulk decision is `Way::Bulk` (each picked run's own claim; that one run's refusal
+//! leaves the others alone is `crates/nrllm-store/tests/bulk.rs`, on a real store).
 
 use std::sync::Arc;
 
 use nrllm_core::authority::{authorize, Act, Actor, Lineage, Refusal, RunFacts};
 use nrllm_core::decision::DecisionError;
 use nrllm_core::events::NullSink;
-use nrllm_core::moves::TurnMove;
+use nrllm_core::moves::{BulkVerdict, TurnMove};
 use nrllm_core::provider::ChatResponse;
 use nrllm_core::question::{AskOperator, FormAnswer};
 use nrllm_core::rules::{ApprovalRule, RuleEffect, RuleScope};
@@ -173,6 +175,8 @@ enum Way {
     Answer(&'static str),
     Headless(Decision),
     Expire,
+    /// Picked in the inbox with other runs: this run's own claim, as a bulk decision makes it.
+    Bulk(BulkVerdict),
 }
 
 fn arb_way() -> impl Strategy<Value = Way> {
@@ -183,6 +187,8 @@ fn arb_way() -> impl Strategy<Value = Way> {
         prop::sample::select(vec!["a", "b", "zzz"]).prop_map(Way::Answer),
         Just(Way::Headless(Decision::ApproveAll)),
         Just(Way::Expire),
+        Just(Way::Bulk(BulkVerdict::ApproveAll)),
+        Just(Way::Bulk(BulkVerdict::DenyAll)),
     ]
 }
 
@@ -201,6 +207,7 @@ fn submission_of(way: &Way, calls: &[ToolCall]) -> Option<Submission> {
     let (action, calls) = match way {
         Way::ApproveAll => ("approve_all", Vec::new()),
         Way::DenyAll => ("deny_all", Vec::new()),
+        Way::Bulk(verdict) => return Some(verdict.submission(Some("not in bulk"))),
         Way::PerCall(entries) => (
             "per_call",
             calls
@@ -222,7 +229,9 @@ fn submission_of(way: &Way, calls: &[ToolCall]) -> Option<Submission> {
 /// Whether `way` approves call `id` of the turn explicitly, as the panel shows it.
 fn approves(way: &Way, calls: &[ToolCall], id: &str) -> bool {
     match way {
-        Way::ApproveAll | Way::Headless(Decision::ApproveAll) => true,
+        Way::ApproveAll
+        | Way::Headless(Decision::ApproveAll)
+        | Way::Bulk(BulkVerdict::ApproveAll) => true,
         Way::PerCall(entries) => calls
             .iter()
             .zip(entries)

@@ -74,7 +74,7 @@ pub fn ApprovalsPage() -> impl IntoView {
 #[component]
 fn Inbox(page: InboxPage, shown: [Option<String>; 8]) -> impl IntoView {
     let empty = page.rows.is_empty();
-    let rows = rows::rows(page.rows, page.open);
+    let rows = rows::rows(page.rows, page.open, page.then);
     view! {
         <filters::Filters configurations=page.configurations tools=page.tools shown />
         <div class="mt-4 flex flex-wrap items-center gap-3">

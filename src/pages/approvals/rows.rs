@@ -9,18 +9,18 @@ use crate::page_data::{RunStatus, RunView};
 use crate::times::Moment;
 
 /// The panel of a waiting run as the inbox opens it: a decision (or an answer) goes on to the
-/// next turn to decide.
+/// next turn to decide in the same inbox (`then`: `next?<its filters>`).
 #[component]
-pub fn OpenPanel(run: RunView) -> impl IntoView {
+pub fn OpenPanel(run: RunView, then: String) -> impl IntoView {
     if run.summary.status == RunStatus::WaitingForInput {
-        view! { <QuestionPanel run from_inbox=true /> }.into_any()
+        view! { <QuestionPanel run then /> }.into_any()
     } else {
-        view! { <ApprovalPanel run shortcuts=true from_inbox=true /> }.into_any()
+        view! { <ApprovalPanel run shortcuts=true then /> }.into_any()
     }
 }
 
 /// The rows, `open`'s with its panel; a run opened that is not among them shows above them.
-pub fn rows(rows: Vec<InboxRow>, open: Option<RunView>) -> impl IntoView {
+pub fn rows(rows: Vec<InboxRow>, open: Option<RunView>, then: String) -> impl IntoView {
     let open_id = open.as_ref().map(|run| run.summary.id.clone());
     let elsewhere = open
         .clone()
@@ -31,14 +31,14 @@ pub fn rows(rows: Vec<InboxRow>, open: Option<RunView>) -> impl IntoView {
             let panel = open
                 .clone()
                 .filter(|_| open_id.as_deref() == Some(row.id.as_str()));
-            view! { <Row row panel /> }
+            view! { <Row row panel then=then.clone() /> }
         })
         .collect_view();
     view! {
         {elsewhere.map(|run| view! {
             <section class="mt-4" data-testid="opened-elsewhere">
                 <p class="text-sm text-slate-600">"This turn is not on this page of the inbox:"</p>
-                <OpenPanel run />
+                <OpenPanel run then=then.clone() />
             </section>
         })}
         {items}
@@ -54,7 +54,7 @@ fn kind_text(status: RunStatus) -> &'static str {
 }
 
 #[component]
-fn Row(row: InboxRow, panel: Option<RunView>) -> impl IntoView {
+fn Row(row: InboxRow, panel: Option<RunView>, then: String) -> impl IntoView {
     let id = row.id.clone();
     let panel_id = format!("panel-{id}");
     let open = panel.is_some();
@@ -95,7 +95,7 @@ fn Row(row: InboxRow, panel: Option<RunView>) -> impl IntoView {
                 </div>
                 <a href=format!("/runs/{id}") class="shrink-0 text-sm underline" data-testid="inbox-run-link">"Run page"</a>
             </div>
-            <div id=panel_id data-panel="">{panel.map(|run| view! { <OpenPanel run /> })}</div>
+            <div id=panel_id data-panel="">{panel.map(|run| view! { <OpenPanel run then /> })}</div>
         </li>
     }
 }

@@ -67,6 +67,7 @@ pub fn summary(run: &RunRecord) -> RunSummary {
         termination_reason: run.termination_reason.clone(),
         error_summary: run.error_summary.clone(),
         final_answer: run.final_answer.clone(),
+        decided_by: decision.as_ref().and(run.decided_by.clone()),
         decision,
         waiting_for_ms: RunStatus::WAITING
             .contains(&run.status)

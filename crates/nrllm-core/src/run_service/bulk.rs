@@ -10,7 +10,6 @@ use super::errors::ResumeError;
 use super::RunService;
 use crate::authority::Actor;
 use crate::moves::{BulkVerdict, Pick, MAX_BULK_RUNS};
-use crate::submit::Submission;
 
 impl RunService {
     /// Claims each picked run, one after another, as its own form's "Approve all" or "Deny all"
@@ -23,15 +22,7 @@ impl RunService {
         reason: Option<&str>,
         actor: &Actor,
     ) -> Vec<(Uuid, Result<(), ResumeError>)> {
-        let submission = Submission {
-            decision: verdict.button().to_owned(),
-            reason: match verdict {
-                BulkVerdict::DenyAll => reason.map(str::to_owned),
-                BulkVerdict::ApproveAll => None,
-            },
-            calls: Vec::new(),
-            acknowledge_discard: false,
-        };
+        let submission = verdict.submission(reason);
         let mut outcomes: Vec<(Uuid, Result<(), ResumeError>)> = Vec::new();
         for pick in picks.iter().take(MAX_BULK_RUNS) {
             if outcomes.iter().any(|(id, _)| *id == pick.id) {
