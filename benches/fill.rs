@@ -358,11 +358,7 @@ async fn main() {
     let store = Arc::new(SqlRunStore::new(db.clone()));
     let template = Arc::new(template(&args.binary, dir.path(), &token, &store).await);
 
-    println!(
-        "| waiting runs | fill | search index | server RSS | /approvals | its HTML | nrllm_runs_list | \
-         searched, 1 in 1,000 | searched, every run | approve one |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    print_header();
     let mut first: Option<Figures> = None;
     let mut failed = Vec::new();
     let mut filled = 1; // the template
@@ -405,6 +401,14 @@ async fn main() {
     if args.check && !failed.is_empty() {
         std::process::exit(1);
     }
+}
+
+fn print_header() {
+    println!(
+        "| waiting runs | fill | search index | server RSS | /approvals | its HTML | nrllm_runs_list | \
+         searched, 1 in 1,000 | searched, every run | approve one |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
 }
 
 /// The figures at `size` that are more than three times what they were at the first size.
