@@ -85,7 +85,7 @@ pub const INPUT: &str = "mt-1 block w-full rounded-md border border-slate-300 bg
 /// Classes of the main action button.
 pub const BUTTON_PRIMARY: &str = "rounded-md bg-indigo-600 px-3 py-1.5 text-sm font-medium text-white hover:bg-indigo-500 focus:outline-none focus-visible:ring-2 focus-visible:ring-indigo-400 focus-visible:ring-offset-2";
 /// Classes of an approving button.
-pub const BUTTON_APPROVE: &str = "rounded-md bg-emerald-600 px-3 py-1.5 text-sm font-medium text-white hover:bg-emerald-500 focus:outline-none focus-visible:ring-2 focus-visible:ring-emerald-400 focus-visible:ring-offset-2";
+pub const BUTTON_APPROVE: &str = "rounded-md bg-emerald-700 px-3 py-1.5 text-sm font-medium text-white hover:bg-emerald-600 focus:outline-none focus-visible:ring-2 focus-visible:ring-emerald-400 focus-visible:ring-offset-2";
 /// Classes of a denying button.
 pub const BUTTON_DENY: &str = "rounded-md bg-rose-600 px-3 py-1.5 text-sm font-medium text-white hover:bg-rose-500 focus:outline-none focus-visible:ring-2 focus-visible:ring-rose-400 focus-visible:ring-offset-2";
 /// Classes of a secondary button.

@@ -29,6 +29,7 @@ test("no page has a serious or critical accessibility violation", async ({ page,
   await page.goto(`/approvals?open=${runId}#row-${runId}`);
   await expect(page.getByTestId("approval-panel")).toBeVisible();
   await page.waitForLoadState("networkidle");
+  await expect(page.getByTestId("key-help")).toBeVisible();
   await page.keyboard.press("?");
   await expect(page.getByTestId("key-help")).toHaveAttribute("open", "");
   found.push(...(await violations(page)).map((v) => `inbox, open: ${v}`));

@@ -10,14 +10,20 @@ function word(name: string): string {
   return `${name}${test.info().retry}x${Date.now() % 1_000_000}`;
 }
 
-/** Starts `count` runs that wait for approval (update_page), their prompts holding `tag`. */
+/** Starts `count` runs that wait for approval, their prompts holding `tag`: each creates a page
+ * of its own (runs changing one page would change each other's previews as they are decided). */
 async function waiting(request: APIRequestContext, tag: string, count: number): Promise<string[]> {
   const ids: string[] = [];
   for (let n = 1; n <= count; n++) {
-    const { runId } = await startWaiting(request, `Change the body of the home page to "${tag} ${n}"`);
+    const { runId } = await startWaiting(request, `Create a page ${tag}-${n} titled "${tag} ${n}"`);
     ids.push(runId);
   }
   return ids;
+}
+
+/** Waits until the inbox's script has started (the keys work from then on). */
+async function hydrated(page: Page) {
+  await expect(page.getByTestId("key-help")).toBeVisible();
 }
 
 /** Opens the inbox filtered to `tag` once the search index holds all `count` runs. */
@@ -52,6 +58,7 @@ test.describe("triage, JavaScript on", () => {
     await page.getByTestId("start-triage").focus();
     await page.keyboard.press("Enter");
     await expect(open).toHaveCount(1);
+    await hydrated(page);
     await expect(rows.first().getByTestId("approval-panel")).toBeVisible();
     // Focus lands on the open panel.
     await expect(rows.first().locator("[data-panel-heading]")).toBeFocused();
@@ -75,6 +82,7 @@ test.describe("triage, JavaScript on", () => {
     await page.keyboard.press("a");
     await expect(rows).toHaveCount(4);
     await expect(open).toHaveCount(1);
+    await hydrated(page);
 
     // 2: r focuses the reason, where a letter is only typed; Tab leaves it, then a decides.
     await expect(page.locator("[data-panel-heading]")).toBeFocused();
@@ -88,17 +96,22 @@ test.describe("triage, JavaScript on", () => {
     await page.keyboard.press("Tab");
     await page.keyboard.press("a");
     await expect(rows).toHaveCount(3);
+    await hydrated(page);
 
-    // 3: e edits the first call's arguments.
+    // 3: e edits the first call's arguments; Escape goes back to the panel.
     await page.keyboard.press("e");
-    await expect(page.locator("[data-panel] textarea[name$='[arguments]']").first()).toBeFocused();
-    await page.keyboard.press("Tab");
+    const edit = page.locator("[data-panel] textarea[name$='[arguments]']").first();
+    await expect(edit).toBeFocused();
+    await page.keyboard.press("Escape");
+    await expect(page.locator("[data-panel-heading]")).toBeFocused();
     await page.keyboard.press("a");
     await expect(rows).toHaveCount(2);
+    await hydrated(page);
 
     // 4 and 5: one approved, the last denied.
     await page.keyboard.press("a");
     await expect(rows).toHaveCount(1);
+    await hydrated(page);
     await page.keyboard.press("d");
     await expect(page.getByTestId("inbox-empty")).toBeVisible();
 
@@ -111,6 +124,7 @@ test.describe("triage, JavaScript on", () => {
     const tag = word("keysoff");
     await waiting(request, tag, 2);
     await inboxOf(page, tag, 2);
+    await hydrated(page);
     await page.keyboard.press("?");
     const switchOn = page.getByLabel(/^Single-key shortcuts on/);
     await expect(switchOn).toBeChecked();
@@ -121,6 +135,7 @@ test.describe("triage, JavaScript on", () => {
     await expect(page.locator('[data-panel-toggle][aria-expanded="true"]')).toHaveCount(0);
     // Kept in this browser: still off after a reload.
     await page.reload();
+    await hydrated(page);
     await page.keyboard.press("j");
     await expect(page.locator('[data-panel-toggle][aria-expanded="true"]')).toHaveCount(0);
   });
@@ -160,6 +175,7 @@ test.describe("bulk decisions", () => {
     const { runId: renamed } = await startWaiting(request, `Rename the ${slug} page to "${tag} seen"`);
     const others = await waiting(request, tag, 2);
     await inboxOf(page, tag, 3);
+    await hydrated(page);
     const rows = page.getByTestId("inbox-item");
     const picks = page.getByTestId("inbox-pick");
     // Not pickable before its panel was seen.

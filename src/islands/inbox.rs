@@ -7,8 +7,9 @@ use leptos::prelude::*;
 
 /// Installs the inbox's behaviour on the page's rows (`[data-inbox-row]`): their toggles
 /// (`[data-panel-toggle]`, an `aria-expanded` disclosure of `[data-panel]`), the keys `j`/`k`
-/// (next and previous row), `e` (edit the first call's arguments), `r` (the reason) and `?` (the
-/// keys' list), the switch that turns single-key shortcuts off, and the bulk bar (`[data-bulk]`).
+/// (next and previous row), `e` (edit the first call's arguments), `r` (the reason), `?` (the
+/// keys' list) and Escape (from a field of the open panel back to the panel), the switch that
+/// turns single-key shortcuts off, and the bulk bar (`[data-bulk]`).
 #[island]
 pub fn InboxDesk() -> impl IntoView {
     Effect::new(move |_| {
@@ -239,11 +240,34 @@ mod desk {
         true
     }
 
+    /// Escape in a field of the open panel goes back to the panel (where the keys work again).
+    fn leave_field(document: &Document, event: &web_sys::KeyboardEvent) -> bool {
+        let Some(row) = open_row(document) else {
+            return false;
+        };
+        let in_panel = event
+            .target()
+            .and_then(|t| t.dyn_into::<Element>().ok())
+            .filter(|el| matches!(el.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT"))
+            .is_some_and(|el| row.contains(Some(&el)));
+        match (in_panel, find(&row, "[data-panel-heading]")) {
+            (true, Some(heading)) => {
+                focus(&heading);
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn on_key(event: web_sys::KeyboardEvent) {
+        let Some(document) = document() else { return };
+        if event.key() == "Escape" && leave_field(&document, &event) {
+            event.prevent_default();
+            return;
+        }
         if !is_shortcut(&event) {
             return;
         }
-        let Some(document) = document() else { return };
         let handled = match event.key().as_str() {
             "j" => step(&document, 1),
             "k" => step(&document, -1),

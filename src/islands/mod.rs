@@ -39,9 +39,9 @@ pub fn StepRow(run_id: String, step: StepView, #[prop(optional)] selected: bool)
         <li data-testid="step" data-kind=kind class="border-b border-slate-100 last:border-0 dark:border-slate-800">
             <a href=format!("/runs/{run_id}?step={}#detail", step.sequence) class=row_class
                 aria-current=selected.then_some("step")>
-                <span class="w-32 shrink-0 font-mono text-xs text-slate-500">{step.kind}</span>
+                <span class="w-32 shrink-0 font-mono text-xs text-slate-600 dark:text-slate-400">{step.kind}</span>
                 <span class="grow" data-testid="step-title">{step.title}</span>
-                <span class="shrink-0 text-xs text-slate-500">{meta}</span>
+                <span class="shrink-0 text-xs text-slate-600 dark:text-slate-400">{meta}</span>
                 <span class=format!("shrink-0 text-xs font-medium {marker_class}")>{marker}</span>
             </a>
         </li>
@@ -68,9 +68,11 @@ pub fn LiveSteps(run_id: String, after: i64, live: bool, children: Children) -> 
             let _ = (&run_id, after);
         });
     }
+    // The steps it was rendered with are their own list (an island wraps its children in an
+    // element of its own, which a list may not hold); later ones go in a second list below.
     view! {
-        <ol data-testid="steps" class="divide-y divide-transparent">
-            {children()}
+        {children()}
+        <ol data-testid="steps-live" class="divide-y divide-transparent">
             <For each=move || feed.added.get() key=|step| step.sequence let:step>
                 <StepRow run_id=run_id.clone() step=step />
             </For>

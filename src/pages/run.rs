@@ -214,7 +214,7 @@ fn steps_pane(run: &RunView, live: bool) -> AnyView {
                 <a href=format!("/runs/{id}?steps_before={before}") class="mt-2 inline-block text-sm underline" data-testid="older-steps">"Older steps"</a>
             })}
             <LiveSteps run_id=summary.id.clone() after=run.last_sequence live>
-                {rows}
+                <ol data-testid="steps" class="divide-y divide-transparent">{rows}</ol>
             </LiveSteps>
             {(!run.latest).then(|| view! {
                 <a href=format!("/runs/{id}") class="mt-2 inline-block text-sm underline" data-testid="latest-steps">"Latest steps"</a>

@@ -155,7 +155,8 @@ fn list_export(state: &AppState, query: Option<String>, format: Format) -> Respo
         },
         Err(err) => return (StatusCode::BAD_REQUEST, err.to_string()).into_response(),
     };
-    let pages = pages(Arc::clone(&state.store), filter).enumerate();
+    // Fused: a body may be polled again after its end.
+    let pages = pages(Arc::clone(&state.store), filter).fuse().enumerate();
     let (content_type, extension, body) = match format {
         Format::Csv => {
             let chunks = pages.map(|(n, page)| {

@@ -112,6 +112,7 @@ fn KeyHelp() -> impl IntoView {
                 {key("d", "deny all of the open turn")}
                 {key("e", "edit the first call's arguments")}
                 {key("r", "type the reason")}
+                {key("Esc", "leave a field of the open turn")}
                 {key("?", "show or hide this list")}
             </ul>
             <label class="mt-2 flex items-center gap-2">
