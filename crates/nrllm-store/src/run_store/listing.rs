@@ -149,9 +149,15 @@ impl SqlRunStore {
         let waiting = waiting_query(self.db.backend(), &inbox);
         let list = list_query(self.db.backend(), &runs);
         let search = list_query(self.db.backend(), &searched);
+        let recent = recent_matches_query(self.db.backend(), &searched, 2_000)
+            .expect("a search has a probe");
         let explained = |listing: &Listing| format!("{explain} {}", listing.sql);
-        let (waiting_sql, list_sql, search_sql) =
-            (explained(&waiting), explained(&list), explained(&search));
+        let (waiting_sql, list_sql, search_sql, recent_sql) = (
+            explained(&waiting),
+            explained(&list),
+            explained(&search),
+            explained(&recent),
+        );
         let deadlines = format!("{explain} {}", Sweep::Deadlines.sql(self.db.backend()));
         let leases = format!("{explain} {}", Sweep::Leases.sql(self.db.backend()));
         let sweep = |sql| sqlx::query(sql).bind(0_i64).bind(50_i64);
@@ -160,7 +166,11 @@ impl SqlRunStore {
             ("inbox, first page", waiting.query_as(&waiting_sql)),
             ("runs list, first page", list.query_as(&list_sql)),
             (
-                "runs list, searched for a word",
+                "runs list searched, among the newest 2,000",
+                recent.query_as(&recent_sql),
+            ),
+            (
+                "runs list searched, every match read",
                 search.query_as(&search_sql),
             ),
             ("approval deadline sweep", sweep(&deadlines)),
@@ -224,7 +234,8 @@ pub(super) fn waiting_query(backend: Backend, filter: &WaitingFilter) -> Listing
 }
 
 /// The run list: newest first, after its cursor.
-pub(super) fn list_query(backend: Backend, filter: &RunFilter) -> Listing {
+/// The run list's conditions other than its search.
+fn list_conditions(filter: &RunFilter) -> Conditions {
     let mut conditions = Conditions::default();
     conditions.text("status", filter.status.map(RunStatus::as_str));
     conditions.text("provider", filter.provider.as_deref());
@@ -238,18 +249,77 @@ pub(super) fn list_query(backend: Backend, filter: &RunFilter) -> Listing {
             vec![Bound::Int(before)],
         );
     }
-    conditions.search(backend, filter.search.as_ref());
     if let Some((after, id)) = filter.after {
         conditions.add(
             |n| format!("(created_at_ms, id) < (${n}, ${})", n + 1),
             vec![Bound::Int(after), Bound::Text(id.to_string())],
         );
     }
+    conditions
+}
+
+const LIST_ORDER: &str = "created_at_ms DESC, id DESC";
+
+/// The run list: newest first, after its cursor; with a search, every run that matches (read
+/// from the index, then sorted: quick when few match — see [`recent_matches_query`]).
+pub(super) fn list_query(backend: Backend, filter: &RunFilter) -> Listing {
+    let mut conditions = list_conditions(filter);
+    conditions.search(backend, filter.search.as_ref());
     conditions.finish(
         format!("SELECT {RUN_COLUMNS} FROM agent_run"),
-        "created_at_ms DESC, id DESC",
+        LIST_ORDER,
         filter.limit.clamp(1, 500),
     )
+}
+
+/// The search among the list's newest `window` runs (its other filters applied): quick when many
+/// runs match, where [`list_query`] would read and sort every match. If it fills the page, that
+/// page is the list's (every run outside the window is older); if not, few runs match and
+/// [`list_query`] is quick. On SQLite the index is read only over the window's span of index
+/// rows (FTS5 seeks a rowid range; probed run by run it would decode a common word's whole
+/// list for each run); on Postgres each run of the window is looked up. `None` without a search.
+pub(super) fn recent_matches_query(
+    backend: Backend,
+    filter: &RunFilter,
+    window: u32,
+) -> Option<Listing> {
+    let words = filter.search.as_ref()?;
+    let mut conditions = list_conditions(filter);
+    let clauses = match conditions.clauses.is_empty() {
+        true => String::new(),
+        false => format!(" WHERE {}", conditions.clauses.join(" AND ")),
+    };
+    let window_at = conditions.next();
+    conditions.binds.push(Bound::Int(i64::from(window)));
+    let words_at = conditions.next();
+    conditions
+        .binds
+        .push(Bound::Text(search_text(backend, words)));
+    let newest = format!(
+        "WITH w AS (SELECT id FROM agent_run{clauses} ORDER BY {LIST_ORDER} LIMIT ${window_at})"
+    );
+    let head = match backend {
+        Backend::Sqlite => format!(
+            "{newest}, span AS (SELECT MIN(n) AS lo, MAX(n) AS hi FROM agent_run_search_key \
+             WHERE run_id IN (SELECT id FROM w)) \
+             SELECT {RUN_COLUMNS} FROM agent_run WHERE id IN (SELECT id FROM w) AND id IN \
+             (SELECT k.run_id FROM agent_run_search \
+             JOIN agent_run_search_key k ON k.n = agent_run_search.rowid \
+             WHERE agent_run_search MATCH ${words_at} \
+             AND agent_run_search.rowid >= (SELECT lo FROM span) \
+             AND agent_run_search.rowid <= (SELECT hi FROM span))"
+        ),
+        Backend::Postgres => format!(
+            "{newest} SELECT {RUN_COLUMNS} FROM agent_run WHERE id IN (SELECT w.id FROM w \
+             WHERE EXISTS (SELECT 1 FROM agent_run_search s WHERE s.run_id = w.id \
+             AND s.document @@ to_tsquery('simple', ${words_at})))"
+        ),
+    };
+    let probed = Conditions {
+        clauses: Vec::new(),
+        binds: conditions.binds,
+    };
+    Some(probed.finish(head, LIST_ORDER, filter.limit.clamp(1, 500)))
 }
 
 #[cfg(test)]
@@ -279,14 +349,13 @@ mod tests {
             },
         );
         assert!(
-            filtered.sql.contains("status = $1 AND id IN ("),
+            filtered
+                .sql
+                .contains("status = $1 AND (created_at_ms, id) < ($2, $3) AND id IN ("),
             "{}",
             filtered.sql
         );
-        assert!(filtered.sql.contains("MATCH $2)"));
-        assert!(filtered
-            .sql
-            .contains("(created_at_ms, id) < ($3, $4) ORDER BY"));
+        assert!(filtered.sql.contains("MATCH $4) ORDER BY"));
         assert!(filtered.sql.ends_with("LIMIT $5"));
         assert_eq!(filtered.binds.len(), 5);
     }
@@ -302,5 +371,63 @@ mod tests {
             search_text(Backend::Postgres, &words),
             "deploy:* & pro:* & or:*"
         );
+    }
+
+    #[tokio::test]
+    async fn probing_the_newest_runs_finds_the_same_first_page_as_reading_every_match() {
+        use nrllm_core::run_store::{NewRun, RunReader, RunStore};
+        for db in crate::testing::backends().await {
+            let store = SqlRunStore::new(db.db.clone());
+            let t = nrllm_core::clock::now_ms();
+            for n in 0..30 {
+                let word = if n % 10 == 0 { "rare" } else { "common" };
+                let run = NewRun {
+                    id: uuid::Uuid::now_v7(),
+                    configuration: crate::testing::demo_configuration(&format!("a {word} run")),
+                    requested_by: "alice".into(),
+                    copied: Vec::new(),
+                };
+                store.create(&run, t + n, true).await.unwrap();
+            }
+            while store.index_queued(100).await.unwrap() > 0 {}
+            let rows = |listing: Listing| {
+                let pool = db.db.pool().clone();
+                async move {
+                    let rows = listing.query().fetch_all(&pool).await.unwrap();
+                    rows.iter()
+                        .map(|row| super::super::queries::read_run(row).unwrap().id)
+                        .collect::<Vec<_>>()
+                }
+            };
+            let common = RunFilter {
+                search: SearchWords::parse("comm"),
+                limit: 5,
+                ..RunFilter::default()
+            };
+            let backend = db.db.backend();
+            let probed = rows(recent_matches_query(backend, &common, 10).unwrap()).await;
+            assert_eq!(probed.len(), 5, "{}", db.name);
+            assert_eq!(
+                probed,
+                rows(list_query(backend, &common)).await,
+                "{}",
+                db.name
+            );
+            // Three rare runs, none among the newest ten but one: the probe finds too few.
+            let rare = RunFilter {
+                search: SearchWords::parse("rare"),
+                ..common.clone()
+            };
+            let probed = rows(recent_matches_query(backend, &rare, 10).unwrap()).await;
+            assert_eq!(probed.len(), 1, "{}", db.name);
+            assert_eq!(
+                rows(list_query(backend, &rare)).await.len(),
+                3,
+                "{}",
+                db.name
+            );
+            assert_eq!(store.list(&rare).await.unwrap().len(), 3, "{}", db.name);
+            db.cleanup().await;
+        }
     }
 }

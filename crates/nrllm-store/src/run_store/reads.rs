@@ -15,6 +15,9 @@ use super::queries::*;
 use super::write::*;
 use super::*;
 
+/// The newest runs a search probes one by one before it reads every match.
+const SEARCH_WINDOW: u32 = 2_000;
+
 #[async_trait]
 impl RunReader for SqlRunStore {
     async fn get(&self, id: Uuid) -> Result<Option<RunRecord>, StoreError> {
@@ -29,7 +32,21 @@ impl RunReader for SqlRunStore {
     }
 
     async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        let listing = super::listing::list_query(self.db.backend(), filter);
+        // A search first probes the newest runs (quick when many match), then reads every match
+        // (quick when few do).
+        let backend_kind = self.db.backend();
+        let recent = super::listing::recent_matches_query(backend_kind, filter, SEARCH_WINDOW);
+        if let Some(listing) = recent {
+            let rows = listing
+                .query()
+                .fetch_all(self.db.pool())
+                .await
+                .map_err(backend)?;
+            if rows.len() >= filter.limit.clamp(1, 500) as usize {
+                return rows.iter().map(read_run).collect();
+            }
+        }
+        let listing = super::listing::list_query(backend_kind, filter);
         let rows = listing
             .query()
             .fetch_all(self.db.pool())
