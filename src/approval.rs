@@ -11,6 +11,7 @@ use crate::components::{op_options, TextArea, BUTTON_APPROVE, BUTTON_DENY, BUTTO
 use crate::field;
 use crate::forms::{action, list_field, CsrfField};
 use crate::page_data::{CallState, FieldView, PendingCallView, PreviewView, QuestionView, RunView};
+use crate::times::WithMoment;
 
 /// The form name of a field of the `index`th call of the turn (`calls[2][reason]`).
 fn call_field(index: usize, field: &str) -> String {
@@ -80,6 +81,16 @@ fn argument_row(f: nrllm_types::ArgumentField) -> impl IntoView {
 }
 
 /// The effect of one call: a diff, a text, or why there is none.
+/// By when the turn must be decided (the moment in the browser's time zone, with JavaScript).
+fn deadline_line(run: &RunView) -> Option<impl IntoView> {
+    let text = run.summary.deadline.clone()?;
+    let moment = match run.summary.deadline_at.clone() {
+        Some((ms, utc)) => view! { <WithMoment text ms utc /> }.into_any(),
+        None => text.into_any(),
+    };
+    Some(view! { <p class="mt-1 text-sm" data-testid="deadline">{moment}</p> })
+}
+
 #[component]
 fn Preview(preview: PreviewView) -> impl IntoView {
     match preview {
@@ -390,7 +401,7 @@ pub fn QuestionPanel(run: RunView, #[prop(optional)] then: Option<String>) -> im
     let asked = view! {
         <h2 class="font-semibold" tabindex="-1" data-panel-heading="">"The run asks you"</h2>
         <p class="mt-1 whitespace-pre-wrap" data-testid="question">{question.text.clone()}</p>
-        {run.summary.deadline.clone().map(|text| view! { <p class="mt-1 text-sm" data-testid="deadline">{text}</p> })}
+        {deadline_line(&run)}
     };
     let classes = "mt-4 rounded-lg border-2 border-sky-300 bg-sky-50/50 p-4 dark:border-sky-800 dark:bg-sky-950/30";
     if let Some(block) = run.decide_block.clone() {
@@ -482,7 +493,7 @@ pub fn ApprovalPanel(
             <section class="mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30" data-testid="approval-panel">
                 <h2 class="font-semibold">{format!("Waiting for a decision — {count} call(s) hold this turn")}</h2>
                 <p class="mt-2 text-sm font-medium" data-testid="cannot-decide">{block}</p>
-                {run.summary.deadline.clone().map(|text| view! { <p class="mt-1 text-sm" data-testid="deadline">{text}</p> })}
+                {deadline_line(&run)}
                 <ol class="mt-3 space-y-3">{calls}</ol>
             </section>
         }
@@ -491,7 +502,7 @@ pub fn ApprovalPanel(
     view! {
         <section class="mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30" data-testid="approval-panel">
             <h2 class="font-semibold" tabindex="-1" data-panel-heading="">{format!("Needs your decision — {count} call(s) hold this turn")}</h2>
-            {run.summary.deadline.clone().map(|text| view! { <p class="mt-1 text-sm" data-testid="deadline">{text}</p> })}
+            {deadline_line(&run)}
             <form method="post" action={action::<NrllmToolResume>()} class="mt-3 space-y-3" data-approval-form="">
                 <CsrfField />
                 <input type="hidden" name=field!(NrllmToolResume, run_id) value=run.summary.id.clone() />

@@ -15,6 +15,21 @@ pub fn Moment(ms: i64, utc: String) -> impl IntoView {
     }
 }
 
+/// `text` with the moment written in it (`utc`, at `ms`) shown as a [`Moment`]: "Decide by
+/// <time>…</time> (2 h left)". Text without it stays as it is.
+#[component]
+pub fn WithMoment(text: String, ms: i64, utc: String) -> impl IntoView {
+    match text.split_once(&utc) {
+        Some((before, after)) => view! {
+            {before.to_owned()}
+            <Moment ms utc=utc.clone() />
+            {after.to_owned()}
+        }
+        .into_any(),
+        None => text.into_any(),
+    }
+}
+
 /// How long ago `ms` was from `now_ms` (or how long until it), in words.
 pub fn relative(ms: i64, now_ms: i64) -> String {
     let seconds = (now_ms - ms) / 1000;
@@ -84,5 +99,24 @@ mod tests {
         assert_eq!(relative(now - 3 * 3_600_000, now), "3 h ago");
         assert_eq!(relative(now - 2 * 86_400_000, now), "2 d ago");
         assert_eq!(relative(now + 20 * 60_000, now), "in 20 min");
+    }
+
+    #[cfg(feature = "ssr")]
+    #[test]
+    fn a_moment_in_a_sentence_becomes_a_time_element_and_the_rest_stays_text() {
+        use leptos::prelude::*;
+        let utc = "2026-12-04 07:00:00 UTC".to_owned();
+        let text = format!("Decide by {utc} (2 h left) <b>");
+        let html =
+            view! { <super::WithMoment text ms=1_796_367_600_000 utc=utc.clone() /> }.to_html();
+        assert!(
+            html.starts_with("Decide by <time datetime=\"2026-12-04T07:00:00Z\""),
+            "{html}"
+        );
+        assert!(html.contains("data-local-time=\"1796367600000\""), "{html}");
+        assert!(html.contains("</time> (2 h left) &lt;b&gt;"), "{html}");
+        let plain =
+            view! { <super::WithMoment text="no moment here".to_owned() ms=0 utc=utc /> }.to_html();
+        assert_eq!(plain, "no moment here");
     }
 }

@@ -261,6 +261,8 @@ test.describe("the approvals inbox", () => {
     await toggle.click();
     await expect(toggle).toHaveAttribute("aria-expanded", "true");
     await expect(item.getByTestId("deadline")).toContainText("left)");
+    // The deadline's moment is a <time> (shown in the browser's zone, UTC on hover).
+    await expect(item.getByTestId("deadline").locator("time")).toHaveAttribute("datetime", /T.*Z$/);
     await expect(item.getByTestId("preview")).toContainText("home");
     await item.getByRole("button", { name: "Approve all" }).click();
     // The inbox goes on to the next turn; the run goes on.

@@ -49,12 +49,18 @@ pub struct RunSummary {
     /// Who made that decision (a user's name), the same while it applies.
     #[serde(default)]
     pub decided_by: Option<String>,
+    /// When that decision was made, and as the text writes it in UTC.
+    #[serde(default)]
+    pub decided_at: Option<(i64, String)>,
     /// Tools of the calls waiting for a decision.
     pub pending_tools: Vec<String>,
     /// How long the run has been waiting for a decision, while it waits.
     pub waiting_for_ms: Option<i64>,
     /// While it waits with an approval deadline: by when to decide, and how long is left.
     pub deadline: Option<String>,
+    /// That deadline: when, and as the text writes it in UTC.
+    #[serde(default)]
+    pub deadline_at: Option<(i64, String)>,
     /// While it is queued: its place in the queue (1 = next), where the page asked for it.
     pub queue_position: Option<u64>,
     /// While it runs: "Cancel asked by olga (reason) …", until the run stops.
@@ -365,6 +371,8 @@ pub struct ChildView {
     pub note: String,
     pub requested_by: String,
     pub created_at: String,
+    #[serde(default)]
+    pub created_at_ms: i64,
 }
 
 /// One approval rule, as the rules page and the run page list it.

@@ -21,7 +21,7 @@ use crate::islands::{ApprovalGuard, LiveSteps, StepRow};
 use crate::page_data::{RunStatus, RunSummary, RunView, StepDetail};
 use crate::pages::rules::RuleList;
 use crate::pages::NotFound;
-use crate::times::Moment;
+use crate::times::{Moment, WithMoment};
 
 /// The run page.
 #[component]
@@ -132,7 +132,8 @@ fn run_notes(run: &RunView) -> AnyView {
                     <li data-testid="child">
                         <a href=format!("/runs/{}", child.id) class="underline">{format!("run {}", &child.id[..8.min(child.id.len())])}</a>
                         " " <StatusBadge status=child.status />
-                        {format!(" — {}; by {} at {}", child.note, child.requested_by, child.created_at)}
+                        {format!(" — {}; by {} at ", child.note, child.requested_by)}
+                        <Moment ms=child.created_at_ms utc=child.created_at.clone() />
                     </li>
                 }).collect_view()}
             </ul>
@@ -333,12 +334,20 @@ fn SummaryStrip(summary: RunSummary) -> impl IntoView {
         summary
             .truncated
             .then(|| "truncated at the round limit".to_owned()),
-        summary.decision.clone(),
     ]
     .into_iter()
     .flatten()
     .map(|fact| view! { <li>{fact}</li> })
     .collect_view();
+    let decision = summary
+        .decision
+        .clone()
+        .map(|text| match summary.decided_at.clone() {
+            Some((ms, utc)) => {
+                view! { <li data-testid="decision"><WithMoment text ms utc /></li> }.into_any()
+            }
+            None => view! { <li data-testid="decision">{text}</li> }.into_any(),
+        });
     view! {
         <header class="rounded-lg border border-slate-200 bg-white p-4 dark:border-slate-800 dark:bg-slate-900">
             <div class="flex flex-wrap items-center gap-3">
@@ -348,6 +357,7 @@ fn SummaryStrip(summary: RunSummary) -> impl IntoView {
             </div>
             <ul class="mt-2 flex flex-wrap gap-x-4 gap-y-1 text-sm text-slate-600 dark:text-slate-400" data-testid="summary">
                 {facts}
+                {decision}
             </ul>
             <p class="mt-1 font-mono text-xs text-slate-500">
                 {format!("run {} · started ", summary.id)}

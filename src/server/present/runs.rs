@@ -68,6 +68,10 @@ pub fn summary(run: &RunRecord) -> RunSummary {
         error_summary: run.error_summary.clone(),
         final_answer: run.final_answer.clone(),
         decided_by: decision.as_ref().and(run.decided_by.clone()),
+        decided_at: decision
+            .as_ref()
+            .and(run.decided_at_ms)
+            .map(|at| (at, format_utc(at))),
         decision,
         waiting_for_ms: RunStatus::WAITING
             .contains(&run.status)
@@ -76,6 +80,10 @@ pub fn summary(run: &RunRecord) -> RunSummary {
             .approval_deadline_ms
             .filter(|_| RunStatus::WAITING.contains(&run.status))
             .map(|deadline| deadline_text(deadline, now_ms())),
+        deadline_at: run
+            .approval_deadline_ms
+            .filter(|_| RunStatus::WAITING.contains(&run.status))
+            .map(|deadline| (deadline, format_utc(deadline))),
         pending_tools,
         queue_position: None,
         model_options: configuration
@@ -84,22 +92,25 @@ pub fn summary(run: &RunRecord) -> RunSummary {
         parent: configuration
             .and_then(|c| c.continues.as_ref())
             .map(|c| (c.parent.to_string(), c.note.clone())),
-        cancel_requested: run
-            .cancel_requested
-            .as_ref()
-            .filter(|_| run.status == RunStatus::Running)
-            .map(|request| {
-                let why = request
-                    .reason
-                    .as_deref()
-                    .map(|reason| format!(" (\"{reason}\")"))
-                    .unwrap_or_default();
-                format!(
-                    "{} asked to cancel this run{why}; it stops at its next step.",
-                    request.by
-                )
-            }),
+        cancel_requested: cancel_text(run),
     }
+}
+
+/// "olga asked to cancel this run (\"why\"); …", while a running run has a cancel asked of it.
+fn cancel_text(run: &RunRecord) -> Option<String> {
+    let request = run
+        .cancel_requested
+        .as_ref()
+        .filter(|_| run.status == RunStatus::Running)?;
+    let why = request
+        .reason
+        .as_deref()
+        .map(|reason| format!(" (\"{reason}\")"))
+        .unwrap_or_default();
+    Some(format!(
+        "{} asked to cancel this run{why}; it stops at its next step.",
+        request.by
+    ))
 }
 
 /// The model options a run uses and where each came from.
@@ -197,5 +208,6 @@ pub fn child_view(run: &RunRecord) -> ChildView {
             .unwrap_or_default(),
         requested_by: run.requested_by.clone(),
         created_at: format_utc(run.created_at_ms),
+        created_at_ms: run.created_at_ms,
     }
 }
