@@ -180,6 +180,14 @@ mod tests {
     }
 }
 
+/// Shows in `element` a fragment the server rendered for it (the inbox's panel, from
+/// `nrllm_approval_panel`): Leptos escaped every run-supplied string in it on the server, as in
+/// any page, so it goes in as HTML. The one place a script writes markup into a page.
+#[cfg(feature = "hydrate")]
+pub fn show_server_fragment(element: &web_sys::Element, fragment: &str) {
+    element.set_inner_html(fragment);
+}
+
 /// The operators a condition can use, with their words.
 const OPS: [(&str, &str); 4] = [
     ("ends_with", "ends with"),

@@ -244,7 +244,8 @@ pub fn gated_tools(state: &AppState) -> Vec<String> {
 /// A decision or an answer on run `id` was claimed: the worker is woken; a browser goes back to
 /// the run, or — `then` = `next?<filters>`, from the inbox — to the next turn `who` may decide in
 /// that inbox (the inbox itself when none is left). `then` is read as an inbox query, never
-/// followed as a URL.
+/// followed as a URL. The decision stands whatever happens here: filters that do not read go to
+/// the whole inbox, and a failure to find the next turn (logged) to that inbox.
 pub async fn decided(
     state: &AppState,
     id: Uuid,
@@ -255,13 +256,7 @@ pub async fn decided(
     if crate::server::wants_html() {
         let inbox = then.and_then(|then| then.strip_prefix("next"));
         let target = match inbox {
-            Some(filters) => {
-                let query = InboxQuery::from_query(filters.trim_start_matches('?'))?;
-                match next_to_decide(state, who, &query.filter).await? {
-                    Some(next) => query.start(next),
-                    None => query.href(None, None),
-                }
-            }
+            Some(filters) => next_href(state, who, filters.trim_start_matches('?')).await,
             None => format!("/runs/{id}"),
         };
         leptos_axum::redirect(&target);
@@ -270,6 +265,18 @@ pub async fn decided(
         run_id: id.to_string(),
         status: crate::page_data::RunStatus::Queued,
     })
+}
+
+/// The inbox filtered by `filters` with the next turn `who` may decide open (the inbox alone
+/// when none is left, or when it cannot be read).
+async fn next_href(state: &AppState, who: &Principal, filters: &str) -> String {
+    let Ok(query) = InboxQuery::from_query(filters) else {
+        return "/approvals".to_owned();
+    };
+    match next_to_decide(state, who, &query.filter).await {
+        Ok(Some(next)) => query.start(next),
+        Ok(None) | Err(_) => query.href(None, None),
+    }
 }
 
 #[cfg(test)]
@@ -325,7 +332,7 @@ mod tests {
 
     #[test]
     fn the_inbox_links_keep_the_filters_encoded() {
-        let hostile = "\"><script>&x=1";
+        let hostile = "\"><img src=x>&x=1";
         let query = InboxQuery::read(
             fields(&[("q", hostile), ("tool", "update_page")]),
             Some(format!("5.{}", Uuid::nil())),
@@ -334,9 +341,8 @@ mod tests {
         .unwrap();
         let id = Uuid::from_u128(7);
         let open = query.href(Some(id), None);
-        assert!(
-            open.starts_with("/approvals?tool=update_page&q=%22%3E%3Cscript%3E%26x%3D1&after=5.")
-        );
+        assert!(open
+            .starts_with("/approvals?tool=update_page&q=%22%3E%3Cimg+src%3Dx%3E%26x%3D1&after=5."));
         assert!(open.ends_with(&format!("&open={id}#row-{id}")));
         let next = query.href(None, Some("9.abc"));
         assert!(next.ends_with("&after=9.abc"), "{next}");
@@ -345,7 +351,7 @@ mod tests {
         // After a decision: the same filters, read back from the panel's `then`.
         assert_eq!(
             query.then(),
-            "next?tool=update_page&q=%22%3E%3Cscript%3E%26x%3D1"
+            "next?tool=update_page&q=%22%3E%3Cimg+src%3Dx%3E%26x%3D1"
         );
         let again = InboxQuery::from_query(query.then().trim_start_matches("next?")).unwrap();
         assert_eq!(again.filter.tool.as_deref(), Some("update_page"));
@@ -353,7 +359,9 @@ mod tests {
         assert_eq!(again.filter.after, None);
         assert_eq!(
             again.start(id),
-            format!("/approvals?tool=update_page&q=%22%3E%3Cscript%3E%26x%3D1&open={id}#row-{id}")
+            format!(
+                "/approvals?tool=update_page&q=%22%3E%3Cimg+src%3Dx%3E%26x%3D1&open={id}#row-{id}"
+            )
         );
         assert!(InboxQuery::from_query("kind=budget").is_err());
     }

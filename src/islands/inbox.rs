@@ -109,7 +109,7 @@ mod desk {
             let _ = toggle.set_attribute("aria-expanded", "false");
         }
         if let Some(panel) = find(row, "[data-panel]") {
-            panel.set_inner_html("");
+            panel.set_text_content(None);
         }
     }
 
@@ -158,7 +158,7 @@ mod desk {
             });
             match html {
                 Ok(html) => {
-                    panel.set_inner_html(&html);
+                    crate::components::show_server_fragment(&panel, &html);
                     seen(&row);
                     if let Some(heading) = find(&panel, "[data-panel-heading]") {
                         focus(&heading);
@@ -385,7 +385,7 @@ mod desk {
 
     /// Lists what the bulk decision did to each run (as text); decided runs leave the list.
     fn show_outcome(document: &Document, results: &Element, outcome: BulkOutcome) {
-        results.set_inner_html("");
+        results.set_text_content(None);
         for result in outcome.results {
             let row = document.get_element_by_id(&format!("row-{}", result.run_id));
             let prompt = row
