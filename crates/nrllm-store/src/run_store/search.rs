@@ -25,6 +25,15 @@ impl SqlRunStore {
     }
 
     async fn index_queued_sqlite(&self, limit: i64) -> Result<usize, StoreError> {
+        // Most of the time nothing waits: a read says so without taking the write turn.
+        let queued: Option<String> =
+            sqlx::query_scalar("SELECT run_id FROM agent_run_search_queue LIMIT 1")
+                .fetch_optional(self.db.pool())
+                .await
+                .map_err(backend)?;
+        if queued.is_none() {
+            return Ok(0);
+        }
         let mut tx = self.write_tx().await.map_err(backend)?;
         let ids: Vec<String> = sqlx::query_scalar(
             "SELECT run_id FROM agent_run_search_queue ORDER BY run_id LIMIT $1",
