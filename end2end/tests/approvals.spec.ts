@@ -10,8 +10,12 @@ test.describe("with JavaScript", () => {
     const call = page.getByTestId("pending-call");
     await expect(call).toHaveCount(1);
     await expect(call).toHaveAttribute("data-tool", "update_page");
-    // The default approval_timeout (24 h): by when to decide, and how long is left.
-    await expect(page.getByTestId("deadline")).toContainText(/^Decide by .* UTC \(23 h 5\d min left\)/);
+    // The default approval_timeout (24 h): by when to decide (in the browser's zone, UTC on
+    // hover) and how long is left.
+    const deadline = page.getByTestId("deadline");
+    await expect(deadline).toContainText(/^Decide by .* \(23 h 5\d min left\)/);
+    await expect(deadline.locator("time")).toHaveAttribute("title", /UTC$/);
+    await expect(deadline.locator("time")).not.toContainText("UTC");
     const preview = call.getByTestId("preview");
     await expect(preview).toContainText("- title: About us");
     await expect(preview).toContainText("+ title: About Example Co.");
