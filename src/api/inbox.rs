@@ -53,11 +53,16 @@ pub async fn nrllm_inbox(
         .iter()
         .map(|run| present::inbox_row(run, query.href(Some(run.id), None)))
         .collect();
-    let open = match open {
-        Some(id) => waiting::panel_view(&state, id, &who).await?,
+    // The open run and where triage starts are usually on this page already: not read again.
+    let open = match open.map(|id| (id, waiting.iter().find(|run| run.id == id))) {
+        Some((_, Some(run))) => Some(waiting::waiting_view(&state, run, &who).await?),
+        Some((id, None)) => waiting::panel_view(&state, id, &who).await?,
         None => None,
     };
-    let triage = waiting::next_to_decide(&state, &who, &query.filter).await?;
+    let triage = match query.filter.after {
+        None => waiting::first_decidable(&state, &who, &waiting).await?,
+        Some(_) => waiting::next_to_decide(&state, &who, &query.filter).await?,
+    };
     Ok(InboxPage {
         rows,
         next_href: next_after.map(|after| query.href(None, Some(&after))),

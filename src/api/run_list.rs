@@ -65,7 +65,7 @@ pub(crate) mod ssr {
     const MAX_FILTER_CHARS: usize = 200;
 
     /// The run list's filters as a form or a client gives them.
-    #[derive(Debug, Default)]
+    #[derive(Debug, Default, serde::Deserialize)]
     pub struct RunQuery {
         pub status: Option<String>,
         pub configuration: Option<String>,

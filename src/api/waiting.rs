@@ -88,50 +88,45 @@ impl InboxQuery {
         InboxQuery::read(fields, None, None)
     }
 
-    /// The filters alone, encoded (`tool=update_page&q=deploy`).
-    fn filters(&self) -> String {
+    /// The filters, then `after` and `open` when given, encoded (`tool=update_page&q=deploy`).
+    fn encoded(&self, after: Option<&str>, open: Option<Uuid>) -> String {
         let mut query = form_urlencoded::Serializer::new(String::new());
         for (name, value) in &self.pairs {
             query.append_pair(name, value);
         }
-        query.finish()
-    }
-
-    /// What this inbox's panels say comes after a decision: the next turn of the same inbox.
-    pub fn then(&self) -> String {
-        format!("next?{}", self.filters())
-    }
-
-    /// The inbox, filtered as this one, with run `id`'s panel open (where triage starts).
-    pub fn start(&self, id: Uuid) -> String {
-        InboxQuery {
-            filter: self.filter.clone(),
-            pairs: self.pairs.clone(),
-            after: None,
-            limit: self.limit,
-        }
-        .href(Some(id), None)
-    }
-
-    /// The inbox with the same filters: on this page with `open`'s panel open, or, given
-    /// `next`, the page after this one.
-    pub fn href(&self, open: Option<Uuid>, next: Option<&str>) -> String {
-        let mut query = form_urlencoded::Serializer::new(String::new());
-        for (name, value) in &self.pairs {
-            query.append_pair(name, value);
-        }
-        if let Some(after) = next.or(self.after.as_deref()) {
+        if let Some(after) = after {
             query.append_pair("after", after);
         }
         if let Some(open) = open {
             query.append_pair("open", &open.to_string());
         }
-        let query = query.finish();
+        query.finish()
+    }
+
+    /// The inbox with these filters, after cursor `after`, with `open`'s panel open.
+    fn link(&self, after: Option<&str>, open: Option<Uuid>) -> String {
+        let query = self.encoded(after, open);
         let anchor = open.map(|id| format!("#row-{id}")).unwrap_or_default();
         match query.is_empty() {
             true => format!("/approvals{anchor}"),
             false => format!("/approvals?{query}{anchor}"),
         }
+    }
+
+    /// What this inbox's panels say comes after a decision: the next turn of the same inbox.
+    pub fn then(&self) -> String {
+        format!("next?{}", self.encoded(None, None))
+    }
+
+    /// The inbox, filtered as this one, with run `id`'s panel open (where triage starts).
+    pub fn start(&self, id: Uuid) -> String {
+        self.link(None, Some(id))
+    }
+
+    /// The inbox with the same filters: on this page with `open`'s panel open, or, given
+    /// `next`, the page after this one.
+    pub fn href(&self, open: Option<Uuid>, next: Option<&str>) -> String {
+        self.link(next.or(self.after.as_deref()), open)
     }
 }
 
@@ -220,7 +215,16 @@ pub async fn next_to_decide(
         .waiting(&filter)
         .await
         .map_err(|err| AppError::internal("listing waiting runs", err))?;
-    for run in &waiting {
+    first_decidable(state, who, &waiting).await
+}
+
+/// The first of `runs` that `who` may decide (of the first few).
+pub async fn first_decidable(
+    state: &AppState,
+    who: &Principal,
+    runs: &[RunRecord],
+) -> Result<Option<Uuid>, AppError> {
+    for run in runs.iter().take(NEXT_LOOKS_AT as usize) {
         if decide_block(state, run, who).await?.is_none() {
             return Ok(Some(run.id));
         }

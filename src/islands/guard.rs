@@ -41,7 +41,7 @@ pub(crate) mod browser {
             .collect()
     }
 
-    fn input_value(root: &Element, selector: &str) -> String {
+    pub(crate) fn input_value(root: &Element, selector: &str) -> String {
         root.query_selector(selector)
             .ok()
             .flatten()

@@ -25,7 +25,7 @@ mod desk {
     use wasm_bindgen_futures::JsFuture;
     use web_sys::{Document, Element, HtmlElement, HtmlInputElement};
 
-    use super::super::guard::browser::{elements, is_shortcut, keys_enabled};
+    use super::super::guard::browser::{elements, input_value, is_shortcut, keys_enabled};
     use super::super::guard::KEYS_SETTING;
     use crate::error::AppError;
     use crate::page_data::inbox::BulkOutcome;
@@ -310,13 +310,6 @@ mod desk {
                     .unwrap_or_default(),
             );
         }
-    }
-
-    fn input_value(root: &Element, selector: &str) -> String {
-        find(root, selector)
-            .and_then(|el| el.dyn_into::<HtmlInputElement>().ok())
-            .map(|input| input.value())
-            .unwrap_or_default()
     }
 
     fn encode(text: &str) -> String {

@@ -128,26 +128,20 @@ enum Format {
     Json,
 }
 
-/// The run list's filters from a download link's query.
-fn fields(query: Option<String>) -> RunQuery {
-    let mut fields = RunQuery::default();
-    for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
-        let value = Some(value.into_owned());
-        match name.as_ref() {
-            "status" => fields.status = value,
-            "configuration" => fields.configuration = value,
-            "requester" => fields.requester = value,
-            "from" => fields.from = value,
-            "to" => fields.to = value,
-            "q" => fields.q = value,
-            _ => {}
-        }
-    }
-    fields
-}
-
 fn list_export(state: &AppState, query: Option<String>, format: Format) -> Response {
-    let filter = match fields(query).filter(None, Some(EXPORT_PAGE)) {
+    // Fields other than the list's filters (a cursor, say) are not read.
+    let Ok(fields) = serde_qs::from_str::<RunQuery>(query.as_deref().unwrap_or_default()) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "The download's filters do not read: take the link from the runs page again.",
+        )
+            .into_response();
+    };
+    let fields = RunQuery {
+        after: None,
+        ..fields
+    };
+    let filter = match fields.filter(None, Some(EXPORT_PAGE)) {
         // A page at a time, all of it written.
         Ok(filter) => RunFilter {
             limit: EXPORT_PAGE,

@@ -21,16 +21,17 @@ pub fn OpenPanel(run: RunView, then: String) -> impl IntoView {
 
 /// The rows, `open`'s with its panel; a run opened that is not among them shows above them.
 pub fn rows(rows: Vec<InboxRow>, open: Option<RunView>, then: String) -> impl IntoView {
-    let open_id = open.as_ref().map(|run| run.summary.id.clone());
-    let elsewhere = open
-        .clone()
-        .filter(|run| !rows.iter().any(|row| row.id == run.summary.id));
+    let on_page = open
+        .as_ref()
+        .is_some_and(|run| rows.iter().any(|row| row.id == run.summary.id));
+    let (mut open, elsewhere) = match on_page {
+        true => (open, None),
+        false => (None, open),
+    };
     let items = rows
         .into_iter()
         .map(|row| {
-            let panel = open
-                .clone()
-                .filter(|_| open_id.as_deref() == Some(row.id.as_str()));
+            let panel = open.take_if(|run| run.summary.id == row.id);
             view! { <Row row panel then=then.clone() /> }
         })
         .collect_view();

@@ -2,6 +2,7 @@
 //! state alone (no previews: those are computed when the row's panel opens).
 
 use nrllm_core::clock::format_utc;
+use nrllm_core::question::Question;
 use nrllm_core::run_store::RunRecord;
 use nrllm_core::SuspendedState;
 
@@ -55,15 +56,15 @@ fn waiting_calls(state: &SuspendedState) -> Vec<InboxCall> {
         .iter()
         .filter(|call| undecided.contains(&call.id.as_str()) || state.questions.contains(&call.id))
         .map(|call| {
-            let question = state.questions.contains(&call.id).then(|| {
-                serde_json::from_str::<serde_json::Value>(&call.arguments)
-                    .ok()
-                    .and_then(|args| args.get("question")?.as_str().map(str::to_owned))
-            });
+            let question = state
+                .questions
+                .contains(&call.id)
+                .then(|| Question::of(call))
+                .flatten();
             InboxCall {
                 tool: call.name.clone(),
-                summary: match question.flatten() {
-                    Some(text) => one_line(&text, CALL_SUMMARY_CHARS),
+                summary: match question {
+                    Some(question) => one_line(&question.question, CALL_SUMMARY_CHARS),
                     None => arguments_summary(&call.arguments),
                 },
             }

@@ -31,6 +31,10 @@ pub fn summary(run: &RunRecord) -> RunSummary {
         .map(|state| state.pending.iter().map(|c| c.name.clone()).collect())
         .unwrap_or_default();
     let started = run.started_at_ms.unwrap_or(run.created_at_ms);
+    // While it waits: by when to decide.
+    let deadline = run
+        .approval_deadline_ms
+        .filter(|_| RunStatus::WAITING.contains(&run.status));
     let wall_ms = match (run.finished_at_ms, run.status) {
         (Some(finished), _) => Some(finished - started),
         (None, RunStatus::Running) => Some(now_ms() - started),
@@ -76,14 +80,8 @@ pub fn summary(run: &RunRecord) -> RunSummary {
         waiting_for_ms: RunStatus::WAITING
             .contains(&run.status)
             .then(|| now_ms() - run.updated_at_ms),
-        deadline: run
-            .approval_deadline_ms
-            .filter(|_| RunStatus::WAITING.contains(&run.status))
-            .map(|deadline| deadline_text(deadline, now_ms())),
-        deadline_at: run
-            .approval_deadline_ms
-            .filter(|_| RunStatus::WAITING.contains(&run.status))
-            .map(|deadline| (deadline, format_utc(deadline))),
+        deadline: deadline.map(|deadline| deadline_text(deadline, now_ms())),
+        deadline_at: deadline.map(|deadline| (deadline, format_utc(deadline))),
         pending_tools,
         queue_position: None,
         model_options: configuration

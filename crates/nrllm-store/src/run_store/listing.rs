@@ -78,14 +78,18 @@ impl Conditions {
         }
     }
 
+    /// ` WHERE a AND b`, or nothing without conditions.
+    fn where_clause(&self) -> String {
+        match self.clauses.is_empty() {
+            true => String::new(),
+            false => format!(" WHERE {}", self.clauses.join(" AND ")),
+        }
+    }
+
     fn finish(mut self, head: String, order: &str, limit: u32) -> Listing {
         let n = self.next();
         self.binds.push(Bound::Int(i64::from(limit)));
-        let clauses = if self.clauses.is_empty() {
-            String::new()
-        } else {
-            format!(" WHERE {}", self.clauses.join(" AND "))
-        };
+        let clauses = self.where_clause();
         Listing {
             sql: format!("{head}{clauses} ORDER BY {order} LIMIT ${n}"),
             binds: self.binds,
@@ -126,8 +130,9 @@ fn search_text(backend: Backend, words: &SearchWords) -> String {
 
 impl SqlRunStore {
     /// How the database answers the queries that grow with the number of runs: the inbox's and
-    /// the runs page's first pages (and one searched) and the two sweeps for overdue runs, as `EXPLAIN QUERY PLAN`
-    /// (SQLite) or `EXPLAIN` (Postgres) prints them. For the benchmark of many waiting runs.
+    /// the runs page's first pages (and the run list searched) and the two sweeps for overdue
+    /// runs, as `EXPLAIN QUERY PLAN` (SQLite) or `EXPLAIN` (Postgres) prints them. For the
+    /// benchmark of many waiting runs.
     pub async fn query_plans(&self) -> Result<Vec<(&'static str, Vec<String>)>, StoreError> {
         let explain = match self.db.backend() {
             Backend::Sqlite => "EXPLAIN QUERY PLAN",
@@ -233,7 +238,6 @@ pub(super) fn waiting_query(backend: Backend, filter: &WaitingFilter) -> Listing
     )
 }
 
-/// The run list: newest first, after its cursor.
 /// The run list's conditions other than its search.
 fn list_conditions(filter: &RunFilter) -> Conditions {
     let mut conditions = Conditions::default();
@@ -285,10 +289,7 @@ pub(super) fn recent_matches_query(
 ) -> Option<Listing> {
     let words = filter.search.as_ref()?;
     let mut conditions = list_conditions(filter);
-    let clauses = match conditions.clauses.is_empty() {
-        true => String::new(),
-        false => format!(" WHERE {}", conditions.clauses.join(" AND ")),
-    };
+    let clauses = conditions.where_clause();
     let window_at = conditions.next();
     conditions.binds.push(Bound::Int(i64::from(window)));
     let words_at = conditions.next();

@@ -15,7 +15,7 @@ use super::queries::*;
 use super::write::*;
 use super::*;
 
-/// The newest runs a search probes one by one before it reads every match.
+/// The newest runs a search looks among first, before it reads every match.
 const SEARCH_WINDOW: u32 = 2_000;
 
 #[async_trait]
@@ -32,8 +32,8 @@ impl RunReader for SqlRunStore {
     }
 
     async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {
-        // A search first probes the newest runs (quick when many match), then reads every match
-        // (quick when few do).
+        // A search first looks among the newest runs (quick when many match), then, if that
+        // does not fill the page, reads every match (quick when few do).
         let backend_kind = self.db.backend();
         let recent = super::listing::recent_matches_query(backend_kind, filter, SEARCH_WINDOW);
         if let Some(listing) = recent {

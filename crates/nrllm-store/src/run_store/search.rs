@@ -81,7 +81,8 @@ impl SqlRunStore {
 
     async fn index_queued_postgres(&self, limit: i64) -> Result<usize, StoreError> {
         // One statement: the runs taken (locked rows skipped: another instance indexes them),
-        // their documents written; a run finished meanwhile is queued again and indexed next.
+        // their documents written (a data-modifying CTE runs whether it is read or not); a run
+        // finished meanwhile is queued again and indexed next.
         let row = sqlx::query(
             "WITH taken AS (
                  DELETE FROM agent_run_search_queue WHERE run_id IN (
@@ -92,9 +93,8 @@ impl SqlRunStore {
                  INSERT INTO agent_run_search (run_id, document)
                  SELECT r.id, agent_run_search_document(r.configuration, r.final_answer)
                  FROM agent_run r JOIN taken t ON t.run_id = r.id
-                 ON CONFLICT (run_id) DO UPDATE SET document = EXCLUDED.document
-                 RETURNING 1)
-             SELECT (SELECT COUNT(*) FROM taken) AS taken, (SELECT COUNT(*) FROM written) AS written",
+                 ON CONFLICT (run_id) DO UPDATE SET document = EXCLUDED.document)
+             SELECT COUNT(*) AS taken FROM taken",
         )
         .bind(limit)
         .fetch_one(self.db.pool())
