@@ -71,6 +71,9 @@ fn parse_args() -> Result<Args, String> {
 /// When the fake provider wrote each piece of the response it is writing now, by its number.
 type Written = Arc<Mutex<HashMap<usize, Instant>>>;
 
+/// Told when the bench follows a run's live stream; the provider waits for it to write.
+static FOLLOWED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
 /// The fake provider: answers every request (`Write N`) with a stream of N words, one every
 /// `every`, recording when it wrote each. It waits half a second before the first, so the
 /// bench's client follows the run by then.
@@ -127,7 +130,11 @@ async fn answer(mut socket: TcpStream, every: Duration, written: Written) {
     if socket.write_all(head.as_bytes()).await.is_err() {
         return;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The pieces start soon after the bench follows the run's live stream (a follower of a run
+    // still queued when it connected must have its pieces from the start: a fixed wait here
+    // hid that such a stream looked for the run's start only every 300 ms).
+    let _ = tokio::time::timeout(Duration::from_secs(5), FOLLOWED.notified()).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let event = |delta: Value, finish: Value| {
         let chunk = json!({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0,
             "model": "fake-1", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
@@ -208,6 +215,7 @@ async fn follow(
         .send()
         .await
         .expect("the live stream");
+    FOLLOWED.notify_one();
     let mut events = response.bytes_stream().eventsource();
     let mut seen = vec![false; chunks];
     let mut delays = Vec::with_capacity(chunks);

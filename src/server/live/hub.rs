@@ -56,6 +56,9 @@ impl Default for StreamLimits {
 pub struct LiveHub {
     pub(super) inner: Mutex<Hub>,
     pub(super) limits: StreamLimits,
+    /// Told whenever a run starts running here: the streams waiting for a queued run look again
+    /// at once (between those, they look every `QUEUE_RECHECK`).
+    pub(super) started: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -157,6 +160,7 @@ impl LiveHub {
         LiveHub {
             inner: Mutex::default(),
             limits,
+            started: tokio::sync::Notify::new(),
         }
     }
 
@@ -288,6 +292,8 @@ impl RunListener for LiveHub {
         if status == RunStatus::Running {
             // A run that starts (or resumes) running here gets its place; its events follow.
             hub.runs.entry(run_id).or_default();
+            drop(hub);
+            self.started.notify_waiters();
             return;
         }
         // Any other status is reported after the segment's events were committed: the run is no

@@ -105,12 +105,19 @@ async fn once_taken(
     (last, slot): (Arc<AtomicI64>, Slot),
 ) -> Steps {
     loop {
-        tokio::time::sleep(QUEUE_RECHECK).await;
+        // Made before the look, so that a run started meanwhile wakes it.
+        let started = hub.started.notified();
         match store.get(id).await {
-            Ok(Some(run)) if run.status == RunStatus::Queued => continue,
+            Ok(Some(run)) if run.status == RunStatus::Queued => {}
             Ok(Some(_)) => break,
             // Gone or unreadable: the stream ends and the browser reconnects.
             _ => return futures::stream::empty().boxed(),
+        }
+        // A run taken here says so at once (its response may be written within the wait);
+        // one taken by another instance is seen at the next look.
+        tokio::select! {
+            _ = started => {}
+            _ = tokio::time::sleep(QUEUE_RECHECK) => {}
         }
     }
     // The stream of the taken run holds a place of its own.
