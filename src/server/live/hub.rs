@@ -207,6 +207,30 @@ impl LiveHub {
         })
     }
 
+    /// [`LiveHub::subscribe`], allowing a run the store says is running `grace` to start running
+    /// here: a worker's take commits before the worker tells the hub, and a stream that came in
+    /// between would otherwise follow the run as one driven elsewhere (and miss its response as
+    /// it is written).
+    pub async fn subscribe_soon(
+        self: &Arc<Self>,
+        id: Uuid,
+        grace: std::time::Duration,
+    ) -> Result<Subscription, Refused> {
+        let until = tokio::time::Instant::now() + grace;
+        loop {
+            // Made before the look, so that a start in between wakes it.
+            let started = self.started.notified();
+            match self.subscribe(id) {
+                Err(Refused::NotRunningHere) if tokio::time::Instant::now() < until => {}
+                other => return other,
+            }
+            tokio::select! {
+                _ = started => {}
+                _ = tokio::time::sleep_until(until) => {}
+            }
+        }
+    }
+
     /// The events a running run has emitted but not yet committed (empty for other runs).
     pub fn unpersisted(&self, id: Uuid) -> Vec<SequencedEvent> {
         self.lock()

@@ -19,6 +19,10 @@ pub struct After {
     pub(super) after: Option<i64>,
 }
 
+/// How long a stream gives a run the store says is running to start running here before it
+/// follows it as one driven elsewhere.
+const START_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Why a stream could not be opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamError {
@@ -71,7 +75,7 @@ pub fn event_stream(
         }
         // Subscribe before reading the events: nothing emitted in between is missed. A run
         // running elsewhere is followed through the commits that instance announces (Postgres).
-        let subscription = match hub.subscribe(id) {
+        let subscription = match hub.subscribe_soon(id, START_GRACE).await {
             Ok(subscription) => Some(subscription),
             Err(Refused::Full) => return Err(StreamError::Full),
             Err(Refused::NotRunningHere) => None,
