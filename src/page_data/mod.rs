@@ -35,6 +35,10 @@ pub struct RunSummary {
     /// then a lower bound.
     #[serde(default)]
     pub unreported_usage: u32,
+    /// Of the prompt tokens, read from and written to the provider's cache; of the completion
+    /// tokens, spent reasoning.
+    #[serde(default)]
+    pub usage_parts: (u64, u64, u64),
     /// `$0.0012`, when the configuration has prices (`at least $0.0012` when some usage was
     /// not reported).
     pub estimated_cost: Option<String>,
@@ -82,10 +86,25 @@ impl RunSummary {
         }
     }
 
-    /// "tokens 120 (100 + 20)", saying how many responses' usage is missing from the count.
+    /// "tokens 120 (100 + 20)", with the parts priced apart ("60 cached, 5 reasoning") when
+    /// there are any, saying how many responses' usage is missing from the count.
     pub fn tokens_fact(&self) -> String {
+        let (cached, written, reasoning) = self.usage_parts;
+        let parts: Vec<String> = [
+            (cached, "cached"),
+            (written, "written to cache"),
+            (reasoning, "reasoning"),
+        ]
+        .iter()
+        .filter(|(count, _)| *count > 0)
+        .map(|(count, what)| format!("{count} {what}"))
+        .collect();
+        let parts = match parts.is_empty() {
+            true => String::new(),
+            false => format!("; {}", parts.join(", ")),
+        };
         let counted = format!(
-            "tokens {} ({} + {})",
+            "tokens {} ({} + {}{parts})",
             self.total_tokens_text(),
             self.prompt_tokens,
             self.completion_tokens

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use nrllm_core::provider::{ModelOptions, Provider, Usage};
+use nrllm_core::provider::{ModelOptions, Prices, Provider, Usage};
 use nrllm_core::registry::ToolRegistry;
 use nrllm_core::run_service::LoopFactory;
 use nrllm_core::run_store::RunConfiguration;
@@ -29,8 +29,8 @@ struct Configured {
     view: ConfigurationView,
     provider: Result<Arc<dyn Provider>, String>,
     defaults: ModelOptions,
-    /// US dollars per million prompt and completion tokens.
-    prices: (Option<f64>, Option<f64>),
+    /// Its prices, for the cost estimate.
+    prices: Prices,
     /// The user who started a run cannot decide it.
     four_eyes: bool,
     /// How long a turn may wait for a decision, in milliseconds (`None`: until decided).
@@ -106,7 +106,7 @@ impl Configurations {
             },
             provider: Ok(Arc::clone(&demo)),
             defaults: ModelOptions::default(),
-            prices: (None, None),
+            prices: Prices::default(),
             four_eyes: settings.four_eyes,
             approval_timeout_ms: settings.approval_timeout_ms,
         }];
@@ -140,10 +140,7 @@ impl Configurations {
                     max_tokens: configuration.max_tokens,
                     ..ModelOptions::default()
                 },
-                prices: (
-                    configuration.price_input_per_million,
-                    configuration.price_output_per_million,
-                ),
+                prices: configuration.prices(),
                 four_eyes: configuration.four_eyes.unwrap_or(settings.four_eyes),
                 approval_timeout_ms: match &configuration.approval_timeout {
                     // Checked when the settings were read.
@@ -216,14 +213,9 @@ impl LoopFactory for Configurations {
     }
 
     fn estimate_cost_micros(&self, configuration: &RunConfiguration, usage: Usage) -> Option<i64> {
-        let (input, output) = self.find(&configuration.provider)?.prices;
-        if input.is_none() && output.is_none() {
-            return None;
-        }
-        // Dollars per million tokens are micro-dollars per token.
-        let micros = usage.prompt_tokens as f64 * input.unwrap_or(0.0)
-            + usage.completion_tokens as f64 * output.unwrap_or(0.0);
-        Some(micros.round() as i64)
+        self.find(&configuration.provider)?
+            .prices
+            .cost_micros(&usage)
     }
 }
 
@@ -243,6 +235,9 @@ mod tests {
             stream: None,
             price_input_per_million: Some(2.0),
             price_output_per_million: Some(8.0),
+            price_cached_input_per_million: None,
+            price_cache_write_per_million: None,
+            price_reasoning_per_million: None,
             four_eyes: None,
             approval_timeout: None,
             webhook_url: None,

@@ -86,9 +86,13 @@ fn check_configuration(configuration: &mut ModelConfiguration) -> Result<(), Str
     {
         return Err(": temperature must be from 0 to 2".to_owned());
     }
+    let prices = configuration.prices();
     let prices = [
-        configuration.price_input_per_million,
-        configuration.price_output_per_million,
+        prices.input,
+        prices.output,
+        prices.cached_input,
+        prices.cache_write,
+        prices.reasoning,
     ];
     if prices.iter().flatten().any(|p| !p.is_finite() || *p < 0.0) {
         return Err(": prices must be numbers of 0 or more".to_owned());

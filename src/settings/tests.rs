@@ -169,6 +169,8 @@ fn model_configurations_are_read_and_checked() {
         kind = "openai"
         model = "gpt-4o-mini"
         price_input_per_million = 0.15
+        price_cached_input_per_million = 0.075
+        price_reasoning_per_million = 2.5
 
         [[configurations]]
         name = "ollama"
@@ -190,6 +192,20 @@ fn model_configurations_are_read_and_checked() {
     );
     assert_eq!(ollama.key_env(), None);
     assert_eq!((openai.stream, ollama.stream), (None, Some(false)));
+    let prices = openai.prices();
+    assert_eq!(
+        (
+            prices.input,
+            prices.cached_input,
+            prices.reasoning,
+            prices.cache_write
+        ),
+        (Some(0.15), Some(0.075), Some(2.5), None)
+    );
+    // Every price is checked, the parts' too.
+    let negative = "[[configurations]]\nname = \"a\"\nkind = \"openai\"\nmodel = \"m\"\nprice_cache_write_per_million = -1\n";
+    let err = load(Some(negative), &[]).unwrap_err().to_string();
+    assert!(err.contains("prices must be numbers of 0 or more"), "{err}");
 
     let twice = "[[configurations]]\nname = \"a\"\nkind = \"openai\"\nmodel = \"m\"\n[[configurations]]\nname = \"a\"\nkind = \"gemini\"\nmodel = \"m\"\n";
     let err = load(Some(twice), &[]).unwrap_err().to_string();

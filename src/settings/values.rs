@@ -143,6 +143,17 @@ pub struct ModelConfiguration {
     /// US dollars per million completion tokens.
     #[serde(default)]
     pub price_output_per_million: Option<f64>,
+    /// US dollars per million prompt tokens read from the provider's cache (default: the input
+    /// price).
+    #[serde(default)]
+    pub price_cached_input_per_million: Option<f64>,
+    /// US dollars per million prompt tokens written to the provider's cache (Anthropic; default:
+    /// the input price).
+    #[serde(default)]
+    pub price_cache_write_per_million: Option<f64>,
+    /// US dollars per million reasoning tokens (default: the output price).
+    #[serde(default)]
+    pub price_reasoning_per_million: Option<f64>,
     /// Four-eyes for this configuration's runs (default: the `four_eyes` setting).
     #[serde(default)]
     pub four_eyes: Option<bool>,
@@ -159,6 +170,17 @@ pub struct ModelConfiguration {
 }
 
 impl ModelConfiguration {
+    /// Its prices, for the cost estimate.
+    pub fn prices(&self) -> nrllm_core::provider::Prices {
+        nrllm_core::provider::Prices {
+            input: self.price_input_per_million,
+            output: self.price_output_per_million,
+            cached_input: self.price_cached_input_per_million,
+            cache_write: self.price_cache_write_per_million,
+            reasoning: self.price_reasoning_per_million,
+        }
+    }
+
     /// The environment variable that holds this configuration's key, if it uses one.
     pub fn key_env(&self) -> Option<&str> {
         if self.kind == ProviderKind::Demo {

@@ -47,7 +47,11 @@ pub struct ChatRequest {
     pub options: ModelOptions,
 }
 
-/// Token counts, as the provider reports them.
+/// Token counts, as the provider reports them, in one shape for every provider: `prompt_tokens`
+/// is every input token the model read, cached or not (Anthropic's cache reads and writes are
+/// added to its `input_tokens`); `completion_tokens` is every output token, reasoning included
+/// (Gemini's `thoughtsTokenCount` is added to its `candidatesTokenCount`). The parts below are
+/// *inside* those two counts, so a step written before they were kept reads as it did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub prompt_tokens: u64,
@@ -56,9 +60,22 @@ pub struct Usage {
     /// above, which are then a lower bound (never read as zero).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unreported: u32,
+    /// Of `prompt_tokens`, those read from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "no_tokens")]
+    pub cached_input_tokens: u64,
+    /// Of `prompt_tokens`, those written to the provider's prompt cache (Anthropic).
+    #[serde(default, skip_serializing_if = "no_tokens")]
+    pub cache_write_tokens: u64,
+    /// Of `completion_tokens`, those the model spent reasoning.
+    #[serde(default, skip_serializing_if = "no_tokens")]
+    pub reasoning_tokens: u64,
 }
 
 fn is_zero(count: &u32) -> bool {
+    *count == 0
+}
+
+fn no_tokens(count: &u64) -> bool {
     *count == 0
 }
 
@@ -68,7 +85,7 @@ impl Usage {
         Usage {
             prompt_tokens,
             completion_tokens,
-            unreported: 0,
+            ..Usage::default()
         }
     }
 
@@ -89,6 +106,18 @@ impl Usage {
     pub fn is_complete(&self) -> bool {
         self.unreported == 0
     }
+
+    /// The input tokens read at the full input price: neither read from nor written to a cache.
+    pub fn uncached_input_tokens(&self) -> u64 {
+        self.prompt_tokens
+            .saturating_sub(self.cached_input_tokens)
+            .saturating_sub(self.cache_write_tokens)
+    }
+
+    /// The output tokens that are not reasoning.
+    pub fn answer_tokens(&self) -> u64 {
+        self.completion_tokens.saturating_sub(self.reasoning_tokens)
+    }
 }
 
 impl std::ops::AddAssign for Usage {
@@ -96,6 +125,56 @@ impl std::ops::AddAssign for Usage {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
         self.unreported = self.unreported.saturating_add(other.unreported);
+        self.cached_input_tokens += other.cached_input_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+    }
+}
+
+/// A configuration's prices, in dollars per million tokens. A part of the usage without a price
+/// of its own (cached input, cache writes, reasoning) is priced as the count it is inside
+/// (input, or output).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Prices {
+    pub input: Option<f64>,
+    pub output: Option<f64>,
+    pub cached_input: Option<f64>,
+    pub cache_write: Option<f64>,
+    pub reasoning: Option<f64>,
+}
+
+impl Prices {
+    /// Whether any price is set (a run's cost is shown only then).
+    pub fn is_set(&self) -> bool {
+        self.input.is_some() || self.output.is_some()
+    }
+
+    /// What `usage` costs, in millionths of a dollar (dollars per million tokens are
+    /// millionths of a dollar per token):
+    /// `uncached input × input + cached × cached_input + cache writes × cache_write
+    ///  + (output − reasoning) × output + reasoning × reasoning`.
+    /// `None` when no price is set.
+    pub fn cost_micros(&self, usage: &Usage) -> Option<i64> {
+        if !self.is_set() {
+            return None;
+        }
+        let input = self.input.unwrap_or(0.0);
+        let output = self.output.unwrap_or(0.0);
+        let parts = [
+            (usage.uncached_input_tokens(), input),
+            (
+                usage.cached_input_tokens,
+                self.cached_input.unwrap_or(input),
+            ),
+            (usage.cache_write_tokens, self.cache_write.unwrap_or(input)),
+            (usage.answer_tokens(), output),
+            (usage.reasoning_tokens, self.reasoning.unwrap_or(output)),
+        ];
+        let micros: f64 = parts
+            .iter()
+            .map(|(tokens, price)| *tokens as f64 * price)
+            .sum();
+        Some(micros.round() as i64)
     }
 }
 
@@ -287,3 +366,76 @@ pub trait Provider: Send + Sync {
 
 /// A retry observer that ignores every retry.
 pub fn ignore_retries(_notice: RetryNotice) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(prompt: u64, cached: u64, writes: u64, completion: u64, reasoning: u64) -> Usage {
+        Usage {
+            cached_input_tokens: cached,
+            cache_write_tokens: writes,
+            reasoning_tokens: reasoning,
+            ..Usage::tokens(prompt, completion)
+        }
+    }
+
+    #[test]
+    fn each_part_of_the_usage_is_priced_by_its_own_price_or_its_counts() {
+        let prices = Prices {
+            input: Some(3.0),
+            output: Some(15.0),
+            cached_input: Some(0.3),
+            cache_write: Some(3.75),
+            reasoning: None,
+        };
+        // 1,000 input of which 600 cached and 200 written; 500 output of which 100 reasoning.
+        let used = usage(1_000, 600, 200, 500, 100);
+        // 200 × 3 + 600 × 0.3 + 200 × 3.75 + 400 × 15 + 100 × 15 (reasoning as output).
+        assert_eq!(
+            prices.cost_micros(&used),
+            Some(600 + 180 + 750 + 6_000 + 1_500)
+        );
+        let reasoning = Prices {
+            reasoning: Some(60.0),
+            ..prices
+        };
+        assert_eq!(
+            reasoning.cost_micros(&used),
+            Some(600 + 180 + 750 + 6_000 + 6_000)
+        );
+        // Without prices for the parts, the total is priced as before they were kept.
+        let plain = Prices {
+            input: Some(3.0),
+            output: Some(15.0),
+            ..Prices::default()
+        };
+        assert_eq!(plain.cost_micros(&used), Some(1_000 * 3 + 500 * 15));
+        assert_eq!(Prices::default().cost_micros(&used), None);
+    }
+
+    #[test]
+    fn a_run_costs_what_its_steps_cost_and_old_steps_read_as_before() {
+        let prices = Prices {
+            input: Some(2.5),
+            output: Some(10.0),
+            cached_input: Some(1.25),
+            ..Prices::default()
+        };
+        let steps = [usage(800, 400, 0, 90, 30), usage(1_200, 800, 0, 40, 0)];
+        let mut run = Usage::default();
+        for step in steps {
+            run += step;
+        }
+        let each: i64 = steps.iter().filter_map(|u| prices.cost_micros(u)).sum();
+        assert_eq!(prices.cost_micros(&run), Some(each));
+        // A step journaled before the parts were kept has none of them.
+        let old: Usage =
+            serde_json::from_str(r#"{"prompt_tokens": 7, "completion_tokens": 3}"#).unwrap();
+        assert_eq!(old, Usage::tokens(7, 3));
+        assert_eq!(
+            serde_json::to_string(&Usage::tokens(7, 3)).unwrap(),
+            r#"{"prompt_tokens":7,"completion_tokens":3}"#
+        );
+    }
+}

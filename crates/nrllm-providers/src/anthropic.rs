@@ -116,11 +116,23 @@ struct WireUsage {
     input_tokens: u64,
     #[serde(default)]
     output_tokens: u64,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
 }
 
 impl From<WireUsage> for Usage {
+    /// Anthropic's cache reads and writes are *not* inside its `input_tokens`: they are added to
+    /// our prompt count, of which they are parts.
     fn from(usage: WireUsage) -> Usage {
-        Usage::tokens(usage.input_tokens, usage.output_tokens)
+        let cached = usage.cache_read_input_tokens.unwrap_or(0);
+        let writes = usage.cache_creation_input_tokens.unwrap_or(0);
+        Usage {
+            cached_input_tokens: cached,
+            cache_write_tokens: writes,
+            ..Usage::tokens(usage.input_tokens + cached + writes, usage.output_tokens)
+        }
     }
 }
 

@@ -168,15 +168,25 @@ struct UsageMetadata {
     candidates_token_count: u64,
     #[serde(default)]
     thoughts_token_count: u64,
+    #[serde(default)]
+    cached_content_token_count: u64,
 }
 
 impl From<UsageMetadata> for Usage {
+    /// Gemini's cached tokens are inside its prompt count; its thinking tokens are *not* inside
+    /// its candidates count (they are billed as output): they are added to our completion count,
+    /// of which they are a part.
     fn from(usage: UsageMetadata) -> Usage {
-        // Thinking tokens are billed as output.
-        Usage::tokens(
-            usage.prompt_token_count,
-            usage.candidates_token_count + usage.thoughts_token_count,
-        )
+        Usage {
+            cached_input_tokens: usage
+                .cached_content_token_count
+                .min(usage.prompt_token_count),
+            reasoning_tokens: usage.thoughts_token_count,
+            ..Usage::tokens(
+                usage.prompt_token_count,
+                usage.candidates_token_count + usage.thoughts_token_count,
+            )
+        }
     }
 }
 

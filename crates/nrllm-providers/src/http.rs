@@ -307,7 +307,9 @@ impl Engine {
     }
 
     /// One request and its response: the body as JSON, or the failure and any wait the provider
-    /// asked for.
+    /// asked for. (A failure is returned once per request made over the network, so its size
+    /// — a usage with the parts priced apart — is not worth a box.)
+    #[allow(clippy::result_large_err)]
     async fn attempt(
         &self,
         url: &str,

@@ -147,11 +147,41 @@ struct WireUsage {
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct CompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
 }
 
 impl From<WireUsage> for Usage {
+    /// OpenAI's cached tokens are inside its prompt count, its reasoning tokens inside its
+    /// completion count, as ours are (servers that send `null` details send none).
     fn from(usage: WireUsage) -> Usage {
-        Usage::tokens(usage.prompt_tokens, usage.completion_tokens)
+        Usage {
+            cached_input_tokens: usage
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .unwrap_or(0)
+                .min(usage.prompt_tokens),
+            reasoning_tokens: usage
+                .completion_tokens_details
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0)
+                .min(usage.completion_tokens),
+            ..Usage::tokens(usage.prompt_tokens, usage.completion_tokens)
+        }
     }
 }
 

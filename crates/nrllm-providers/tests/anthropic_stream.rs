@@ -105,6 +105,9 @@ async fn thinking_text_and_a_tool_call_stream_and_assemble_into_the_message_read
         ),
         json!({"type": "content_block_stop", "index": 2}),
     ];
+    // Cache reads and writes come with message_start, beside input_tokens.
+    events[0]["message"]["usage"]["cache_read_input_tokens"] = json!(300);
+    events[0]["message"]["usage"]["cache_creation_input_tokens"] = json!(20);
     events.extend(ends("tool_use", 52));
     let text = "Je renomme « Accueil » — 日本語も 🎉";
     let whole = json!({"id": "msg_9", "type": "message", "role": "assistant", "model": "claude-test",
@@ -113,7 +116,8 @@ async fn thinking_text_and_a_tool_call_stream_and_assemble_into_the_message_read
             {"type": "text", "text": text},
             {"type": "tool_use", "id": "toolu_01", "name": "update_page", "input": {"slug": "home", "title": "Café"}}],
         "stop_reason": "tool_use", "stop_sequence": null,
-        "usage": {"input_tokens": 40, "output_tokens": 52}});
+        "usage": {"input_tokens": 40, "output_tokens": 52, "cache_read_input_tokens": 300,
+            "cache_creation_input_tokens": 20}});
     let body = stream(&events);
     assert!((1..body.len() / 5).any(|k| !body.is_char_boundary(k * 5)));
     let server = MockServer::start(vec![
@@ -136,10 +140,13 @@ async fn thinking_text_and_a_tool_call_stream_and_assemble_into_the_message_read
     assert_eq!(
         (
             streamed.usage.prompt_tokens,
+            streamed.usage.cached_input_tokens,
+            streamed.usage.cache_write_tokens,
             streamed.usage.completion_tokens
         ),
-        (40, 52)
+        (360, 300, 20, 52)
     );
+    assert_eq!(streamed.usage, read_whole.usage);
     assert_eq!(
         streamed.tool_calls[0].parsed_arguments().unwrap(),
         json!({"slug": "home", "title": "Café"})

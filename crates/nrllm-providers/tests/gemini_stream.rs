@@ -112,9 +112,14 @@ async fn text_thoughts_and_a_signed_call_assemble_into_the_response_read_whole()
         "the signature is kept"
     );
     assert_eq!(
-        streamed.usage.completion_tokens, 17,
-        "thinking tokens billed as output"
+        (
+            streamed.usage.completion_tokens,
+            streamed.usage.reasoning_tokens
+        ),
+        (17, 4),
+        "thinking tokens billed as output, and counted apart"
     );
+    assert_eq!(streamed.usage, read_whole.usage);
     // The raw view holds the assembled response, signatures included; the thought text was
     // shown live and is not kept (either way).
     let mut kept = whole.clone();
@@ -192,8 +197,11 @@ async fn an_error_chunk_is_retried_and_a_stream_without_a_finish_reason_broke_of
     assert_eq!(retries[0].spent, Some(Usage::unreported()));
     assert_eq!(
         retries[1].spent,
-        Some(Usage::tokens(5, 1 + 4)),
-        "thinking counts as output"
+        Some(Usage {
+            reasoning_tokens: 4,
+            ..Usage::tokens(5, 1 + 4)
+        }),
+        "thinking counts as output, and apart"
     );
 
     let refused = events(

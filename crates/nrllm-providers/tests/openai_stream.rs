@@ -77,16 +77,31 @@ async fn a_streamed_answer_is_the_answer_read_whole_and_its_deltas_add_up_to_it(
     let mut data: Vec<String> = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
     data.extend(text.iter().map(|t| chunk(json!({"content": t}), None)));
     data.push(chunk(json!({}), Some("stop")));
-    data.push(usage_chunk(12, 7));
+    // Cached input and reasoning are inside the counts, in their details.
+    let usage = json!({"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19,
+        "prompt_tokens_details": {"cached_tokens": 8}, "completion_tokens_details": {"reasoning_tokens": 3}});
+    data.push(
+        json!({"id": "chatcmpl-9", "object": "chat.completion.chunk", "choices": [], "usage": usage})
+            .to_string(),
+    );
     data.push("[DONE]".into());
     let stream = events(data.iter().map(String::as_str));
     let whole = json!({"id": "chatcmpl-9", "object": "chat.completion", "model": "gpt-test",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text.concat()}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19}});
+        "usage": usage});
     let (streamed, read_whole, deltas, requests) = both_ways(&stream, whole).await;
     assert_eq!(journaled(&streamed), journaled(&read_whole));
     assert_eq!(streamed.content.as_deref(), Some(text.concat().as_str()));
-    assert_eq!(streamed.usage.prompt_tokens, 12);
+    assert_eq!(
+        (
+            streamed.usage.prompt_tokens,
+            streamed.usage.cached_input_tokens,
+            streamed.usage.completion_tokens,
+            streamed.usage.reasoning_tokens
+        ),
+        (12, 8, 7, 3)
+    );
+    assert_eq!(streamed.usage, read_whole.usage);
     assert_eq!(streamed.finish_reason, FinishReason::Stop);
     let told: String = deltas
         .iter()

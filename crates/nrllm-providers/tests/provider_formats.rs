@@ -16,7 +16,8 @@ use std::time::Duration;
 use mock_http::{MockServer, Recorded, Reply};
 use nrllm_core::events::{Event, NullSink, VecSink};
 use nrllm_core::provider::{
-    ignore_retries, ChatRequest, ModelOptions, Provider, ProviderError, ProviderErrorKind,
+    ignore_retries, ChatRequest, ModelOptions, Prices, Provider, ProviderError, ProviderErrorKind,
+    Usage,
 };
 use nrllm_core::run_service::{LoopFactory, RunService, SingleLoop};
 use nrllm_core::run_store::{RunConfiguration, RunReader, RunStatus};
@@ -332,6 +333,72 @@ async fn a_plain_answer_reads_text_and_usage_and_sends_the_key_in_its_header() {
         let sent = &server.requests()[0];
         assert_eq!(sent.path, format.path());
         assert_eq!(format.sent_key(sent).as_deref(), Some(KEY), "{format:?}");
+    }
+}
+
+/// An answer whose usage has every part its format reports: cached input (and, for Anthropic,
+/// cache writes) and reasoning, as each format counts them.
+fn answer_with_parts(format: Format) -> Value {
+    let mut answer = format.answer("Cached.");
+    match format {
+        // Cached tokens inside the prompt count, reasoning inside the completion count.
+        Format::OpenAi => {
+            answer["usage"] = json!({"prompt_tokens": 1200, "completion_tokens": 300,
+                "total_tokens": 1500, "prompt_tokens_details": {"cached_tokens": 1000, "audio_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 200, "audio_tokens": 0}})
+        }
+        // Cache reads and writes beside `input_tokens`, not in it; no reasoning count.
+        Format::Anthropic => {
+            answer["usage"] = json!({"input_tokens": 50, "output_tokens": 300,
+                "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 150})
+        }
+        // Cached tokens inside the prompt count; thoughts beside the candidates, not in them.
+        Format::Gemini => {
+            answer["usageMetadata"] = json!({"promptTokenCount": 1200, "candidatesTokenCount": 100,
+                "thoughtsTokenCount": 200, "cachedContentTokenCount": 1000, "totalTokenCount": 1500})
+        }
+    }
+    answer
+}
+
+#[tokio::test]
+async fn cached_input_cache_writes_and_reasoning_are_read_and_priced_exactly() {
+    let prices = Prices {
+        input: Some(2.0),
+        output: Some(8.0),
+        cached_input: Some(0.5),
+        cache_write: Some(2.5),
+        reasoning: Some(10.0),
+    };
+    for format in FORMATS {
+        let server = MockServer::start(vec![Reply::ok(answer_with_parts(format))]).await;
+        let usage = format
+            .provider(&server, 0, Duration::from_secs(5))
+            .complete(&hi(), &ignore_retries)
+            .await
+            .unwrap()
+            .usage;
+        let (writes, reasoning) = match format {
+            Format::OpenAi => (0, 200),
+            Format::Anthropic => (150, 0),
+            Format::Gemini => (0, 200),
+        };
+        assert_eq!(
+            usage,
+            Usage {
+                cached_input_tokens: 1000,
+                cache_write_tokens: writes,
+                reasoning_tokens: reasoning,
+                ..Usage::tokens(1200, 300)
+            },
+            "{format:?}"
+        );
+        // uncached × 2 + cached × 0.5 + writes × 2.5 + answer × 8 + reasoning × 10.
+        let expected = match format {
+            Format::OpenAi | Format::Gemini => 200 * 2 + 1000 / 2 + 100 * 8 + 200 * 10,
+            Format::Anthropic => 50 * 2 + 1000 / 2 + 150 * 5 / 2 + 300 * 8,
+        };
+        assert_eq!(prices.cost_micros(&usage), Some(expected), "{format:?}");
     }
 }
 

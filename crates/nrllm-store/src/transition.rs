@@ -93,6 +93,15 @@ impl Statement {
         self
     }
 
+    /// Binds the parts of `usage` priced apart, in this order: cached input, cache writes,
+    /// reasoning (each a column of `agent_run`).
+    pub(crate) fn bind_usage_parts(self, usage: &nrllm_core::provider::Usage) -> Statement {
+        let count = |tokens: u64| i64::try_from(tokens).unwrap_or(i64::MAX);
+        self.bind(count(usage.cached_input_tokens))
+            .bind(count(usage.cache_write_tokens))
+            .bind(count(usage.reasoning_tokens))
+    }
+
     /// As an sqlx query, its parameters bound.
     pub(crate) fn query(&self) -> sqlx::query::Query<'_, Any, sqlx::any::AnyArguments<'_>> {
         let mut query = sqlx::query(&self.sql);

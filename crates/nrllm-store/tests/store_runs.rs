@@ -59,10 +59,28 @@ fn setup(db: &nrllm_store::db::Database, responses: Vec<ChatResponse>) -> Setup 
     }
 }
 
+/// `usage` with the parts priced apart: cached input, cache writes, reasoning.
+fn with_parts(
+    usage: nrllm_core::provider::Usage,
+    (cached, writes, reasoning): (u64, u64, u64),
+) -> nrllm_core::provider::Usage {
+    nrllm_core::provider::Usage {
+        cached_input_tokens: cached,
+        cache_write_tokens: writes,
+        reasoning_tokens: reasoning,
+        ..usage
+    }
+}
+
 fn gated_then_answer() -> Vec<ChatResponse> {
     vec![
-        call_turn("c1", "write_note", json!({"text": "hi"}), usage(100, 20)),
-        ChatResponse::text("Wrote it.", usage(50, 5)),
+        call_turn(
+            "c1",
+            "write_note",
+            json!({"text": "hi"}),
+            with_parts(usage(100, 20), (60, 0, 5)),
+        ),
+        ChatResponse::text("Wrote it.", with_parts(usage(50, 5), (30, 10, 0))),
     ]
 }
 
@@ -83,7 +101,8 @@ async fn suspend_stores_the_state_and_resume_continues_the_sequence_and_finish_c
         assert!(run.suspended_state.is_some());
         assert!(!run.status.is_terminal());
         assert_eq!(run.counters.iterations, 1);
-        assert_eq!(run.counters.usage, usage(100, 20));
+        // The parts priced apart are kept while it waits, and after.
+        assert_eq!(run.counters.usage, with_parts(usage(100, 20), (60, 0, 5)));
         // What the suspend returned is the run as a read finds it.
         let read = s.store.get(run.id).await.unwrap().unwrap();
         assert_eq!(format!("{run:?}"), format!("{read:?}"), "{}", db.name);
@@ -109,7 +128,7 @@ async fn suspend_stores_the_state_and_resume_continues_the_sequence_and_finish_c
         assert_eq!(done.suspended_state, None);
         assert_eq!(done.termination_reason.as_deref(), Some("completed"));
         assert_eq!(done.final_answer.as_deref(), Some("Wrote it."));
-        assert_eq!(done.counters.usage, usage(150, 25));
+        assert_eq!(done.counters.usage, with_parts(usage(150, 25), (90, 10, 5)));
         assert_eq!(done.counters.iterations, 2);
         assert_eq!(done.decided_by.as_deref(), Some("bob"));
         assert!(done.finished_at_ms.is_some());

@@ -65,6 +65,11 @@ pub fn summary(run: &RunRecord) -> RunSummary {
         completion_tokens: run.counters.usage.completion_tokens,
         total_tokens: run.counters.usage.total(),
         unreported_usage: run.counters.usage.unreported,
+        usage_parts: (
+            run.counters.usage.cached_input_tokens,
+            run.counters.usage.cache_write_tokens,
+            run.counters.usage.reasoning_tokens,
+        ),
         estimated_cost: cost_text(run),
         wall_ms,
         truncated: run.truncated,

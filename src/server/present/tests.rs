@@ -248,13 +248,23 @@ fn a_broken_stream_says_what_it_used_and_unreported_usage_is_never_zero() {
     run.counters.usage = Usage::tokens(100, 20);
     run.counters.usage += Usage::unreported();
     run.estimated_cost_micros = Some(1200);
-    let summary = summary(&run);
-    assert_eq!(summary.total_tokens_text(), "120+");
+    let shown = summary(&run);
+    assert_eq!(shown.total_tokens_text(), "120+");
     assert_eq!(
-        summary.tokens_fact(),
+        shown.tokens_fact(),
         "tokens 120+ (100 + 20); usage of 1 response not reported"
     );
-    assert_eq!(summary.estimated_cost.as_deref(), Some("at least $0.0012"));
+    assert_eq!(shown.estimated_cost.as_deref(), Some("at least $0.0012"));
+    // The parts priced apart are named, those there are.
+    run.counters.usage = Usage {
+        cached_input_tokens: 60,
+        reasoning_tokens: 5,
+        ..Usage::tokens(100, 20)
+    };
+    assert_eq!(
+        summary(&run).tokens_fact(),
+        "tokens 120 (100 + 20; 60 cached, 5 reasoning)"
+    );
 }
 
 #[test]

@@ -50,7 +50,8 @@ pub(super) const RUN_COLUMNS: &str =
     prompt_tokens, completion_tokens, estimated_cost_micros, termination_reason, error_summary, \
     final_answer, suspended_state, decided_by, decided_at_ms, decision, decision_record, version, \
     last_sequence, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms, \
-    approval_deadline_ms, queued_at_ms, approved_bases, cancel_by, cancel_reason, unreported_usage";
+    approval_deadline_ms, queued_at_ms, approved_bases, cancel_by, cancel_reason, unreported_usage, \
+    cached_input_tokens, cache_write_tokens, reasoning_tokens";
 
 /// The update that takes the queued runs matching `which` for this instance ($1–$5: see
 /// [`SqlRunStore::bind_take`]), returning them.
@@ -132,6 +133,9 @@ pub(super) fn read_run(row: &impl Cells) -> Result<RunRecord, StoreError> {
                 prompt_tokens: get_u64("prompt_tokens")?,
                 completion_tokens: get_u64("completion_tokens")?,
                 unreported: u32::try_from(get_u64("unreported_usage")?).unwrap_or(u32::MAX),
+                cached_input_tokens: get_u64("cached_input_tokens")?,
+                cache_write_tokens: get_u64("cache_write_tokens")?,
+                reasoning_tokens: get_u64("reasoning_tokens")?,
             },
         },
         truncated: row.required_int("truncated")? != 0,

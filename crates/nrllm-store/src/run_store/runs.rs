@@ -83,7 +83,8 @@ impl RunStore for SqlRunStore {
              version = version + 1, updated_at_ms = $9, pending_tools = $13, \
              decided_by = NULL, decided_at_ms = NULL, decision = NULL, decision_record = NULL, \
              lease_owner = NULL, lease_until_ms = 0, approval_deadline_ms = $15, \
-             unreported_usage = $16 \
+             unreported_usage = $16, cached_input_tokens = $17, cache_write_tokens = $18, \
+             reasoning_tokens = $19 \
              WHERE id = $10 AND status = $11 AND version = $12 AND lease_owner = $14 \
              AND cancel_by IS NULL RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
         ))
@@ -102,7 +103,8 @@ impl RunStore for SqlRunStore {
         .bind(pending_tools(state))
         .bind(&*self.owner)
         .bind(deadline_ms)
-        .bind(i64::from(state.counters.usage.unreported));
+        .bind(i64::from(state.counters.usage.unreported))
+        .bind_usage_parts(&state.counters.usage);
         let mut transition = self.transition(fence, id, events)?;
         transition.before_commit = Some("during_suspend_commit");
         read_run(&self.fenced(transition, id, version).await?)
@@ -170,7 +172,8 @@ impl RunStore for SqlRunStore {
              last_sequence = CASE WHEN $7 > last_sequence THEN $7 ELSE last_sequence END, \
              version = version + 1, updated_at_ms = $8, pending_tools = $9, \
              decided_by = $10, decided_at_ms = $8, decision = $11, decision_record = $12, \
-             approved_bases = $13, unreported_usage = $18 \
+             approved_bases = $13, unreported_usage = $18, cached_input_tokens = $19, \
+             cache_write_tokens = $20, reasoning_tokens = $21 \
              WHERE id = $14 AND status = $15 AND version = $16 AND lease_owner = $17 \
              AND cancel_by IS NULL RETURNING {CHAIN_HEAD}"
         ))
@@ -191,7 +194,8 @@ impl RunStore for SqlRunStore {
         .bind(RunStatus::Running.as_str())
         .bind(version)
         .bind(&*self.owner)
-        .bind(i64::from(state.counters.usage.unreported));
+        .bind(i64::from(state.counters.usage.unreported))
+        .bind_usage_parts(&state.counters.usage);
         let mut transition = self.transition(fence, id, &claim.events)?;
         transition.then.extend(claim_rows(id, claim, now_ms));
         transition.before_commit = Some("during_automatic_decision_commit");
@@ -221,7 +225,8 @@ impl RunStore for SqlRunStore {
              decision_record = NULL, \
              last_sequence = CASE WHEN $12 > last_sequence THEN $12 ELSE last_sequence END, \
              version = version + 1, updated_at_ms = $13, finished_at_ms = $13, \
-             lease_owner = NULL, lease_until_ms = 0, unreported_usage = $18 \
+             lease_owner = NULL, lease_until_ms = 0, unreported_usage = $18, \
+             cached_input_tokens = $19, cache_write_tokens = $20, reasoning_tokens = $21 \
              WHERE id = $14 AND version = $15 AND status NOT IN ({}) \
              AND (status <> $16 OR lease_owner = $17) RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
             RunStatus::sql_list(&RunStatus::TERMINAL)
@@ -243,7 +248,8 @@ impl RunStore for SqlRunStore {
         .bind(version)
         .bind(RunStatus::Running.as_str())
         .bind(&*self.owner)
-        .bind(i64::from(finish.counters.usage.unreported));
+        .bind(i64::from(finish.counters.usage.unreported))
+        .bind_usage_parts(&finish.counters.usage);
         let mut transition = self.transition(fence, id, events)?;
         transition.before_commit = Some("during_finish_commit");
         read_run(&self.fenced(transition, id, version).await?)
