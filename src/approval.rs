@@ -82,7 +82,7 @@ fn argument_row(f: nrllm_types::ArgumentField) -> impl IntoView {
 
 /// The effect of one call: a diff, a text, or why there is none.
 /// By when the turn must be decided (the moment in the browser's time zone, with JavaScript).
-fn deadline_line(run: &RunView) -> Option<impl IntoView> {
+pub(crate) fn deadline_line(run: &RunView) -> Option<impl IntoView> {
     let text = run.summary.deadline.clone()?;
     let moment = match run.summary.deadline_at.clone() {
         Some((ms, utc)) => view! { <WithMoment text ms utc /> }.into_any(),

@@ -153,8 +153,14 @@ mod from_runtime {
                     format!("not valid JSON ({message})"),
                 ),
                 ResumeError::InvalidDecision(
-                    DecisionError::NoQuestion | DecisionError::UndecidedCalls { .. },
+                    DecisionError::NoQuestion
+                    | DecisionError::UndecidedCalls { .. }
+                    | DecisionError::WaitsForBudget
+                    | DecisionError::NoBudgetWait,
                 ) => AppError::Conflict(err.to_string()),
+                ResumeError::InvalidDecision(DecisionError::RaiseTooSmall { .. }) => {
+                    AppError::invalid("raise_to", err.to_string())
+                }
                 ResumeError::InvalidDecision(DecisionError::WouldDiscard(_)) => {
                     AppError::BadRequest(err.to_string())
                 }

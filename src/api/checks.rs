@@ -95,3 +95,32 @@ pub fn parse_run_id(text: &str) -> Result<Uuid, AppError> {
     Uuid::parse_str(text.trim())
         .map_err(|_| AppError::invalid("run_id", format!("`{text}` is not a run id")))
 }
+
+/// How a person raises a limit of `kind`: to `to` or by `by` (one of them), typed in the
+/// limit's unit.
+pub fn raise(
+    kind: nrllm_core::state::LimitKind,
+    to: Option<&str>,
+    by: Option<&str>,
+) -> Result<nrllm_core::moves::Raise, AppError> {
+    use nrllm_core::moves::Raise;
+    fn typed(text: Option<&str>) -> Option<&str> {
+        text.map(str::trim).filter(|t| !t.is_empty())
+    }
+    let read = |field: &str, text: &str| {
+        kind.parse(text)
+            .ok_or_else(|| AppError::invalid(field, format!("write {} above 0", kind.unit())))
+    };
+    match (typed(to), typed(by)) {
+        (Some(to), None) => Ok(Raise::To(read("raise_to", to)?)),
+        (None, Some(by)) => Ok(Raise::By(read("raise_by", by)?)),
+        (Some(_), Some(_)) => Err(AppError::invalid(
+            "raise_to",
+            "raise the limit to a value or by an amount, not both",
+        )),
+        (None, None) => Err(AppError::invalid(
+            "raise_to",
+            format!("write the new limit ({})", kind.unit()),
+        )),
+    }
+}

@@ -127,3 +127,49 @@ pub async fn nrllm_input_answer(
         .await?;
     crate::api::waiting::decided(&state, id, &who, then.as_deref()).await
 }
+
+/// Decides on a run waiting at its budget (`waiting_for_budget`): `decision=raise` raises the
+/// limit that stopped it — `raise_to` a new value, or `raise_by` an amount over the limit, in
+/// the limit's unit (US dollars for cost, seconds for running time, a whole number otherwise) —
+/// and the run goes on from exactly where it stopped; `decision=stop` ends it there
+/// (`budget_exhausted`). Claimed like an approval: the same authority and four-eyes, the
+/// digest of what the page showed, and exactly one decision wins. `then=next`: a browser goes
+/// on to the next turn it may decide, as with `nrllm_tool_resume`.
+#[server(endpoint = "nrllm_budget_decide")]
+pub async fn nrllm_budget_decide(
+    run_id: String,
+    decision: String,
+    raise_to: Option<String>,
+    raise_by: Option<String>,
+    digest: Option<String>,
+    then: Option<String>,
+) -> Result<ResumeAccepted, AppError> {
+    use crate::server::{request::require, request::state};
+    let who = require(nrllm_types::Role::Viewer)?;
+    let state = state()?;
+    crate::api::checks::accepting(&state)?;
+    let id = crate::api::checks::parse_run_id(&run_id)?;
+    let digest = digest.filter(|d| !d.is_empty());
+    let budget = match decision.as_str() {
+        "stop" => nrllm_core::moves::BudgetMove::Stop,
+        "raise" => {
+            let kind = crate::api::waiting::budget_kind(&state, id).await?;
+            nrllm_core::moves::BudgetMove::Raise(crate::api::checks::raise(
+                kind,
+                raise_to.as_deref(),
+                raise_by.as_deref(),
+            )?)
+        }
+        other => {
+            return Err(AppError::invalid(
+                "decision",
+                format!("`{other}` is not a budget decision (raise or stop)"),
+            ))
+        }
+    };
+    state
+        .runs
+        .claim_budget(id, &budget, &who, digest.as_deref())
+        .await?;
+    crate::api::waiting::decided(&state, id, &who, then.as_deref()).await
+}

@@ -10,6 +10,7 @@ use nrllm_core::assembly::Skill;
 use nrllm_core::provider::ModelOptions;
 use nrllm_core::registry::AllowList;
 use nrllm_core::run_store::RunConfiguration;
+use nrllm_core::state::{LimitKind, Limits};
 use nrllm_core::RunSettings;
 
 /// The playground form as posted.
@@ -23,6 +24,88 @@ pub struct RunForm {
     pub tools: Option<Vec<String>>,
     pub choose_tools: Option<String>,
     pub skills: Option<String>,
+    pub limits: FormLimits,
+}
+
+/// The budget fields of the form, as typed: empty takes the configuration's limit, `none`
+/// sets none, a number sets it.
+#[derive(Debug, Clone, Default)]
+pub struct FormLimits {
+    pub input_tokens: Option<String>,
+    pub output_tokens: Option<String>,
+    /// US dollars.
+    pub cost_usd: Option<String>,
+    pub requests: Option<String>,
+    pub tool_calls: Option<String>,
+    /// Time spent running, in seconds.
+    pub seconds: Option<String>,
+}
+
+/// The largest limit a form takes (tokens, requests, calls, seconds).
+const MAX_LIMIT: u64 = 1_000_000_000_000;
+
+impl FormLimits {
+    /// The run's limits: `defaults` (the configuration's), with each field typed in over them.
+    pub fn over(&self, defaults: Limits) -> Result<Limits, AppError> {
+        let whole =
+            |value: &Option<String>, field: &str| -> Result<Option<Option<u64>>, AppError> {
+                match present(value) {
+                    None => Ok(None),
+                    Some(text) if text.eq_ignore_ascii_case("none") => Ok(Some(None)),
+                    Some(_) => Ok(Some(number(
+                        value,
+                        field,
+                        1..=MAX_LIMIT,
+                        "a whole number from 1, or none",
+                    )?)),
+                }
+            };
+        let mut limits = defaults;
+        let typed = [
+            (
+                LimitKind::InputTokens,
+                whole(&self.input_tokens, "limit_input_tokens")?,
+            ),
+            (
+                LimitKind::OutputTokens,
+                whole(&self.output_tokens, "limit_output_tokens")?,
+            ),
+            (
+                LimitKind::Requests,
+                whole(&self.requests, "limit_requests")?,
+            ),
+            (
+                LimitKind::ToolCalls,
+                whole(&self.tool_calls, "limit_tool_calls")?,
+            ),
+            (
+                LimitKind::WallMs,
+                whole(&self.seconds, "limit_seconds")?.map(|s| s.map(|s| s * 1000)),
+            ),
+        ];
+        for (kind, value) in typed {
+            if let Some(value) = value {
+                limits = limits.with(kind, value);
+            }
+        }
+        match present(&self.cost_usd) {
+            None => {}
+            Some(text) if text.eq_ignore_ascii_case("none") => {
+                limits = limits.with(LimitKind::CostMicros, None);
+            }
+            Some(_) => {
+                let usd = number(
+                    &self.cost_usd,
+                    "limit_cost_usd",
+                    0.000001..=1_000_000.0,
+                    "an amount of dollars above 0, or none",
+                )?;
+                let micros = usd.map(|usd: f64| (usd * 1_000_000.0).round() as u64);
+                limits = limits.with(LimitKind::CostMicros, micros);
+            }
+        }
+        Ok(limits)
+    }
 }
 
 fn present(value: &Option<String>) -> Option<&str> {
@@ -75,6 +158,9 @@ impl RunForm {
         };
         let skills = parse_skills(self.skills.as_deref().unwrap_or_default())?;
         let defaults = state.configurations.defaults(&chosen.name);
+        let limits = self
+            .limits
+            .over(state.configurations.limits(&chosen.name))?;
         Ok(RunConfiguration {
             continues: None,
             approval_timeout_ms: state.configurations.approval_timeout_ms(&chosen.name),
@@ -88,6 +174,7 @@ impl RunForm {
                 admin: false,
                 model: model_options(temperature, max_tokens, defaults),
                 max_rounds,
+                limits,
             },
         })
     }
@@ -216,6 +303,58 @@ pub fn parse_skills(text: &str) -> Result<Vec<Skill>, AppError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_limits_go_over_the_configurations_and_none_clears_one() {
+        let defaults = Limits {
+            requests: Some(10),
+            cost_micros: Some(500_000),
+            ..Limits::default()
+        };
+        let typed = FormLimits {
+            requests: Some(" 3 ".into()),
+            cost_usd: Some("none".into()),
+            seconds: Some("90".into()),
+            tool_calls: Some("".into()),
+            ..FormLimits::default()
+        };
+        let limits = typed.over(defaults).unwrap();
+        assert_eq!(limits.requests, Some(3));
+        assert_eq!(limits.cost_micros, None);
+        assert_eq!(limits.wall_ms, Some(90_000));
+        assert_eq!(limits.tool_calls, None);
+        let cost = FormLimits {
+            cost_usd: Some("0.25".into()),
+            ..FormLimits::default()
+        };
+        assert_eq!(cost.over(defaults).unwrap().cost_micros, Some(250_000));
+        assert_eq!(FormLimits::default().over(defaults).unwrap(), defaults);
+        for (bad, field) in [
+            (
+                FormLimits {
+                    requests: Some("0".into()),
+                    ..FormLimits::default()
+                },
+                "limit_requests",
+            ),
+            (
+                FormLimits {
+                    cost_usd: Some("-1".into()),
+                    ..FormLimits::default()
+                },
+                "limit_cost_usd",
+            ),
+            (
+                FormLimits {
+                    input_tokens: Some("lots".into()),
+                    ..FormLimits::default()
+                },
+                "limit_input_tokens",
+            ),
+        ] {
+            assert_eq!(bad.over(defaults).unwrap_err().field(), Some(field));
+        }
+    }
 
     #[test]
     fn skills_are_blocks_with_a_name_line() {

@@ -22,6 +22,12 @@ pub async fn nrllm_tool_run(
     tools: Option<Vec<String>>,
     choose_tools: Option<String>,
     skills: Option<String>,
+    limit_input_tokens: Option<String>,
+    limit_output_tokens: Option<String>,
+    limit_cost_usd: Option<String>,
+    limit_requests: Option<String>,
+    limit_tool_calls: Option<String>,
+    limit_seconds: Option<String>,
 ) -> Result<String, AppError> {
     use crate::server::{request::require, request::state, wants_html};
     let who = require(nrllm_types::Role::Operator)?;
@@ -35,6 +41,14 @@ pub async fn nrllm_tool_run(
         tools,
         choose_tools,
         skills,
+        limits: crate::api::run_form::FormLimits {
+            input_tokens: limit_input_tokens,
+            output_tokens: limit_output_tokens,
+            cost_usd: limit_cost_usd,
+            requests: limit_requests,
+            tool_calls: limit_tool_calls,
+            seconds: limit_seconds,
+        },
     };
     let state = state()?;
     crate::api::checks::accepting(&state)?;
@@ -58,6 +72,7 @@ pub async fn nrllm_run_get(
     tab: Option<String>,
     steps_before: Option<i64>,
 ) -> Result<RunView, AppError> {
+    use crate::api::waiting;
     use crate::server::{present, request::state};
     let who = crate::server::request::require(nrllm_types::Role::Viewer)?;
     let state = state()?;
@@ -76,6 +91,7 @@ pub async fn nrllm_run_get(
     let pending = state.runs.pending(&run).await;
     let detail = present::step_detail(&events, step, tab.as_deref(), &state.registry);
     let mut view = present::run_view(&run, &events, steps_before, pending.as_ref(), detail);
+    (view.budget, view.budget_stop) = waiting::budget_view(&state, &run, pending.as_ref(), &events);
     let verdict = state
         .sql_store
         .verify_log(id)
@@ -116,20 +132,27 @@ pub async fn nrllm_run_get(
         failed: verdict.is_failure(),
         text: verdict.describe(),
     });
-    // A running segment's steps are not committed yet; show what this server has seen of them.
-    if view.latest {
-        let last = view.last_sequence;
-        for event in state
-            .live
-            .unpersisted(id)
-            .iter()
-            .filter(|e| e.sequence > last)
-        {
-            view.steps.push(present::live_step(event));
-            view.last_sequence = event.sequence;
-        }
-    }
+    with_unpersisted(&state, id, &mut view);
     Ok(view)
+}
+
+/// A running segment's steps are not committed yet: `view` shows what this server has seen of
+/// them, when it ends with the latest step.
+#[cfg(feature = "ssr")]
+fn with_unpersisted(state: &crate::server::AppState, id: uuid::Uuid, view: &mut RunView) {
+    if !view.latest {
+        return;
+    }
+    let last = view.last_sequence;
+    for event in state
+        .live
+        .unpersisted(id)
+        .iter()
+        .filter(|e| e.sequence > last)
+    {
+        view.steps.push(crate::server::present::live_step(event));
+        view.last_sequence = event.sequence;
+    }
 }
 
 /// Cancels a queued or waiting run; `reason` goes into its steps with who cancelled it.

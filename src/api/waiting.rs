@@ -135,9 +135,10 @@ fn waiting_kind(text: &str) -> Result<RunStatus, AppError> {
     match text {
         "approval" | "waiting_for_approval" => Ok(RunStatus::WaitingForApproval),
         "input" | "waiting_for_input" => Ok(RunStatus::WaitingForInput),
+        "budget" | "waiting_for_budget" => Ok(RunStatus::WaitingForBudget),
         other => Err(AppError::invalid(
             "kind",
-            format!("`{other}` is not a kind of waiting (approval or input)"),
+            format!("`{other}` is not a kind of waiting (approval, input or budget)"),
         )),
     }
 }
@@ -174,8 +175,28 @@ pub async fn waiting_view(
 ) -> Result<RunView, AppError> {
     let pending = state.runs.pending(run).await;
     let mut view = crate::server::present::run_view(run, &[], None, pending.as_ref(), None);
+    (view.budget, view.budget_stop) = budget_view(state, run, pending.as_ref(), &[]);
     view.decide_block = decide_block(state, run, who).await?;
     Ok(view)
+}
+
+/// Run `run`'s budget as its page shows it, its cost so far under its configuration's prices.
+pub fn budget_view(
+    state: &AppState,
+    run: &RunRecord,
+    pending: Option<&nrllm_core::run_service::PendingTurn>,
+    events: &[nrllm_core::run_store::StoredEvent],
+) -> (
+    Vec<crate::page_data::LimitView>,
+    Option<crate::page_data::BudgetStopView>,
+) {
+    use nrllm_core::run_service::LoopFactory;
+    let usage = pending.map_or(run.counters.usage, |p| p.state.counters.usage);
+    let cost = run
+        .configuration
+        .as_ref()
+        .and_then(|c| state.configurations.estimate_cost_micros(c, usage));
+    crate::server::present::budget(run, pending, events, cost)
 }
 
 /// Run `id`'s panel for `who`, if the run waits.
@@ -271,6 +292,24 @@ pub async fn decided(
     })
 }
 
+/// The limit run `id` waits at (the run must wait at its budget).
+pub async fn budget_kind(
+    state: &AppState,
+    id: Uuid,
+) -> Result<nrllm_core::state::LimitKind, AppError> {
+    let run = state
+        .store
+        .get(id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("There is no run {id}.")))?;
+    run.suspended_state
+        .as_deref()
+        .and_then(|raw| nrllm_core::SuspendedState::from_json(raw).ok())
+        .and_then(|state| state.budget)
+        .map(|stop| stop.limit)
+        .ok_or_else(|| AppError::Conflict("The run does not wait at its budget.".to_owned()))
+}
+
 /// The inbox filtered by `filters` with the next turn `who` may decide open (the inbox alone
 /// when none is left, or when it cannot be read).
 async fn next_href(state: &AppState, who: &Principal, filters: &str) -> String {
@@ -323,7 +362,7 @@ mod tests {
             INBOX_PAGE + 1,
             "one more: is there a next page"
         );
-        for (field, value) in [("kind", "budget"), ("sort", "name")] {
+        for (field, value) in [("kind", "nap"), ("sort", "name")] {
             let err = InboxQuery::read(fields(&[(field, value)]), None, None)
                 .err()
                 .unwrap();
@@ -367,6 +406,10 @@ mod tests {
                 "/approvals?tool=update_page&q=%22%3E%3Cimg+src%3Dx%3E%26x%3D1&open={id}#row-{id}"
             )
         );
-        assert!(InboxQuery::from_query("kind=budget").is_err());
+        assert!(InboxQuery::from_query("kind=nap").is_err());
+        assert_eq!(
+            InboxQuery::from_query("kind=budget").unwrap().filter.kind,
+            Some(RunStatus::WaitingForBudget)
+        );
     }
 }

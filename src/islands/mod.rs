@@ -333,5 +333,61 @@ pub fn ModelFields(configurations: Vec<ConfigurationView>) -> impl IntoView {
             </div>
         </div>
         <p class="text-xs text-slate-500">"Empty: the configuration's default. A value you type wins."</p>
+        <BudgetFields />
+    }
+}
+
+/// The run's budget: where it waits for a person to raise a limit or stop it.
+#[component]
+fn BudgetFields() -> impl IntoView {
+    use crate::api::NrllmToolRun as Run;
+    use crate::components::INPUT;
+    let fields = [
+        (
+            "limit_requests",
+            crate::field!(Run, limit_requests),
+            "Model requests",
+        ),
+        (
+            "limit_tool_calls",
+            crate::field!(Run, limit_tool_calls),
+            "Tool calls",
+        ),
+        (
+            "limit_cost_usd",
+            crate::field!(Run, limit_cost_usd),
+            "Cost (US $)",
+        ),
+        (
+            "limit_input_tokens",
+            crate::field!(Run, limit_input_tokens),
+            "Input tokens",
+        ),
+        (
+            "limit_output_tokens",
+            crate::field!(Run, limit_output_tokens),
+            "Output tokens",
+        ),
+        (
+            "limit_seconds",
+            crate::field!(Run, limit_seconds),
+            "Running time (s)",
+        ),
+    ];
+    view! {
+        <details class="rounded border border-slate-200 p-2 dark:border-slate-700" data-testid="budget-fields">
+            <summary class="cursor-pointer text-sm font-medium">"Budget"</summary>
+            <div class="mt-2 grid grid-cols-3 gap-2">
+                {fields.into_iter().map(|(id, name, label)| view! {
+                    <div>
+                        <label for=id class="text-sm">{label}</label>
+                        <input id=id name=name inputmode="decimal" value="" class=INPUT />
+                    </div>
+                }).collect_view()}
+            </div>
+            <p class="mt-1 text-xs text-slate-500">
+                "At a limit the run waits for a person to raise it or stop the run. Empty: the configuration's limit (none unless Leptos.toml sets one); none: no limit."
+            </p>
+        </details>
     }
 }

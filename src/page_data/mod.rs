@@ -379,6 +379,37 @@ pub struct RunView {
     /// The runs that go on from this one (its forks and retries).
     #[serde(default)]
     pub children: Vec<ChildView>,
+    /// Each limit of the run's budget, used against its value.
+    #[serde(default)]
+    pub budget: Vec<LimitView>,
+    /// While it waits at its budget: where it stopped.
+    #[serde(default)]
+    pub budget_stop: Option<BudgetStopView>,
+}
+
+/// One limit of a run's budget as its page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitView {
+    /// "model requests".
+    pub label: String,
+    /// "3", "$0.0120", "4.2 s" (`—` when it cannot be told: a cost without prices).
+    pub used: String,
+    pub limit: String,
+    /// The run reached it.
+    pub reached: bool,
+}
+
+/// Where a run waiting at its budget stopped, and how a person raises it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetStopView {
+    /// "tool calls: 4 used of 4; the next turn's 2 calls did not run".
+    pub explanation: String,
+    /// The limit that stopped it ("tool calls").
+    pub limit: String,
+    /// The unit a raise is typed in ("US dollars", "seconds", "a whole number").
+    pub unit: String,
+    /// The least value that lets the run go on, in that unit.
+    pub least: String,
 }
 
 /// A run that goes on from another one's journal.
@@ -538,7 +569,9 @@ pub struct RunList {
 /// Tailwind classes for a status badge (the label always carries the meaning too).
 pub fn status_classes(status: RunStatus) -> &'static str {
     match status {
-        RunStatus::WaitingForApproval | RunStatus::WaitingForInput => {
+        RunStatus::WaitingForApproval
+        | RunStatus::WaitingForInput
+        | RunStatus::WaitingForBudget => {
             "bg-amber-100 text-amber-900 ring-amber-300 dark:bg-amber-900/40 dark:text-amber-200"
         }
         RunStatus::Running | RunStatus::Queued => {

@@ -10,6 +10,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::api::{nrllm_run_get, NrllmRunCancel, NrllmRunFork, NrllmRunRetry};
 use crate::approval::{ApprovalPanel, QuestionPanel};
+use crate::budget::{BudgetPanel, BudgetStrip};
 use crate::components::{
     duration_text, page_title, url_error, ErrorBanner, StatusBadge, TextArea, BUTTON_PRIMARY,
     BUTTON_SECONDARY, INPUT,
@@ -67,8 +68,12 @@ fn RunDetail(run: RunView) -> impl IntoView {
         <SummaryStrip summary=summary.clone() />
         <p class="mt-1 text-xs text-slate-500 dark:text-slate-400" data-testid="model-options">{summary.model_options.clone()}</p>
         {run_notes(&run)}
+        <BudgetStrip run=run.clone() />
         {(summary.status == RunStatus::WaitingForInput).then(|| view! {
             <QuestionPanel run=run.clone() />
+        })}
+        {(summary.status == RunStatus::WaitingForBudget).then(|| view! {
+            <BudgetPanel run=run.clone() />
         })}
         {waiting.then(|| view! {
             <ApprovalPanel run=run.clone() shortcuts=true />

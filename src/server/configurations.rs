@@ -6,10 +6,11 @@
 
 use std::sync::Arc;
 
-use nrllm_core::provider::{ModelOptions, Prices, Provider, Usage};
+use nrllm_core::provider::{ModelOptions, Prices, Provider};
 use nrllm_core::registry::ToolRegistry;
 use nrllm_core::run_service::LoopFactory;
 use nrllm_core::run_store::RunConfiguration;
+use nrllm_core::state::Limits;
 use nrllm_core::{ToolLoop, ToolLoopService};
 use nrllm_demo::demo::DemoProvider;
 use nrllm_providers::anthropic::Anthropic;
@@ -31,6 +32,8 @@ struct Configured {
     defaults: ModelOptions,
     /// Its prices, for the cost estimate.
     prices: Prices,
+    /// The budget its runs get unless their form says otherwise.
+    limits: Limits,
     /// The user who started a run cannot decide it.
     four_eyes: bool,
     /// How long a turn may wait for a decision, in milliseconds (`None`: until decided).
@@ -107,6 +110,7 @@ impl Configurations {
             provider: Ok(Arc::clone(&demo)),
             defaults: ModelOptions::default(),
             prices: Prices::default(),
+            limits: settings.limits.to_limits(),
             four_eyes: settings.four_eyes,
             approval_timeout_ms: settings.approval_timeout_ms,
         }];
@@ -141,6 +145,10 @@ impl Configurations {
                     ..ModelOptions::default()
                 },
                 prices: configuration.prices(),
+                limits: settings
+                    .limits
+                    .overridden_by(configuration.limits)
+                    .to_limits(),
                 four_eyes: configuration.four_eyes.unwrap_or(settings.four_eyes),
                 approval_timeout_ms: match &configuration.approval_timeout {
                     // Checked when the settings were read.
@@ -183,6 +191,11 @@ impl Configurations {
             .collect()
     }
 
+    /// The budget runs of configuration `name` get unless their form says otherwise.
+    pub fn limits(&self, name: &str) -> Limits {
+        self.find(name).map(|c| c.limits).unwrap_or_default()
+    }
+
     /// A configuration's default temperature and token limit.
     pub fn defaults(&self, name: &str) -> ModelOptions {
         self.find(name)
@@ -212,10 +225,10 @@ impl LoopFactory for Configurations {
         }
     }
 
-    fn estimate_cost_micros(&self, configuration: &RunConfiguration, usage: Usage) -> Option<i64> {
-        self.find(&configuration.provider)?
-            .prices
-            .cost_micros(&usage)
+    fn prices(&self, configuration: &RunConfiguration) -> Prices {
+        self.find(&configuration.provider)
+            .map(|configured| configured.prices)
+            .unwrap_or_default()
     }
 }
 
@@ -238,6 +251,7 @@ mod tests {
             price_cached_input_per_million: None,
             price_cache_write_per_million: None,
             price_reasoning_per_million: None,
+            limits: None,
             four_eyes: None,
             approval_timeout: None,
             webhook_url: None,
@@ -291,7 +305,7 @@ mod tests {
         );
         assert!(configurations.tool_loop(&run("local")).is_ok());
         // $2 and $8 per million tokens: 1000 prompt + 500 completion tokens = $0.006.
-        let usage = Usage::tokens(1000, 500);
+        let usage = nrllm_core::provider::Usage::tokens(1000, 500);
         assert_eq!(
             configurations.estimate_cost_micros(&run("local"), usage),
             Some(6000)

@@ -207,6 +207,7 @@ fn preview_summary(outcome: &PreviewOutcome) -> Option<String> {
 fn event_name(status: RunStatus) -> &'static str {
     match status {
         RunStatus::WaitingForInput => "run.waiting_for_input",
+        RunStatus::WaitingForBudget => "run.waiting_for_budget",
         _ => "run.waiting_for_approval",
     }
 }

@@ -97,5 +97,10 @@ fn check_configuration(configuration: &mut ModelConfiguration) -> Result<(), Str
     if prices.iter().flatten().any(|p| !p.is_finite() || *p < 0.0) {
         return Err(": prices must be numbers of 0 or more".to_owned());
     }
+    if let Some(limits) = &configuration.limits {
+        limits
+            .check()
+            .map_err(|message| format!(": limits: {message}"))?;
+    }
     Ok(())
 }

@@ -73,6 +73,8 @@ impl Settings {
         settings.configurations =
             check_configurations(file.configurations.unwrap_or_default(), &env)
                 .map_err(invalid("configurations"))?;
+        settings.limits = file.limits.unwrap_or_default();
+        settings.limits.check().map_err(invalid("limits"))?;
         Ok(settings)
     }
 }

@@ -77,6 +77,62 @@ pub struct Settings {
     pub mcp_servers: Vec<nrllm_mcp::config::Server>,
     /// How long an MCP call may take before it is cancelled, unless its server says otherwise.
     pub mcp_call_timeout_secs: u32,
+    /// The budget every run gets unless its configuration or its form says otherwise
+    /// (`[limits]`; none by default).
+    pub limits: BudgetLimits,
+}
+
+/// A run's budget as the settings write it (`[limits]`, or `limits = { … }` in a
+/// configuration): each limit optional; a run that reaches one waits for a person.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetLimits {
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    /// US dollars, under the configuration's prices.
+    pub cost_usd: Option<f64>,
+    /// Model requests.
+    pub requests: Option<u64>,
+    pub tool_calls: Option<u64>,
+    /// Time spent running (waits excluded), in seconds.
+    pub seconds: Option<u64>,
+}
+
+impl BudgetLimits {
+    /// These limits, with `over`'s wherever it sets one.
+    pub fn overridden_by(self, over: Option<BudgetLimits>) -> BudgetLimits {
+        let Some(over) = over else { return self };
+        BudgetLimits {
+            input_tokens: over.input_tokens.or(self.input_tokens),
+            output_tokens: over.output_tokens.or(self.output_tokens),
+            cost_usd: over.cost_usd.or(self.cost_usd),
+            requests: over.requests.or(self.requests),
+            tool_calls: over.tool_calls.or(self.tool_calls),
+            seconds: over.seconds.or(self.seconds),
+        }
+    }
+
+    /// As the core counts them (cost in millionths of a dollar, time in milliseconds).
+    pub fn to_limits(self) -> nrllm_core::state::Limits {
+        nrllm_core::state::Limits {
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cost_micros: self.cost_usd.map(|usd| (usd * 1_000_000.0).round() as u64),
+            requests: self.requests,
+            tool_calls: self.tool_calls,
+            wall_ms: self.seconds.map(|s| s.saturating_mul(1000)),
+        }
+    }
+
+    /// What is wrong with them, if anything.
+    pub fn check(&self) -> Result<(), String> {
+        match self.cost_usd {
+            Some(usd) if !usd.is_finite() || usd < 0.0 => {
+                Err("cost_usd must be a number of 0 or more".to_owned())
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Which wire format a configuration speaks.
@@ -143,6 +199,9 @@ pub struct ModelConfiguration {
     /// US dollars per million completion tokens.
     #[serde(default)]
     pub price_output_per_million: Option<f64>,
+    /// This configuration's runs' budget, over the `[limits]` setting's.
+    #[serde(default)]
+    pub limits: Option<BudgetLimits>,
     /// US dollars per million prompt tokens read from the provider's cache (default: the input
     /// price).
     #[serde(default)]
@@ -227,6 +286,7 @@ impl Default for Settings {
             approval_timeout_ms: Some(24 * 3_600_000),
             mcp_servers: Vec::new(),
             mcp_call_timeout_secs: 60,
+            limits: BudgetLimits::default(),
         }
     }
 }

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::registry::Gate;
 use crate::rules::{RuleEffect, RuleError};
+use crate::state::{BudgetStop, Limits};
 use crate::tool::ToolError;
 use crate::transcript::ToolCall;
 
@@ -72,6 +73,42 @@ pub enum Decision {
     PerCall {
         calls: Vec<CallDecision>,
     },
+    /// For a run waiting at its budget: go on with these limits (the one that stopped it raised
+    /// far enough for the next action).
+    RaiseBudget {
+        limits: Limits,
+    },
+    /// For a run waiting at its budget: stop it there (`budget_exhausted`).
+    StopAtBudget,
+}
+
+impl Decision {
+    /// A decision on a run waiting at its budget.
+    pub fn is_budget(&self) -> bool {
+        matches!(self, Decision::RaiseBudget { .. } | Decision::StopAtBudget)
+    }
+
+    /// Whether this decision fits a run whose wait is `budget` (a budget decision for a run
+    /// waiting at its budget, a turn's decision for the others), and a raise lets the action
+    /// it stopped before happen.
+    pub fn fits_budget(&self, budget: Option<&BudgetStop>) -> Result<(), DecisionError> {
+        match (self, budget) {
+            (Decision::StopAtBudget, Some(_)) => Ok(()),
+            (Decision::RaiseBudget { limits }, Some(stop)) => {
+                let needed = stop.needed();
+                match limits.get(stop.limit) {
+                    Some(cap) if cap < needed => Err(DecisionError::RaiseTooSmall {
+                        limit: stop.limit.label().to_owned(),
+                        needed: stop.limit.show(needed),
+                    }),
+                    _ => Ok(()),
+                }
+            }
+            (_, Some(_)) => Err(DecisionError::WaitsForBudget),
+            (decision, None) if decision.is_budget() => Err(DecisionError::NoBudgetWait),
+            (_, None) => Ok(()),
+        }
+    }
 }
 
 /// Why a decision was refused. Nothing changed.
@@ -131,6 +168,15 @@ pub enum DecisionError {
     /// decides only its question, so the whole turn is decided in one decision.
     #[error("this turn also waits for a decision on {}: decide them with the answer in one decision (nrllm_tool_resume, per_call, the question's call carrying the answer)", .calls.join(", "))]
     UndecidedCalls { calls: Vec<String> },
+    /// The run waits at its budget: raise the limit or stop the run.
+    #[error("the run waits at its budget: raise the limit that stopped it, or stop the run")]
+    WaitsForBudget,
+    /// A budget decision came for a run that does not wait at its budget.
+    #[error("the run does not wait at its budget")]
+    NoBudgetWait,
+    /// The raised limit would stop the run again at once.
+    #[error("the limit on {limit} must be raised to at least {needed} for the run to go on")]
+    RaiseTooSmall { limit: String, needed: String },
 }
 
 impl From<crate::question::AnswerError> for DecisionError {
@@ -172,6 +218,8 @@ impl Decision {
             _ => Ok(()),
         };
         let choices = match self {
+            // No call is decided: the run goes on (or stops) where its budget stopped it.
+            Decision::RaiseBudget { .. } | Decision::StopAtBudget => Vec::new(),
             Decision::ApproveAll => vec![Choice::Approve; pending.len()],
             Decision::DenyAll { reason } => {
                 check_reason(reason)?;

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::decision::Choice;
 use crate::provider::{FinishReason, Usage};
+use crate::state::{BudgetStop, Limits};
 use crate::transcript::{Message, ToolCall, ToolOutcome};
 
 /// One step of a run.
@@ -142,6 +143,20 @@ pub enum Event {
         round: Option<u32>,
         choices: Vec<CallChoice>,
     },
+    /// The run reached a limit of its budget and waits for a person, before the action that
+    /// would have crossed it (nothing of which happened).
+    BudgetReached { round: u32, stop: BudgetStop },
+    /// A person (or the deadline: `decided_by` is `deadline`) decided on a run waiting at its
+    /// budget: the limits it goes on with, or none when it stops there.
+    BudgetDecided {
+        round: u32,
+        decided_by: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        through_token: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        raised: Option<Limits>,
+        stop: BudgetStop,
+    },
 }
 
 impl Event {
@@ -157,6 +172,8 @@ impl Event {
             Event::ApprovalRequested { .. } => "approval_requested",
             Event::ApprovalDecided { .. } => "approval_decided",
             Event::ApprovalExpired { .. } => "approval_expired",
+            Event::BudgetReached { .. } => "budget_reached",
+            Event::BudgetDecided { .. } => "budget_decided",
             Event::Recovered { .. } => "recovered",
             Event::OutcomeUnknown { .. } => "outcome_unknown",
             Event::Cancelled { .. } => "cancelled",
@@ -173,7 +190,9 @@ impl Event {
             | Event::ProviderRetry { round, .. }
             | Event::Tool { round, .. }
             | Event::ApprovalRequested { round, .. }
-            | Event::OutcomeUnknown { round, .. } => Some(*round),
+            | Event::OutcomeUnknown { round, .. }
+            | Event::BudgetReached { round, .. }
+            | Event::BudgetDecided { round, .. } => Some(*round),
             Event::ApprovalDecided { round, .. } | Event::ApprovalExpired { round, .. } => *round,
             _ => None,
         }

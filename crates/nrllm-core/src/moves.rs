@@ -83,8 +83,49 @@ pub enum TurnMove<'a> {
     },
     /// A decision a headless program made.
     Decision(&'a Decision),
+    /// A person's decision on a run waiting at its budget.
+    Budget(&'a BudgetMove),
     /// The approval deadline passed: nothing of the turn runs.
     Expire,
+}
+
+/// What a person does with a run waiting at its budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetMove {
+    /// Raise the limit that stopped it, and go on.
+    Raise(Raise),
+    /// Stop it there (`budget_exhausted`).
+    Stop,
+}
+
+/// How the limit that stopped a run is raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Raise {
+    /// By this much (a limit that was not set counts from what was used).
+    By(u64),
+    /// To this value.
+    To(u64),
+}
+
+impl BudgetMove {
+    /// The decision this makes on `state`, which must wait at its budget.
+    fn decision(&self, state: &SuspendedState) -> Result<Decision, DecisionError> {
+        let stop = state.budget.ok_or(DecisionError::NoBudgetWait)?;
+        let Self::Raise(raise) = self else {
+            return Ok(Decision::StopAtBudget);
+        };
+        let limits = state.settings.limits;
+        let value = match raise {
+            Raise::By(amount) => limits
+                .get(stop.limit)
+                .unwrap_or(stop.used)
+                .saturating_add(*amount),
+            Raise::To(value) => *value,
+        };
+        Ok(Decision::RaiseBudget {
+            limits: limits.with(stop.limit, Some(value)),
+        })
+    }
 }
 
 impl TurnMove<'_> {
@@ -92,7 +133,7 @@ impl TurnMove<'_> {
     /// the server's own.
     pub fn act(&self) -> Option<Act<'static>> {
         match self {
-            TurnMove::Submit(_) | TurnMove::Decision(_) => Some(Act::Decide),
+            TurnMove::Submit(_) | TurnMove::Decision(_) | TurnMove::Budget(_) => Some(Act::Decide),
             TurnMove::Answer { .. } => Some(Act::Answer),
             TurnMove::Expire => None,
         }
@@ -117,6 +158,9 @@ impl TurnMove<'_> {
                 Ok((answer_decision(state, *call_id, answer)?, Vec::new()))
             }
             TurnMove::Decision(decision) => Ok(((*decision).clone(), Vec::new())),
+            TurnMove::Budget(budget) => Ok((budget.decision(state)?, Vec::new())),
+            // A run waiting at its budget that nobody raised in time stops there.
+            TurnMove::Expire if state.budget.is_some() => Ok((Decision::StopAtBudget, Vec::new())),
             TurnMove::Expire => Ok((every_call(state, |_| expired()), Vec::new())),
         }
     }

@@ -34,6 +34,188 @@ pub struct RunSettings {
     pub model: ModelOptions,
     /// Rounds with tools before the final, tool-less round.
     pub max_rounds: u32,
+    /// The limits at which the run waits for a person ([`Limits`]; none by default).
+    #[serde(default, skip_serializing_if = "Limits::is_empty")]
+    pub limits: Limits,
+}
+
+/// What a run may use before it waits for a person to raise a limit or stop it. Each is checked
+/// at a turn boundary ([`crate::step_machine::Machine`]): the token, cost, request and time
+/// limits before each model request (used ≥ limit waits, so a run overshoots by at most one
+/// response), the tool-call limit before a turn's calls are dispatched (for the whole turn).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// In millionths of a dollar, under the configuration's prices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_micros: Option<u64>,
+    /// Model requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<u64>,
+    /// Time spent running, in milliseconds (waits for a person excluded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_ms: Option<u64>,
+}
+
+/// One kind of limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    InputTokens,
+    OutputTokens,
+    CostMicros,
+    Requests,
+    ToolCalls,
+    WallMs,
+}
+
+impl LimitKind {
+    /// Every kind, in the order they are checked and shown.
+    pub const ALL: [LimitKind; 6] = [
+        LimitKind::InputTokens,
+        LimitKind::OutputTokens,
+        LimitKind::CostMicros,
+        LimitKind::Requests,
+        LimitKind::ToolCalls,
+        LimitKind::WallMs,
+    ];
+
+    /// How a step names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            LimitKind::InputTokens => "input tokens",
+            LimitKind::OutputTokens => "output tokens",
+            LimitKind::CostMicros => "cost (millionths of a dollar)",
+            LimitKind::Requests => "model requests",
+            LimitKind::ToolCalls => "tool calls",
+            LimitKind::WallMs => "running time (ms)",
+        }
+    }
+}
+
+impl LimitKind {
+    /// A value of this kind as a person reads it: dollars, seconds, or a count.
+    pub fn show(self, value: u64) -> String {
+        match self {
+            LimitKind::CostMicros => format!("${:.4}", value as f64 / 1_000_000.0),
+            LimitKind::WallMs => format!("{:.1} s", value as f64 / 1000.0),
+            _ => value.to_string(),
+        }
+    }
+
+    /// The unit a person types a value of this kind in.
+    pub fn unit(self) -> &'static str {
+        match self {
+            LimitKind::CostMicros => "US dollars",
+            LimitKind::WallMs => "seconds",
+            _ => "a whole number",
+        }
+    }
+
+    /// A value typed in [`LimitKind::unit`], as the limits count it (millionths of a dollar,
+    /// milliseconds); `None` unless it is a number above 0 (whole, but for dollars and seconds).
+    pub fn parse(self, text: &str) -> Option<u64> {
+        let text = text.trim();
+        let scaled = |scale: f64| {
+            let value: f64 = text.parse().ok()?;
+            (value.is_finite() && value > 0.0 && value * scale < 1e15)
+                .then(|| (value * scale).round() as u64)
+                .filter(|v| *v > 0)
+        };
+        match self {
+            LimitKind::CostMicros => scaled(1_000_000.0),
+            LimitKind::WallMs => scaled(1000.0),
+            _ => text
+                .parse()
+                .ok()
+                .filter(|v| *v > 0 && *v < 1_000_000_000_000_000),
+        }
+    }
+}
+
+impl Limits {
+    pub fn is_empty(&self) -> bool {
+        LimitKind::ALL.iter().all(|kind| self.get(*kind).is_none())
+    }
+
+    /// The limit of `kind`, if set.
+    pub fn get(&self, kind: LimitKind) -> Option<u64> {
+        match kind {
+            LimitKind::InputTokens => self.input_tokens,
+            LimitKind::OutputTokens => self.output_tokens,
+            LimitKind::CostMicros => self.cost_micros,
+            LimitKind::Requests => self.requests,
+            LimitKind::ToolCalls => self.tool_calls,
+            LimitKind::WallMs => self.wall_ms,
+        }
+    }
+
+    /// These limits with `kind` set to `value`.
+    pub fn with(mut self, kind: LimitKind, value: Option<u64>) -> Limits {
+        let slot = match kind {
+            LimitKind::InputTokens => &mut self.input_tokens,
+            LimitKind::OutputTokens => &mut self.output_tokens,
+            LimitKind::CostMicros => &mut self.cost_micros,
+            LimitKind::Requests => &mut self.requests,
+            LimitKind::ToolCalls => &mut self.tool_calls,
+            LimitKind::WallMs => &mut self.wall_ms,
+        };
+        *slot = value;
+        self
+    }
+}
+
+/// What the run was about to do when a limit stopped it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum NextAction {
+    /// Ask the model (round `round`).
+    ModelRequest { round: u32 },
+    /// Dispatch the calls of the pending turn.
+    ToolCalls { calls: u32 },
+}
+
+/// A run waiting at its budget: which limit stopped it, how much was used, and what would have
+/// happened next (nothing of which did).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetStop {
+    pub limit: LimitKind,
+    pub used: u64,
+    pub cap: u64,
+    pub next: NextAction,
+}
+
+impl BudgetStop {
+    /// The least limit that lets the action it stopped before happen: above what was used
+    /// for a model request, room for the whole turn for tool calls.
+    pub fn needed(&self) -> u64 {
+        match self.next {
+            NextAction::ModelRequest { .. } => self.used + 1,
+            NextAction::ToolCalls { calls } => self.used + u64::from(calls),
+        }
+    }
+
+    /// What the step says: "tool calls: 4 used of 4; the next turn's 2 calls did not run".
+    pub fn explain(&self) -> String {
+        let next = match self.next {
+            NextAction::ModelRequest { round } => {
+                format!("the model was not asked for round {round}")
+            }
+            NextAction::ToolCalls { calls: 1 } => "the next call did not run".to_owned(),
+            NextAction::ToolCalls { calls } => format!("the next turn's {calls} calls did not run"),
+        };
+        format!(
+            "{}: {} used of {}; {next}",
+            self.limit.label(),
+            self.limit.show(self.used),
+            self.limit.show(self.cap)
+        )
+    }
 }
 
 impl Default for RunSettings {
@@ -43,6 +225,7 @@ impl Default for RunSettings {
             admin: false,
             model: ModelOptions::default(),
             max_rounds: DEFAULT_MAX_ROUNDS,
+            limits: Limits::default(),
         }
     }
 }
@@ -55,6 +238,25 @@ pub struct Counters {
     pub usage: Usage,
     /// Tool calls answered (executed or refused).
     pub tool_calls: u32,
+    /// Time spent running, in milliseconds (waits for a person excluded; 0 in states saved
+    /// before it was kept).
+    #[serde(default)]
+    pub running_ms: u64,
+}
+
+impl Counters {
+    /// How much of `kind` these counters used, with `cost_micros` their cost (none: no prices,
+    /// so no cost limit applies).
+    pub fn used(&self, kind: LimitKind, cost_micros: Option<i64>) -> Option<u64> {
+        Some(match kind {
+            LimitKind::InputTokens => self.usage.prompt_tokens,
+            LimitKind::OutputTokens => self.usage.completion_tokens,
+            LimitKind::CostMicros => u64::try_from(cost_micros?).unwrap_or(0),
+            LimitKind::Requests => u64::from(self.iterations),
+            LimitKind::ToolCalls => u64::from(self.tool_calls),
+            LimitKind::WallMs => self.running_ms,
+        })
+    }
 }
 
 /// A state to keep while a run waits, with the JSON it is kept as: serialized once, by whoever
@@ -120,6 +322,12 @@ pub struct SuspendedState {
     /// answer, never run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub questions: Vec<String>,
+    /// The run waits at its budget ([`RunStatus::WaitingForBudget`]): `pending` is the turn
+    /// whose calls were about to be dispatched, or empty when the model was about to be asked.
+    ///
+    /// [`RunStatus::WaitingForBudget`]: nrllm_types::RunStatus::WaitingForBudget
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetStop>,
 }
 
 /// A call decided without an operator, and what its step says about it.
@@ -154,7 +362,9 @@ impl SuspendedState {
     /// and nothing else of it waits for a decision ([`SuspendedState::undecided`]); else
     /// `waiting_for_approval`.
     pub fn waiting_for(&self) -> nrllm_types::RunStatus {
-        if !self.questions.is_empty() && self.undecided().is_empty() {
+        if self.budget.is_some() {
+            nrllm_types::RunStatus::WaitingForBudget
+        } else if !self.questions.is_empty() && self.undecided().is_empty() {
             nrllm_types::RunStatus::WaitingForInput
         } else {
             nrllm_types::RunStatus::WaitingForApproval
@@ -225,8 +435,22 @@ impl SuspendedState {
         Ok(state)
     }
 
-    /// Checks that the pending calls are exactly the last turn's calls, none answered yet.
+    /// Checks that the pending calls are exactly the last turn's calls, none answered yet (a
+    /// run waiting at its budget before a model request has none, and a complete transcript).
     pub fn check(&self) -> Result<(), StateError> {
+        if let Some(BudgetStop {
+            next: NextAction::ModelRequest { .. },
+            ..
+        }) = self.budget
+        {
+            if !self.pending.is_empty() {
+                return Err(StateError::Inconsistent(
+                    "a run waiting to ask the model has pending calls".to_owned(),
+                ));
+            }
+            return transcript::validate(&self.messages, Tail::Complete)
+                .map_err(|err| StateError::Inconsistent(err.to_string()));
+        }
         if self.pending.is_empty() {
             return Err(StateError::Inconsistent("no pending calls".to_owned()));
         }
@@ -274,6 +498,7 @@ mod tests {
                 iterations: 1,
                 usage: Usage::tokens(10, 3),
                 tool_calls: 0,
+                running_ms: 0,
             },
             settings: RunSettings::default(),
             recorded_messages: 1,
@@ -281,7 +506,22 @@ mod tests {
             unknown: Vec::new(),
             ruled: Vec::new(),
             questions: Vec::new(),
+            budget: None,
         }
+    }
+
+    #[test]
+    fn limits_are_read_and_shown_in_a_persons_units() {
+        assert_eq!(LimitKind::CostMicros.parse("0.25"), Some(250_000));
+        assert_eq!(LimitKind::CostMicros.show(250_000), "$0.2500");
+        assert_eq!(LimitKind::WallMs.parse("1.5"), Some(1_500));
+        assert_eq!(LimitKind::WallMs.show(1_500), "1.5 s");
+        assert_eq!(LimitKind::Requests.parse(" 12 "), Some(12));
+        for bad in ["0", "-3", "1.5", "many", "", "NaN"] {
+            assert_eq!(LimitKind::ToolCalls.parse(bad), None, "{bad}");
+        }
+        assert_eq!(LimitKind::CostMicros.parse("inf"), None);
+        assert_eq!(LimitKind::CostMicros.parse("0"), None);
     }
 
     #[test]

@@ -15,7 +15,8 @@ use crate::decision::Choice;
 use crate::provider::{ChatRequest, ChatResponse, ToolChoice, Usage};
 use crate::registry::Pass;
 use crate::state::{
-    Answer, Counters, RuledCall, RunSettings, SuspendedState, STATE_SCHEMA_VERSION,
+    Answer, BudgetStop, Counters, LimitKind, NextAction, RuledCall, RunSettings, SuspendedState,
+    STATE_SCHEMA_VERSION,
 };
 use crate::tool::ToolSpec;
 use crate::transcript::{Message, ToolCall};
@@ -104,6 +105,99 @@ impl Machine {
             on_resume: true,
         };
         (machine, step)
+    }
+
+    /// A run that waited at its budget, going on with `state`'s settings (its limits as a
+    /// person raised them) and the step it stopped before: `None` to ask the model, or the
+    /// pending turn's, as [`Machine::answered`] would have made it (checked against the limits
+    /// again).
+    pub fn resume_at_budget(
+        state: &SuspendedState,
+        pass: impl Fn(&ToolCall) -> Pass,
+    ) -> (Machine, Option<Next>) {
+        let mut machine = Machine {
+            messages: state.messages.clone(),
+            recorded: state.recorded_messages,
+            counters: state.counters,
+            settings: state.settings.clone(),
+        };
+        let next = match state.budget.map(|stop| stop.next) {
+            Some(NextAction::ToolCalls { .. }) => {
+                Some(machine.pending_turn(state.pending.clone(), state.answered.clone(), pass))
+            }
+            _ => None,
+        };
+        (machine, next)
+    }
+
+    /// The time the run has spent running so far, waits excluded (the loop measures it).
+    pub fn running_for(&mut self, ms: u64) {
+        self.counters.running_ms = ms;
+    }
+
+    /// Before a model request: the state to wait in when a limit is reached (used ≥ limit;
+    /// `cost_micros` is what the run cost so far, `None` without prices). The closing round
+    /// after the round cap is asked whatever the request limit says: `max_rounds` keeps its
+    /// meaning.
+    pub fn budget_before_request(&self, cost_micros: Option<i64>) -> Option<Next> {
+        let closing = self.counters.iterations >= self.settings.max_rounds;
+        let reached = LimitKind::ALL
+            .into_iter()
+            .filter(|kind| *kind != LimitKind::ToolCalls)
+            .filter(|kind| !(closing && *kind == LimitKind::Requests))
+            .find_map(|kind| {
+                let cap = self.settings.limits.get(kind)?;
+                let used = self.counters.used(kind, cost_micros)?;
+                (used >= cap).then_some((kind, used, cap))
+            })?;
+        let (limit, used, cap) = reached;
+        let stop = BudgetStop {
+            limit,
+            used,
+            cap,
+            next: NextAction::ModelRequest {
+                round: self.counters.iterations + 1,
+            },
+        };
+        Some(Next::Suspend(self.waiting(Vec::new(), Vec::new(), stop)))
+    }
+
+    /// Before a turn of `calls` calls is dispatched: the stop when they would take the run past
+    /// its tool-call limit.
+    fn budget_before_calls(&self, calls: usize) -> Option<BudgetStop> {
+        let cap = self.settings.limits.tool_calls?;
+        let used = u64::from(self.counters.tool_calls);
+        (used + calls as u64 > cap).then(|| BudgetStop {
+            limit: LimitKind::ToolCalls,
+            used,
+            cap,
+            next: NextAction::ToolCalls {
+                calls: u32::try_from(calls).unwrap_or(u32::MAX),
+            },
+        })
+    }
+
+    /// A state that waits at the budget `stop`, with `pending` the turn it stopped before.
+    fn waiting(
+        &self,
+        pending: Vec<ToolCall>,
+        answered: Vec<Answer>,
+        stop: BudgetStop,
+    ) -> SuspendedState {
+        SuspendedState {
+            schema_version: STATE_SCHEMA_VERSION,
+            messages: self.messages.clone(),
+            pending,
+            gated: Vec::new(),
+            counters: self.counters,
+            settings: self.settings.clone(),
+            recorded_messages: self.recorded,
+            answered,
+            unknown: Vec::new(),
+            ruled: Vec::new(),
+            questions: Vec::new(),
+            budget: Some(stop),
+        }
     }
 
     /// The totals so far.
@@ -200,6 +294,12 @@ impl Machine {
         pass: impl Fn(&ToolCall) -> Pass,
     ) -> Next {
         let known = |call: &ToolCall| answered.iter().any(|a| a.call_id == call.id);
+        // The tool-call limit is checked for the whole turn, before anything of it (a decision
+        // included) happens.
+        let to_answer = calls.iter().filter(|call| !known(call)).count();
+        if let Some(stop) = self.budget_before_calls(to_answer) {
+            return Next::Suspend(self.waiting(calls, answered, stop));
+        }
         // The whole turn is checked before any of its calls runs. A call with an effect is
         // journaled before it runs whoever lets it through (`gated`).
         let mut gated = Vec::new();
@@ -242,6 +342,7 @@ impl Machine {
                 unknown: Vec::new(),
                 ruled,
                 questions,
+                budget: None,
             };
             return match ask_anyone {
                 true => Next::Suspend(state),

@@ -406,6 +406,8 @@ impl Form<'_> {
             let (runs, denied) = match decision {
                 Decision::ApproveAll => (true, false),
                 Decision::DenyAll { .. } => (false, true),
+                // A form never makes these: no call is decided by them.
+                Decision::RaiseBudget { .. } | Decision::StopAtBudget => (false, false),
                 Decision::PerCall { calls } => {
                     let choice = calls.iter().find(|c| c.call_id == call.id);
                     (

@@ -15,19 +15,21 @@
 //!
 //! Every later way of moving a run (a new button, a channel, a wait) adds its case here: the
 //! inbox's bulk decision is `Way::Bulk` (each picked run's own claim; that one run's refusal
-//! leaves the others alone is `crates/nrllm-store/tests/bulk.rs`, on a real store).
+//! leaves the others alone is `crates/nrllm-store/tests/bulk.rs`, on a real store); a person's
+//! raise or stop of a run waiting at its budget is `Way::Budget`, over the turn shape
+//! `Shape::Budget` (a turn held at its tool-call limit), which nothing else moves.
 
 use std::sync::Arc;
 
 use nrllm_core::authority::{authorize, Act, Actor, Lineage, Refusal, RunFacts};
 use nrllm_core::decision::DecisionError;
 use nrllm_core::events::NullSink;
-use nrllm_core::moves::{BulkVerdict, TurnMove};
+use nrllm_core::moves::{BudgetMove, BulkVerdict, Raise, TurnMove};
 use nrllm_core::provider::ChatResponse;
 use nrllm_core::question::{AskOperator, FormAnswer};
 use nrllm_core::rules::{ApprovalRule, RuleEffect, RuleScope};
 use nrllm_core::run_store::RunStatus;
-use nrllm_core::state::UnknownCall;
+use nrllm_core::state::{LimitKind, Limits, UnknownCall};
 use nrllm_core::submit::{Submission, SubmittedCall};
 use nrllm_core::testing::{probe_registry, usage, Probe, ScriptedProvider};
 use nrllm_core::transcript::{Message, ToolCall};
@@ -56,14 +58,18 @@ enum Shape {
     Unknown,
     /// A question beside a call whose outcome is unknown.
     QuestionAndUnknown,
+    /// The gated turn, held at the run's tool-call limit before anything of it: the run waits
+    /// at its budget.
+    Budget,
 }
 
-const SHAPES: [Shape; 5] = [
+const SHAPES: [Shape; 6] = [
     Shape::Gated,
     Shape::QuestionAndGated,
     Shape::QuestionOnly,
     Shape::Unknown,
     Shape::QuestionAndUnknown,
+    Shape::Budget,
 ];
 
 fn calls_of(shape: Shape) -> Vec<ToolCall> {
@@ -75,7 +81,7 @@ fn calls_of(shape: Shape) -> Vec<ToolCall> {
     let read = ToolCall::new("r", "read_note", &json!({"text": "r"}));
     let write = ToolCall::new("w", "write_note", &json!({"text": "w"}));
     match shape {
-        Shape::Gated | Shape::Unknown => vec![read, write],
+        Shape::Gated | Shape::Unknown | Shape::Budget => vec![read, write],
         Shape::QuestionAndGated | Shape::QuestionAndUnknown => vec![question, write, read],
         Shape::QuestionOnly => vec![question, read],
     }
@@ -117,9 +123,13 @@ fn input() -> RunInput {
 /// The turn of `shape`, suspended (nothing of it ran), in a fresh world.
 async fn suspended(shape: Shape) -> (World, SuspendedState) {
     let world = world(calls_of(shape));
+    let mut input = input();
+    if shape == Shape::Budget {
+        input.settings.limits = Limits::default().with(LimitKind::ToolCalls, Some(1));
+    }
     let outcome = world
         .tool_loop
-        .run(input(), &RunContext::default(), &NullSink)
+        .run(input, &RunContext::default(), &NullSink)
         .await
         .unwrap();
     let LoopOutcome::Suspended(mut state) = outcome else {
@@ -177,6 +187,8 @@ enum Way {
     Expire,
     /// Picked in the inbox with other runs: this run's own claim, as a bulk decision makes it.
     Bulk(BulkVerdict),
+    /// A person raises the limit a run waits at, or stops the run there.
+    Budget(BudgetMove),
 }
 
 fn arb_way() -> impl Strategy<Value = Way> {
@@ -189,6 +201,9 @@ fn arb_way() -> impl Strategy<Value = Way> {
         Just(Way::Expire),
         Just(Way::Bulk(BulkVerdict::ApproveAll)),
         Just(Way::Bulk(BulkVerdict::DenyAll)),
+        Just(Way::Budget(BudgetMove::Raise(Raise::By(5)))),
+        Just(Way::Budget(BudgetMove::Raise(Raise::To(1)))),
+        Just(Way::Budget(BudgetMove::Stop)),
     ]
 }
 
@@ -262,6 +277,7 @@ proptest! {
                 (_, Some(submission)) => TurnMove::Submit(submission),
                 (Way::Answer(_), _) => TurnMove::Answer { call_id: None, answer: &typed },
                 (Way::Headless(decision), _) => TurnMove::Decision(decision),
+                (Way::Budget(budget), _) => TurnMove::Budget(budget),
                 _ => TurnMove::Expire,
             };
             let lineage = Lineage { requesters: LINEAGE.map(str::to_owned).to_vec() };
@@ -291,6 +307,12 @@ proptest! {
                             other => panic!("{other}"),
                         })
                 });
+            // A run waiting at its budget moves only by a budget decision (or the deadline,
+            // which stops it); a budget decision moves nothing else.
+            let budget_way = matches!(way, Way::Budget(_));
+            if (shape == Shape::Budget) != budget_way && !matches!(way, Way::Expire) {
+                prop_assert!(decided.is_err(), "{:?} moved a {:?} turn", way, shape);
+            }
             let (decision, choices) = match decided {
                 Ok(decided) => decided,
                 Err(DecisionError::UndecidedCalls { calls }) => {
@@ -309,7 +331,22 @@ proptest! {
             }
             // What each call's choice says, and what the loop then does.
             let ctx = RunContext::default();
-            world.tool_loop.resume(&state, &decision, &ctx, &NullSink).await.unwrap();
+            let outcome = world.tool_loop.resume(&state, &decision, &ctx, &NullSink).await.unwrap();
+            if shape == Shape::Budget {
+                // Raised (far enough), the turn goes on to wait for its approval; stopped, or
+                // expired, the run ends there. The gated call never runs without an approval.
+                match (&way, outcome) {
+                    (Way::Budget(BudgetMove::Raise(_)), LoopOutcome::Suspended(next)) => {
+                        prop_assert_eq!(next.waiting_for(), RunStatus::WaitingForApproval);
+                    }
+                    (Way::Budget(BudgetMove::Stop) | Way::Expire, LoopOutcome::Completed(done)) => {
+                        prop_assert_eq!(done.budget_stopped, state.budget);
+                    }
+                    (way, outcome) => prop_assert!(false, "{:?} came to {:?}", way, outcome),
+                }
+                prop_assert!(world.probe.calls().is_empty());
+                return Ok(());
+            }
             let writes = world.probe.count("write_note");
             for (call, choice) in calls.iter().zip(&choices) {
                 // A question is answered, never run.

@@ -225,6 +225,7 @@ async fn allow_list_and_options_are_restored_on_resume() {
         },
         max_rounds: 7,
         admin: false,
+        limits: Default::default(),
     };
     let run_input = RunInput {
         settings: settings.clone(),
@@ -346,7 +347,8 @@ async fn counters_accumulate_across_a_second_suspension() {
         Counters {
             iterations: 2,
             usage: usage(30, 3),
-            tool_calls: 1
+            tool_calls: 1,
+            running_ms: second.counters.running_ms,
         }
     );
     assert_eq!(second.pending[0].id, "c2");
@@ -366,7 +368,8 @@ async fn counters_accumulate_across_a_second_suspension() {
         Counters {
             iterations: 3,
             usage: usage(60, 6),
-            tool_calls: 2
+            tool_calls: 2,
+            running_ms: done.counters.running_ms,
         }
     );
     assert_eq!(f.probe.count("write_note"), 2);

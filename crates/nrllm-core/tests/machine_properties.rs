@@ -85,7 +85,8 @@ fn decision(operator: &Operator, pending: &[ToolCall]) -> Decision {
 fn approves(decision: &Decision, call_id: &str) -> bool {
     match decision {
         Decision::ApproveAll => true,
-        Decision::DenyAll { .. } => false,
+        // A budget decision approves no call.
+        Decision::DenyAll { .. } | Decision::RaiseBudget { .. } | Decision::StopAtBudget => false,
         Decision::PerCall { calls } => calls
             .iter()
             .any(|c| c.call_id == call_id && c.choice.runs()),

@@ -12,7 +12,7 @@ use nrllm_lint::sizes::measure;
 use nrllm_lint::{MAX_FILE_LINES, MAX_FN_LINES};
 
 /// The app's modules that sit above all the others: the Leptos app and the router that mounts it,
-/// its pages, and its components (the approval panel and the islands among them). No other module
+/// its pages, and its components (the approval and budget panels and the islands among them). No other module
 /// of the app may import from them.
 const APP_TOP: &[&str] = &[
     "app",
@@ -20,6 +20,7 @@ const APP_TOP: &[&str] = &[
     "components",
     "islands",
     "approval",
+    "budget",
     "server::routes",
 ];
 

@@ -1281,6 +1281,7 @@ fn empty_state() -> nrllm_core::state::SuspendedState {
         unknown: Vec::new(),
         ruled: Vec::new(),
         questions: Vec::new(),
+        budget: None,
     }
 }
 

@@ -31,6 +31,9 @@ pub enum RunStatus {
     Running,
     WaitingForApproval,
     WaitingForInput,
+    /// Stopped at a limit of its budget, before the action that would cross it: a person
+    /// raises the limit (the run goes on) or stops the run.
+    WaitingForBudget,
     Completed,
     Failed,
     Cancelled,
@@ -44,12 +47,17 @@ impl RunStatus {
         RunStatus::Cancelled,
     ];
     /// The statuses of a run that waits for a person.
-    pub const WAITING: [RunStatus; 2] = [RunStatus::WaitingForApproval, RunStatus::WaitingForInput];
+    pub const WAITING: [RunStatus; 3] = [
+        RunStatus::WaitingForApproval,
+        RunStatus::WaitingForInput,
+        RunStatus::WaitingForBudget,
+    ];
     /// The statuses a run can be cancelled from.
-    pub const CANCELLABLE: [RunStatus; 3] = [
+    pub const CANCELLABLE: [RunStatus; 4] = [
         RunStatus::Queued,
         RunStatus::WaitingForApproval,
         RunStatus::WaitingForInput,
+        RunStatus::WaitingForBudget,
     ];
 
     /// The stored name (`waiting_for_approval`, …).
@@ -98,6 +106,7 @@ impl RunStatus {
             RunStatus::Running => "Running",
             RunStatus::WaitingForApproval => "Waiting for approval",
             RunStatus::WaitingForInput => "Waiting for input",
+            RunStatus::WaitingForBudget => "Waiting for budget",
             RunStatus::Completed => "Completed",
             RunStatus::Failed => "Failed",
             RunStatus::Cancelled => "Cancelled",
@@ -126,6 +135,8 @@ pub enum TerminationReason {
     Completed,
     MaxIterations,
     BudgetExhausted,
+    /// It waited at its budget and nobody raised it before the deadline.
+    BudgetExpired,
     ApprovalDenied,
     ApprovalExpired,
     ProviderFailed,

@@ -46,6 +46,7 @@ pub fn Filters(
         (String::new(), "All".to_owned()),
         ("approval".to_owned(), "A decision".to_owned()),
         ("input".to_owned(), "An answer".to_owned()),
+        ("budget".to_owned(), "A budget raise".to_owned()),
     ];
     let sorts = vec![
         ("waiting".to_owned(), "Longest waiting first".to_owned()),

@@ -4,6 +4,7 @@
 use leptos::prelude::*;
 
 use crate::approval::{ApprovalPanel, QuestionPanel};
+use crate::budget::BudgetPanel;
 use crate::page_data::inbox::InboxRow;
 use crate::page_data::{RunStatus, RunView};
 use crate::times::Moment;
@@ -12,10 +13,10 @@ use crate::times::Moment;
 /// next turn to decide in the same inbox (`then`: `next?<its filters>`).
 #[component]
 pub fn OpenPanel(run: RunView, then: String) -> impl IntoView {
-    if run.summary.status == RunStatus::WaitingForInput {
-        view! { <QuestionPanel run then /> }.into_any()
-    } else {
-        view! { <ApprovalPanel run shortcuts=true then /> }.into_any()
+    match run.summary.status {
+        RunStatus::WaitingForInput => view! { <QuestionPanel run then /> }.into_any(),
+        RunStatus::WaitingForBudget => view! { <BudgetPanel run then /> }.into_any(),
+        _ => view! { <ApprovalPanel run shortcuts=true then /> }.into_any(),
     }
 }
 
@@ -50,6 +51,7 @@ pub fn rows(rows: Vec<InboxRow>, open: Option<RunView>, then: String) -> impl In
 fn kind_text(status: RunStatus) -> &'static str {
     match status {
         RunStatus::WaitingForInput => "asks a question",
+        RunStatus::WaitingForBudget => "waits at its budget",
         _ => "waits for a decision",
     }
 }

@@ -155,6 +155,7 @@ mod tests {
             unknown: Vec::new(),
             ruled: Vec::new(),
             questions: vec!["q".into()],
+            budget: None,
         };
         let mut run = super::super::tests::record(3);
         run.status = RunStatus::WaitingForApproval;

@@ -8,7 +8,9 @@ use nrllm_core::SuspendedState;
 
 use super::pending::*;
 use super::steps::*;
-use crate::page_data::{ChildView, RunSummary, RunView, StepDetail, STEP_WINDOW};
+use crate::page_data::{
+    BudgetStopView, ChildView, LimitView, RunSummary, RunView, StepDetail, STEP_WINDOW,
+};
 
 /// The run's estimated cost (`at least` it, when some usage was not reported).
 fn cost_text(run: &RunRecord) -> Option<String> {
@@ -195,7 +197,73 @@ pub fn run_view(
         rules_for_configuration: false,
         rules: Vec::new(),
         children: Vec::new(),
+        budget: Vec::new(),
+        budget_stop: None,
     }
+}
+
+/// The run's budget as its page shows it: each limit set, used against its value (the counters
+/// of its waiting state when it waits: they hold its running time), and where it stopped when it
+/// waits at its budget. The limits are those it runs with now: its waiting state's, else those
+/// the last raise among `events` gave it, else its configuration's. `cost_micros`: what it cost
+/// so far, if its configuration has prices.
+pub fn budget(
+    run: &RunRecord,
+    pending: Option<&PendingTurn>,
+    events: &[StoredEvent],
+    cost_micros: Option<i64>,
+) -> (Vec<LimitView>, Option<BudgetStopView>) {
+    use nrllm_core::events::Event;
+    use nrllm_core::state::LimitKind;
+    let raised = || {
+        events.iter().rev().find_map(|e| match e.event() {
+            Some(Event::BudgetDecided { raised, .. }) => raised,
+            _ => None,
+        })
+    };
+    let limits = pending
+        .map(|p| p.state.settings.limits)
+        .or_else(raised)
+        .or_else(|| run.configuration.as_ref().map(|c| c.settings.limits));
+    let Some(limits) = limits else {
+        return (Vec::new(), None);
+    };
+    let counters = pending.map_or(run.counters, |p| p.state.counters);
+    let views = LimitKind::ALL
+        .into_iter()
+        .filter_map(|kind| {
+            let cap = limits.get(kind)?;
+            let used = counters.used(kind, cost_micros);
+            Some(LimitView {
+                label: kind.label().to_owned(),
+                used: used.map_or_else(|| "—".to_owned(), |u| kind.show(u)),
+                limit: kind.show(cap),
+                reached: used.is_some_and(|u| u >= cap),
+            })
+        })
+        .collect();
+    let stop = pending.and_then(|p| p.state.budget).map(|stop| {
+        // The least value shown in the unit typed: dollars and seconds rounded up.
+        let least = match stop.limit {
+            LimitKind::CostMicros | LimitKind::WallMs => {
+                let scale = if stop.limit == LimitKind::WallMs {
+                    1_000
+                } else {
+                    1_000_000
+                };
+                let rounded = stop.needed().div_ceil(scale / 100) * (scale / 100);
+                format!("{:.2}", rounded as f64 / scale as f64)
+            }
+            _ => stop.needed().to_string(),
+        };
+        BudgetStopView {
+            explanation: stop.explain(),
+            limit: stop.limit.label().to_owned(),
+            unit: stop.limit.unit().to_owned(),
+            least,
+        }
+    });
+    (views, stop)
 }
 
 /// A run that goes on from another, as that one lists it.

@@ -131,6 +131,7 @@ fn step_title(event: &Event) -> (String, bool) {
                 false,
             )
         }
+        Event::BudgetReached { .. } | Event::BudgetDecided { .. } => budget_title(event),
         Event::Cancelled { .. } => cancelled_title(event),
         Event::Ended {
             reason,
@@ -232,6 +233,36 @@ fn answered_title(event: &Event) -> String {
         false => format!("model requests tools: {}", names(tool_calls)),
     };
     format!("{what}{}{unreported}", pace(event))
+}
+
+/// The title of a budget step: where the run stopped, or what a person decided.
+fn budget_title(event: &Event) -> (String, bool) {
+    match event {
+        Event::BudgetReached { stop, .. } => (
+            format!("budget reached — {}: waiting for a person", stop.explain()),
+            false,
+        ),
+        Event::BudgetDecided {
+            decided_by,
+            through_token,
+            raised,
+            stop,
+            ..
+        } => {
+            let who = nrllm_core::authority::label(decided_by, through_token.as_deref());
+            let what = match raised.and_then(|limits| limits.get(stop.limit)) {
+                Some(cap) => format!(
+                    "raised the limit on {} to {}",
+                    stop.limit.label(),
+                    stop.limit.show(cap)
+                ),
+                None if raised.is_some() => format!("lifted the limit on {}", stop.limit.label()),
+                None => "stopped the run at its budget".to_owned(),
+            };
+            (format!("{who} {what}"), raised.is_some())
+        }
+        _ => (event.kind().to_owned(), true),
+    }
 }
 
 /// What a failed attempt used, for its step's title (empty when it got no response).
@@ -400,6 +431,8 @@ pub fn detail_tabs<'a>(
             tabs.push(tab("result", "Decision", text));
         }
         Event::Assembled { .. }
+        | Event::BudgetReached { .. }
+        | Event::BudgetDecided { .. }
         | Event::ProviderRetry { .. }
         | Event::LlmFailed { .. }
         | Event::Recovered { .. }

@@ -14,17 +14,17 @@ use crate::clock::format_utc;
 use crate::decision::{Choice, Decision};
 use crate::events::Event;
 use crate::failpoint;
-use crate::moves::TurnMove;
+use crate::moves::{BudgetMove, TurnMove};
 use crate::preview::{check_digest, pending_digest, DigestCheck};
 use crate::question::FormAnswer;
 use crate::rules::RuleDraft;
 use crate::run_store::{
     Claim, ClaimRecord, RunConfiguration, RunRecord, RunStatus, SequencedEvent, StoreError,
-    TerminationReason,
+    TerminationReason, Verdict,
 };
 use crate::state::{StateError, SuspendedState};
 use crate::submit::Submission;
-use crate::tool_loop::{decision_event, LoopError, ToolLoopService};
+use crate::tool_loop::{decided_event, LoopError, ToolLoopService};
 
 impl RunService {
     /// Resumes a waiting run with an operator's decision and carries it out here, at once:
@@ -141,6 +141,26 @@ impl RunService {
         .await
     }
 
+    /// [`RunService::claim`] for a person's decision on a run waiting at its budget: raise the
+    /// limit that stopped it (the run goes on from exactly where it stopped) or stop it there.
+    /// The same authority, digest and single winner as an approval.
+    pub async fn claim_budget(
+        &self,
+        id: Uuid,
+        budget: &BudgetMove,
+        actor: &Actor,
+        digest: Option<&str>,
+    ) -> Result<ClaimedRun, ResumeError> {
+        self.claim_with(
+            id,
+            TurnMove::Budget(budget),
+            Some(actor),
+            digest,
+            Claiming::Queue,
+        )
+        .await
+    }
+
     /// Claims waiting run `id` for `turn_move`, made by `actor` (none: the deadline's): the
     /// authority first, then the digest, then the decision checked against the turn, then the
     /// claim itself (exactly one claimer wins).
@@ -197,14 +217,18 @@ impl RunService {
             .iter()
             .filter_map(|p| Some((p.call_id.clone(), p.basis()?.to_owned())))
             .collect();
-        let decision = recorded_decision(&state, &choices);
-        let claim = self.claim_record(
+        let decision = recorded_decision(&state, (&decision, &choices));
+        let mut claim = self.claim_record(
             &run,
             (&state, &choices, &decision),
             actor,
             &approved_bases,
             rules,
         );
+        if matches!(turn_move, TurnMove::Expire) {
+            // Whatever the wait: nobody decided in time.
+            claim.verdict = Verdict::Expired;
+        }
         let taking = Taking {
             state,
             configuration,
@@ -280,7 +304,7 @@ impl RunService {
             decision: serde_json::to_string(decision).unwrap_or_default(),
             events: vec![SequencedEvent {
                 sequence: run.last_sequence + 1,
-                event: decision_event(state, choices, decided_by, token),
+                event: decided_event(state, (decision, choices), decided_by, token),
                 created_at_ms: self.clock.now_ms(),
             }],
             dispatched: dispatches(run.id, state, choices),

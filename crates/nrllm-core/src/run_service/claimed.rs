@@ -89,7 +89,8 @@ pub struct PendingTurn {
 /// The verdict a decision amounts to.
 pub fn verdict_of(decision: &Decision) -> Verdict {
     match decision {
-        Decision::ApproveAll => Verdict::Approved,
+        Decision::ApproveAll | Decision::RaiseBudget { .. } => Verdict::Approved,
+        Decision::StopAtBudget => Verdict::Denied,
         Decision::DenyAll { .. } => Verdict::Denied,
         Decision::PerCall { calls }
             if !calls.is_empty()

@@ -59,6 +59,7 @@ impl RunService {
     ) -> Result<RunRecord, StoreError> {
         let id = claimed.id;
         let ctx = RunContext {
+            prices: self.loops.prices(&claimed.configuration),
             run_id: id.to_string(),
             actor: claimed.decided_by.clone(),
             approved_bases: claimed.approved_bases.clone(),
@@ -227,7 +228,7 @@ impl RunService {
                 Ok(choices) => choices,
                 Err(err) => return self.persist(segment, Err(err), None).await,
             };
-            let decision = recorded_decision(&state, &choices);
+            let decision = recorded_decision(&state, (&automatic_decision(&state), &choices));
             let verdict = verdict_of(&decision);
             segment
                 .sink
@@ -364,6 +365,9 @@ impl RunService {
                 };
                 self.persist_waiting(segment, &state, kept, events).await
             }
+            Ok(LoopOutcome::Completed(done)) if done.budget_stopped.is_some() => {
+                self.end_at_budget(segment, done, events).await
+            }
             Ok(LoopOutcome::Completed(done)) => {
                 let reason = if done.truncated {
                     TerminationReason::MaxIterations
@@ -404,6 +408,49 @@ impl RunService {
                 self.close(segment, &finish, &events).await
             }
         }
+    }
+
+    /// Ends a run that waited at its budget where a person (or the deadline) stopped it:
+    /// completed with no answer, `budget_exhausted` (`budget_expired` for the deadline), and a
+    /// step that says which limit and what did not happen.
+    async fn end_at_budget(
+        &self,
+        segment: &Segment<'_>,
+        done: crate::tool_loop::Completed,
+        mut events: Vec<SequencedEvent>,
+    ) -> Result<RunRecord, StoreError> {
+        let expired = segment.verdict == Some(Verdict::Expired);
+        let (reason, why) = match expired {
+            true => (
+                TerminationReason::BudgetExpired,
+                "nobody raised its budget before the deadline",
+            ),
+            false => (
+                TerminationReason::BudgetExhausted,
+                "it was stopped at its budget",
+            ),
+        };
+        let summary = match done.budget_stopped {
+            Some(stop) => format!("The run ended: {why} ({}).", stop.explain()),
+            None => format!("The run ended: {why}."),
+        };
+        segment.sink.emit(Event::Ended {
+            reason: reason.as_str().to_owned(),
+            explanation: summary.clone(),
+        });
+        events.extend(segment.sink.take());
+        let finish = Finish {
+            status: RunStatus::Completed,
+            reason,
+            counters: done.counters,
+            truncated: false,
+            final_answer: None,
+            error_summary: Some(summary),
+            estimated_cost_micros: self
+                .loops
+                .estimate_cost_micros(segment.configuration, done.counters.usage),
+        };
+        self.close(segment, &finish, &events).await
     }
 
     /// Suspends a segment's run to wait for a person, unless a cancel asked for on another

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::provider::{Delta, Usage};
+use crate::provider::{Delta, Prices, Usage};
 use crate::run_store::{RunConfiguration, RunStatus, SequencedEvent};
 use crate::tool_loop::ToolLoopService;
 
@@ -17,13 +17,14 @@ pub trait LoopFactory: Send + Sync {
         configuration: &RunConfiguration,
     ) -> Result<Arc<dyn ToolLoopService>, String>;
 
+    /// The configuration's prices (none by default: no cost is shown, no cost limit applies).
+    fn prices(&self, _configuration: &RunConfiguration) -> Prices {
+        Prices::default()
+    }
+
     /// Estimated cost of `usage` under the configuration's prices, in millionths of a dollar.
-    fn estimate_cost_micros(
-        &self,
-        _configuration: &RunConfiguration,
-        _usage: Usage,
-    ) -> Option<i64> {
-        None
+    fn estimate_cost_micros(&self, configuration: &RunConfiguration, usage: Usage) -> Option<i64> {
+        self.prices(configuration).cost_micros(&usage)
     }
 }
 

@@ -57,7 +57,13 @@ fn unavailable(message: String, counters: Counters) -> LoopError {
 }
 
 /// The decision as a recorded list of choices, in call order.
-fn recorded_decision(state: &SuspendedState, choices: &[Choice]) -> Decision {
+fn recorded_decision(
+    state: &SuspendedState,
+    (decision, choices): (&Decision, &[Choice]),
+) -> Decision {
+    if decision.is_budget() {
+        return decision.clone();
+    }
     Decision::PerCall {
         calls: state
             .pending

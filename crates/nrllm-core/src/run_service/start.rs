@@ -162,6 +162,7 @@ impl RunService {
             sink.emit(event);
         }
         let ctx = RunContext {
+            prices: self.loops.prices(&configuration),
             run_id: run.id.to_string(),
             actor: run.requested_by.clone(),
             rules: self

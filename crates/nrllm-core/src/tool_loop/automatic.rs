@@ -75,6 +75,38 @@ pub fn decision_event(
     }
 }
 
+/// The step of a decision on a run waiting at its budget (`decision` is a budget decision).
+pub fn budget_decision_event(
+    state: &SuspendedState,
+    decision: &Decision,
+    decided_by: &str,
+    token: Option<&str>,
+) -> Option<Event> {
+    let stop = state.budget?;
+    Some(Event::BudgetDecided {
+        round: state.counters.iterations,
+        decided_by: decided_by.to_owned(),
+        through_token: token.map(str::to_owned),
+        raised: match decision {
+            Decision::RaiseBudget { limits } => Some(*limits),
+            _ => None,
+        },
+        stop,
+    })
+}
+
+/// The step of `decision` on `state`'s wait: a budget decision's, or the turn's
+/// ([`decision_event`], with `choices` the choices it made).
+pub fn decided_event(
+    state: &SuspendedState,
+    (decision, choices): (&Decision, &[Choice]),
+    decided_by: &str,
+    token: Option<&str>,
+) -> Event {
+    budget_decision_event(state, decision, decided_by, token)
+        .unwrap_or_else(|| decision_event(state, choices, decided_by, token))
+}
+
 pub(super) fn call_choices(state: &SuspendedState, choices: &[Choice]) -> Vec<CallChoice> {
     state
         .pending

@@ -32,11 +32,14 @@ impl ToolLoop {
         let mut invocations = Vec::new();
         // Tools that ran on the operator's approval in this segment (a later failure says so).
         let mut approved_ran: Vec<String> = Vec::new();
+        // The time this segment runs counts toward the run's time limit (its waits do not).
+        let (started, before) = (self.clock.now_ms(), machine.counters().running_ms);
+        let running = || before + u64::try_from(self.clock.now_ms() - started).unwrap_or(0);
         loop {
             let step = match next.take() {
                 Some(step) => step,
                 None => {
-                    self.ask_model(&mut machine, ctx, sink, &approved_ran)
+                    self.next_request(&mut machine, ctx, sink, &approved_ran, &running)
                         .await?
                 }
             };
@@ -72,11 +75,7 @@ impl ToolLoop {
                 }
                 Next::Decided(state) => return Ok(LoopOutcome::Decided(state)),
                 Next::Suspend(state) => {
-                    sink.emit(Event::ApprovalRequested {
-                        round: state.counters.iterations,
-                        calls: state.pending.clone(),
-                        gated: state.gated.clone(),
-                    });
+                    sink.emit(waiting_event(&state));
                     return Ok(LoopOutcome::Suspended(state));
                 }
                 Next::Finish(done) => {
@@ -86,8 +85,31 @@ impl ToolLoop {
                         counters: done.counters,
                         truncated: done.truncated,
                         messages: done.messages,
+                        budget_stopped: None,
                     }));
                 }
+            }
+        }
+    }
+
+    /// The step before the next model request: waiting at the budget if a limit is reached
+    /// (measured now: the running time so far, the cost under the configuration's prices), else
+    /// the model's answer.
+    async fn next_request(
+        &self,
+        machine: &mut Machine,
+        ctx: &RunContext,
+        sink: &dyn EventSink,
+        approved_ran: &[String],
+        running: &(dyn Fn() -> u64 + Sync),
+    ) -> Result<Next, LoopError> {
+        machine.running_for(running());
+        let cost = ctx.prices.cost_micros(&machine.counters().usage);
+        match machine.budget_before_request(cost) {
+            Some(wait) => Ok(wait),
+            None => {
+                self.ask_model(machine, ctx, sink, approved_ran, running)
+                    .await
             }
         }
     }
@@ -100,6 +122,7 @@ impl ToolLoop {
         ctx: &RunContext,
         sink: &dyn EventSink,
         approved_ran: &[String],
+        running: &(dyn Fn() -> u64 + Sync),
     ) -> Result<Next, LoopError> {
         let gate = self.gate(machine.settings());
         let ask = machine.ask(gate.specs());
@@ -108,6 +131,7 @@ impl ToolLoop {
         }
         let (answer, spent) = self.ask(&ask, sink).await;
         machine.spent(spent);
+        machine.running_for(running());
         match answer {
             Ok(response) => {
                 Ok(machine.answered(&ask, response, |call| gate.pass(call, &ctx.rules)))
@@ -204,6 +228,56 @@ impl ToolLoop {
     }
 }
 
+/// The step of a run that starts to wait: at its budget, or for a decision on its turn.
+fn waiting_event(state: &SuspendedState) -> Event {
+    match state.budget {
+        Some(stop) => Event::BudgetReached {
+            round: state.counters.iterations,
+            stop,
+        },
+        None => Event::ApprovalRequested {
+            round: state.counters.iterations,
+            calls: state.pending.clone(),
+            gated: state.gated.clone(),
+        },
+    }
+}
+
+impl ToolLoop {
+    /// A run that waited at its budget, decided: with the raised limits it goes on from
+    /// exactly where it stopped (the model asked, or the pending turn's calls — checked again,
+    /// and gated as before); stopped, it ends there with what it had.
+    async fn resume_at_budget(
+        &self,
+        state: &SuspendedState,
+        decision: &Decision,
+        ctx: &RunContext,
+        sink: &dyn EventSink,
+    ) -> Result<LoopOutcome, LoopError> {
+        if !ctx.decision_recorded {
+            if let Some(event) = budget_decision_event(state, decision, &ctx.actor, None) {
+                sink.emit(event);
+            }
+        }
+        let Decision::RaiseBudget { limits } = decision else {
+            return Ok(LoopOutcome::Completed(Completed {
+                content: String::new(),
+                invocations: Vec::new(),
+                counters: state.counters,
+                truncated: false,
+                messages: state.messages.clone(),
+                budget_stopped: state.budget,
+            }));
+        };
+        let mut raised = state.clone();
+        raised.settings.limits = *limits;
+        let gate = self.gate(&raised.settings);
+        let (machine, next) =
+            Machine::resume_at_budget(&raised, |call| gate.pass(call, &ctx.rules));
+        self.drive(machine, next, ctx, sink).await
+    }
+}
+
 #[async_trait]
 impl ToolLoopService for ToolLoop {
     async fn run(
@@ -247,6 +321,10 @@ impl ToolLoopService for ToolLoop {
         sink: &dyn EventSink,
     ) -> Result<LoopOutcome, LoopError> {
         state.check()?;
+        decision.fits_budget(state.budget.as_ref())?;
+        if state.budget.is_some() {
+            return self.resume_at_budget(state, decision, ctx, sink).await;
+        }
         // The gate is applied again: the allow-list is the run's, the enabled set is today's.
         let gate = self.gate(&state.settings);
         let choices = enforce_rules(state, decision.resolve(&state.pending, &gate)?);
@@ -298,6 +376,11 @@ impl ToolLoopService for ToolLoop {
         decision: &Decision,
     ) -> Result<Vec<Choice>, LoopError> {
         state.check()?;
+        decision.fits_budget(state.budget.as_ref())?;
+        if state.budget.is_some() {
+            // Nothing of the turn is decided: it goes on (or stops) where the budget stopped it.
+            return Ok(Vec::new());
+        }
         let choices = decision.resolve(&state.pending, &self.gate(&state.settings))?;
         Ok(enforce_rules(state, choices))
     }

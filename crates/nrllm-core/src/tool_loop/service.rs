@@ -4,9 +4,9 @@ use crate::assembly::Skill;
 use crate::decision::{Choice, Decision, DecisionError};
 use crate::events::EventSink;
 use crate::preview::CallPreview;
-use crate::provider::ProviderError;
+use crate::provider::{Prices, ProviderError};
 use crate::rules::ApprovalRule;
-use crate::state::{Counters, RunSettings, StateError, SuspendedState, UnknownCall};
+use crate::state::{BudgetStop, Counters, RunSettings, StateError, SuspendedState, UnknownCall};
 use crate::transcript::{Message, ToolOutcome};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -26,8 +26,11 @@ pub struct RunInput {
 }
 
 /// Who and what the loop is working for.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunContext {
+    /// The prices of the run's configuration: what its cost limit is measured with (none set:
+    /// no cost limit applies).
+    pub prices: Prices,
     pub run_id: String,
     /// The requester on `run`; the deciding operator on `resume`.
     pub actor: String,
@@ -88,6 +91,9 @@ pub struct Completed {
     pub truncated: bool,
     /// The whole transcript.
     pub messages: Vec<Message>,
+    /// The run waited at its budget and a person stopped it there (no answer was written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_stopped: Option<BudgetStop>,
 }
 
 /// How a call to `run` or `resume` ended.

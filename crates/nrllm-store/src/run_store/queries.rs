@@ -137,6 +137,8 @@ pub(super) fn read_run(row: &impl Cells) -> Result<RunRecord, StoreError> {
                 cache_write_tokens: get_u64("cache_write_tokens")?,
                 reasoning_tokens: get_u64("reasoning_tokens")?,
             },
+            // Kept in the suspended state, which the budget reads; not a column.
+            running_ms: 0,
         },
         truncated: row.required_int("truncated")? != 0,
         estimated_cost_micros: row.int("estimated_cost_micros")?,

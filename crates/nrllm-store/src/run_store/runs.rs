@@ -126,8 +126,9 @@ impl RunStore for SqlRunStore {
              last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END, \
              lease_owner = $12, lease_until_ms = $13, queued_at_ms = $14, approved_bases = $10, \
              approval_deadline_ms = NULL \
-             WHERE id = $7 AND status IN ($8, $11) AND version = $9 \
-             RETURNING version, {CHAIN_HEAD}"
+             WHERE id = $7 AND status IN ($8, $11, '{budget}') AND version = $9 \
+             RETURNING version, {CHAIN_HEAD}",
+            budget = RunStatus::WaitingForBudget.as_str()
         ))
         .bind(status.as_str())
         .bind(&claim.decided_by)
