@@ -191,6 +191,14 @@ impl Configurations {
             .collect()
     }
 
+    /// Every configuration's prices, by name.
+    pub fn all_prices(&self) -> std::collections::HashMap<String, Prices> {
+        self.configured
+            .iter()
+            .map(|c| (c.view.name.clone(), c.prices))
+            .collect()
+    }
+
     /// The budget runs of configuration `name` get unless their form says otherwise.
     pub fn limits(&self, name: &str) -> Limits {
         self.find(name).map(|c| c.limits).unwrap_or_default()

@@ -134,7 +134,7 @@ impl AppState {
             Arc::clone(&registry),
         ));
         let bell = Arc::new(webhook::Bell::default());
-        let counters = Arc::new(metrics::Counters::default());
+        let counters = Arc::new(metrics::Counters::with_prices(configurations.all_prices()));
         let listeners: Vec<Arc<dyn RunListener>> =
             vec![live.clone(), bell.clone(), counters.clone()];
         let runs = run_service(

@@ -101,6 +101,17 @@ fn register_counters(registry: &mut Registry, counters: &Counters) {
         "From a streamed model request to the first piece of its response, by configuration",
         counters.first_token.clone(),
     );
+    registry.register(
+        "tokens",
+        "Tokens the models used, by configuration and kind (input and output; cached_input, \
+         cache_write and reasoning are parts of them)",
+        counters.tokens.clone(),
+    );
+    registry.register(
+        "spend_dollars",
+        "What the models cost in US dollars under each configuration's prices",
+        counters.spend.clone(),
+    );
 }
 
 /// What this instance does now: lease takeovers, live streams, runs driven, queue work taken.
