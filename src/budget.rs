@@ -38,8 +38,12 @@ pub fn BudgetPanel(run: RunView, #[prop(optional)] then: Option<String>) -> impl
     };
     let id = run.summary.id.clone();
     let classes = "mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30";
+    let title = match stop.daily {
+        true => "The run reached a daily spend cap",
+        false => "The run reached its budget",
+    };
     let heading = view! {
-        <h2 class="font-semibold" tabindex="-1" data-panel-heading="">"The run reached its budget"</h2>
+        <h2 class="font-semibold" tabindex="-1" data-panel-heading="">{title}</h2>
         <p class="mt-1" data-testid="budget-stop">{stop.explanation.clone()}</p>
         {deadline_line(&run)}
     };
@@ -53,14 +57,34 @@ pub fn BudgetPanel(run: RunView, #[prop(optional)] then: Option<String>) -> impl
         .into_any();
     }
     let (to_id, by_id) = (format!("raise-to-{id}"), format!("raise-by-{id}"));
+    let hidden = view! {
+        <CsrfField />
+        <input type="hidden" name=field!(NrllmBudgetDecide, run_id) value=id.clone() />
+        <input type="hidden" name=field!(NrllmBudgetDecide, digest) value=run.digest.clone().unwrap_or_default() />
+        {then.map(|then| view! { <input type="hidden" name=field!(NrllmBudgetDecide, then) value=then /> })}
+    };
+    if stop.daily {
+        return view! {
+            <section class=classes data-testid="budget-panel">
+                {heading}
+                <p class="mt-2 text-sm" data-testid="daily-cap-note">
+                    "No run's own limit lifts a cap across runs: an administrator may raise today's cap on the "
+                    <a href="/system" class="underline">"System page"</a>
+                    ", and the run goes on by itself once the cap has room (at the latest when the next UTC day begins), unless its deadline comes first."
+                </p>
+                <form method="post" action={action::<NrllmBudgetDecide>()} class="mt-3">
+                    {hidden}
+                    <button type="submit" name=field!(NrllmBudgetDecide, decision) value="stop" class=BUTTON_DENY data-testid="stop-at-budget">"Stop the run"</button>
+                </form>
+            </section>
+        }
+        .into_any();
+    }
     view! {
         <section class=classes data-testid="budget-panel">
             {heading}
             <form method="post" action={action::<NrllmBudgetDecide>()} class="mt-3 space-y-2">
-                <CsrfField />
-                <input type="hidden" name=field!(NrllmBudgetDecide, run_id) value=id.clone() />
-                <input type="hidden" name=field!(NrllmBudgetDecide, digest) value=run.digest.clone().unwrap_or_default() />
-                {then.map(|then| view! { <input type="hidden" name=field!(NrllmBudgetDecide, then) value=then /> })}
+                {hidden}
                 <div class="grid gap-2 sm:grid-cols-2">
                     <div>
                         <label for=to_id.clone() class="block text-sm font-medium">

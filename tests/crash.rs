@@ -57,7 +57,14 @@ impl Site {
     /// it starts runs and decides them).
     async fn new() -> Site {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("crash.toml"), "log_level = \"warn\"\n").unwrap();
+        // `budgeted`: the demo model with a budget of one model request, so a run waits at its
+        // budget after its approved call and before asking again.
+        std::fs::write(
+            dir.path().join("crash.toml"),
+            "log_level = \"warn\"\n\n[[configurations]]\nname = \"budgeted\"\nkind = \"demo\"\n\
+             model = \"demo-1\"\nlimits = { requests = 1 }\n",
+        )
+        .unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -195,12 +202,17 @@ enum Scenario {
     /// An outbox message to the internal domain: decided by the tool's own check, with no
     /// operator, and journaled like an approved one (exactly once by effect key).
     SendInternal,
+    /// A page change on a budget of one model request: the run waits at its budget before each
+    /// further request, and a raise by one lets it ask again.
+    Budgeted,
 }
 
 impl Scenario {
     fn prompt(self, cycle: usize) -> String {
         match self {
-            Scenario::Rename => format!("Rename the home page to \"Hello {cycle}\""),
+            Scenario::Rename | Scenario::Budgeted => {
+                format!("Rename the home page to \"Hello {cycle}\"")
+            }
             Scenario::Send => format!("Send a message to team@example.com saying cycle {cycle}"),
             Scenario::Export => "Export the pricing page".to_owned(),
             Scenario::SendInternal => {
@@ -210,11 +222,21 @@ impl Scenario {
     }
 }
 
-const SCENARIOS: [Scenario; 4] = [
+impl Scenario {
+    fn configuration(self) -> &'static str {
+        match self {
+            Scenario::Budgeted => "budgeted",
+            _ => "demo",
+        }
+    }
+}
+
+const SCENARIOS: [Scenario; 5] = [
     Scenario::Rename,
     Scenario::Send,
     Scenario::Export,
     Scenario::SendInternal,
+    Scenario::Budgeted,
 ];
 
 /// One cycle's record, for the assertions and the figures.
@@ -224,6 +246,9 @@ struct Cycle {
     /// Decisions sent, and those the server acknowledged with 200.
     decisions_sent: usize,
     decisions_acknowledged: usize,
+    /// Raises of the run's budget sent, and those acknowledged.
+    raises_sent: usize,
+    raises_acknowledged: usize,
     killed: bool,
     /// The run was cut off after an operator's decision was claimed and a worker took it.
     killed_after_claim: bool,
@@ -241,7 +266,7 @@ async fn drive_armed(site: &Site, server: Server, scenario: Scenario, cycle: usi
         .call(
             &server,
             "nrllm_tool_run",
-            json!({ "prompt": scenario.prompt(cycle) }),
+            json!({ "prompt": scenario.prompt(cycle), "configuration": scenario.configuration() }),
         )
         .await
         .expect("the start of a run is answered");
@@ -271,6 +296,11 @@ async fn drive_armed(site: &Site, server: Server, scenario: Scenario, cycle: usi
                     record.decisions_acknowledged += 1;
                 }
             }
+            Some(view)
+                if view.summary.status == RunStatus::WaitingForBudget && record.raises_sent < 5 =>
+            {
+                raise(site, &server, &mut record).await;
+            }
             Some(view) if view.summary.status.is_terminal() => break,
             _ => {}
         }
@@ -279,6 +309,21 @@ async fn drive_armed(site: &Site, server: Server, scenario: Scenario, cycle: usi
     record.killed_after_claim = record.killed && record.decisions_sent > 0;
     server.kill().await;
     record
+}
+
+/// Raises the budget of the run the record follows by one model request.
+async fn raise(site: &Site, server: &Server, record: &mut Cycle) {
+    record.raises_sent += 1;
+    let answer = site
+        .call(
+            server,
+            "nrllm_budget_decide",
+            json!({ "run_id": record.run_id, "decision": "raise", "raise_by": "1" }),
+        )
+        .await;
+    if matches!(answer, Some((200, _))) {
+        record.raises_acknowledged += 1;
+    }
 }
 
 /// On an unarmed server: waits for recovery, answers what waits (an unknown outcome by one of
@@ -343,6 +388,7 @@ async fn settle(site: &Site, server: &Server, record: &mut Cycle, cycle: usize) 
                 assert_eq!(status, 200, "cycle {cycle}: {answer}");
                 record.decisions_acknowledged += 1;
             }
+            RunStatus::WaitingForBudget => raise(site, server, record).await,
             RunStatus::Running | RunStatus::Queued => {}
             other => panic!(
                 "cycle {cycle}: run {} ended {other}: {:?}",
@@ -387,7 +433,7 @@ async fn check_database(site: &Site, record: &Cycle, scenario: Scenario, cycle: 
     }
     let prefix = format!("{}/%", record.run_id);
     match scenario {
-        Scenario::Rename => assert_eq!(
+        Scenario::Rename | Scenario::Budgeted => assert_eq!(
             count(
                 "SELECT COUNT(*) FROM site_page_history WHERE effect_key LIKE $1",
                 prefix.clone()
@@ -432,6 +478,22 @@ async fn check_database(site: &Site, record: &Cycle, scenario: Scenario, cycle: 
         record.decisions_acknowledged,
         record.decisions_sent
     );
+    let raised = kinds
+        .iter()
+        .filter(|kind| **kind == "budget_decided")
+        .count();
+    assert!(
+        raised >= record.raises_acknowledged && raised <= record.raises_sent,
+        "cycle {cycle}: {raised} raises on record, {} acknowledged, {} sent: {kinds:?}",
+        record.raises_acknowledged,
+        record.raises_sent
+    );
+    if scenario == Scenario::Budgeted {
+        assert!(
+            kinds.contains(&"budget_reached") && raised >= 1,
+            "cycle {cycle}: the run waited at its budget and was raised: {kinds:?}"
+        );
+    }
     if record.killed_queued {
         assert!(
             !kinds.contains(&"recovered") && !kinds.contains(&"outcome_unknown"),

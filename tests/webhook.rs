@@ -297,3 +297,105 @@ async fn a_webhook_without_a_secret_stops_the_start_with_a_clear_message() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn a_run_at_a_daily_cap_is_announced_with_its_stop_and_goes_on_when_the_cap_is_raised() {
+    let (hooks, received) = receiver().await;
+    // A configuration that may spend nothing today: its runs wait before their first request.
+    let settings = format!(
+        "log_level = \"info\"\nwebhook_url = \"{hooks}/ok\"\n\n\
+         [[configurations]]\nname = \"metered\"\nkind = \"demo\"\nmodel = \"demo-1\"\n\
+         price_input_per_million = 1000\nprice_output_per_million = 1000\n\
+         spend_cap_usd_per_day = 0\n"
+    );
+    let server = start(&settings, &[("NRLLM_WEBHOOK_SECRET", SECRET)]).await;
+    let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
+    let run_id = start_run(
+        &server,
+        &admin,
+        json!({ "prompt": "List the pages", "configuration": "metered" }),
+    )
+    .await;
+    wait_for(&server, &admin, &run_id, "waiting_for_budget").await;
+    wait_until(&server, &admin, &run_id, "announced its stop", |view| {
+        view["webhooks"][0]["state"] == "delivered"
+    })
+    .await;
+    let deliveries = received.on("ok");
+    let (headers, body) = &deliveries[0];
+    assert!(signature_holds(headers, body), "{headers:?}");
+    assert_eq!(headers["x-nrllm-event"], "run.waiting_for_budget");
+    let body: Value = serde_json::from_str(body).unwrap();
+    let budget = &body["budget"];
+    assert_eq!(budget["limit"], "cost_micros", "{body}");
+    assert_eq!(
+        (budget["used"].as_u64(), budget["cap"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(
+        budget["next"],
+        json!({"action": "model_request", "round": 1})
+    );
+    assert_eq!(budget["daily_cap"]["scope"], "configuration", "{body}");
+    let today =
+        nrllm_core::spend::show_day(nrllm_core::spend::utc_day(nrllm_core::clock::now_ms()));
+    assert_eq!(budget["daily_cap"]["day"], today.as_str());
+    assert!(
+        budget["explanation"]
+            .as_str()
+            .unwrap()
+            .starts_with("the configuration's daily spend cap for"),
+        "{body}"
+    );
+    assert_eq!(
+        body["calls"],
+        json!([]),
+        "nothing pending: it stopped before asking"
+    );
+
+    // A person's raise of its own limits is refused; the administrator raises the day's cap.
+    let (status, refused) = call(
+        &server,
+        &admin,
+        "nrllm_budget_decide",
+        json!({ "run_id": run_id, "decision": "raise", "raise_by": "1" }),
+    )
+    .await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{refused}");
+    for (raise_by, scope, name, expected) in [
+        (
+            "-1",
+            "configuration",
+            "metered",
+            reqwest::StatusCode::BAD_REQUEST,
+        ),
+        ("1", "team", "metered", reqwest::StatusCode::BAD_REQUEST),
+        (
+            "1",
+            "configuration",
+            "nowhere",
+            reqwest::StatusCode::BAD_REQUEST,
+        ),
+        ("1", "configuration", "metered", reqwest::StatusCode::OK),
+    ] {
+        let (status, answer) = call(
+            &server,
+            &admin,
+            "nrllm_spend_cap_raise",
+            json!({ "scope": scope, "name": name, "raise_by": raise_by }),
+        )
+        .await;
+        assert_eq!(status, expected, "{scope} {name} {raise_by}: {answer}");
+    }
+    wait_for(&server, &admin, &run_id, "completed").await;
+    let (_, system) = call(&server, &admin, "nrllm_system_status", json!({})).await;
+    let row = system["spend"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["name"] == "metered")
+        .cloned()
+        .unwrap();
+    assert_eq!(row["raised"], "$1.0000", "{row}");
+    assert_eq!(row["reached"], false, "{row}");
+}

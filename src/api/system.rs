@@ -7,7 +7,8 @@
 use leptos::prelude::*;
 
 use crate::error::AppError;
-use crate::page_data::{PlaygroundOptions, SystemView};
+use crate::page_data::system::SystemView;
+use crate::page_data::PlaygroundOptions;
 
 /// What the playground form offers: configurations, tools, example prompts.
 #[server(endpoint = "nrllm_playground_options")]
@@ -63,7 +64,75 @@ pub async fn nrllm_system_status() -> Result<SystemView, AppError> {
             .map(|status| crate::server::present::mcp_server_view(status, admin))
             .collect(),
         can_reconnect: admin,
+        spend: spend_today(&state, admin).await,
     })
+}
+
+/// Today's spend against the caps (a count that cannot be read shows none; the log says why).
+#[cfg(feature = "ssr")]
+async fn spend_today(
+    state: &crate::server::AppState,
+    admin: bool,
+) -> crate::page_data::system::SpendToday {
+    use nrllm_core::spend::{utc_day, SpendLedger as _};
+    let day = utc_day(nrllm_core::clock::now_ms());
+    let counted = match state.sql_store.spend_of_day(day, 500).await {
+        Ok(counted) => counted,
+        Err(err) => {
+            tracing::error!(%err, "the system page cannot read today's spend");
+            Vec::new()
+        }
+    };
+    crate::server::present::spend_today(day, &state.configurations.all_spend_caps(), counted, admin)
+}
+
+/// Raises today's daily spend cap of a configuration or a user (`scope`, `name`) by `raise_by`
+/// US dollars (administrators); the runs waiting at it go on if it has room now.
+#[server(endpoint = "nrllm_spend_cap_raise")]
+pub async fn nrllm_spend_cap_raise(
+    scope: String,
+    name: String,
+    raise_by: String,
+) -> Result<(), AppError> {
+    use nrllm_core::run_service::RaiseCapError;
+    use nrllm_core::spend::{CapScope, SpendKey};
+    let who = crate::server::request::require(nrllm_types::Role::Viewer)?;
+    let state = crate::server::request::state()?;
+    let scope = CapScope::parse(&scope).ok_or_else(|| {
+        AppError::invalid("scope", "a daily cap is a configuration's or a user's")
+    })?;
+    let name = name.trim().to_owned();
+    let known = match scope {
+        CapScope::Configuration => state.configurations.names().contains(&name),
+        CapScope::User => !name.is_empty() && name.chars().count() <= 64,
+    };
+    if !known {
+        return Err(AppError::invalid(
+            "name",
+            format!(
+                "there is no {} named {}",
+                scope.as_str(),
+                name.chars().take(40).collect::<String>()
+            ),
+        ));
+    }
+    let micros = nrllm_core::state::LimitKind::CostMicros
+        .parse(&raise_by)
+        .ok_or_else(|| AppError::invalid("raise_by", "write US dollars above 0"))?;
+    let key = SpendKey { scope, name };
+    match state.runs.raise_spend_cap(&who, &key, micros).await {
+        Ok((_, went_on)) => {
+            if went_on > 0 {
+                state.queue.wake();
+            }
+        }
+        Err(RaiseCapError::Refused(refusal)) => return Err(refusal.into()),
+        Err(err) => return Err(AppError::internal("raising a daily spend cap", err)),
+    }
+    if crate::server::wants_html() {
+        leptos_axum::redirect("/system");
+    }
+    Ok(())
 }
 
 /// Connects an MCP server again now, listing its tools again (administrators).

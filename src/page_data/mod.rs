@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod inbox;
+pub mod system;
 
 pub use nrllm_types::{RunStatus, TerminationReason};
 
@@ -410,6 +411,10 @@ pub struct BudgetStopView {
     pub unit: String,
     /// The least value that lets the run go on, in that unit.
     pub least: String,
+    /// A daily spend cap across runs stopped it (an administrator raises it on `/system`; the
+    /// run goes on by itself when it has room), not one of its own limits.
+    #[serde(default)]
+    pub daily: bool,
 }
 
 /// A run that goes on from another one's journal.
@@ -506,46 +511,6 @@ pub struct PlaygroundOptions {
     pub configurations: Vec<ConfigurationView>,
     pub tools: Vec<ToolView>,
     pub example_prompts: Vec<String>,
-}
-
-/// What the system page reports.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SystemView {
-    /// The server's version.
-    pub version: String,
-    /// `SQLite` or `Postgres`.
-    pub database: String,
-    /// The database answered, and how many migrations it has applied.
-    pub database_ok: bool,
-    pub migrations: i64,
-    pub configurations: Vec<ConfigurationView>,
-    pub tools_enabled: usize,
-    pub tools_total: usize,
-    /// Runs running in this process, and the live step streams open on them.
-    pub running_here: usize,
-    pub live_streams: usize,
-    /// The MCP servers this process connects, in configuration order.
-    pub mcp_servers: Vec<McpServerView>,
-    /// The viewer may ask a server to reconnect (administrators).
-    pub can_reconnect: bool,
-}
-
-/// An MCP server as the system page shows it. Every text in it is the operator's or was
-/// bounded when the server said it; pages render it as text.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct McpServerView {
-    pub name: String,
-    /// `stdio: <command>` or `Streamable HTTP: <url>` (never a header or an environment value).
-    pub endpoint: String,
-    pub state: nrllm_types::McpState,
-    /// Why it failed.
-    pub reason: Option<String>,
-    /// When it is tried again (`2026-11-30 06:41:29 UTC`).
-    pub retry_at: Option<String>,
-    /// The server's own name and version.
-    pub server_info: Option<String>,
-    pub tools: Vec<nrllm_types::McpToolStatus>,
-    pub connections: u32,
 }
 
 /// A decision accepted: the run continues in the background.

@@ -5,10 +5,11 @@
 
 use leptos::prelude::*;
 
-use crate::api::{nrllm_system_status, NrllmMcpReconnect};
-use crate::components::{Card, ErrorBanner, BUTTON_SECONDARY};
+use crate::api::{nrllm_system_status, NrllmMcpReconnect, NrllmSpendCapRaise};
+use crate::components::{Card, ErrorBanner, BUTTON_SECONDARY, INPUT};
+use crate::field;
 use crate::forms::{action, CsrfField};
-use crate::page_data::{McpServerView, SystemView};
+use crate::page_data::system::{McpServerView, SpendRow, SpendToday, SystemView};
 use nrllm_types::McpState;
 
 /// The system page.
@@ -59,6 +60,7 @@ fn Status(view: SystemView) -> impl IntoView {
         })
         .collect_view();
     let can_reconnect = view.can_reconnect;
+    let spend = view.spend;
     let servers = if view.mcp_servers.is_empty() {
         view! { <p class="text-sm" data-testid="system-mcp-none">"No MCP server is configured."</p> }
             .into_any()
@@ -93,7 +95,69 @@ fn Status(view: SystemView) -> impl IntoView {
                     "Servers are connected from "<code>"[[mcp_servers]]"</code>" in the settings file."
                 </p>
             </Card>
+            <Card title="Spend today">
+                <Spend spend />
+            </Card>
         </div>
+    }
+}
+
+/// Today's spend against the daily caps across runs, with a raise for the day per row
+/// (administrators).
+#[component]
+fn Spend(spend: SpendToday) -> impl IntoView {
+    let can_raise = spend.can_raise;
+    let user_cap = match &spend.user_cap {
+        Some(cap) => format!("Each user may spend {cap} a day."),
+        None => "Users have no daily cap.".to_owned(),
+    };
+    let rows = spend
+        .rows
+        .into_iter()
+        .map(|row| view! { <SpendLine row can_raise /> })
+        .collect_view();
+    view! {
+        <p class="text-sm" data-testid="spend-day">{format!("{} (UTC). {user_cap}", spend.day)}</p>
+        <ul class="mt-2 space-y-2 text-sm" data-testid="spend">{rows}</ul>
+        <p class="mt-2 text-xs text-slate-500">
+            "Caps are set by "<code>"[spend_caps]"</code>" and a configuration's "
+            <code>"spend_cap_usd_per_day"</code>"; a run that reaches one waits, and goes on by itself once it has room."
+        </p>
+    }
+}
+
+#[component]
+fn SpendLine(row: SpendRow, can_raise: bool) -> impl IntoView {
+    let cap = match (&row.cap, &row.raised) {
+        (Some(cap), Some(raised)) => format!("{} of {cap} (raised by {raised} today)", row.spent),
+        (Some(cap), None) => format!("{} of {cap}", row.spent),
+        (None, _) => format!("{} (no cap)", row.spent),
+    };
+    let input_id = format!("raise-{}-{}", row.scope, row.name);
+    let label = format!(
+        "Raise the {} {}'s cap today by (US dollars)",
+        row.scope, row.name
+    );
+    let raise = (can_raise && row.cap.is_some()).then(|| {
+        view! {
+            <form method="post" action={action::<NrllmSpendCapRaise>()} class="mt-1 flex flex-wrap items-end gap-2">
+                <CsrfField />
+                <input type="hidden" name=field!(NrllmSpendCapRaise, scope) value=row.scope.clone() />
+                <input type="hidden" name=field!(NrllmSpendCapRaise, name) value=row.name.clone() />
+                <label for=input_id.clone() class="sr-only">{label}</label>
+                <input id=input_id name=field!(NrllmSpendCapRaise, raise_by) inputmode="decimal" placeholder="US dollars" class=INPUT data-testid="spend-raise-by" />
+                <button type="submit" class=BUTTON_SECONDARY data-testid="spend-raise">"Raise for today"</button>
+            </form>
+        }
+    });
+    let (scope_attr, name_attr) = (row.scope.clone(), row.name.clone());
+    view! {
+        <li data-testid="spend-row" data-scope=scope_attr data-name=name_attr data-reached=row.reached.to_string()>
+            <span class="font-mono">{format!("{} {}", row.scope, row.name)}</span>
+            " — " <span data-testid="spend-count">{cap}</span>
+            {row.reached.then(|| view! { <span class="ml-1 font-medium text-amber-800 dark:text-amber-300">"reached: its runs wait"</span> })}
+            {raise}
+        </li>
     }
 }
 

@@ -10,6 +10,7 @@ use nrllm_core::provider::{ModelOptions, Prices, Provider};
 use nrllm_core::registry::ToolRegistry;
 use nrllm_core::run_service::LoopFactory;
 use nrllm_core::run_store::RunConfiguration;
+use nrllm_core::spend::SpendCaps;
 use nrllm_core::state::Limits;
 use nrllm_core::{ToolLoop, ToolLoopService};
 use nrllm_demo::demo::DemoProvider;
@@ -34,6 +35,8 @@ struct Configured {
     prices: Prices,
     /// The budget its runs get unless their form says otherwise.
     limits: Limits,
+    /// What its runs may spend in a UTC day together, and each user's.
+    spend_caps: SpendCaps,
     /// The user who started a run cannot decide it.
     four_eyes: bool,
     /// How long a turn may wait for a decision, in milliseconds (`None`: until decided).
@@ -111,6 +114,7 @@ impl Configurations {
             defaults: ModelOptions::default(),
             prices: Prices::default(),
             limits: settings.limits.to_limits(),
+            spend_caps: settings.spend_caps.for_configuration(None),
             four_eyes: settings.four_eyes,
             approval_timeout_ms: settings.approval_timeout_ms,
         }];
@@ -149,6 +153,9 @@ impl Configurations {
                     .limits
                     .overridden_by(configuration.limits)
                     .to_limits(),
+                spend_caps: settings
+                    .spend_caps
+                    .for_configuration(configuration.spend_cap_usd_per_day),
                 four_eyes: configuration.four_eyes.unwrap_or(settings.four_eyes),
                 approval_timeout_ms: match &configuration.approval_timeout {
                     // Checked when the settings were read.
@@ -199,6 +206,14 @@ impl Configurations {
             .collect()
     }
 
+    /// Each configuration's daily spend caps, by name, in order.
+    pub fn all_spend_caps(&self) -> Vec<(String, SpendCaps)> {
+        self.configured
+            .iter()
+            .map(|c| (c.view.name.clone(), c.spend_caps))
+            .collect()
+    }
+
     /// The budget runs of configuration `name` get unless their form says otherwise.
     pub fn limits(&self, name: &str) -> Limits {
         self.find(name).map(|c| c.limits).unwrap_or_default()
@@ -238,6 +253,12 @@ impl LoopFactory for Configurations {
             .map(|configured| configured.prices)
             .unwrap_or_default()
     }
+
+    fn spend_caps(&self, configuration: &RunConfiguration) -> SpendCaps {
+        self.find(&configuration.provider)
+            .map(|configured| configured.spend_caps)
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
@@ -260,6 +281,7 @@ mod tests {
             price_cache_write_per_million: None,
             price_reasoning_per_million: None,
             limits: None,
+            spend_cap_usd_per_day: None,
             four_eyes: None,
             approval_timeout: None,
             webhook_url: None,

@@ -312,7 +312,18 @@ impl Leases {
         Ok(expired)
     }
 
-    /// Heartbeat, reaper and deadlines, every third of a lease, until `shutdown`.
+    /// Lets every run waiting at a daily spend cap with room again go on (queued). How many
+    /// this instance let go on.
+    pub async fn continue_allowed(self: &Arc<Self>) -> Result<usize, StoreError> {
+        let claimed = self.runs.continue_allowed().await?;
+        if claimed > 0 {
+            self.ring();
+        }
+        Ok(claimed)
+    }
+
+    /// Heartbeat, reaper, deadlines and daily allowances, every third of a lease, until
+    /// `shutdown`.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let beat = (self.lease / 3).max(Duration::from_millis(100));
         loop {
@@ -326,6 +337,9 @@ impl Leases {
             }
             if let Err(err) = self.expire_overdue().await {
                 tracing::error!(%err, "looking for runs whose approval deadline passed");
+            }
+            if let Err(err) = self.continue_allowed().await {
+                tracing::error!(%err, "looking for runs whose daily spend cap has room again");
             }
         }
     }

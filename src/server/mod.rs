@@ -138,7 +138,7 @@ impl AppState {
         let listeners: Vec<Arc<dyn RunListener>> =
             vec![live.clone(), bell.clone(), counters.clone()];
         let runs = run_service(
-            &store,
+            (&store, Arc::new(sql_store.clone())),
             &configurations,
             listeners,
             lease_clock.clone(),
@@ -325,9 +325,10 @@ async fn tools(
 }
 
 /// The run service, telling `listeners` about every run, with the state limit, this instance's
-/// leases and four-eyes as the settings and configurations say.
+/// leases, four-eyes and the daily spend caps (counted in `spend`) as the settings and
+/// configurations say.
 fn run_service(
-    store: &Arc<dyn RunStore>,
+    (store, spend): (&Arc<dyn RunStore>, Arc<dyn nrllm_core::spend::SpendLedger>),
     configurations: &Arc<Configurations>,
     listeners: Vec<Arc<dyn RunListener>>,
     lease_clock: Arc<leases::LeaseClock>,
@@ -340,6 +341,7 @@ fn run_service(
             .with_listener(Arc::new(Listeners(listeners)))
             .with_state_limit(settings.max_state_bytes as usize)
             .with_lease_watch(lease_clock)
+            .with_spend_ledger(spend)
             .with_four_eyes(move |name| name.is_none_or(|name| four_eyes.four_eyes(name))),
     )
 }

@@ -254,6 +254,21 @@ pub fn body(run: &RunRecord, pending: &PendingTurn, public_url: &str, waiting_da
         run.updated_at_ms
             .saturating_add(i64::from(waiting_days) * 24 * 3_600_000)
     });
+    // A run at its budget: which limit stopped it, what was used, what the next action was,
+    // and (a daily cap across runs) whose cap for which UTC day.
+    let budget = pending.state.budget.map(|stop| {
+        json!({
+            "limit": stop.limit,
+            "used": stop.used,
+            "cap": stop.cap,
+            "next": stop.next,
+            "daily_cap": stop.daily.map(|daily| json!({
+                "scope": daily.scope,
+                "day": nrllm_core::spend::show_day(daily.day),
+            })),
+            "explanation": stop.explain(),
+        })
+    });
     json!({
         "event": event_name(run.status),
         "run_id": run.id.to_string(),
@@ -266,6 +281,7 @@ pub fn body(run: &RunRecord, pending: &PendingTurn, public_url: &str, waiting_da
         "calls": calls,
         "more_calls": pending.state.pending.len().saturating_sub(MAX_CALLS),
         "digest": pending.digest,
+        "budget": budget,
         "link": format!("{public_url}/runs/{}", run.id),
     })
     .to_string()

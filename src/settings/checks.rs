@@ -97,6 +97,8 @@ fn check_configuration(configuration: &mut ModelConfiguration) -> Result<(), Str
     if prices.iter().flatten().any(|p| !p.is_finite() || *p < 0.0) {
         return Err(": prices must be numbers of 0 or more".to_owned());
     }
+    super::values::check_usd(configuration.spend_cap_usd_per_day)
+        .map_err(|message| format!(": spend_cap_usd_per_day: {message}"))?;
     if let Some(limits) = &configuration.limits {
         limits
             .check()

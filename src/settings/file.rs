@@ -75,6 +75,8 @@ impl Settings {
                 .map_err(invalid("configurations"))?;
         settings.limits = file.limits.unwrap_or_default();
         settings.limits.check().map_err(invalid("limits"))?;
+        settings.spend_caps = file.spend_caps.unwrap_or_default();
+        settings.spend_caps.check().map_err(invalid("spend_caps"))?;
         Ok(settings)
     }
 }

@@ -311,3 +311,46 @@ fn unknown_keys_and_broken_syntax_are_refused_with_the_file_name() {
     let err = load(Some("site_addr = "), &[]).unwrap_err().to_string();
     assert!(err.contains("Leptos.toml"), "{err}");
 }
+
+#[test]
+fn daily_spend_caps_are_read_in_dollars_and_a_configurations_own_wins() {
+    let text = r#"
+        [spend_caps]
+        configuration_usd_per_day = 20
+        user_usd_per_day = 2.5
+
+        [[configurations]]
+        name = "openai"
+        kind = "openai"
+        model = "gpt-4o-mini"
+        spend_cap_usd_per_day = 0.75
+    "#;
+    let settings = load(Some(text), &[]).unwrap();
+    let own = settings
+        .spend_caps
+        .for_configuration(settings.configurations[0].spend_cap_usd_per_day);
+    assert_eq!(
+        (own.per_configuration, own.per_user),
+        (Some(750_000), Some(2_500_000))
+    );
+    let others = settings.spend_caps.for_configuration(None);
+    assert_eq!(others.per_configuration, Some(20_000_000));
+    assert!(Settings::default()
+        .spend_caps
+        .for_configuration(None)
+        .is_empty());
+    let err = load(Some("[spend_caps]\nuser_usd_per_day = -1\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spend_caps") && err.contains("0 or more"),
+        "{err}"
+    );
+    let err = load(Some("[spend_caps]\nteam_usd_per_day = 1\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("team_usd_per_day"), "{err}");
+    let bad = "[[configurations]]\nname = \"a\"\nkind = \"openai\"\nmodel = \"m\"\nspend_cap_usd_per_day = -2\n";
+    let err = load(Some(bad), &[]).unwrap_err().to_string();
+    assert!(err.contains("spend_cap_usd_per_day"), "{err}");
+}

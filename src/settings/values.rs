@@ -80,6 +80,52 @@ pub struct Settings {
     /// The budget every run gets unless its configuration or its form says otherwise
     /// (`[limits]`; none by default).
     pub limits: BudgetLimits,
+    /// The daily spend caps across runs (`[spend_caps]`; none by default).
+    pub spend_caps: SpendCapSettings,
+}
+
+/// The daily spend caps across runs as the settings write them (`[spend_caps]`), in US
+/// dollars per UTC day under each configuration's prices; a run that would cross one waits for
+/// the cap to have room again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpendCapSettings {
+    /// What each configuration's runs may spend in a day, together (a configuration's own
+    /// `spend_cap_usd_per_day` wins).
+    pub configuration_usd_per_day: Option<f64>,
+    /// What the runs one user requested may spend in a day, together.
+    pub user_usd_per_day: Option<f64>,
+}
+
+/// Dollars as the core counts them: millionths.
+pub fn usd_micros(usd: f64) -> u64 {
+    (usd * 1_000_000.0).round() as u64
+}
+
+/// What is wrong with a dollar amount, if anything.
+pub fn check_usd(usd: Option<f64>) -> Result<(), String> {
+    match usd {
+        Some(usd) if !usd.is_finite() || usd < 0.0 => {
+            Err("a dollar amount must be a number of 0 or more".to_owned())
+        }
+        _ => Ok(()),
+    }
+}
+
+impl SpendCapSettings {
+    /// What is wrong with them, if anything.
+    pub fn check(&self) -> Result<(), String> {
+        check_usd(self.configuration_usd_per_day)?;
+        check_usd(self.user_usd_per_day)
+    }
+
+    /// The caps for configuration `own`'s runs, as the core counts them.
+    pub fn for_configuration(&self, own: Option<f64>) -> nrllm_core::spend::SpendCaps {
+        nrllm_core::spend::SpendCaps {
+            per_configuration: own.or(self.configuration_usd_per_day).map(usd_micros),
+            per_user: self.user_usd_per_day.map(usd_micros),
+        }
+    }
 }
 
 /// A run's budget as the settings write it (`[limits]`, or `limits = { … }` in a
@@ -117,7 +163,7 @@ impl BudgetLimits {
         nrllm_core::state::Limits {
             input_tokens: self.input_tokens,
             output_tokens: self.output_tokens,
-            cost_micros: self.cost_usd.map(|usd| (usd * 1_000_000.0).round() as u64),
+            cost_micros: self.cost_usd.map(usd_micros),
             requests: self.requests,
             tool_calls: self.tool_calls,
             wall_ms: self.seconds.map(|s| s.saturating_mul(1000)),
@@ -126,12 +172,7 @@ impl BudgetLimits {
 
     /// What is wrong with them, if anything.
     pub fn check(&self) -> Result<(), String> {
-        match self.cost_usd {
-            Some(usd) if !usd.is_finite() || usd < 0.0 => {
-                Err("cost_usd must be a number of 0 or more".to_owned())
-            }
-            _ => Ok(()),
-        }
+        check_usd(self.cost_usd).map_err(|message| format!("cost_usd: {message}"))
     }
 }
 
@@ -202,6 +243,10 @@ pub struct ModelConfiguration {
     /// This configuration's runs' budget, over the `[limits]` setting's.
     #[serde(default)]
     pub limits: Option<BudgetLimits>,
+    /// What this configuration's runs may spend in a UTC day together, in US dollars (default:
+    /// `[spend_caps] configuration_usd_per_day`).
+    #[serde(default)]
+    pub spend_cap_usd_per_day: Option<f64>,
     /// US dollars per million prompt tokens read from the provider's cache (default: the input
     /// price).
     #[serde(default)]
@@ -287,6 +332,7 @@ impl Default for Settings {
             mcp_servers: Vec::new(),
             mcp_call_timeout_secs: 60,
             limits: BudgetLimits::default(),
+            spend_caps: SpendCapSettings::default(),
         }
     }
 }

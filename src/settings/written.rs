@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::values::{BudgetLimits, ModelConfiguration};
+use super::values::{BudgetLimits, ModelConfiguration, SpendCapSettings};
 
 /// The file as written: every key optional, unknown keys refused (they are usually typos).
 #[derive(Debug, Default, Deserialize)]
@@ -40,4 +40,5 @@ pub(super) struct SettingsFile {
     pub(super) mcp_servers: Option<Vec<nrllm_mcp::config::ServerConfig>>,
     pub(super) mcp_call_timeout_secs: Option<i64>,
     pub(super) limits: Option<BudgetLimits>,
+    pub(super) spend_caps: Option<SpendCapSettings>,
 }

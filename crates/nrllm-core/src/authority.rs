@@ -95,6 +95,9 @@ pub enum Act<'a> {
     Cancel,
     /// Add or remove an approval rule of this scope (a run's rule names this run).
     Rule(&'a RuleScope),
+    /// Raise a daily spend cap across runs for the day (about no one run: the runs waiting at
+    /// it then go on by the allowance, [`crate::moves::TurnMove::Allowance`]).
+    RaiseSpendCap,
 }
 
 impl Act<'_> {
@@ -102,7 +105,7 @@ impl Act<'_> {
     pub fn needs(self) -> Role {
         match self {
             Act::Decide | Act::Answer | Act::Rule(RuleScope::Run(_)) => Role::Approver,
-            Act::Rule(RuleScope::Configuration(_)) => Role::Admin,
+            Act::Rule(RuleScope::Configuration(_)) | Act::RaiseSpendCap => Role::Admin,
             Act::Fork | Act::Retry | Act::Cancel => Role::Operator,
         }
     }
@@ -126,6 +129,7 @@ impl Act<'_> {
             Act::Cancel => "Cancelling",
             Act::Rule(RuleScope::Run(_)) => "An approval rule for a run",
             Act::Rule(RuleScope::Configuration(_)) => "An approval rule for a whole configuration",
+            Act::RaiseSpendCap => "Raising a daily spend cap",
         }
     }
 }

@@ -54,6 +54,22 @@ pub fn parse_day(text: &str) -> Option<i64> {
     Some(date.midnight().assume_utc().unix_timestamp() * 1000)
 }
 
+const DAY_MS: i64 = 86_400_000;
+
+/// The UTC day of a Unix-millisecond time, counted from the epoch.
+pub fn utc_day(ms: i64) -> i64 {
+    ms.div_euclid(DAY_MS)
+}
+
+/// `2026-12-04` for a day counted from the epoch.
+pub fn show_day(day: i64) -> String {
+    format_utc(day.saturating_mul(DAY_MS))
+        .split(' ')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

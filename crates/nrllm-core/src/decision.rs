@@ -80,12 +80,19 @@ pub enum Decision {
     },
     /// For a run waiting at its budget: stop it there (`budget_exhausted`).
     StopAtBudget,
+    /// For a run waiting at a daily cap across runs that has room again (raised for the day,
+    /// or a new day): go on with its own limits as they are. The server's own, never a
+    /// person's ([`crate::moves::TurnMove::Allowance`]).
+    ContinueAtBudget,
 }
 
 impl Decision {
     /// A decision on a run waiting at its budget.
     pub fn is_budget(&self) -> bool {
-        matches!(self, Decision::RaiseBudget { .. } | Decision::StopAtBudget)
+        matches!(
+            self,
+            Decision::RaiseBudget { .. } | Decision::StopAtBudget | Decision::ContinueAtBudget
+        )
     }
 
     /// Whether this decision fits a run whose wait is `budget` (a budget decision for a run
@@ -94,6 +101,11 @@ impl Decision {
     pub fn fits_budget(&self, budget: Option<&BudgetStop>) -> Result<(), DecisionError> {
         match (self, budget) {
             (Decision::StopAtBudget, Some(_)) => Ok(()),
+            (Decision::ContinueAtBudget, Some(stop)) if stop.daily.is_some() => Ok(()),
+            (Decision::ContinueAtBudget, Some(_)) => Err(DecisionError::NoDailyCapWait),
+            (Decision::RaiseBudget { .. }, Some(stop)) if stop.daily.is_some() => {
+                Err(DecisionError::DailyCap)
+            }
             (Decision::RaiseBudget { limits }, Some(stop)) => {
                 let needed = stop.needed();
                 match limits.get(stop.limit) {
@@ -174,6 +186,12 @@ pub enum DecisionError {
     /// A budget decision came for a run that does not wait at its budget.
     #[error("the run does not wait at its budget")]
     NoBudgetWait,
+    /// A raise came for a run waiting at a daily cap across runs, which no run's limit lifts.
+    #[error("the run waits at a daily spend cap across runs: an administrator raises today's cap on the system page, or it goes on by itself when the next UTC day begins; it can also be stopped here")]
+    DailyCap,
+    /// The run waits at one of its own limits, not at a daily cap that could have room again.
+    #[error("the run waits at one of its own limits, not at a daily spend cap")]
+    NoDailyCapWait,
     /// The raised limit would stop the run again at once.
     #[error("the limit on {limit} must be raised to at least {needed} for the run to go on")]
     RaiseTooSmall { limit: String, needed: String },
@@ -219,7 +237,9 @@ impl Decision {
         };
         let choices = match self {
             // No call is decided: the run goes on (or stops) where its budget stopped it.
-            Decision::RaiseBudget { .. } | Decision::StopAtBudget => Vec::new(),
+            Decision::RaiseBudget { .. } | Decision::StopAtBudget | Decision::ContinueAtBudget => {
+                Vec::new()
+            }
             Decision::ApproveAll => vec![Choice::Approve; pending.len()],
             Decision::DenyAll { reason } => {
                 check_reason(reason)?;

@@ -37,5 +37,6 @@ pub const POINTS: &[&str] = &[
     "after_results_before_model",
     "during_model_call",
     "during_suspend_commit",
+    "during_budget_suspend_commit",
     "during_finish_commit",
 ];

@@ -9,6 +9,7 @@
 pub mod assembly;
 pub mod authority;
 pub mod clock;
+pub mod daily_cap;
 pub mod decision;
 pub mod events;
 pub mod failpoint;
@@ -26,6 +27,7 @@ pub mod retry;
 pub mod rules;
 pub mod run_service;
 pub mod run_store;
+pub mod spend;
 pub mod state;
 pub mod step_machine;
 pub mod submit;

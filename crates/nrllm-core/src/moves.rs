@@ -1,6 +1,6 @@
 //! The ways a waiting turn is decided, as values: an approval form submitted (any of its
-//! buttons), an answer to the turn's question, a decision a headless program made, and the
-//! approval deadline. [`TurnMove::decide`] is what each amounts to for the turn — the decision and
+//! buttons), an answer to the turn's question, a decision a headless program made, the approval
+//! deadline, and a daily spend cap with room again. [`TurnMove::decide`] is what each amounts to for the turn — the decision and
 //! the rules asked for with it — and [`TurnMove::act`] is what the authority is asked before it
 //! counts ([`crate::authority`]). The run service claims a run with one of these and nothing
 //! else, so the conformance test (`tests/authority_conformance.rs`) can try every way.
@@ -87,6 +87,9 @@ pub enum TurnMove<'a> {
     Budget(&'a BudgetMove),
     /// The approval deadline passed: nothing of the turn runs.
     Expire,
+    /// The daily cap across runs that a run waits at has room again (an administrator raised it
+    /// for the day, or a new UTC day began): the run goes on where it stopped.
+    Allowance,
 }
 
 /// What a person does with a run waiting at its budget.
@@ -135,7 +138,15 @@ impl TurnMove<'_> {
         match self {
             TurnMove::Submit(_) | TurnMove::Decision(_) | TurnMove::Budget(_) => Some(Act::Decide),
             TurnMove::Answer { .. } => Some(Act::Answer),
-            TurnMove::Expire => None,
+            TurnMove::Expire | TurnMove::Allowance => None,
+        }
+    }
+
+    /// Whom the step names for a move the server makes itself (no person's).
+    pub fn server_name(&self) -> &'static str {
+        match self {
+            TurnMove::Allowance => "daily allowance",
+            _ => "deadline",
         }
     }
 
@@ -162,6 +173,11 @@ impl TurnMove<'_> {
             // A run waiting at its budget that nobody raised in time stops there.
             TurnMove::Expire if state.budget.is_some() => Ok((Decision::StopAtBudget, Vec::new())),
             TurnMove::Expire => Ok((every_call(state, |_| expired()), Vec::new())),
+            TurnMove::Allowance => match state.budget {
+                Some(stop) if stop.daily.is_some() => Ok((Decision::ContinueAtBudget, Vec::new())),
+                Some(_) => Err(DecisionError::NoDailyCapWait),
+                None => Err(DecisionError::NoBudgetWait),
+            },
         }
     }
 }

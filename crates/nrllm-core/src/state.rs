@@ -188,6 +188,10 @@ pub struct BudgetStop {
     pub used: u64,
     pub cap: u64,
     pub next: NextAction,
+    /// A cap across runs stopped it (the configuration's or the requester's for a UTC day),
+    /// not one of the run's own limits: `limit` is the cost, `used` the day's spend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily: Option<crate::daily_cap::DailyCap>,
 }
 
 impl BudgetStop {
@@ -209,6 +213,14 @@ impl BudgetStop {
             NextAction::ToolCalls { calls: 1 } => "the next call did not run".to_owned(),
             NextAction::ToolCalls { calls } => format!("the next turn's {calls} calls did not run"),
         };
+        if let Some(daily) = self.daily {
+            return format!(
+                "{}: {} spent of {}; {next}",
+                daily.describe(),
+                self.limit.show(self.used),
+                self.limit.show(self.cap)
+            );
+        }
         format!(
             "{}: {} used of {}; {next}",
             self.limit.label(),

@@ -158,8 +158,14 @@ impl Machine {
             next: NextAction::ModelRequest {
                 round: self.counters.iterations + 1,
             },
+            daily: None,
         };
         Some(Next::Suspend(self.waiting(Vec::new(), Vec::new(), stop)))
+    }
+
+    /// The state to wait in at `stop`, a cap across runs reached before the next model request.
+    pub fn wait_at(&self, stop: BudgetStop) -> Next {
+        Next::Suspend(self.waiting(Vec::new(), Vec::new(), stop))
     }
 
     /// Before a turn of `calls` calls is dispatched: the stop when they would take the run past
@@ -174,6 +180,7 @@ impl Machine {
             next: NextAction::ToolCalls {
                 calls: u32::try_from(calls).unwrap_or(u32::MAX),
             },
+            daily: None,
         })
     }
 

@@ -407,7 +407,9 @@ impl Form<'_> {
                 Decision::ApproveAll => (true, false),
                 Decision::DenyAll { .. } => (false, true),
                 // A form never makes these: no call is decided by them.
-                Decision::RaiseBudget { .. } | Decision::StopAtBudget => (false, false),
+                Decision::RaiseBudget { .. }
+                | Decision::StopAtBudget
+                | Decision::ContinueAtBudget => (false, false),
                 Decision::PerCall { calls } => {
                     let choice = calls.iter().find(|c| c.call_id == call.id);
                     (

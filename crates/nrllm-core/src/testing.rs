@@ -212,3 +212,71 @@ pub fn probe_registry(probe: &Probe) -> crate::registry::ToolRegistry {
     let _ = registry.register(AdminNote(probe.clone()));
     registry
 }
+
+/// Each day's spend in memory, for tests of the daily caps ([`crate::spend`]).
+#[derive(Default)]
+pub struct MemoryLedger {
+    counts: std::sync::Mutex<
+        std::collections::BTreeMap<(crate::spend::SpendKey, i64), crate::spend::DaySpend>,
+    >,
+}
+
+impl MemoryLedger {
+    /// Day `day`'s count of `key`.
+    pub fn count(&self, day: i64, key: &crate::spend::SpendKey) -> crate::spend::DaySpend {
+        let counts = self.counts.lock().unwrap();
+        counts.get(&(key.clone(), day)).cloned().unwrap_or_default()
+    }
+}
+
+#[async_trait]
+impl crate::spend::SpendLedger for MemoryLedger {
+    async fn add_spend(
+        &self,
+        day: i64,
+        keys: &[crate::spend::SpendKey],
+        micros: u64,
+    ) -> Result<(), crate::run_store::StoreError> {
+        let mut counts = self.counts.lock().unwrap();
+        for key in keys {
+            counts.entry((key.clone(), day)).or_default().spent_micros += micros;
+        }
+        Ok(())
+    }
+
+    async fn day_spend(
+        &self,
+        day: i64,
+        keys: &[crate::spend::SpendKey],
+    ) -> Result<Vec<crate::spend::DaySpend>, crate::run_store::StoreError> {
+        Ok(keys.iter().map(|key| self.count(day, key)).collect())
+    }
+
+    async fn raise_cap(
+        &self,
+        day: i64,
+        key: &crate::spend::SpendKey,
+        micros: u64,
+        _by: &str,
+    ) -> Result<crate::spend::DaySpend, crate::run_store::StoreError> {
+        let mut counts = self.counts.lock().unwrap();
+        let count = counts.entry((key.clone(), day)).or_default();
+        count.raised_micros += micros;
+        Ok(count.clone())
+    }
+
+    async fn spend_of_day(
+        &self,
+        day: i64,
+        limit: u32,
+    ) -> Result<Vec<(crate::spend::SpendKey, crate::spend::DaySpend)>, crate::run_store::StoreError>
+    {
+        let counts = self.counts.lock().unwrap();
+        Ok(counts
+            .iter()
+            .filter(|((_, d), _)| *d == day)
+            .take(limit as usize)
+            .map(|((key, _), count)| (key.clone(), count.clone()))
+            .collect())
+    }
+}

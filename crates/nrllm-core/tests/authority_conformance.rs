@@ -17,7 +17,10 @@
 //! inbox's bulk decision is `Way::Bulk` (each picked run's own claim; that one run's refusal
 //! leaves the others alone is `crates/nrllm-store/tests/bulk.rs`, on a real store); a person's
 //! raise or stop of a run waiting at its budget is `Way::Budget`, over the turn shape
-//! `Shape::Budget` (a turn held at its tool-call limit), which nothing else moves.
+//! `Shape::Budget` (a turn held at its tool-call limit), which nothing else moves; the daily
+//! allowance (a daily spend cap across runs with room again) is `Way::Allowance`, which moves
+//! only `Shape::DailyCap` (a run held at such a cap before its first request), which no
+//! person's raise moves.
 
 use std::sync::Arc;
 
@@ -61,15 +64,18 @@ enum Shape {
     /// The gated turn, held at the run's tool-call limit before anything of it: the run waits
     /// at its budget.
     Budget,
+    /// Held at a daily spend cap across runs before its first model request (nothing pending).
+    DailyCap,
 }
 
-const SHAPES: [Shape; 6] = [
+const SHAPES: [Shape; 7] = [
     Shape::Gated,
     Shape::QuestionAndGated,
     Shape::QuestionOnly,
     Shape::Unknown,
     Shape::QuestionAndUnknown,
     Shape::Budget,
+    Shape::DailyCap,
 ];
 
 fn calls_of(shape: Shape) -> Vec<ToolCall> {
@@ -81,7 +87,7 @@ fn calls_of(shape: Shape) -> Vec<ToolCall> {
     let read = ToolCall::new("r", "read_note", &json!({"text": "r"}));
     let write = ToolCall::new("w", "write_note", &json!({"text": "w"}));
     match shape {
-        Shape::Gated | Shape::Unknown | Shape::Budget => vec![read, write],
+        Shape::Gated | Shape::Unknown | Shape::Budget | Shape::DailyCap => vec![read, write],
         Shape::QuestionAndGated | Shape::QuestionAndUnknown => vec![question, write, read],
         Shape::QuestionOnly => vec![question, read],
     }
@@ -127,11 +133,21 @@ async fn suspended(shape: Shape) -> (World, SuspendedState) {
     if shape == Shape::Budget {
         input.settings.limits = Limits::default().with(LimitKind::ToolCalls, Some(1));
     }
-    let outcome = world
-        .tool_loop
-        .run(input, &RunContext::default(), &NullSink)
-        .await
-        .unwrap();
+    let mut ctx = RunContext::default();
+    if shape == Shape::DailyCap {
+        // The configuration may spend nothing more today.
+        ctx.spend = Some(nrllm_core::spend::SpendWatch {
+            caps: nrllm_core::spend::SpendCaps {
+                per_configuration: Some(0),
+                per_user: None,
+            },
+            configuration: "demo".into(),
+            requester: "olga".into(),
+            ledger: Arc::new(nrllm_core::testing::MemoryLedger::default()),
+            clock: Arc::new(nrllm_core::clock::SystemClock),
+        });
+    }
+    let outcome = world.tool_loop.run(input, &ctx, &NullSink).await.unwrap();
     let LoopOutcome::Suspended(mut state) = outcome else {
         panic!("{shape:?} must suspend: {outcome:?}");
     };
@@ -189,6 +205,8 @@ enum Way {
     Bulk(BulkVerdict),
     /// A person raises the limit a run waits at, or stops the run there.
     Budget(BudgetMove),
+    /// The server's own: the daily spend cap a run waits at has room again.
+    Allowance,
 }
 
 fn arb_way() -> impl Strategy<Value = Way> {
@@ -204,6 +222,7 @@ fn arb_way() -> impl Strategy<Value = Way> {
         Just(Way::Budget(BudgetMove::Raise(Raise::By(5)))),
         Just(Way::Budget(BudgetMove::Raise(Raise::To(1)))),
         Just(Way::Budget(BudgetMove::Stop)),
+        Just(Way::Allowance),
     ]
 }
 
@@ -278,6 +297,7 @@ proptest! {
                 (Way::Answer(_), _) => TurnMove::Answer { call_id: None, answer: &typed },
                 (Way::Headless(decision), _) => TurnMove::Decision(decision),
                 (Way::Budget(budget), _) => TurnMove::Budget(budget),
+                (Way::Allowance, _) => TurnMove::Allowance,
                 _ => TurnMove::Expire,
             };
             let lineage = Lineage { requesters: LINEAGE.map(str::to_owned).to_vec() };
@@ -309,8 +329,15 @@ proptest! {
                 });
             // A run waiting at its budget moves only by a budget decision (or the deadline,
             // which stops it); a budget decision moves nothing else.
-            let budget_way = matches!(way, Way::Budget(_));
-            if (shape == Shape::Budget) != budget_way && !matches!(way, Way::Expire) {
+            let budget_shape = matches!(shape, Shape::Budget | Shape::DailyCap);
+            let budget_way = matches!(way, Way::Budget(_) | Way::Allowance);
+            if budget_shape != budget_way && !matches!(way, Way::Expire) {
+                prop_assert!(decided.is_err(), "{:?} moved a {:?} turn", way, shape);
+            }
+            // Only the allowance lets a run at a daily cap go on (a person may stop it), and
+            // the allowance moves no run held at its own limit.
+            let allowance_fits = (shape == Shape::DailyCap) == matches!(way, Way::Allowance);
+            if budget_shape && !allowance_fits && !matches!(way, Way::Budget(BudgetMove::Stop) | Way::Expire) {
                 prop_assert!(decided.is_err(), "{:?} moved a {:?} turn", way, shape);
             }
             let (decision, choices) = match decided {
@@ -332,11 +359,12 @@ proptest! {
             // What each call's choice says, and what the loop then does.
             let ctx = RunContext::default();
             let outcome = world.tool_loop.resume(&state, &decision, &ctx, &NullSink).await.unwrap();
-            if shape == Shape::Budget {
-                // Raised (far enough), the turn goes on to wait for its approval; stopped, or
-                // expired, the run ends there. The gated call never runs without an approval.
+            if budget_shape {
+                // Raised (far enough), or let go on by the allowance, the turn goes on to wait
+                // for its approval; stopped, or expired, the run ends there. The gated call
+                // never runs without an approval.
                 match (&way, outcome) {
-                    (Way::Budget(BudgetMove::Raise(_)), LoopOutcome::Suspended(next)) => {
+                    (Way::Budget(BudgetMove::Raise(_)) | Way::Allowance, LoopOutcome::Suspended(next)) => {
                         prop_assert_eq!(next.waiting_for(), RunStatus::WaitingForApproval);
                     }
                     (Way::Budget(BudgetMove::Stop) | Way::Expire, LoopOutcome::Completed(done)) => {

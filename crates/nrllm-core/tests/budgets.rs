@@ -381,10 +381,216 @@ fn a_stop_says_what_it_stopped_before() {
         used: 4,
         cap: 4,
         next: NextAction::ToolCalls { calls: 2 },
+        daily: None,
     };
     assert_eq!(
         stop.explain(),
         "tool calls: 4 used of 4; the next turn's 2 calls did not run"
     );
     assert_eq!(stop.needed(), 6);
+}
+
+/// A context whose spend counts toward the daily caps `caps` in `ledger` (configuration `demo`,
+/// requester `olga`), on `clock`.
+fn counted(
+    caps: nrllm_core::spend::SpendCaps,
+    ledger: &Arc<nrllm_core::testing::MemoryLedger>,
+    clock: &Arc<Ticking>,
+) -> RunContext {
+    RunContext {
+        spend: Some(nrllm_core::spend::SpendWatch {
+            caps,
+            configuration: "demo".into(),
+            requester: "olga".into(),
+            ledger: ledger.clone(),
+            clock: clock.clone(),
+        }),
+        ..ctx()
+    }
+}
+
+fn key(scope: nrllm_core::spend::CapScope, name: &str) -> nrllm_core::spend::SpendKey {
+    nrllm_core::spend::SpendKey {
+        scope,
+        name: name.into(),
+    }
+}
+
+#[tokio::test]
+async fn a_daily_cap_across_runs_stops_a_run_before_the_request_and_the_allowance_lets_it_go_on() {
+    use nrllm_core::spend::{utc_day, CapScope, SpendCaps, SpendLedger};
+    let whole = uncapped().await;
+    let ledger = Arc::new(nrllm_core::testing::MemoryLedger::default());
+    // 200 micro-dollars a response: the user's 500 a day is reached after three.
+    let caps = SpendCaps {
+        per_configuration: Some(10_000),
+        per_user: Some(500),
+    };
+    let run = run_with(reads());
+    let ctx = counted(caps, &ledger, &run.clock);
+    let sink = VecSink::default();
+    let state = waiting(
+        run.tool_loop
+            .run(input(Limits::default()), &ctx, &sink)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(run.provider.requests().len(), 3);
+    let stop = state.budget.unwrap();
+    let daily = stop.daily.expect("a daily cap stopped it");
+    assert_eq!(daily.scope, CapScope::User);
+    assert_eq!(
+        (stop.limit, stop.used, stop.cap, stop.next),
+        (
+            LimitKind::CostMicros,
+            600,
+            500,
+            NextAction::ModelRequest { round: 4 }
+        )
+    );
+    let day = daily.day;
+    assert_eq!(day, utc_day(0), "the day the clock read");
+    // Every response counted once, toward both of the run's counts.
+    assert_eq!(
+        ledger.count(day, &key(CapScope::User, "olga")).spent_micros,
+        600
+    );
+    assert_eq!(
+        ledger
+            .count(day, &key(CapScope::Configuration, "demo"))
+            .spent_micros,
+        600
+    );
+    assert!(
+        stop.explain()
+            .starts_with("the user's daily spend cap for 1970-01-01: $0.0006 spent of $0.0005"),
+        "{}",
+        stop.explain()
+    );
+
+    // A person's raise of the run's own limits does not lift it; only the allowance goes on.
+    let raise = run
+        .tool_loop
+        .check_decision(&state, &raise(&state, 1_000_000))
+        .unwrap_err();
+    assert_eq!(raise, LoopError::Decision(DecisionError::DailyCap));
+    // The allowance of a run waiting at its own limit is refused the other way round.
+    let own = run_with(reads());
+    let own_state = waiting(
+        own.tool_loop
+            .run(
+                input(Limits::default().with(LimitKind::Requests, Some(1))),
+                &self::ctx(),
+                &VecSink::default(),
+            )
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        own.tool_loop
+            .check_decision(&own_state, &Decision::ContinueAtBudget)
+            .unwrap_err(),
+        LoopError::Decision(DecisionError::NoDailyCapWait)
+    );
+
+    // An administrator raises the user's cap for the day: it goes on from exactly there with its
+    // own limits, and comes to what the uncapped run did.
+    ledger
+        .raise_cap(day, &key(CapScope::User, "olga"), 10_000, "ada")
+        .await
+        .unwrap();
+    let resumed = VecSink::default();
+    let done = finished(
+        run.tool_loop
+            .resume(&state, &Decision::ContinueAtBudget, &ctx, &resumed)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(done.messages, whole, "the transcript after the allowance");
+    assert_eq!(run.provider.requests().len(), 6, "each request once");
+    assert_eq!(run.probe.count("read_note"), 5);
+    assert_eq!(
+        ledger.count(day, &key(CapScope::User, "olga")).spent_micros,
+        1_200
+    );
+    let decided = resumed.events().into_iter().find_map(|e| match e {
+        Event::BudgetDecided { raised, stop, .. } => Some((raised, stop)),
+        _ => None,
+    });
+    assert_eq!(
+        decided,
+        Some((Some(Limits::default()), stop)),
+        "the step says it went on with its own limits"
+    );
+}
+
+#[tokio::test]
+async fn a_new_day_has_a_new_allowance_and_no_cap_counts_without_prices() {
+    use nrllm_core::spend::{CapScope, SpendCaps};
+    let ledger = Arc::new(nrllm_core::testing::MemoryLedger::default());
+    let caps = SpendCaps {
+        per_configuration: Some(300),
+        per_user: None,
+    };
+    let run = run_with(reads());
+    let ctx = counted(caps, &ledger, &run.clock);
+    let state = waiting(
+        run.tool_loop
+            .run(input(Limits::default()), &ctx, &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    let stop = state.budget.unwrap();
+    assert_eq!(stop.daily.unwrap().scope, CapScope::Configuration);
+    assert_eq!(run.provider.requests().len(), 2, "400 ≥ 300 after two");
+    // Resumed on the same day, it stops again before asking: the cap has no room.
+    let again = waiting(
+        run.tool_loop
+            .resume(
+                &state,
+                &Decision::ContinueAtBudget,
+                &ctx,
+                &VecSink::default(),
+            )
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        run.provider.requests().len(),
+        2,
+        "nothing asked over the cap"
+    );
+    // The next day: a new count, and it goes on until that one is reached.
+    run.clock.0.fetch_add(86_400_000, Ordering::SeqCst);
+    let next_day = waiting(
+        run.tool_loop
+            .resume(
+                &again,
+                &Decision::ContinueAtBudget,
+                &ctx,
+                &VecSink::default(),
+            )
+            .await
+            .unwrap(),
+    );
+    assert_eq!(run.provider.requests().len(), 4);
+    assert_eq!(
+        next_day.budget.unwrap().daily.unwrap().day,
+        stop.daily.unwrap().day + 1
+    );
+
+    // Without prices nothing is counted, so no cap is ever reached.
+    let ledger = Arc::new(nrllm_core::testing::MemoryLedger::default());
+    let free = run_with(reads());
+    let ctx = RunContext {
+        prices: Prices::default(),
+        ..counted(caps, &ledger, &free.clock)
+    };
+    finished(
+        free.tool_loop
+            .run(input(Limits::default()), &ctx, &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    assert_eq!(free.provider.requests().len(), 6);
 }

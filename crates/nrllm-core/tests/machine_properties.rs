@@ -86,7 +86,10 @@ fn approves(decision: &Decision, call_id: &str) -> bool {
     match decision {
         Decision::ApproveAll => true,
         // A budget decision approves no call.
-        Decision::DenyAll { .. } | Decision::RaiseBudget { .. } | Decision::StopAtBudget => false,
+        Decision::DenyAll { .. }
+        | Decision::RaiseBudget { .. }
+        | Decision::StopAtBudget
+        | Decision::ContinueAtBudget => false,
         Decision::PerCall { calls } => calls
             .iter()
             .any(|c| c.call_id == call_id && c.choice.runs()),

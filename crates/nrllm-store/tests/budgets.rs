@@ -153,3 +153,62 @@ async fn a_stop_ends_the_run_budget_exhausted_with_nothing_more_asked() {
         db.cleanup().await;
     }
 }
+
+#[tokio::test]
+async fn a_fork_after_a_raise_starts_with_the_parents_limits_and_its_own_spend() {
+    for db in backends().await {
+        // The parent's two responses, then the fork's own: it asks again from the fork point.
+        let mut script = responses();
+        script.extend(responses());
+        let (provider, probe) = (ScriptedProvider::new(script), Probe::default());
+        let store = Arc::new(SqlRunStore::new(db.db.clone()));
+        let service = service(Arc::clone(&store), &provider, &probe);
+        let parent = service.start(configuration(), "alice").await.unwrap();
+        let claimed = service
+            .claim_budget(
+                parent.id,
+                &BudgetMove::Raise(Raise::To(5)),
+                &Actor::headless("olga"),
+                None,
+            )
+            .await
+            .unwrap();
+        let parent = service.continue_claimed(claimed).await.unwrap();
+        assert_eq!(parent.status, RunStatus::Completed, "{}", db.name);
+        assert_eq!(parent.counters.iterations, 2);
+        // Forked at its first request's step (before the answer): the raise was the parent's decision,
+        // not its configuration, so the fork has the limits the parent started with (one
+        // request) and counts from nothing: it waits after its own first request.
+        let at = store
+            .events(parent.id, 0)
+            .await
+            .unwrap()
+            .iter()
+            .find(|e| e.kind == "request")
+            .unwrap()
+            .sequence;
+        let fork = service
+            .fork(parent.id, at, None, &Actor::headless("carol"), true)
+            .await
+            .unwrap();
+        let fork_limits = fork.configuration.as_ref().map(|c| c.settings.limits);
+        assert_eq!(
+            fork_limits,
+            Some(Limits::default().with(LimitKind::Requests, Some(1))),
+            "{}",
+            db.name
+        );
+        let fork = service.drive(fork).await.unwrap();
+        assert_eq!(fork.status, RunStatus::WaitingForBudget, "{}", db.name);
+        assert_eq!(fork.counters.iterations, 1, "{}: its own requests", db.name);
+        let state = SuspendedState::from_json(fork.suspended_state.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            state.budget.map(|b| (b.limit, b.used, b.cap)),
+            Some((LimitKind::Requests, 1, 1)),
+            "{}",
+            db.name
+        );
+        assert_eq!(provider.requests().len(), 3, "{}", db.name);
+        db.cleanup().await;
+    }
+}

@@ -261,6 +261,7 @@ pub fn budget(
             limit: stop.limit.label().to_owned(),
             unit: stop.limit.unit().to_owned(),
             least,
+            daily: stop.daily.is_some(),
         }
     });
     (views, stop)

@@ -250,6 +250,15 @@ fn budget_title(event: &Event) -> (String, bool) {
             ..
         } => {
             let who = nrllm_core::authority::label(decided_by, through_token.as_deref());
+            if let (Some(daily), Some(_)) = (stop.daily, raised) {
+                return (
+                    format!(
+                        "{who}: {} has room again, the run goes on",
+                        daily.describe()
+                    ),
+                    true,
+                );
+            }
             let what = match raised.and_then(|limits| limits.get(stop.limit)) {
                 Some(cap) => format!(
                     "raised the limit on {} to {}",

@@ -11,7 +11,7 @@ use crate::page_data::RuleView;
 pub fn mcp_server_view(
     status: nrllm_mcp::hub::Status,
     admin: bool,
-) -> crate::page_data::McpServerView {
+) -> crate::page_data::system::McpServerView {
     use nrllm_mcp::hub::State;
     use nrllm_types::McpState;
     let (state, reason, retry_at_ms) = match status.state {
@@ -22,7 +22,7 @@ pub fn mcp_server_view(
             retry_at_ms,
         } => (McpState::Failed, Some(reason), retry_at_ms),
     };
-    crate::page_data::McpServerView {
+    crate::page_data::system::McpServerView {
         name: status.name,
         endpoint: match admin {
             true => status.endpoint,
@@ -75,5 +75,60 @@ pub fn rule_view(rule: &ApprovalRule, removable: bool) -> RuleView {
         created_by: rule.created_by.clone(),
         created: format_utc(rule.created_at_ms),
         removable,
+    }
+}
+
+/// Today's spend against the daily caps for the system page: every configuration (its cap, if
+/// any), then each user who spent today or had a cap raised (the cap every user has).
+pub fn spend_today(
+    day: i64,
+    caps: &[(String, nrllm_core::spend::SpendCaps)],
+    counted: Vec<(nrllm_core::spend::SpendKey, nrllm_core::spend::DaySpend)>,
+    can_raise: bool,
+) -> crate::page_data::system::SpendToday {
+    use nrllm_core::spend::{show_day, CapScope, DaySpend};
+    use nrllm_core::state::LimitKind;
+    let dollars = |micros: u64| LimitKind::CostMicros.show(micros);
+    let row = |scope: CapScope, name: &str, cap: Option<u64>, count: DaySpend| {
+        let cap = cap.map(|cap| cap.saturating_add(count.raised_micros));
+        crate::page_data::system::SpendRow {
+            scope: scope.as_str().to_owned(),
+            name: name.to_owned(),
+            spent: dollars(count.spent_micros),
+            cap: cap.map(dollars),
+            raised: (count.raised_micros > 0).then(|| dollars(count.raised_micros)),
+            reached: cap.is_some_and(|cap| count.spent_micros >= cap),
+        }
+    };
+    let count_of = |scope: CapScope, name: &str| {
+        counted
+            .iter()
+            .find(|(key, _)| key.scope == scope && key.name == name)
+            .map(|(_, count)| count.clone())
+            .unwrap_or_default()
+    };
+    let user_cap = caps.first().and_then(|(_, caps)| caps.per_user);
+    let mut rows: Vec<_> = caps
+        .iter()
+        .map(|(name, caps)| {
+            row(
+                CapScope::Configuration,
+                name,
+                caps.per_configuration,
+                count_of(CapScope::Configuration, name),
+            )
+        })
+        .collect();
+    rows.extend(
+        counted
+            .iter()
+            .filter(|(key, _)| key.scope == CapScope::User)
+            .map(|(key, count)| row(CapScope::User, &key.name, user_cap, count.clone())),
+    );
+    crate::page_data::system::SpendToday {
+        day: show_day(day),
+        rows,
+        user_cap: user_cap.map(dollars),
+        can_raise,
     }
 }

@@ -75,6 +75,15 @@ impl RunService {
             .await
     }
 
+    /// Claims a run waiting at a daily spend cap across runs that has room again, for the
+    /// allowance: it goes on where it stopped, with its own limits as they are (queued). Refused
+    /// (`NoDailyCapWait`) for a run waiting at one of its own limits; the caller checks the room
+    /// first ([`RunService::continue_allowed`]).
+    pub async fn claim_allowance(&self, id: Uuid) -> Result<ClaimedRun, ResumeError> {
+        self.claim_with(id, TurnMove::Allowance, None, None, Claiming::Queue)
+            .await
+    }
+
     /// Checks a decision against a waiting run and claims the run for it. `digest`, when given,
     /// must match the turn and previews the operator saw ([`PendingTurn::digest`]). Every refusal
     /// leaves the run as it was (except a state that cannot be read at all, which fails the
@@ -221,7 +230,7 @@ impl RunService {
         let mut claim = self.claim_record(
             &run,
             (&state, &choices, &decision),
-            actor,
+            actor.ok_or(turn_move.server_name()),
             &approved_bases,
             rules,
         );
@@ -289,13 +298,14 @@ impl RunService {
         &self,
         run: &RunRecord,
         (state, choices, decision): (&SuspendedState, &[Choice], &Decision),
-        actor: Option<&Actor>,
+        actor: Result<&Actor, &'static str>,
         approved_bases: &BTreeMap<String, String>,
         rules: Vec<RuleDraft>,
     ) -> ClaimRecord {
+        // No person: the server's own move, by its name.
         let (decided_by, token) = match actor {
-            Some(actor) => (actor.name.as_str(), actor.token.as_deref()),
-            None => ("deadline", None),
+            Ok(actor) => (actor.name.as_str(), actor.token.as_deref()),
+            Err(server) => (server, None),
         };
         ClaimRecord {
             approved_bases: serde_json::to_string(approved_bases).unwrap_or_default(),
@@ -348,6 +358,7 @@ impl RunService {
             last_sequence: run.last_sequence + 1,
             state: taking.state,
             configuration: taking.configuration,
+            requested_by: run.requested_by.clone(),
             tool_loop: taking.tool_loop,
             decision: taking.decision,
             decided_by: claim.decided_by,

@@ -19,6 +19,8 @@ pub struct ClaimedRun {
     pub(super) last_sequence: i64,
     pub(super) state: SuspendedState,
     pub(super) configuration: RunConfiguration,
+    /// Who started the run (whose daily spend it counts toward).
+    pub(super) requested_by: String,
     pub(super) tool_loop: Arc<dyn ToolLoopService>,
     pub(super) decision: Decision,
     pub(super) decided_by: String,
@@ -60,6 +62,7 @@ impl ClaimedRun {
             last_sequence: run.last_sequence,
             state,
             configuration,
+            requested_by: run.requested_by.clone(),
             tool_loop,
             decision,
             decided_by: run.decided_by.clone().unwrap_or_default(),
@@ -89,7 +92,9 @@ pub struct PendingTurn {
 /// The verdict a decision amounts to.
 pub fn verdict_of(decision: &Decision) -> Verdict {
     match decision {
-        Decision::ApproveAll | Decision::RaiseBudget { .. } => Verdict::Approved,
+        Decision::ApproveAll | Decision::RaiseBudget { .. } | Decision::ContinueAtBudget => {
+            Verdict::Approved
+        }
         Decision::StopAtBudget => Verdict::Denied,
         Decision::DenyAll { .. } => Verdict::Denied,
         Decision::PerCall { calls }

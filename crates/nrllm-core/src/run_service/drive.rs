@@ -71,6 +71,7 @@ impl RunService {
                 .await?,
             lease: self.lease_guard(id),
             lease_epoch: Some(claimed.version),
+            spend: self.spend_watch(&claimed.configuration, &claimed.requested_by),
             ..RunContext::default()
         };
         let work = claimed
@@ -80,6 +81,7 @@ impl RunService {
             id,
             version: claimed.version,
             configuration: &claimed.configuration,
+            requested_by: &claimed.requested_by,
             counters: claimed.state.counters,
             sink,
             verdict: Some(claimed.verdict),
@@ -267,6 +269,7 @@ impl RunService {
                 last_sequence: last_sequence_of(&claim.events),
                 state,
                 configuration: segment.configuration.clone(),
+                requested_by: segment.requested_by.to_owned(),
                 tool_loop: Arc::clone(tool_loop),
                 decision,
                 decided_by: AUTOMATIC.to_owned(),

@@ -108,3 +108,14 @@ pub enum RetryError {
     #[error(transparent)]
     Service(#[from] ServiceError),
 }
+
+/// Why a daily cap was not raised.
+#[derive(Debug, thiserror::Error)]
+pub enum RaiseCapError {
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error("no daily spend is counted here")]
+    NoLedger,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

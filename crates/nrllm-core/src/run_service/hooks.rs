@@ -22,6 +22,11 @@ pub trait LoopFactory: Send + Sync {
         Prices::default()
     }
 
+    /// The configuration's daily spend caps across runs (none by default).
+    fn spend_caps(&self, _configuration: &RunConfiguration) -> crate::spend::SpendCaps {
+        crate::spend::SpendCaps::default()
+    }
+
     /// Estimated cost of `usage` under the configuration's prices, in millionths of a dollar.
     fn estimate_cost_micros(&self, configuration: &RunConfiguration, usage: Usage) -> Option<i64> {
         self.prices(configuration).cost_micros(&usage)

@@ -16,6 +16,7 @@
 //!
 //! A [`RunListener`] sees each event at once, for live views.
 
+mod allowance;
 mod bulk;
 mod cancel;
 mod claim;
@@ -39,11 +40,14 @@ use crate::decision::{Choice, Decision};
 use crate::interrupt::Interrupts;
 use crate::lease::{LeaseGuard, LeaseWatch};
 use crate::run_store::{Dispatch, RunConfiguration, RunRecord, RunStatus, RunStore, StoreError};
+use crate::spend::{SpendLedger, SpendWatch};
 use crate::state::{Counters, SuspendedState};
 use crate::tool_loop::{call_effect_key, LoopError};
 
 pub use claimed::{verdict_of, ClaimedRun, PendingTurn, Work};
-pub use errors::{already_decided_text, ForkError, ResumeError, RetryError, ServiceError};
+pub use errors::{
+    already_decided_text, ForkError, RaiseCapError, ResumeError, RetryError, ServiceError,
+};
 pub use hooks::{FourEyes, Listeners, LoopFactory, RunListener, SingleLoop};
 
 /// The failure of a run whose configuration cannot be driven now (`message` says why).
@@ -126,6 +130,8 @@ pub struct RunService {
     four_eyes: Arc<FourEyes>,
     /// The leases this instance holds, by its own clock (none: nobody else takes runs over).
     leases: Option<Arc<dyn LeaseWatch>>,
+    /// Where each day's spend is counted, for the caps across runs (none: no cap holds).
+    spend: Option<Arc<dyn SpendLedger>>,
 }
 
 /// What the authority weighs about a run besides its record ([`RunService::weigh`]).
@@ -168,7 +174,28 @@ impl RunService {
             max_state_bytes: DEFAULT_MAX_STATE_BYTES,
             four_eyes: Arc::new(|_| false),
             leases: None,
+            spend: None,
         }
+    }
+
+    /// Counts each day's spend in `ledger` and holds runs to their configuration's daily caps
+    /// ([`LoopFactory::spend_caps`], [`crate::spend`]).
+    pub fn with_spend_ledger(mut self, ledger: Arc<dyn SpendLedger>) -> RunService {
+        self.spend = Some(ledger);
+        self
+    }
+
+    /// What a run of `configuration` started by `requester` counts its spend in and checks it
+    /// against (none without a ledger).
+    fn spend_watch(&self, configuration: &RunConfiguration, requester: &str) -> Option<SpendWatch> {
+        let ledger = self.spend.as_ref()?;
+        Some(SpendWatch {
+            caps: self.loops.spend_caps(configuration),
+            configuration: configuration.provider.clone(),
+            requester: requester.to_owned(),
+            ledger: Arc::clone(ledger),
+            clock: Arc::clone(&self.clock),
+        })
     }
 
     /// Asks `leases` before each model request and tool call of a run driven here whether this

@@ -21,6 +21,7 @@ pub(super) struct Segment<'a> {
     pub(super) id: Uuid,
     pub(super) version: i64,
     pub(super) configuration: &'a RunConfiguration,
+    pub(super) requested_by: &'a str,
     /// The run's counters as the segment began (what a cancelled segment keeps).
     pub(super) counters: Counters,
     pub(super) sink: &'a SegmentSink,

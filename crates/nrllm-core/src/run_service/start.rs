@@ -109,6 +109,7 @@ impl RunService {
                     id: run.id,
                     version: run.version,
                     configuration: &configuration,
+                    requested_by: &run.requested_by,
                     counters: state.counters,
                     sink: &sink,
                     verdict: None,
@@ -176,6 +177,7 @@ impl RunService {
                 .unwrap_or_default(),
             lease: self.lease_guard(run.id),
             lease_epoch: Some(run.version),
+            spend: self.spend_watch(&configuration, &run.requested_by),
             ..RunContext::default()
         };
         let tool_loop = self.loops.tool_loop(&configuration);
@@ -192,6 +194,7 @@ impl RunService {
             id: run.id,
             version: run.version,
             configuration: &configuration,
+            requested_by: &run.requested_by,
             counters: run.counters,
             sink: &sink,
             verdict: None,

@@ -89,6 +89,8 @@ pub fn budget_decision_event(
         through_token: token.map(str::to_owned),
         raised: match decision {
             Decision::RaiseBudget { limits } => Some(*limits),
+            // Goes on with its own limits as they are.
+            Decision::ContinueAtBudget => Some(state.settings.limits),
             _ => None,
         },
         stop,

@@ -105,13 +105,17 @@ impl ToolLoop {
     ) -> Result<Next, LoopError> {
         machine.running_for(running());
         let cost = ctx.prices.cost_micros(&machine.counters().usage);
-        match machine.budget_before_request(cost) {
-            Some(wait) => Ok(wait),
-            None => {
-                self.ask_model(machine, ctx, sink, approved_ran, running)
-                    .await
+        if let Some(wait) = machine.budget_before_request(cost) {
+            return Ok(wait);
+        }
+        if let Some(watch) = &ctx.spend {
+            let round = machine.counters().iterations + 1;
+            if let Some(stop) = watch.stop_before(round).await {
+                return Ok(machine.wait_at(stop));
             }
         }
+        self.ask_model(machine, ctx, sink, approved_ran, running)
+            .await
     }
 
     /// Asks the model for the machine's next round and reads its answer into the next step. The
@@ -130,6 +134,14 @@ impl ToolLoop {
             return Err(LoopError::LeaseLost);
         }
         let (answer, spent) = self.ask(&ask, sink).await;
+        if let Some(watch) = &ctx.spend {
+            let mut usage = spent;
+            if let Ok(response) = &answer {
+                usage += response.usage;
+            }
+            let cost = ctx.prices.cost_micros(&usage).unwrap_or(0);
+            watch.add(u64::try_from(cost).unwrap_or(0)).await;
+        }
         machine.spent(spent);
         machine.running_for(running());
         match answer {
@@ -259,15 +271,20 @@ impl ToolLoop {
                 sink.emit(event);
             }
         }
-        let Decision::RaiseBudget { limits } = decision else {
-            return Ok(LoopOutcome::Completed(Completed {
-                content: String::new(),
-                invocations: Vec::new(),
-                counters: state.counters,
-                truncated: false,
-                messages: state.messages.clone(),
-                budget_stopped: state.budget,
-            }));
+        let limits = match decision {
+            Decision::RaiseBudget { limits } => limits,
+            // A daily cap with room again: its own limits as they are.
+            Decision::ContinueAtBudget => &state.settings.limits,
+            _ => {
+                return Ok(LoopOutcome::Completed(Completed {
+                    content: String::new(),
+                    invocations: Vec::new(),
+                    counters: state.counters,
+                    truncated: false,
+                    messages: state.messages.clone(),
+                    budget_stopped: state.budget,
+                }))
+            }
         };
         let mut raised = state.clone();
         raised.settings.limits = *limits;

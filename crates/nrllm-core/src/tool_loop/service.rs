@@ -57,6 +57,9 @@ pub struct RunContext {
     pub lease: Option<crate::lease::LeaseGuard>,
     /// The run's version while this instance holds it (see [`crate::lease`]), for the tools.
     pub lease_epoch: Option<i64>,
+    /// The daily caps across runs its spend counts toward ([`crate::spend`]; none: no cap is
+    /// checked and nothing is counted).
+    pub spend: Option<crate::spend::SpendWatch>,
 }
 
 impl RunContext {

@@ -11,6 +11,7 @@ mod reads;
 mod rules;
 mod runs;
 mod search;
+mod spend;
 mod write;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -106,7 +106,10 @@ impl RunStore for SqlRunStore {
         .bind(i64::from(state.counters.usage.unreported))
         .bind_usage_parts(&state.counters.usage);
         let mut transition = self.transition(fence, id, events)?;
-        transition.before_commit = Some("during_suspend_commit");
+        transition.before_commit = Some(match state.budget {
+            Some(_) => "during_budget_suspend_commit",
+            None => "during_suspend_commit",
+        });
         read_run(&self.fenced(transition, id, version).await?)
     }
 
