@@ -48,6 +48,28 @@ for (const javaScript of [true, false]) {
       await expect(page.getByTestId("limit")).toHaveText("model requests: 2 / 2");
     });
 
+    test("a run that loops pauses at the budget set on the form; raised, it goes on to its closing answer", async ({ page }) => {
+      // README's looping prompt: the demo model reads the clock every round and is never done.
+      await page.goto("/");
+      await page.getByLabel("Prompt", { exact: true }).fill("Keep checking the time");
+      await page.getByTestId("budget-fields").locator("summary").click();
+      await page.getByLabel("Model requests").fill("3");
+      await page.getByTestId("start-run").click();
+      await page.waitForURL(/\/runs\/[0-9a-f-]{36}$/);
+      await waitFor(page, "budget-panel", !javaScript);
+      await expect(page.getByTestId("budget-stop")).toHaveText(
+        "model requests: 3 used of 3; the model was not asked for round 4",
+      );
+      await expect(page.locator('[data-testid="step"][data-kind="tool"]')).toHaveCount(3);
+      await page.getByTestId("raise-to").fill("10");
+      await page.getByTestId("raise").click();
+      await waitFor(page, "final-answer", !javaScript);
+      await expect(page.getByTestId("status")).toHaveText("Completed");
+      // Five rounds (max_rounds), then the closing answer, asked with no tool offered.
+      await expect(page.getByTestId("final-answer")).toContainText("I stopped after the round limit");
+      await expect(page.locator('[data-testid="step"][data-kind="tool"]')).toHaveCount(5);
+    });
+
     test("from the inbox: raised by an amount, the run completes; stopped, it ends budget_exhausted", async ({ page, request }) => {
       const raised = await waitingAtBudget(request);
       await page.goto(`/approvals?kind=budget&open=${raised}`);

@@ -208,6 +208,13 @@ pub(super) fn next(task: &Task, done: &[Step], offered: &[String]) -> Next {
             json!({ "expression": expression }),
             |r| r.to_owned(),
         ),
+        // It never has enough: another reading each round, until no tool is offered.
+        Task::Watch if has("current_time") => Next::Call(vec![("current_time", json!({}))]),
+        Task::Watch => Next::Answer(format!(
+            "I read the clock {} times; the last reading: {}.",
+            done.len(),
+            last.map_or("none", |step| step.result.as_str())
+        )),
         Task::Runs => simple(last, "list_runs", json!({ "limit": 5 }), |r| {
             format!("Recent runs: {r}")
         }),

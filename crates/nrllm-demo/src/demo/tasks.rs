@@ -43,6 +43,9 @@ pub(super) enum Task {
         expression: String,
     },
     Runs,
+    /// Keep reading the clock, round after round, and never be done: a run that loops until a
+    /// limit stops it (its budget, or `max_rounds` with the closing answer).
+    Watch,
     /// Publish a draft page the operator picks (asked with choices).
     PublishAsked,
     /// Create a page from details the operator fills in (asked with a schema form).
@@ -306,6 +309,9 @@ fn question_task(_text: &str, lower: &str) -> Option<Task> {
     {
         return Some(Task::Runs);
     }
+    if lower.starts_with("keep ") && lower.contains("time") {
+        return Some(Task::Watch);
+    }
     if lower.contains("time") || lower.contains("date") || lower.contains("what day") {
         return Some(Task::Time);
     }
@@ -386,6 +392,7 @@ pub const DEMO_PROMPTS: &[&str] = &[
     "List the pages",
     "Show the history of the home page",
     "What time is it?",
+    "Keep checking the time",
     "Calculate (12 * 7) / 3",
     "List the recent runs",
     "Write the note todo saying \"Buy milk\"",

@@ -203,3 +203,30 @@ async fn the_demo_model_writes_its_response_in_pieces_over_its_think_time() {
         .collect();
     assert_eq!(arguments, call.arguments);
 }
+
+#[test]
+fn keep_checking_the_time_loops_until_no_tool_is_offered() {
+    assert_eq!(parse_task("Keep checking the time"), Task::Watch);
+    assert_eq!(parse_task("What time is it?"), Task::Time);
+    let offered = ["current_time".to_owned()];
+    let reading = || Step {
+        tool: "current_time".into(),
+        result: "12:00".into(),
+        outcome: nrllm_core::transcript::ToolOutcome::Ok,
+    };
+    let done = vec![reading(), reading(), reading()];
+    // However many readings it has, it asks for another while the tool is offered.
+    for so_far in 0..=done.len() {
+        match next(&Task::Watch, &done[..so_far], &offered) {
+            Next::Call(calls) => assert_eq!(calls[0].0, "current_time"),
+            _ => panic!("reads the clock again after {so_far}"),
+        }
+    }
+    // The closing round offers no tool: it answers with what it read.
+    match next(&Task::Watch, &done, &[]) {
+        Next::Answer(text) => {
+            assert_eq!(text, "I read the clock 3 times; the last reading: 12:00.")
+        }
+        _ => panic!("answers when no tool is offered"),
+    }
+}
