@@ -120,6 +120,19 @@ async fn every_refusal_is_401_or_403_and_changes_nothing() {
         );
     }
 
+    // Only an administrator raises a daily spend cap, whatever lower role asks.
+    for (who, session) in [("olga", &olga), ("vic", &vic), ("bert", &bert)] {
+        let (status, body) = call(
+            &server,
+            session,
+            "nrllm_spend_cap_raise",
+            json!({ "scope": "configuration", "name": "demo", "raise_by": "5" }),
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{who}: {body}");
+        assert!(body.to_string().contains("needs the admin role"), "{body}");
+    }
+
     // A cross-site form post, even with a valid session and token, is refused.
     for headers in [
         &[("sec-fetch-site", "cross-site")][..],
