@@ -58,7 +58,6 @@ pub fn BudgetPanel(run: RunView, #[prop(optional)] then: Option<String>) -> impl
     }
     let (to_id, by_id) = (format!("raise-to-{id}"), format!("raise-by-{id}"));
     let hidden = view! {
-        <CsrfField />
         <input type="hidden" name=field!(NrllmBudgetDecide, run_id) value=id.clone() />
         <input type="hidden" name=field!(NrllmBudgetDecide, digest) value=run.digest.clone().unwrap_or_default() />
         {then.map(|then| view! { <input type="hidden" name=field!(NrllmBudgetDecide, then) value=then /> })}
@@ -73,6 +72,7 @@ pub fn BudgetPanel(run: RunView, #[prop(optional)] then: Option<String>) -> impl
                     ", and the run goes on by itself once the cap has room (at the latest when the next UTC day begins), unless its deadline comes first."
                 </p>
                 <form method="post" action={action::<NrllmBudgetDecide>()} class="mt-3">
+                    <CsrfField />
                     {hidden}
                     <button type="submit" name=field!(NrllmBudgetDecide, decision) value="stop" class=BUTTON_DENY data-testid="stop-at-budget">"Stop the run"</button>
                 </form>
@@ -84,6 +84,7 @@ pub fn BudgetPanel(run: RunView, #[prop(optional)] then: Option<String>) -> impl
         <section class=classes data-testid="budget-panel">
             {heading}
             <form method="post" action={action::<NrllmBudgetDecide>()} class="mt-3 space-y-2">
+                <CsrfField />
                 {hidden}
                 <div class="grid gap-2 sm:grid-cols-2">
                     <div>
