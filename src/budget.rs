@@ -11,16 +11,20 @@ use crate::field;
 use crate::forms::{action, CsrfField};
 use crate::page_data::RunView;
 
-/// Each limit of the run's budget, used against its value (nothing when it has none).
+/// How a reached limit stands out.
+pub const REACHED: &str = "font-medium text-amber-800 dark:text-amber-300";
+
+/// Each limit of the run's budget, used against its value (nothing when it has none). While the
+/// run runs, the live step list moves each with what its steps use.
 #[component]
 pub fn BudgetStrip(run: RunView) -> impl IntoView {
     (!run.budget.is_empty()).then(|| {
         view! {
             <ul class="mt-2 flex flex-wrap gap-x-4 gap-y-1 text-sm text-slate-600 dark:text-slate-400" data-testid="budget">
                 {run.budget.into_iter().map(|limit| view! {
-                    <li data-testid="limit" data-reached=limit.reached.to_string()
-                        class=if limit.reached { "font-medium text-amber-800 dark:text-amber-300" } else { "" }>
-                        {format!("{}: {} / {}", limit.label, limit.used, limit.limit)}
+                    <li data-testid="limit" data-kind=limit.kind.key() data-reached=limit.reached.to_string()
+                        class=if limit.reached { REACHED } else { "" }>
+                        {limit.text()}
                     </li>
                 }).collect_view()}
             </ul>

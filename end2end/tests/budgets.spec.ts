@@ -56,6 +56,12 @@ for (const javaScript of [true, false]) {
       await page.getByLabel("Model requests").fill("3");
       await page.getByTestId("start-run").click();
       await page.waitForURL(/\/runs\/[0-9a-f-]{36}$/);
+      if (javaScript) {
+        // While it runs, the strip moves with each response the live steps bring.
+        await expect(page.locator('[data-testid="limit"][data-kind="requests"]')).toHaveText(
+          /^model requests: [12] \/ 3$/,
+        );
+      }
       await waitFor(page, "budget-panel", !javaScript);
       await expect(page.getByTestId("budget-stop")).toHaveText(
         "model requests: 3 used of 3; the model was not asked for round 4",

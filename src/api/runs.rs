@@ -132,25 +132,35 @@ pub async fn nrllm_run_get(
         failed: verdict.is_failure(),
         text: verdict.describe(),
     });
-    with_unpersisted(&state, id, &mut view);
+    with_unpersisted(&state, (id, run.configuration.as_ref()), &mut view);
     Ok(view)
 }
 
 /// A running segment's steps are not committed yet: `view` shows what this server has seen of
 /// them, when it ends with the latest step.
 #[cfg(feature = "ssr")]
-fn with_unpersisted(state: &crate::server::AppState, id: uuid::Uuid, view: &mut RunView) {
+fn with_unpersisted(
+    state: &crate::server::AppState,
+    (id, configuration): (uuid::Uuid, Option<&nrllm_core::run_store::RunConfiguration>),
+    view: &mut RunView,
+) {
     if !view.latest {
         return;
     }
     let last = view.last_sequence;
+    let prices = state.live.prices(configuration);
     for event in state
         .live
         .unpersisted(id)
         .iter()
         .filter(|e| e.sequence > last)
     {
-        view.steps.push(crate::server::present::live_step(event));
+        let step = crate::server::present::live_step(event, &prices);
+        // The budget counts what the journal holds: these steps are not in it yet.
+        for limit in &mut view.budget {
+            limit.add(&step.spent.unwrap_or_default());
+        }
+        view.steps.push(step);
         view.last_sequence = event.sequence;
     }
 }

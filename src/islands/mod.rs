@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 
-use crate::page_data::{ConfigurationView, Forming, StepView};
+use crate::page_data::{ConfigurationView, Forming, LimitView, StepView};
 
 mod guard;
 mod inbox;
@@ -54,10 +54,18 @@ pub fn StepRow(run_id: String, step: StepView, #[prop(optional)] selected: bool)
 /// approval panel) — unless the operator is leaving the page: a reload would cancel their
 /// navigation.
 #[island]
-pub fn LiveSteps(run_id: String, after: i64, live: bool, children: Children) -> impl IntoView {
+pub fn LiveSteps(
+    run_id: String,
+    after: i64,
+    live: bool,
+    /// The run's budget as the page shows it: moved by what each live step uses.
+    budget: Vec<LimitView>,
+    children: Children,
+) -> impl IntoView {
     let feed = Feed {
         added: RwSignal::new(Vec::new()),
         forming: RwSignal::new(None),
+        budget: StoredValue::new(budget),
     };
     if live {
         let run_id = run_id.clone();
@@ -87,6 +95,8 @@ pub fn LiveSteps(run_id: String, after: i64, live: bool, children: Children) -> 
 struct Feed {
     added: RwSignal<Vec<StepView>>,
     forming: RwSignal<Option<Forming>>,
+    #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+    budget: StoredValue<Vec<LimitView>>,
 }
 
 /// The response the model is writing, under the step list until its step lands: its thinking,
@@ -122,6 +132,32 @@ fn FormingRow(forming: Forming) -> impl IntoView {
     }
 }
 
+/// Moves the page's budget strip (outside this island) by what a live step used: each limit's
+/// text, as the strip writes it, and whether it is reached.
+#[cfg(feature = "hydrate")]
+fn show_spent(budget: &mut [LimitView], spent: &crate::page_data::StepSpent) {
+    let Some(document) = web_sys::window().and_then(|window| window.document()) else {
+        return;
+    };
+    for limit in budget.iter_mut() {
+        limit.add(spent);
+        let selector = format!(
+            "[data-testid=\"limit\"][data-kind=\"{}\"]",
+            limit.kind.key()
+        );
+        if let Ok(Some(shown)) = document.query_selector(&selector) {
+            shown.set_text_content(Some(&limit.text()));
+            let _ = shown.set_attribute("data-reached", &limit.reached.to_string());
+            let class = if limit.reached {
+                crate::budget::REACHED
+            } else {
+                ""
+            };
+            let _ = shown.set_attribute("class", class);
+        }
+    }
+}
+
 #[cfg(feature = "hydrate")]
 fn listen(run_id: &str, after: i64, feed: Feed) {
     use std::cell::Cell;
@@ -151,12 +187,19 @@ fn listen(run_id: &str, after: i64, feed: Feed) {
             if matches!(step.kind.as_str(), "llm" | "llm_failed") {
                 feed.forming.set(None);
             }
+            let spent = step.spent;
+            let mut fresh = false;
             feed.added.update(|list| {
                 let last = list.last().map(|s| s.sequence).unwrap_or(after);
                 if last < step.sequence {
                     list.push(step);
+                    fresh = true;
                 }
             });
+            if let (true, Some(spent)) = (fresh, spent) {
+                feed.budget
+                    .update_value(|budget| show_spent(budget, &spent));
+            }
         });
     let _ = source.add_event_listener_with_callback("step", on_step.as_ref().unchecked_ref());
     on_step.forget();

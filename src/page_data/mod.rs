@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod budget;
 pub mod inbox;
+pub use budget::*;
 pub mod system;
 
 pub use nrllm_types::{RunStatus, TerminationReason};
@@ -226,6 +228,9 @@ pub struct StepView {
     pub duration_ms: Option<u64>,
     pub tokens: Option<u64>,
     pub ok: bool,
+    /// What the step used toward the run's budget (a live step's, for the live budget strip).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent: Option<StepSpent>,
 }
 
 /// A model response as it is being written, shown under the step list until its step lands.
@@ -386,35 +391,6 @@ pub struct RunView {
     /// While it waits at its budget: where it stopped.
     #[serde(default)]
     pub budget_stop: Option<BudgetStopView>,
-}
-
-/// One limit of a run's budget as its page shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LimitView {
-    /// "model requests".
-    pub label: String,
-    /// "3", "$0.0120", "4.2 s" (`—` when it cannot be told: a cost without prices).
-    pub used: String,
-    pub limit: String,
-    /// The run reached it.
-    pub reached: bool,
-}
-
-/// Where a run waiting at its budget stopped, and how a person raises it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BudgetStopView {
-    /// "tool calls: 4 used of 4; the next turn's 2 calls did not run".
-    pub explanation: String,
-    /// The limit that stopped it ("tool calls").
-    pub limit: String,
-    /// The unit a raise is typed in ("US dollars", "seconds", "a whole number").
-    pub unit: String,
-    /// The least value that lets the run go on, in that unit.
-    pub least: String,
-    /// A daily spend cap across runs stopped it (an administrator raises it on `/system`; the
-    /// run goes on by itself when it has room), not one of its own limits.
-    #[serde(default)]
-    pub daily: bool,
 }
 
 /// A run that goes on from another one's journal.

@@ -219,7 +219,7 @@ fn steps_pane(run: &RunView, live: bool) -> AnyView {
             {run.older_before.map(|before| view! {
                 <a href=format!("/runs/{id}?steps_before={before}") class="mt-2 inline-block text-sm underline" data-testid="older-steps">"Older steps"</a>
             })}
-            <LiveSteps run_id=summary.id.clone() after=run.last_sequence live>
+            <LiveSteps run_id=summary.id.clone() after=run.last_sequence live budget=run.budget.clone()>
                 <ol data-testid="steps" class="divide-y divide-transparent">{rows}</ol>
             </LiveSteps>
             {(!run.latest).then(|| view! {

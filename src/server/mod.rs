@@ -125,14 +125,20 @@ impl AppState {
         let store: Arc<dyn RunStore> = Arc::new(sql_store.clone());
         let shutdown = CancellationToken::new();
         let (registry, tool_settings, mcp) = tools(&site, &store, &db, settings, &shutdown).await?;
-        let live = Arc::new(LiveHub::new(StreamLimits {
-            per_run: settings.stream_limit_per_run as usize,
-            total: settings.stream_limit_total as usize,
-        }));
         let configurations = Arc::new(Configurations::from_settings(
             settings,
             Arc::clone(&registry),
         ));
+        let prices = Arc::clone(&configurations);
+        let live = Arc::new(
+            LiveHub::new(StreamLimits {
+                per_run: settings.stream_limit_per_run as usize,
+                total: settings.stream_limit_total as usize,
+            })
+            .with_prices(Arc::new(move |configuration| {
+                nrllm_core::run_service::LoopFactory::prices(&*prices, configuration)
+            })),
+        );
         let bell = Arc::new(webhook::Bell::default());
         let counters = Arc::new(metrics::Counters::with_prices(configurations.all_prices()));
         let listeners: Vec<Arc<dyn RunListener>> =

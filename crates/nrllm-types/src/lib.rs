@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use strum::{Display, EnumIter, EnumString, IntoStaticStr};
 
+pub mod limits;
 pub mod submission;
 
 /// A run's status (DESIGN §3).

@@ -4,9 +4,9 @@
 use super::forming::Writing;
 use crate::page_data::Forming;
 use nrllm_core::events::Event;
-use nrllm_core::provider::Delta;
+use nrllm_core::provider::{Delta, Prices};
 use nrllm_core::run_service::RunListener;
-use nrllm_core::run_store::{RunStatus, SequencedEvent};
+use nrllm_core::run_store::{RunConfiguration, RunStatus, SequencedEvent};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -59,7 +59,12 @@ pub struct LiveHub {
     /// Told whenever a run starts running here: the streams waiting for a queued run look again
     /// at once (between those, they look every `QUEUE_RECHECK`).
     pub(super) started: tokio::sync::Notify,
+    /// A run configuration's prices, for what each live step cost (none set: nothing costs).
+    pub(super) prices_of: Option<PricesOf>,
 }
+
+/// A run configuration's prices.
+pub type PricesOf = Arc<dyn Fn(&RunConfiguration) -> Prices + Send + Sync>;
 
 #[derive(Default)]
 pub(super) struct Hub {
@@ -161,6 +166,21 @@ impl LiveHub {
             inner: Mutex::default(),
             limits,
             started: tokio::sync::Notify::new(),
+            prices_of: None,
+        }
+    }
+
+    /// Prices each live step's usage with `prices_of` (the run's configuration's prices).
+    pub fn with_prices(mut self, prices_of: PricesOf) -> LiveHub {
+        self.prices_of = Some(prices_of);
+        self
+    }
+
+    /// What the steps of a run of `configuration` cost.
+    pub fn prices(&self, configuration: Option<&RunConfiguration>) -> Prices {
+        match (&self.prices_of, configuration) {
+            (Some(prices_of), Some(configuration)) => prices_of(configuration),
+            _ => Prices::default(),
         }
     }
 

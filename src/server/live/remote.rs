@@ -345,6 +345,8 @@ pub(super) struct RemoteTail {
     pub(super) _slot: RemoteSlot,
     pub(super) _watching: Watching,
     pub(super) done: bool,
+    /// What the run's steps cost.
+    pub(super) prices: nrllm_core::provider::Prices,
 }
 
 impl RemoteTail {
@@ -379,7 +381,7 @@ impl RemoteTail {
             // steps committed with it are then read too.
             let status = self.store.get(self.id).await.ok()??.status;
             let events = self.store.events(self.id, self.last).await.ok()?;
-            let mut batch = stored_steps(&events, &mut self.last);
+            let mut batch = stored_steps(&events, &mut self.last, &self.prices);
             if status != RunStatus::Running {
                 batch.push(status_event(status));
                 self.done = true;

@@ -2,10 +2,12 @@
 
 use crate::server::present;
 use axum::response::sse::Event as SseEvent;
+use nrllm_core::provider::Prices;
 use nrllm_core::run_store::{RunStatus, SequencedEvent, StoredEvent};
 
-pub(super) fn step_event(event: &SequencedEvent) -> SseEvent {
-    let step = present::live_step(event);
+/// A step, with what it used toward the run's budget under `prices`.
+pub(super) fn step_event(event: &SequencedEvent, prices: &Prices) -> SseEvent {
+    let step = present::live_step(event, prices);
     SseEvent::default()
         .id(event.sequence.to_string())
         .event("step")
@@ -13,17 +15,24 @@ pub(super) fn step_event(event: &SequencedEvent) -> SseEvent {
 }
 
 /// The steps of stored events, moving `last` to the last one's sequence.
-pub(super) fn stored_steps(stored: &[StoredEvent], last: &mut i64) -> Vec<SseEvent> {
+pub(super) fn stored_steps(
+    stored: &[StoredEvent],
+    last: &mut i64,
+    prices: &Prices,
+) -> Vec<SseEvent> {
     stored
         .iter()
         .filter_map(|stored| {
             let event = stored.event()?;
             *last = stored.sequence;
-            Some(step_event(&SequencedEvent {
-                sequence: stored.sequence,
-                event,
-                created_at_ms: stored.created_at_ms,
-            }))
+            Some(step_event(
+                &SequencedEvent {
+                    sequence: stored.sequence,
+                    event,
+                    created_at_ms: stored.created_at_ms,
+                },
+                prices,
+            ))
         })
         .collect()
 }

@@ -7,6 +7,7 @@ use super::sse::*;
 use axum::response::sse::Event as SseEvent;
 use futures::future::ready;
 use futures::StreamExt;
+use nrllm_core::provider::Prices;
 use nrllm_core::run_store::{RunStatus, RunStore};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -56,6 +57,7 @@ pub fn event_stream(
             .map_err(read)?
             .ok_or(StreamError::NotFound)?;
         let page = crate::server::step_pages::EVENTS_PAGE;
+        let prices = hub.prices(run.configuration.as_ref());
         let last = Arc::new(AtomicI64::new(after));
         let retry = futures::stream::once(ready(SseEvent::default().retry(RECONNECT_AFTER)));
         if run.status == RunStatus::Queued {
@@ -63,7 +65,7 @@ pub fn event_stream(
             // on as a stream of the run as it is then, from the last step sent. It holds a
             // place under the caps while it waits.
             let slot = hub.wait_slot(id).map_err(|_| StreamError::Full)?;
-            let replay = paged_steps(Arc::clone(&store), id, page, Arc::clone(&last));
+            let replay = paged_steps(Arc::clone(&store), id, (page, prices), Arc::clone(&last));
             let taken = once_taken(store, hub, remote, id, (last, slot));
             return Ok(retry
                 .chain(replay)
@@ -71,7 +73,7 @@ pub fn event_stream(
                 .boxed());
         }
         if !matches!(run.status, RunStatus::Running) {
-            return Ok(settled_replay(store, id, after, page));
+            return Ok(settled_replay(store, id, after, (page, prices)));
         }
         // Subscribe before reading the events: nothing emitted in between is missed. A run
         // running elsewhere is followed through the commits that instance announces (Postgres).
@@ -84,12 +86,12 @@ pub fn event_stream(
             (None, Some(feed)) => Some(feed.subscribe(id).ok_or(StreamError::Full)?),
             _ => None,
         };
-        let replay = paged_steps(Arc::clone(&store), id, page, Arc::clone(&last));
+        let replay = paged_steps(Arc::clone(&store), id, (page, prices), Arc::clone(&last));
         let tail = async move {
             let last = last.load(Ordering::Acquire);
             match subscription {
-                Some(subscription) => live_tail(subscription, last),
-                None => elsewhere_tail(store, id, last, elsewhere).await,
+                Some(subscription) => live_tail(subscription, last, prices),
+                None => elsewhere_tail(store, id, (last, prices), elsewhere).await,
             }
         };
         Ok(retry
@@ -135,7 +137,7 @@ async fn once_taken(
 
 /// A run running here, from its live feed: the events emitted but not yet committed, then each
 /// new one, until it stops running or the client falls behind.
-fn live_tail(subscription: Subscription, mut last: i64) -> Steps {
+fn live_tail(subscription: Subscription, mut last: i64, prices: Prices) -> Steps {
     let Subscription {
         receiver,
         slot,
@@ -146,7 +148,7 @@ fn live_tail(subscription: Subscription, mut last: i64) -> Steps {
     for event in &unpersisted {
         if event.sequence > last {
             last = event.sequence;
-            head.push(step_event(event));
+            head.push(step_event(event, &prices));
         }
     }
     // A browser that joins mid-response first gets what was written so far.
@@ -155,11 +157,11 @@ fn live_tail(subscription: Subscription, mut last: i64) -> Steps {
         // Fell behind: the stream ends and the browser reconnects from its last id.
         .take_while(|message| ready(message.is_ok()))
         // The slot lives as long as the stream: dropping the stream gives it back.
-        .scan((last, slot), |(last, _slot), message| {
+        .scan((last, slot), move |(last, _slot), message| {
             let event = match message {
                 Ok(LiveMessage::Event(event)) if event.sequence > *last => {
                     *last = event.sequence;
-                    Some(step_event(&event))
+                    Some(step_event(&event, &prices))
                 }
                 Ok(LiveMessage::Status(status)) if status != RunStatus::Running => {
                     Some(status_event(status))
@@ -179,7 +181,7 @@ fn live_tail(subscription: Subscription, mut last: i64) -> Steps {
 async fn elsewhere_tail(
     store: Arc<dyn RunStore>,
     id: Uuid,
-    last: i64,
+    (last, prices): (i64, Prices),
     elsewhere: Option<(
         tokio::sync::broadcast::Receiver<Remote>,
         RemoteSlot,
@@ -200,13 +202,14 @@ async fn elsewhere_tail(
                 _slot: slot,
                 _watching: watching,
                 done: false,
+                prices,
             },
             RemoteTail::next_batch,
         )
         .flat_map(futures::stream::iter)
         .boxed(),
         (true, None) => futures::stream::empty().boxed(),
-        (false, _) => futures::stream::iter(settle(store, id, last).await).boxed(),
+        (false, _) => futures::stream::iter(settle(store, id, last, &prices).await).boxed(),
     }
 }
 
@@ -216,11 +219,11 @@ pub(super) fn settled_replay(
     store: Arc<dyn RunStore>,
     id: Uuid,
     after: i64,
-    page: u32,
+    (page, prices): (u32, Prices),
 ) -> futures::stream::BoxStream<'static, SseEvent> {
     let last = Arc::new(AtomicI64::new(after));
-    let replay = paged_steps(Arc::clone(&store), id, page, Arc::clone(&last));
-    let settled = async move { settle(store, id, last.load(Ordering::Acquire)).await };
+    let replay = paged_steps(Arc::clone(&store), id, (page, prices), Arc::clone(&last));
+    let settled = async move { settle(store, id, last.load(Ordering::Acquire), &prices).await };
     futures::stream::once(ready(SseEvent::default().retry(RECONNECT_AFTER)))
         .chain(replay)
         .chain(futures::stream::once(settled).flat_map(futures::stream::iter))
@@ -233,7 +236,7 @@ pub(super) fn settled_replay(
 pub(super) fn paged_steps(
     store: Arc<dyn RunStore>,
     id: Uuid,
-    page: u32,
+    (page, prices): (u32, Prices),
     last: Arc<AtomicI64>,
 ) -> impl futures::Stream<Item = SseEvent> + Send + 'static {
     let after = last.load(Ordering::Acquire);
@@ -241,7 +244,7 @@ pub(super) fn paged_steps(
         .map(move |read| match read {
             Ok(events) => {
                 let mut sent = after;
-                let steps = stored_steps(&events, &mut sent);
+                let steps = stored_steps(&events, &mut sent, &prices);
                 if let Some(read) = events.last() {
                     last.store(read.sequence, Ordering::Release);
                 }
@@ -258,7 +261,12 @@ pub(super) fn paged_steps(
 /// How a run that does not run (it waits, or it ended) stands, after its steps up to `last`
 /// were sent: the steps it took since, then its status. Nothing if it runs or is queued again
 /// (the stream ends and the browser reconnects to follow it) or cannot be read.
-pub(super) async fn settle(store: Arc<dyn RunStore>, id: Uuid, mut last: i64) -> Vec<SseEvent> {
+pub(super) async fn settle(
+    store: Arc<dyn RunStore>,
+    id: Uuid,
+    mut last: i64,
+    prices: &Prices,
+) -> Vec<SseEvent> {
     let mut out = Vec::new();
     loop {
         let run = match store.get(id).await {
@@ -278,7 +286,7 @@ pub(super) async fn settle(store: Arc<dyn RunStore>, id: Uuid, mut last: i64) ->
                 return out;
             }
             // Steps it took meanwhile (few: the replay read the rest): sent, then look again.
-            Ok(more) => out.extend(stored_steps(&more, &mut last)),
+            Ok(more) => out.extend(stored_steps(&more, &mut last, prices)),
             Err(err) => {
                 tracing::error!(%err, run_id = %id, "reading a run's steps for its stream");
                 return out;

@@ -62,9 +62,10 @@ async fn a_finished_run_replays_every_step_a_page_at_a_time_then_its_status() {
         .await
         .id;
     for (page, after) in [(1, 0), (2, 0), (3, 4), (500, 0)] {
-        let sent: Vec<SseEvent> = settled_replay(store.clone(), id, after, page)
-            .collect()
-            .await;
+        let sent: Vec<SseEvent> =
+            settled_replay(store.clone(), id, after, (page, Default::default()))
+                .collect()
+                .await;
         let text: Vec<String> = sent.iter().map(|e| format!("{e:?}")).collect();
         // The reconnect hint, each step after `after` in order, the status.
         assert_eq!(
@@ -102,9 +103,14 @@ async fn a_running_run_replays_its_stored_steps_in_pages_then_follows_live() {
     };
     let id = store.create(&run, 1, true).await.unwrap().id;
     let last = Arc::new(AtomicI64::new(2));
-    let paged: Vec<SseEvent> = paged_steps(store.clone(), id, 2, Arc::clone(&last))
-        .collect()
-        .await;
+    let paged: Vec<SseEvent> = paged_steps(
+        store.clone(),
+        id,
+        (2, Default::default()),
+        Arc::clone(&last),
+    )
+    .collect()
+    .await;
     assert_eq!(paged.len(), 5, "steps 3 to 7, two at a time");
     assert_eq!(last.load(Ordering::Acquire), 7);
 
@@ -454,4 +460,40 @@ async fn a_browser_on_another_instance_gets_the_response_so_far_then_what_follow
     assert!(long_delta.contains(&long), "{} bytes", long_delta.len());
     assert_eq!(hub_b.stats().runs, 0, "B drives nothing");
     shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_live_step_says_what_it_used_toward_the_budget_under_the_runs_prices() {
+    let (_dir, store) = store().await;
+    let hub =
+        Arc::new(
+            LiveHub::default().with_prices(Arc::new(|_| nrllm_core::provider::Prices {
+                input: Some(2.0),
+                output: Some(10.0),
+                ..Default::default()
+            })),
+        );
+    let id = running_run(&store).await;
+    hub.status(id, RunStatus::Running);
+    let stream = event_stream(store.clone(), hub.clone(), None, id, 0)
+        .await
+        .unwrap();
+    let mut answer = llm_event(1, "hello");
+    if let nrllm_core::events::Event::Llm { usage, .. } = &mut answer.event {
+        *usage = nrllm_core::provider::Usage::tokens(100, 20);
+    }
+    hub.event(id, &answer);
+    hub.status(id, RunStatus::Completed);
+    let events: Vec<String> = stream.map(|e| format!("{e:?}")).collect().await;
+    let step = events
+        .iter()
+        .find(|e| e.contains("event: step"))
+        .expect("the step");
+    // 100 × $2 + 20 × $10 a million: 400 millionths of a dollar, one request.
+    assert!(
+        step.contains(
+            r#"\"spent\":{\"input_tokens\":100,\"output_tokens\":20,\"requests\":1,\"tool_calls\":0,\"cost_micros\":400}"#
+        ),
+        "{step}"
+    );
 }

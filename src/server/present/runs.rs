@@ -235,7 +235,10 @@ pub fn budget(
             let cap = limits.get(kind)?;
             let used = counters.used(kind, cost_micros);
             Some(LimitView {
+                kind,
                 label: kind.label().to_owned(),
+                used_count: used,
+                limit_count: cap,
                 used: used.map_or_else(|| "—".to_owned(), |u| kind.show(u)),
                 limit: kind.show(cap),
                 reached: used.is_some_and(|u| u >= cap),

@@ -8,7 +8,7 @@ use nrllm_core::Choice;
 
 use super::json::*;
 use super::pending::*;
-use crate::page_data::{StepDetail, StepTab, StepView};
+use crate::page_data::{StepDetail, StepSpent, StepTab, StepView};
 use crate::server::diff;
 
 /// One step row for an event: what happened, in one line.
@@ -31,7 +31,34 @@ pub fn step(sequence: i64, event: &Event) -> StepView {
             _ => None,
         },
         ok,
+        spent: None,
     }
+}
+
+/// What `event` used toward its run's budget, its cost under `prices` (none for a step that
+/// used nothing).
+pub fn step_spent(event: &Event, prices: &nrllm_core::provider::Prices) -> Option<StepSpent> {
+    let (usage, requests, tool_calls) = match event {
+        Event::Llm { usage, .. } => (*usage, 1, 0),
+        Event::ProviderRetry {
+            usage: Some(usage), ..
+        }
+        | Event::LlmFailed {
+            usage: Some(usage), ..
+        } => (*usage, 0, 0),
+        Event::Tool { .. } => (nrllm_core::provider::Usage::default(), 0, 1),
+        _ => return None,
+    };
+    Some(StepSpent {
+        input_tokens: usage.prompt_tokens,
+        output_tokens: usage.completion_tokens,
+        requests,
+        tool_calls,
+        cost_micros: prices
+            .cost_micros(&usage)
+            .and_then(|c| u64::try_from(c).ok())
+            .unwrap_or(0),
+    })
 }
 
 /// How fast a streamed response came: its first token, then its output tokens a second
@@ -469,6 +496,7 @@ pub(super) fn stored_step(stored: &StoredEvent) -> StepView {
             duration_ms: stored.duration_ms.and_then(|d| u64::try_from(d).ok()),
             tokens: None,
             ok: true,
+            spent: None,
         },
     }
 }
@@ -509,7 +537,10 @@ pub fn step_detail(
     })
 }
 
-/// A live event as a step row.
-pub fn live_step(event: &SequencedEvent) -> StepView {
-    step(event.sequence, &event.event)
+/// A live event as a step row, with what it used toward the run's budget under `prices`.
+pub fn live_step(event: &SequencedEvent, prices: &nrllm_core::provider::Prices) -> StepView {
+    StepView {
+        spent: step_spent(&event.event, prices),
+        ..step(event.sequence, &event.event)
+    }
 }

@@ -284,8 +284,80 @@ fn a_streamed_response_step_says_when_its_first_token_came_and_how_fast_it_wrote
         created_at_ms: 0,
     };
     assert_eq!(
-        live_step(&answer(Some(200))).title,
+        live_step(&answer(Some(200)), &Default::default()).title,
         "model answered (first token after 200 ms, 50 tokens/s)"
     );
-    assert_eq!(live_step(&answer(None)).title, "model answered");
+    assert_eq!(
+        live_step(&answer(None), &Default::default()).title,
+        "model answered"
+    );
+}
+
+#[test]
+fn a_limit_moves_by_what_a_live_step_used_and_says_when_it_is_reached() {
+    use crate::page_data::{LimitView, StepSpent};
+    use nrllm_types::limits::LimitKind;
+    let limit = |kind: LimitKind, used: Option<u64>, cap: u64| LimitView {
+        kind,
+        label: kind.label().to_owned(),
+        used: used.map_or("—".to_owned(), |u| kind.show(u)),
+        used_count: used,
+        limit: kind.show(cap),
+        limit_count: cap,
+        reached: false,
+    };
+    let mut requests = limit(LimitKind::Requests, Some(1), 3);
+    let mut cost = limit(LimitKind::CostMicros, Some(900), 1_000);
+    let mut unpriced = limit(LimitKind::CostMicros, None, 1_000);
+    let mut time = limit(LimitKind::WallMs, Some(10), 20);
+    let answer = StepSpent {
+        requests: 1,
+        cost_micros: 300,
+        ..StepSpent::default()
+    };
+    for view in [&mut requests, &mut cost, &mut unpriced, &mut time] {
+        view.add(&answer);
+    }
+    assert_eq!(requests.text(), "model requests: 2 / 3");
+    assert!(!requests.reached);
+    assert_eq!(
+        cost.text(),
+        "cost (millionths of a dollar): $0.0012 / $0.0010"
+    );
+    assert!(cost.reached);
+    assert_eq!(
+        unpriced.text(),
+        "cost (millionths of a dollar): — / $0.0010"
+    );
+    assert_eq!(time.used_count, Some(10), "running time is not a step's");
+    // What each kind of step used.
+    let prices = nrllm_core::provider::Prices {
+        input: Some(1.0),
+        output: Some(1.0),
+        ..Default::default()
+    };
+    let ended = Event::Ended {
+        reason: "completed".into(),
+        explanation: String::new(),
+    };
+    assert_eq!(step_spent(&ended, &prices), None);
+    let retried = Event::ProviderRetry {
+        round: 1,
+        retry: 1,
+        wait_ms: 0,
+        reason: "overloaded".into(),
+        hint: None,
+        usage: Some(nrllm_core::provider::Usage::tokens(30, 5)),
+    };
+    let spent = step_spent(&retried, &prices).unwrap();
+    assert_eq!(
+        (
+            spent.input_tokens,
+            spent.output_tokens,
+            spent.requests,
+            spent.cost_micros
+        ),
+        (30, 5, 0, 35),
+        "a broken attempt's tokens count, not as a request"
+    );
 }
