@@ -60,7 +60,7 @@ bench-long-run:
 	cargo bench -p nrllm-playground --features ssr --bench long_run
 
 ## The kill -9 harness as a soak: N kills of the server binary, spread over every failpoint
-## (`make test` runs 12 at each point). Prints kills per point and restart times.
+## (`make test` runs 8 at each point). Prints kills per point and restart times.
 N ?= 140
 crash-test:
 	NRLLM_CRASH_KILLS=$(N) cargo test --workspace --features nrllm-playground/ssr --test crash every_failpoint -- --nocapture

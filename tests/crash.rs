@@ -533,7 +533,7 @@ async fn every_failpoint_survives_kill_9() {
     let kills: usize = std::env::var("NRLLM_CRASH_KILLS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(12 * POINTS.len());
+        .unwrap_or(8 * POINTS.len());
     let site = Site::new().await;
     let begun = Instant::now();
     let mut per_point: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
