@@ -91,6 +91,28 @@ pub fn parse_cursor(text: &str) -> Result<(i64, Uuid), AppError> {
         .ok_or_else(|| AppError::invalid("after", format!("`{text}` is not a page cursor")))
 }
 
+/// What every decision on a waiting run starts with: who asks (any logged-in caller; the
+/// core's authority says whether they may), the server taking work, the run's id, and the
+/// digest the page showed (an empty one is none).
+pub fn deciding(
+    run_id: &str,
+    digest: Option<String>,
+) -> Result<
+    (
+        nrllm_store::accounts::Principal,
+        AppState,
+        Uuid,
+        Option<String>,
+    ),
+    AppError,
+> {
+    let who = crate::server::request::require(nrllm_types::Role::Viewer)?;
+    let state = crate::server::request::state()?;
+    accepting(&state)?;
+    let id = parse_run_id(run_id)?;
+    Ok((who, state, id, digest.filter(|d| !d.is_empty())))
+}
+
 pub fn parse_run_id(text: &str) -> Result<Uuid, AppError> {
     Uuid::parse_str(text.trim())
         .map_err(|_| AppError::invalid("run_id", format!("`{text}` is not a run id")))

@@ -68,13 +68,8 @@ pub async fn nrllm_tool_resume(
     acknowledge_discard: Option<String>,
     then: Option<String>,
 ) -> Result<ResumeAccepted, AppError> {
-    use crate::server::{request::require, request::state, wants_html};
-    let who = require(nrllm_types::Role::Viewer)?;
-    let state = state()?;
-    crate::api::checks::accepting(&state)?;
-    let id = crate::api::checks::parse_run_id(&run_id)?;
-    let digest = digest.filter(|d| !d.is_empty());
-    if digest.is_none() && wants_html() {
+    let (who, state, id, digest) = crate::api::checks::deciding(&run_id, digest)?;
+    if digest.is_none() && crate::server::wants_html() {
         return Err(AppError::BadRequest(
             "The form is missing what it was showing (its digest): reload the page and decide again."
                 .to_owned(),
@@ -114,12 +109,7 @@ pub async fn nrllm_input_answer(
     fields: Option<std::collections::BTreeMap<String, String>>,
     then: Option<String>,
 ) -> Result<ResumeAccepted, AppError> {
-    use crate::server::{request::require, request::state};
-    let who = require(nrllm_types::Role::Viewer)?;
-    let state = state()?;
-    crate::api::checks::accepting(&state)?;
-    let id = crate::api::checks::parse_run_id(&run_id)?;
-    let digest = digest.filter(|d| !d.is_empty());
+    let (who, state, id, digest) = crate::api::checks::deciding(&run_id, digest)?;
     let answer = nrllm_core::question::FormAnswer { answer, fields };
     state
         .runs
@@ -144,12 +134,7 @@ pub async fn nrllm_budget_decide(
     digest: Option<String>,
     then: Option<String>,
 ) -> Result<ResumeAccepted, AppError> {
-    use crate::server::{request::require, request::state};
-    let who = require(nrllm_types::Role::Viewer)?;
-    let state = state()?;
-    crate::api::checks::accepting(&state)?;
-    let id = crate::api::checks::parse_run_id(&run_id)?;
-    let digest = digest.filter(|d| !d.is_empty());
+    let (who, state, id, digest) = crate::api::checks::deciding(&run_id, digest)?;
     let budget = match decision.as_str() {
         "stop" => nrllm_core::moves::BudgetMove::Stop,
         "raise" => {

@@ -1,8 +1,8 @@
 //! Spend across runs: caps per configuration and per user (the run's requester) for each UTC day.
 //!
 //! The store counts each day's spend in the database ([`SpendLedger`]): every model response's
-//! cost is added the moment it arrives, by one atomic increment, so runs on many instances see
-//! one count. Before each model request a run reads its two counts; when one has reached its cap
+//! cost under a cap is added the moment it arrives, by one atomic increment, so runs on many
+//! instances see one count. Before each model request a run reads its two counts; when one has reached its cap
 //! (what was spent ≥ the cap plus what an administrator raised it by for the day) the run waits
 //! at its budget, `waiting_for_budget`, with the cap named ([`DailyCap`]). A run in flight when
 //! the cap is crossed overshoots it by at most the response it is waiting for. Such a run goes on
@@ -125,9 +125,10 @@ impl SpendWatch {
         ]
     }
 
-    /// Counts `micros` more spent today (nothing for nothing).
+    /// Counts `micros` more spent today: nothing for nothing, and nothing where no cap holds
+    /// (a write per response on the loop's path only where a cap needs the count).
     pub async fn add(&self, micros: u64) {
-        if micros == 0 {
+        if micros == 0 || self.caps.is_empty() {
             return;
         }
         let day = utc_day(self.clock.now_ms());

@@ -139,17 +139,12 @@ impl BudgetStop {
             NextAction::ToolCalls { calls: 1 } => "the next call did not run".to_owned(),
             NextAction::ToolCalls { calls } => format!("the next turn's {calls} calls did not run"),
         };
-        if let Some(daily) = self.daily {
-            return format!(
-                "{}: {} spent of {}; {next}",
-                daily.describe(),
-                self.limit.show(self.used),
-                self.limit.show(self.cap)
-            );
-        }
+        let (what, used) = match self.daily {
+            Some(daily) => (daily.describe(), "spent"),
+            None => (self.limit.label().to_owned(), "used"),
+        };
         format!(
-            "{}: {} used of {}; {next}",
-            self.limit.label(),
+            "{what}: {} {used} of {}; {next}",
             self.limit.show(self.used),
             self.limit.show(self.cap)
         )

@@ -93,18 +93,23 @@ impl Machine {
     /// A suspended run resumed with one plan per pending call (in call order): the machine and
     /// the step that answers the pending turn.
     pub fn resume(state: &SuspendedState, plans: Vec<CallPlan>) -> (Machine, Next) {
-        let machine = Machine {
-            messages: state.messages.clone(),
-            recorded: state.recorded_messages,
-            counters: state.counters,
-            settings: state.settings.clone(),
-        };
+        let machine = Machine::waited(state);
         let step = Next::Run {
             round: state.counters.iterations,
             calls: state.pending.iter().cloned().zip(plans).collect(),
             on_resume: true,
         };
         (machine, step)
+    }
+
+    /// The machine of a run that waited in `state`, as it stood then.
+    fn waited(state: &SuspendedState) -> Machine {
+        Machine {
+            messages: state.messages.clone(),
+            recorded: state.recorded_messages,
+            counters: state.counters,
+            settings: state.settings.clone(),
+        }
     }
 
     /// A run that waited at its budget, going on with `state`'s settings (its limits as a
@@ -115,12 +120,7 @@ impl Machine {
         state: &SuspendedState,
         pass: impl Fn(&ToolCall) -> Pass,
     ) -> (Machine, Option<Next>) {
-        let mut machine = Machine {
-            messages: state.messages.clone(),
-            recorded: state.recorded_messages,
-            counters: state.counters,
-            settings: state.settings.clone(),
-        };
+        let mut machine = Machine::waited(state);
         let next = match state.budget.map(|stop| stop.next) {
             Some(NextAction::ToolCalls { .. }) => {
                 Some(machine.pending_turn(state.pending.clone(), state.answered.clone(), pass))
@@ -151,7 +151,7 @@ impl Machine {
                 (used >= cap).then_some((kind, used, cap))
             })?;
         let (limit, used, cap) = reached;
-        let stop = BudgetStop {
+        Some(self.wait_at(BudgetStop {
             limit,
             used,
             cap,
@@ -159,11 +159,11 @@ impl Machine {
                 round: self.counters.iterations + 1,
             },
             daily: None,
-        };
-        Some(Next::Suspend(self.waiting(Vec::new(), Vec::new(), stop)))
+        }))
     }
 
-    /// The state to wait in at `stop`, a cap across runs reached before the next model request.
+    /// The state to wait in at `stop`, reached before the next model request (one of the run's
+    /// limits, or a cap across runs).
     pub fn wait_at(&self, stop: BudgetStop) -> Next {
         Next::Suspend(self.waiting(Vec::new(), Vec::new(), stop))
     }

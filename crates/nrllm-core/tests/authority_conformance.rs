@@ -579,6 +579,33 @@ fn forks_retries_and_cancels_are_an_operators_and_the_lineage_grows_with_them() 
     .is_ok());
 }
 
+/// Raising a daily spend cap for the day (which lets the runs waiting at it go on by the
+/// allowance) is an administrator's alone, about no one run: every lower role is refused, and a
+/// token acts with the lower of its role and its user's.
+#[test]
+fn raising_a_daily_spend_cap_is_an_administrators() {
+    for user_role in Role::ALL {
+        for token_role in [None, Some(Role::Approver), Some(Role::Admin)] {
+            let (actor, acting) = match token_role {
+                Some(role) => (
+                    Actor::through_token("ada", user_role, "ci", role),
+                    role.min(user_role),
+                ),
+                None => (Actor::user("ada", user_role), user_role),
+            };
+            let allowed = authorize(&actor, Act::RaiseSpendCap, None);
+            assert_eq!(
+                allowed.is_ok(),
+                acting == Role::Admin,
+                "{actor:?}: {allowed:?}"
+            );
+            if acting != Role::Admin {
+                assert!(matches!(allowed, Err(Refusal::Role { .. })));
+            }
+        }
+    }
+}
+
 /// A recovery moves a run on with no caller: it carries out the decision an allowed caller's
 /// claim journaled, and nothing else. A call whose result the journal holds is answered with it
 /// and never runs again, whatever the recorded decision says; a call dispatched without a

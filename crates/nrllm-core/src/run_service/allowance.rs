@@ -1,6 +1,8 @@
 //! Runs waiting at a daily spend cap across runs go on by themselves once the cap has room
 //! again ([`crate::spend`]): an administrator raised it for the day, or a new UTC day began.
 
+use std::collections::HashMap;
+
 use super::errors::{RaiseCapError, ResumeError};
 use super::RunService;
 use crate::authority::{authorize, Act, Actor};
@@ -43,6 +45,8 @@ impl RunService {
             ..WaitingFilter::default()
         };
         let mut claimed = 0;
+        // Runs of one configuration and requester share their caps: read once a pass.
+        let mut room: HashMap<(String, String), bool> = HashMap::new();
         for run in self.store.waiting(&filter).await? {
             let (Some(configuration), Some(raw)) = (&run.configuration, &run.suspended_state)
             else {
@@ -55,10 +59,19 @@ impl RunService {
             if !at_daily_cap {
                 continue;
             }
-            let Some(watch) = self.spend_watch(configuration, &run.requested_by) else {
-                return Ok(claimed);
+            let keys = (configuration.provider.clone(), run.requested_by.clone());
+            let has_room = match room.get(&keys) {
+                Some(has_room) => *has_room,
+                None => {
+                    let Some(watch) = self.spend_watch(configuration, &run.requested_by) else {
+                        return Ok(claimed);
+                    };
+                    let has_room = watch.has_room().await?;
+                    room.insert(keys, has_room);
+                    has_room
+                }
             };
-            if !watch.has_room().await? {
+            if !has_room {
                 continue;
             }
             match self.claim_allowance(run.id).await {

@@ -55,22 +55,31 @@ impl SpendLedger for SqlRunStore {
     }
 
     async fn day_spend(&self, day: i64, keys: &[SpendKey]) -> Result<Vec<DaySpend>, StoreError> {
-        let mut counts = Vec::with_capacity(keys.len());
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One read for all the keys (two, before each model request under a cap).
+        let names: Vec<String> = (0..keys.len()).map(|i| format!("${}", i + 2)).collect();
+        let sql = format!(
+            "SELECT scope, name, spent_micros, raised_micros FROM spend_day \
+             WHERE day = $1 AND name IN ({})",
+            names.join(", ")
+        );
+        let mut query = sqlx::query(&sql).bind(day);
         for key in keys {
-            let row = sqlx::query(
-                "SELECT spent_micros, raised_micros FROM spend_day \
-                 WHERE scope = $1 AND name = $2 AND day = $3",
-            )
-            .bind(key.scope.as_str())
-            .bind(key.name.as_str())
-            .bind(day)
-            .fetch_optional(self.db.pool())
-            .await
-            .map_err(backend)?;
-            counts.push(match row {
-                Some(row) => count_from_row(&row)?,
-                None => DaySpend::default(),
-            });
+            query = query.bind(key.name.as_str());
+        }
+        let rows = query.fetch_all(self.db.pool()).await.map_err(backend)?;
+        let mut counts = vec![DaySpend::default(); keys.len()];
+        for row in &rows {
+            let scope: String = row.try_get("scope").map_err(backend)?;
+            let name: String = row.try_get("name").map_err(backend)?;
+            let at = keys
+                .iter()
+                .position(|key| key.scope.as_str() == scope && key.name == name);
+            if let Some(at) = at {
+                counts[at] = count_from_row(row)?;
+            }
         }
         Ok(counts)
     }
