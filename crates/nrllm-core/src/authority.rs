@@ -95,6 +95,10 @@ pub enum Act<'a> {
     Cancel,
     /// Add or remove an approval rule of this scope (a run's rule names this run).
     Rule(&'a RuleScope),
+    /// Decide its pending turn with an offer made away from the app's pages
+    /// ([`crate::offer::Offer`]): as [`Act::Decide`], and an offer sent to one person (`to`) is
+    /// that person's alone.
+    Offered { to: Option<&'a str> },
     /// Raise a daily spend cap across runs for the day (about no one run: the runs waiting at
     /// it then go on by the allowance, [`crate::moves::TurnMove::Allowance`]).
     RaiseSpendCap,
@@ -104,7 +108,9 @@ impl Act<'_> {
     /// The least role that may do this.
     pub fn needs(self) -> Role {
         match self {
-            Act::Decide | Act::Answer | Act::Rule(RuleScope::Run(_)) => Role::Approver,
+            Act::Decide | Act::Answer | Act::Offered { .. } | Act::Rule(RuleScope::Run(_)) => {
+                Role::Approver
+            }
             Act::Rule(RuleScope::Configuration(_)) | Act::RaiseSpendCap => Role::Admin,
             Act::Fork | Act::Retry | Act::Cancel => Role::Operator,
         }
@@ -115,14 +121,14 @@ impl Act<'_> {
     pub fn under_four_eyes(self) -> bool {
         matches!(
             self,
-            Act::Decide | Act::Answer | Act::Rule(RuleScope::Run(_))
+            Act::Decide | Act::Answer | Act::Offered { .. } | Act::Rule(RuleScope::Run(_))
         )
     }
 
     /// What the act is called at the start of a refusal ("Deciding needs …").
     fn verb(self) -> &'static str {
         match self {
-            Act::Decide => "Deciding",
+            Act::Decide | Act::Offered { .. } => "Deciding",
             Act::Answer => "Answering",
             Act::Fork => "Forking",
             Act::Retry => "Retrying",
@@ -179,6 +185,12 @@ pub enum Refusal {
         /// They started this very run (else one it goes on from, or they forked it).
         own: bool,
     },
+    /// An offer sent to one person, used by someone else: nothing is decided.
+    #[error(
+        "This link was sent to {sent_to}, and you are logged in as {who}: it decides nothing for \
+         {who}. Log in as {sent_to} to use it, or decide on the run's page."
+    )]
+    NotRecipient { sent_to: String, who: String },
     /// The run is not in a state that allows the act.
     #[error("{0}")]
     State(StateRefusal),
@@ -220,6 +232,14 @@ pub fn authorize(actor: &Actor, act: Act<'_>, run: Option<&RunFacts<'_>>) -> Res
             role: actor.role,
         });
     }
+    if let Act::Offered { to: Some(sent_to) } = act {
+        if sent_to != actor.name {
+            return Err(Refusal::NotRecipient {
+                sent_to: sent_to.to_owned(),
+                who: actor.name.clone(),
+            });
+        }
+    }
     let Some(run) = run else {
         return Ok(());
     };
@@ -230,7 +250,9 @@ pub fn authorize(actor: &Actor, act: Act<'_>, run: Option<&RunFacts<'_>>) -> Res
         });
     }
     let state = match act {
-        Act::Decide | Act::Answer if !RunStatus::WAITING.contains(&run.status) => {
+        Act::Decide | Act::Answer | Act::Offered { .. }
+            if !RunStatus::WAITING.contains(&run.status) =>
+        {
             Some(StateRefusal::NotWaiting(run.status))
         }
         Act::Retry

@@ -19,6 +19,7 @@ pub mod lease;
 pub mod listing;
 pub mod mcp;
 pub mod moves;
+pub mod offer;
 pub mod preview;
 pub mod provider;
 pub mod question;

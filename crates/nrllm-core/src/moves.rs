@@ -1,6 +1,7 @@
 //! The ways a waiting turn is decided, as values: an approval form submitted (any of its
 //! buttons), an answer to the turn's question, a decision a headless program made, the approval
-//! deadline, and a daily spend cap with room again. [`TurnMove::decide`] is what each amounts to for the turn — the decision and
+//! deadline, a decision offered away from the app (a mailed link, a chat button), and a daily
+//! spend cap with room again. [`TurnMove::decide`] is what each amounts to for the turn — the decision and
 //! the rules asked for with it — and [`TurnMove::act`] is what the authority is asked before it
 //! counts ([`crate::authority`]). The run service claims a run with one of these and nothing
 //! else, so the conformance test (`tests/authority_conformance.rs`) can try every way.
@@ -9,6 +10,7 @@ use uuid::Uuid;
 
 use crate::authority::Act;
 use crate::decision::{CallDecision, Choice, Decision, DecisionError};
+use crate::offer::Offer;
 use crate::question::FormAnswer;
 use crate::rules::RuleDraft;
 use crate::state::SuspendedState;
@@ -85,6 +87,8 @@ pub enum TurnMove<'a> {
     Decision(&'a Decision),
     /// A person's decision on a run waiting at its budget.
     Budget(&'a BudgetMove),
+    /// A decision offered away from the app's pages (a mailed link, a chat button).
+    Offer(&'a Offer),
     /// The approval deadline passed: nothing of the turn runs.
     Expire,
     /// The daily cap across runs that a run waits at has room again (an administrator raised it
@@ -134,9 +138,12 @@ impl BudgetMove {
 impl TurnMove<'_> {
     /// What the authority is asked before this move counts; `None` for the deadline's, which is
     /// the server's own.
-    pub fn act(&self) -> Option<Act<'static>> {
+    pub fn act(&self) -> Option<Act<'_>> {
         match self {
             TurnMove::Submit(_) | TurnMove::Decision(_) | TurnMove::Budget(_) => Some(Act::Decide),
+            TurnMove::Offer(offer) => Some(Act::Offered {
+                to: offer.recipient.as_deref(),
+            }),
             TurnMove::Answer { .. } => Some(Act::Answer),
             TurnMove::Expire | TurnMove::Allowance => None,
         }
@@ -169,6 +176,13 @@ impl TurnMove<'_> {
                 Ok((answer_decision(state, *call_id, answer)?, Vec::new()))
             }
             TurnMove::Decision(decision) => Ok(((*decision).clone(), Vec::new())),
+            // The turn's own button for the same verdict, nothing more (no rule rides along).
+            TurnMove::Offer(offer) => submit::resolve(
+                &offer.submission(),
+                &state.pending,
+                &state.questions,
+                (run, configuration),
+            ),
             TurnMove::Budget(budget) => Ok((budget.decision(state)?, Vec::new())),
             // A run waiting at its budget that nobody raised in time stops there.
             TurnMove::Expire if state.budget.is_some() => Ok((Decision::StopAtBudget, Vec::new())),

@@ -20,7 +20,10 @@
 //! `Shape::Budget` (a turn held at its tool-call limit), which nothing else moves; the daily
 //! allowance (a daily spend cap across runs with room again) is `Way::Allowance`, which moves
 //! only `Shape::DailyCap` (a run held at such a cap before its first request), which no
-//! person's raise moves.
+//! person's raise moves; a decision offered away from the pages (a mailed link sent to one
+//! person, a Slack button anyone allowed may press) is `Way::Offer`: the recipient of a link
+//! alone may use it, and it approves or denies the whole turn as the button of the same verdict
+//! (its expiry is the service's check, in `crates/nrllm-store/tests/notifications.rs`).
 
 use std::sync::Arc;
 
@@ -28,6 +31,7 @@ use nrllm_core::authority::{authorize, Act, Actor, Lineage, Refusal, RunFacts};
 use nrllm_core::decision::DecisionError;
 use nrllm_core::events::NullSink;
 use nrllm_core::moves::{BudgetMove, BulkVerdict, Raise, TurnMove};
+use nrllm_core::offer::{Channel, Offer};
 use nrllm_core::provider::ChatResponse;
 use nrllm_core::question::{AskOperator, FormAnswer};
 use nrllm_core::rules::{ApprovalRule, RuleEffect, RuleScope};
@@ -169,6 +173,16 @@ fn may_decide(actor: &Actor, four_eyes: bool) -> bool {
     actor.role >= Role::Approver && !(four_eyes && LINEAGE.contains(&actor.name.as_str()))
 }
 
+/// Whether `actor` may move the run `way`'s way: as [`may_decide`], and an offer sent to one
+/// person is theirs alone.
+fn may_move(way: &Way, actor: &Actor, four_eyes: bool) -> bool {
+    let recipient_ok = match way {
+        Way::Offer(offer) => offer.recipient.as_deref().is_none_or(|to| to == actor.name),
+        _ => true,
+    };
+    may_decide(actor, four_eyes) && recipient_ok
+}
+
 /// One caller: a user by name and role, maybe through a token of its own role.
 fn arb_actor() -> impl Strategy<Value = Actor> {
     let role = || prop::sample::select(Role::ALL.to_vec());
@@ -207,6 +221,9 @@ enum Way {
     Budget(BudgetMove),
     /// The server's own: the daily spend cap a run waits at has room again.
     Allowance,
+    /// A decision offered away from the pages: a mailed link (sent to one person) or a Slack
+    /// button (anyone the authority allows).
+    Offer(Offer),
 }
 
 fn arb_way() -> impl Strategy<Value = Way> {
@@ -223,6 +240,17 @@ fn arb_way() -> impl Strategy<Value = Way> {
         Just(Way::Budget(BudgetMove::Raise(Raise::To(1)))),
         Just(Way::Budget(BudgetMove::Stop)),
         Just(Way::Allowance),
+        (
+            prop::sample::select(vec![BulkVerdict::ApproveAll, BulkVerdict::DenyAll]),
+            prop::sample::select(vec![None, Some("olga"), Some("stranger"), Some("forker")]),
+            prop::sample::select(vec![Channel::Email, Channel::Slack]),
+        )
+            .prop_map(|(verdict, recipient, channel)| Way::Offer(Offer {
+                channel,
+                verdict,
+                recipient: recipient.map(str::to_owned),
+                expires_at_ms: i64::MAX,
+            })),
     ]
 }
 
@@ -266,6 +294,7 @@ fn approves(way: &Way, calls: &[ToolCall], id: &str) -> bool {
         Way::ApproveAll
         | Way::Headless(Decision::ApproveAll)
         | Way::Bulk(BulkVerdict::ApproveAll) => true,
+        Way::Offer(offer) => offer.verdict == BulkVerdict::ApproveAll,
         Way::PerCall(entries) => calls
             .iter()
             .zip(entries)
@@ -298,6 +327,7 @@ proptest! {
                 (Way::Headless(decision), _) => TurnMove::Decision(decision),
                 (Way::Budget(budget), _) => TurnMove::Budget(budget),
                 (Way::Allowance, _) => TurnMove::Allowance,
+                (Way::Offer(offer), _) => TurnMove::Offer(offer),
                 _ => TurnMove::Expire,
             };
             let lineage = Lineage { requesters: LINEAGE.map(str::to_owned).to_vec() };
@@ -310,7 +340,7 @@ proptest! {
             // The service's order: the authority, then the move, then the loop's resolution.
             let allowed = turn_move.act().map(|act| authorize(&actor, act, Some(&facts)));
             if let Some(allowed) = &allowed {
-                prop_assert_eq!(allowed.is_ok(), may_decide(&actor, four_eyes), "{:?}", allowed);
+                prop_assert_eq!(allowed.is_ok(), may_move(&way, &actor, four_eyes), "{:?}", allowed);
             }
             if matches!(allowed, Some(Err(_))) {
                 return Ok(());
@@ -386,7 +416,7 @@ proptest! {
                 }
                 if choice.runs() {
                     prop_assert!(
-                        turn_move.act().is_some() && may_decide(&actor, four_eyes),
+                        turn_move.act().is_some() && may_move(&way, &actor, four_eyes),
                         "{:?} ran write_note for {:?}", way, actor
                     );
                     prop_assert!(approves(&way, &calls, &call.id), "{:?} did not approve it", way);

@@ -4,8 +4,10 @@
 
 pub mod accounts;
 pub mod chain;
+pub mod contacts;
 pub mod db;
 mod error;
+pub mod notifications;
 pub mod notify;
 mod postgres;
 pub mod run_store;

@@ -109,6 +109,70 @@ pub enum Attempt {
     Obsolete,
 }
 
+/// What an attempt writes on an outbox row (a webhook delivery, a notification).
+pub(crate) struct Outcome<'a> {
+    pub state: DeliveryState,
+    pub attempts: i64,
+    pub error: Option<&'a str>,
+    pub next_attempt_at_ms: i64,
+    pub delivered_at_ms: Option<i64>,
+}
+
+impl<'a> Outcome<'a> {
+    /// What `attempt` on a row that had `attempts` and was due at `next_attempt_at_ms` (its last
+    /// error `last_error`) leaves.
+    pub fn of(
+        attempt: &'a Attempt,
+        (attempts, next_attempt_at_ms): (i64, i64),
+        last_error: Option<&'a str>,
+        now_ms: i64,
+    ) -> Outcome<'a> {
+        match attempt {
+            Attempt::Delivered { .. } => Outcome {
+                state: DeliveryState::Delivered,
+                attempts: attempts + 1,
+                error: None,
+                next_attempt_at_ms,
+                delivered_at_ms: Some(now_ms),
+            },
+            Attempt::Failed {
+                error, retry_at_ms, ..
+            } => Outcome {
+                state: match retry_at_ms {
+                    Some(_) => DeliveryState::Pending,
+                    None => DeliveryState::Failed,
+                },
+                attempts: attempts + 1,
+                error: Some(error),
+                next_attempt_at_ms: retry_at_ms.unwrap_or(next_attempt_at_ms),
+                delivered_at_ms: None,
+            },
+            Attempt::Obsolete => Outcome {
+                state: DeliveryState::Obsolete,
+                attempts,
+                error: last_error,
+                next_attempt_at_ms,
+                delivered_at_ms: None,
+            },
+        }
+    }
+}
+
+/// The version of run `run_id` if it waits (on that turn), else `None`.
+pub(crate) async fn waiting_version(
+    db: &Database,
+    run_id: Uuid,
+) -> Result<Option<i64>, StoreError> {
+    sqlx::query_scalar(&format!(
+        "SELECT version FROM agent_run WHERE id = $1 AND status IN ({})",
+        RunStatus::sql_list(&RunStatus::WAITING)
+    ))
+    .bind(run_id.to_string())
+    .fetch_optional(db.pool())
+    .await
+    .map_err(backend)
+}
+
 const COLUMNS: &str = "id, run_id, run_version, target, body, state, attempts, \
      next_attempt_at_ms, lease_until_ms, last_status, last_error, created_at_ms, updated_at_ms, \
      delivered_at_ms";
@@ -235,10 +299,6 @@ impl WebhookStore {
         .fetch_all(self.db.pool())
         .await
         .map_err(backend)?;
-        let still_waiting_sql = format!(
-            "SELECT version FROM agent_run WHERE id = $1 AND status IN ({})",
-            RunStatus::sql_list(&RunStatus::WAITING)
-        );
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             let mut delivery = read_delivery(row)?;
@@ -257,11 +317,7 @@ impl WebhookStore {
                 continue;
             }
             delivery.lease_until_ms = lease_until_ms;
-            let still_waiting: Option<i64> = sqlx::query_scalar(&still_waiting_sql)
-                .bind(delivery.run_id.to_string())
-                .fetch_optional(self.db.pool())
-                .await
-                .map_err(backend)?;
+            let still_waiting = waiting_version(&self.db, delivery.run_id).await?;
             claimed.push(Claimed {
                 still_waiting: still_waiting == Some(delivery.run_version),
                 delivery,
@@ -278,51 +334,28 @@ impl WebhookStore {
         attempt: &Attempt,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let (state, attempts, status, error, next, delivered) = match attempt {
-            Attempt::Delivered { status } => (
-                DeliveryState::Delivered,
-                claimed.attempts + 1,
-                Some(*status),
-                None,
-                claimed.next_attempt_at_ms,
-                Some(now_ms),
-            ),
-            Attempt::Failed {
-                status,
-                error,
-                retry_at_ms,
-            } => (
-                if retry_at_ms.is_some() {
-                    DeliveryState::Pending
-                } else {
-                    DeliveryState::Failed
-                },
-                claimed.attempts + 1,
-                *status,
-                Some(error.as_str()),
-                retry_at_ms.unwrap_or(claimed.next_attempt_at_ms),
-                None,
-            ),
-            Attempt::Obsolete => (
-                DeliveryState::Obsolete,
-                claimed.attempts,
-                claimed.last_status,
-                claimed.last_error.as_deref(),
-                claimed.next_attempt_at_ms,
-                None,
-            ),
+        let outcome = Outcome::of(
+            attempt,
+            (claimed.attempts, claimed.next_attempt_at_ms),
+            claimed.last_error.as_deref(),
+            now_ms,
+        );
+        let status = match attempt {
+            Attempt::Delivered { status } => Some(*status),
+            Attempt::Failed { status, .. } => *status,
+            Attempt::Obsolete => claimed.last_status,
         };
         let written = sqlx::query(
             "UPDATE webhook_delivery SET state = $1, attempts = $2, last_status = $3, \
              last_error = $4, next_attempt_at_ms = $5, delivered_at_ms = $6, updated_at_ms = $7, \
              lease_until_ms = 0 WHERE id = $8 AND lease_until_ms = $9",
         )
-        .bind(state.as_str())
-        .bind(attempts)
+        .bind(outcome.state.as_str())
+        .bind(outcome.attempts)
         .bind(status)
-        .bind(error)
-        .bind(next)
-        .bind(delivered)
+        .bind(outcome.error)
+        .bind(outcome.next_attempt_at_ms)
+        .bind(outcome.delivered_at_ms)
         .bind(now_ms)
         .bind(claimed.id.to_string())
         .bind(claimed.lease_until_ms)

@@ -15,6 +15,7 @@ use crate::decision::{Choice, Decision};
 use crate::events::Event;
 use crate::failpoint;
 use crate::moves::{BudgetMove, TurnMove};
+use crate::offer::Offer;
 use crate::preview::{check_digest, pending_digest, DigestCheck};
 use crate::question::FormAnswer;
 use crate::rules::RuleDraft;
@@ -165,6 +166,31 @@ impl RunService {
             TurnMove::Budget(budget),
             Some(actor),
             digest,
+            Claiming::Queue,
+        )
+        .await
+    }
+
+    /// [`RunService::claim`] for a decision offered away from the app's pages (a mailed link, a
+    /// chat button), made on the turn `digest` names: refused once the offer has expired, and by
+    /// the authority to anyone but its recipient (a link is one person's). The web layer checks
+    /// the offer's signature and whether it was used before; the turn's own claim makes it count
+    /// once.
+    pub async fn claim_offer(
+        &self,
+        id: Uuid,
+        offer: &Offer,
+        actor: &Actor,
+        digest: &str,
+    ) -> Result<ClaimedRun, ResumeError> {
+        if offer.expires_at_ms <= self.clock.now_ms() {
+            return Err(ResumeError::OfferExpired(format_utc(offer.expires_at_ms)));
+        }
+        self.claim_with(
+            id,
+            TurnMove::Offer(offer),
+            Some(actor),
+            Some(digest),
             Claiming::Queue,
         )
         .await

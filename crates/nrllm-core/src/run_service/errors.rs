@@ -23,6 +23,11 @@ pub enum ResumeError {
     /// as expired, and the model reads that nobody decided).
     #[error("expired at {0}: nobody decided in time, and no call of the turn runs")]
     Expired(String),
+    /// A decision offered by mail or chat came after its offer ended: nothing was decided.
+    #[error(
+        "this link expired at {0} and decides nothing now; open the run to see where it stands"
+    )]
+    OfferExpired(String),
     /// The target of these calls changed after the operator saw its preview; nothing ran.
     #[error("what {} would change has changed since you looked, so nothing was run: check the new preview and decide again", .0.join(", "))]
     TargetChanged(Vec<String>),

@@ -413,11 +413,18 @@ impl RunStore for SqlRunStore {
                     .execute(&mut *tx)
                     .await
                     .map_err(backend)?;
-                sqlx::query("DELETE FROM webhook_delivery WHERE run_id = $1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(backend)?;
+                for table in [
+                    "webhook_delivery",
+                    "notification",
+                    "notification_round",
+                    "decision_link_use",
+                ] {
+                    sqlx::query(&format!("DELETE FROM {table} WHERE run_id = $1"))
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(backend)?;
+                }
                 sqlx::query("DELETE FROM agent_run_search_queue WHERE run_id = $1")
                     .bind(id)
                     .execute(&mut *tx)
