@@ -1,9 +1,10 @@
 import { request as playwrightRequest } from "@playwright/test";
 import { startHostileProvider } from "./hostile-provider";
+import { startMailServer } from "./mail-server";
 import { ADMIN_PASSWORD, STORAGE, USER_PASSWORD } from "./fixtures";
 
 // `cargo leptos end-to-end` starts the server and Playwright at the same moment: start the local
-// model servers the e2e settings name, wait for the site, then make the suite's users (the
+// model and mail servers the e2e settings name, wait for the site, then make the suite's users (the
 // server's first start made `admin` with NRLLM_ADMIN_PASSWORD) and log in as `operator`.
 
 /** The users the suite acts as: `operator` (every right), and two people for four-eyes. */
@@ -37,6 +38,7 @@ async function makeUsers(url: string) {
 
 export default async function globalSetup() {
   const hostile = await startHostileProvider();
+  const mail = await startMailServer();
   const url = process.env.NRLLM_E2E_URL ?? "http://127.0.0.1:3000";
   const deadline = Date.now() + 120_000;
   let lastError: unknown = null;
@@ -45,7 +47,10 @@ export default async function globalSetup() {
       const response = await fetch(`${url}/login`);
       if (response.ok) {
         await makeUsers(url);
-        return async () => void hostile.close();
+        return async () => {
+          hostile.close();
+          mail.close();
+        };
       }
       lastError = new Error(`HTTP ${response.status}`);
     } catch (error) {
@@ -54,5 +59,6 @@ export default async function globalSetup() {
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
   hostile.close();
+  mail.close();
   throw new Error(`the server at ${url} did not answer within 120 s: ${lastError}`);
 }

@@ -9,6 +9,7 @@ use crate::api::accounts::{nrllm_me, NrllmLogout};
 use crate::forms::{action, CsrfField};
 use crate::pages::account::{AccountPage, AdminPage, LoginOncePage, LoginPage};
 use crate::pages::approvals::ApprovalsPage;
+use crate::pages::decide::DecidePage;
 use crate::pages::playground::PlaygroundPage;
 use crate::pages::rules::RulesPage;
 use crate::pages::run::RunPage;
@@ -68,6 +69,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/approvals") view=ApprovalsPage ssr=SsrMode::Async />
                     <Route path=path!("/rules") view=RulesPage ssr=SsrMode::Async />
                     <Route path=path!("/system") view=SystemPage ssr=SsrMode::Async />
+                    <Route path=path!("/decide") view=DecidePage ssr=SsrMode::Async />
                     <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async />
                     <Route path=path!("/login/once") view=LoginOncePage ssr=SsrMode::Async />
                     <Route path=path!("/account") view=AccountPage ssr=SsrMode::Async />

@@ -140,6 +140,7 @@ mod from_runtime {
                 ResumeError::NotFound(id) => AppError::NotFound(format!("There is no run {id}.")),
                 ResumeError::NotWaiting(_)
                 | ResumeError::Expired(_)
+                | ResumeError::OfferExpired(_)
                 | ResumeError::Stale
                 | ResumeError::TargetChanged(_)
                 | ResumeError::NewerVersion(_)
@@ -224,7 +225,9 @@ mod from_runtime {
             match refusal {
                 refusal @ Refusal::State(_) => AppError::Conflict(format!("{refusal}.")),
                 refusal @ Refusal::Role { .. } => AppError::Forbidden(format!("{refusal}.")),
-                refusal @ Refusal::FourEyes { .. } => AppError::Forbidden(refusal.to_string()),
+                refusal @ (Refusal::FourEyes { .. } | Refusal::NotRecipient { .. }) => {
+                    AppError::Forbidden(refusal.to_string())
+                }
             }
         }
     }

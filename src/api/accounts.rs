@@ -23,6 +23,10 @@ pub struct UserView {
     pub disabled: bool,
     pub has_password: bool,
     pub created: String,
+    /// Where they are reached (empty: nowhere).
+    pub email: String,
+    pub slack_team_id: String,
+    pub slack_user_id: String,
 }
 
 /// An API token as the admin and account pages list it.
@@ -199,15 +203,34 @@ pub async fn nrllm_admin_get(shown: Option<String>) -> Result<AdminView, AppErro
         .tokens(None)
         .await
         .map_err(|err| AppError::internal("listing tokens", err))?;
+    let contacts: std::collections::HashMap<String, nrllm_store::contacts::Contact> = state
+        .notify
+        .contacts
+        .all()
+        .await
+        .map_err(|err| AppError::internal("listing users' addresses", err))?
+        .into_iter()
+        .map(|person| (person.name, person.contact))
+        .collect();
     Ok(AdminView {
         users: users
             .into_iter()
-            .map(|u| UserView {
-                name: u.name,
-                role: u.role.to_string(),
-                disabled: u.disabled,
-                has_password: u.has_password,
-                created: format_utc(u.created_at_ms),
+            .map(|u| {
+                let contact = contacts.get(&u.name).cloned().unwrap_or_default();
+                let slack = contact.slack.unwrap_or(nrllm_store::contacts::SlackId {
+                    team: String::new(),
+                    user: String::new(),
+                });
+                UserView {
+                    name: u.name,
+                    role: u.role.to_string(),
+                    disabled: u.disabled,
+                    has_password: u.has_password,
+                    created: format_utc(u.created_at_ms),
+                    email: contact.email.unwrap_or_default(),
+                    slack_team_id: slack.team,
+                    slack_user_id: slack.user,
+                }
             })
             .collect(),
         tokens: tokens.into_iter().map(ssr::token_view).collect(),
@@ -379,7 +402,7 @@ pub async fn nrllm_token_revoke(name: String) -> Result<(), AppError> {
 }
 
 #[cfg(feature = "ssr")]
-mod ssr {
+pub(crate) mod ssr {
     use crate::error::AppError;
     use crate::server::auth::{set_cookie, CSRF_COOKIE, SESSION_COOKIE};
     use crate::server::AppState;
@@ -464,7 +487,7 @@ mod ssr {
             .ok_or_else(|| AppError::Unauthorized("Log in first.".to_owned()))
     }
 
-    pub fn account_error(err: AccountError) -> AppError {
+    pub(crate) fn account_error(err: AccountError) -> AppError {
         match err {
             AccountError::Invalid { field, message } => AppError::invalid(field, message),
             AccountError::Exists(what) => AppError::Conflict(format!("There is already {what}.")),

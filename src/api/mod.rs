@@ -9,8 +9,10 @@
 pub mod accounts;
 #[cfg(feature = "ssr")]
 pub(crate) mod checks;
+pub mod contacts;
 pub mod decisions;
 pub mod inbox;
+pub mod links;
 pub mod rules;
 #[cfg(feature = "ssr")]
 mod run_form;

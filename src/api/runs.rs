@@ -127,6 +127,9 @@ pub async fn nrllm_run_get(
     view.webhooks = crate::server::webhook::run_webhooks(&state.webhook_store, id)
         .await
         .map_err(|err| AppError::internal("reading a run's webhook deliveries", err))?;
+    view.notifications = crate::server::notify::run_notifications(&state.notify.store, id)
+        .await
+        .map_err(|err| AppError::internal("reading a run's notifications", err))?;
     view.log = verdict.map(|verdict| crate::page_data::LogCheck {
         verified: verdict.is_verified(),
         failed: verdict.is_failure(),

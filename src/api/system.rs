@@ -65,7 +65,31 @@ pub async fn nrllm_system_status() -> Result<SystemView, AppError> {
             .collect(),
         can_reconnect: admin,
         spend: spend_today(&state, admin).await,
+        notifications: outbox(&state).await,
     })
+}
+
+/// How the notification outbox stands over the last day (none when nobody is notified, or when
+/// it cannot be read: the log says why).
+#[cfg(feature = "ssr")]
+async fn outbox(state: &crate::server::AppState) -> Option<crate::page_data::system::OutboxView> {
+    state.notify.sender.as_ref()?;
+    let since = nrllm_core::clock::now_ms() - 24 * 3_600_000;
+    match state.notify.store.health(since).await {
+        Ok(health) => Some(crate::page_data::system::OutboxView {
+            pending: health.pending,
+            retrying: health.retrying,
+            failed: health.failed,
+            delivered: health.delivered,
+            last_error: health
+                .last_error
+                .map(|(error, at)| format!("{error} ({})", nrllm_core::clock::format_utc(at))),
+        }),
+        Err(err) => {
+            tracing::error!(%err, "the system page cannot read the notification outbox");
+            None
+        }
+    }
 }
 
 /// Today's spend against the caps (a count that cannot be read shows none; the log says why).

@@ -376,6 +376,8 @@ pub struct RunView {
     pub decide_block: Option<String>,
     /// The webhook deliveries that announced this run's waiting turns, the latest first.
     pub webhooks: Vec<WebhookView>,
+    /// Who was told that it waits, and how (mails), each with where it stands.
+    pub notifications: Vec<WebhookView>,
     /// The viewer may add rules for the run's whole configuration (an administrator).
     #[serde(default)]
     pub rules_for_configuration: bool,
@@ -435,7 +437,7 @@ pub struct RulesView {
     pub can_add: bool,
 }
 
-/// One webhook delivery as the run page shows it.
+/// One webhook delivery or notification as the run page shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WebhookView {
     /// `pending`, `delivered`, `failed` or `obsolete`.
@@ -522,4 +524,35 @@ pub fn status_classes(status: RunStatus) -> &'static str {
         RunStatus::Failed => "bg-rose-100 text-rose-900 ring-rose-300 dark:bg-rose-900/40 dark:text-rose-200",
         RunStatus::Cancelled => "bg-slate-100 text-slate-800 ring-slate-300 dark:bg-slate-800 dark:text-slate-200",
     }
+}
+
+/// What a mailed decision link's page shows (`/decide?token=…`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkView {
+    pub run_id: String,
+    /// Approves the turn (else denies it).
+    pub approve: bool,
+    /// The user it was sent to.
+    pub sent_to: String,
+    /// Who is logged in.
+    pub you: String,
+    /// Why it decides nothing now (another user, expired, used, the run moved on), if so.
+    pub blocked: Option<String>,
+    /// The turn's calls, as the mail showed them.
+    pub calls: Vec<LinkCall>,
+    /// When the link stops counting.
+    pub expires: String,
+    /// The token, for the confirming form.
+    pub token: String,
+}
+
+/// One call of a turn on a decision link's page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkCall {
+    pub tool: String,
+    /// Cut short.
+    pub arguments: String,
+    pub preview: Option<String>,
+    /// It waits for approval (else it runs with the turn).
+    pub gated: bool,
 }

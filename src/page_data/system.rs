@@ -27,6 +27,20 @@ pub struct SystemView {
     pub can_reconnect: bool,
     /// Today's spend against the daily caps across runs.
     pub spend: SpendToday,
+    /// The notification outbox (mails), if anyone is notified.
+    pub notifications: Option<OutboxView>,
+}
+
+/// How the notification outbox stands over the last day.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxView {
+    pub pending: i64,
+    /// Pending after a failed attempt.
+    pub retrying: i64,
+    pub failed: i64,
+    pub delivered: i64,
+    /// The latest failure, in the server's words, and when.
+    pub last_error: Option<String>,
 }
 
 /// Today's spend (a UTC day) against the daily caps across runs: each configuration's, and

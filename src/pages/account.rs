@@ -11,6 +11,7 @@ use crate::api::accounts::{
     NrllmLoginLink, NrllmPasswordSet, NrllmTokenCreate, NrllmTokenRevoke, NrllmToolSet,
     NrllmUserCreate, NrllmUserUpdate,
 };
+use crate::api::contacts::NrllmUserContact;
 use crate::components::{
     url_error, Card, ErrorBanner, FieldError, BUTTON_PRIMARY, BUTTON_SECONDARY, INPUT,
 };
@@ -222,6 +223,15 @@ fn user_line(user: crate::api::accounts::UserView, roles: &[(String, String)]) -
                 <input type="password" name=field!(NrllmUserUpdate, password) placeholder="new password (optional)" class=INPUT autocomplete="new-password" maxlength=1024 />
                 <button type="submit" class=BUTTON_SECONDARY>"Save"</button>
                 <span class="text-xs text-slate-500">{format!("since {}{}", user.created, if user.has_password { "" } else { ", no password yet" })}</span>
+            </form>
+            <form method="post" action={action::<NrllmUserContact>()} class="mt-1 flex flex-wrap items-end gap-2" data-testid="user-contact">
+                <CsrfField />
+                <input type="hidden" name=field!(NrllmUserContact, name) value=user.name.clone() />
+                <span class="w-32 text-xs text-slate-500">"reached at"</span>
+                <input type="email" name=field!(NrllmUserContact, email) value=user.email.clone() placeholder="email" class=INPUT maxlength=254 aria-label=format!("Email of {}", user.name) />
+                <input name=field!(NrllmUserContact, slack_team_id) value=user.slack_team_id.clone() placeholder="Slack team id" class=INPUT maxlength=32 aria-label=format!("Slack team id of {}", user.name) />
+                <input name=field!(NrllmUserContact, slack_user_id) value=user.slack_user_id.clone() placeholder="Slack user id" class=INPUT maxlength=32 aria-label=format!("Slack user id of {}", user.name) />
+                <button type="submit" class=BUTTON_SECONDARY data-testid="save-contact">"Save addresses"</button>
             </form>
         </li>
     }

@@ -4,6 +4,7 @@
 
 pub mod account;
 pub mod approvals;
+pub mod decide;
 pub mod playground;
 pub mod rules;
 pub mod run;

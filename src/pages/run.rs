@@ -123,6 +123,16 @@ fn run_notes(run: &RunView) -> AnyView {
             }).collect_view()}
         </ul>
     })}
+    {(!run.notifications.is_empty()).then(|| view! {
+        <ul class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="notifications">
+            {run.notifications.iter().map(|note| view! {
+                <li data-testid="notification" data-state=note.state.clone()
+                    class=if note.state == "failed" { "text-rose-700 dark:text-rose-400" } else { "" }>
+                    {note.text.clone()}
+                </li>
+            }).collect_view()}
+        </ul>
+    })}
     {summary.parent.clone().map(|(parent, note)| view! {
         <p class="mt-2 text-sm text-slate-600 dark:text-slate-400" data-testid="parent">
             "Goes on from " <a href=format!("/runs/{parent}") class="underline">{format!("run {}", &parent[..8.min(parent.len())])}</a>

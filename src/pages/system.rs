@@ -61,6 +61,7 @@ fn Status(view: SystemView) -> impl IntoView {
         .collect_view();
     let can_reconnect = view.can_reconnect;
     let spend = view.spend;
+    let notifications = view.notifications;
     let servers = if view.mcp_servers.is_empty() {
         view! { <p class="text-sm" data-testid="system-mcp-none">"No MCP server is configured."</p> }
             .into_any()
@@ -95,10 +96,27 @@ fn Status(view: SystemView) -> impl IntoView {
                     "Servers are connected from "<code>"[[mcp_servers]]"</code>" in the settings file."
                 </p>
             </Card>
+            {notifications.map(|outbox| view! { <Outbox outbox /> })}
             <Card title="Spend today">
                 <Spend spend />
             </Card>
         </div>
+    }
+}
+
+/// How the notification outbox stands over the last day, and its latest failure.
+#[component]
+fn Outbox(outbox: crate::page_data::system::OutboxView) -> impl IntoView {
+    view! {
+        <Card title="Notifications (last day)">
+            <p class="text-sm" data-testid="outbox">{format!(
+                "{} sent, {} waiting to be sent ({} after a failed attempt), {} given up.",
+                outbox.delivered, outbox.pending, outbox.retrying, outbox.failed
+            )}</p>
+            {outbox.last_error.map(|error| view! {
+                <p class="mt-1 text-sm text-rose-700 dark:text-rose-400" data-testid="outbox-error">{format!("Last failure: {error}")}</p>
+            })}
+        </Card>
     }
 }
 

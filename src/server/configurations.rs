@@ -284,6 +284,7 @@ mod tests {
             spend_cap_usd_per_day: None,
             four_eyes: None,
             approval_timeout: None,
+            notify: None,
             webhook_url: None,
             webhook_secret_env: None,
         }

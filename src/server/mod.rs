@@ -15,6 +15,7 @@ pub mod leases;
 pub mod list_export;
 pub mod live;
 pub mod metrics;
+pub mod notify;
 pub mod present;
 pub mod queue;
 pub mod recovery;
@@ -90,6 +91,8 @@ pub struct AppState {
     pub webhook_store: WebhookStore,
     /// Sends them, if any configuration has a webhook ([`AppState::start_background`]).
     pub webhooks: Option<Arc<webhook::Webhooks>>,
+    /// The notifications (mails), people's addresses, decision links, and their sender.
+    pub notify: notify::Wiring,
     /// This instance's name, as the owner of the leases of the runs it drives.
     pub instance: String,
     /// The runs this instance drives, their heartbeat, and the reaper.
@@ -129,20 +132,16 @@ impl AppState {
             settings,
             Arc::clone(&registry),
         ));
-        let prices = Arc::clone(&configurations);
-        let live = Arc::new(
-            LiveHub::new(StreamLimits {
-                per_run: settings.stream_limit_per_run as usize,
-                total: settings.stream_limit_total as usize,
-            })
-            .with_prices(Arc::new(move |configuration| {
-                nrllm_core::run_service::LoopFactory::prices(&*prices, configuration)
-            })),
-        );
-        let bell = Arc::new(webhook::Bell::default());
+        let live = live_hub(settings, &configurations);
+        // The webhook sender's bell and the notifier's: each rings when a run begins to wait.
+        let bells: (Arc<webhook::Bell>, Arc<webhook::Bell>) = Default::default();
         let counters = Arc::new(metrics::Counters::with_prices(configurations.all_prices()));
-        let listeners: Vec<Arc<dyn RunListener>> =
-            vec![live.clone(), bell.clone(), counters.clone()];
+        let listeners: Vec<Arc<dyn RunListener>> = vec![
+            live.clone(),
+            bells.0.clone(),
+            bells.1.clone(),
+            counters.clone(),
+        ];
         let runs = run_service(
             (&store, Arc::new(sql_store.clone())),
             &configurations,
@@ -150,9 +149,9 @@ impl AppState {
             lease_clock.clone(),
             settings,
         );
-        let webhook_store = WebhookStore::new(db.clone());
-        let webhooks = webhooks(&webhook_store, &runs, bell, settings)?;
         let (accounts, banner_key) = accounts(&db, settings).await?;
+        let (webhook_store, webhooks, notify) =
+            announcers(&db, &accounts, &runs, bells, (settings, &configurations)).await?;
         let tasks = TaskTracker::new();
         let (leases, queue) = workers(&store, &runs, &tasks, (lease, lease_clock), &live, settings);
         tracing::info!(%instance, lease_secs = settings.lease_secs, max_running_runs = settings.max_running_runs, "this instance");
@@ -186,6 +185,7 @@ impl AppState {
             public_url: settings.public_url.clone(),
             webhook_store,
             webhooks,
+            notify,
             instance,
             leases,
             queue,
@@ -242,6 +242,9 @@ impl AppState {
                     }
                 }
             });
+        }
+        if let Some(notifier) = &self.notify.sender {
+            tokio::spawn(Arc::clone(notifier).run(self.shutdown.clone()));
         }
         if let Some(webhooks) = &self.webhooks {
             tokio::spawn(Arc::clone(webhooks).run(self.shutdown.clone()));
@@ -367,6 +370,56 @@ async fn accounts(db: &Database, settings: &Settings) -> Result<(AccountStore, S
         .await
         .map_err(|err| format!("cannot read the server's keys: {err}"))?;
     Ok((accounts, banner_key))
+}
+
+/// The live hub, which knows each configuration's prices (a live step's cost).
+fn live_hub(settings: &Settings, configurations: &Arc<Configurations>) -> Arc<LiveHub> {
+    let prices = Arc::clone(configurations);
+    Arc::new(
+        LiveHub::new(StreamLimits {
+            per_run: settings.stream_limit_per_run as usize,
+            total: settings.stream_limit_total as usize,
+        })
+        .with_prices(Arc::new(move |configuration| {
+            nrllm_core::run_service::LoopFactory::prices(&*prices, configuration)
+        })),
+    )
+}
+
+/// What tells people a run waits: the webhook outbox and its sender (if any target is set), and
+/// the notification outbox, people's addresses, the decision links' key, and the sender of
+/// notifications (if anyone is notified of anything); each sender woken by its bell.
+async fn announcers(
+    db: &Database,
+    accounts: &AccountStore,
+    runs: &Arc<RunService>,
+    (webhook_bell, bell): (Arc<webhook::Bell>, Arc<webhook::Bell>),
+    (settings, configurations): (&Settings, &Configurations),
+) -> Result<(WebhookStore, Option<Arc<webhook::Webhooks>>, notify::Wiring), String> {
+    let webhook_store = WebhookStore::new(db.clone());
+    let webhooks = webhooks(&webhook_store, runs, webhook_bell, settings)?;
+    let key = accounts
+        .server_secret("decision_link_key")
+        .await
+        .map_err(|err| format!("cannot read the decision link key: {err}"))?;
+    let link_key = notify::links::LinkKey::new(key.as_bytes());
+    let store = nrllm_store::notifications::NotificationStore::new(db.clone());
+    let contacts = nrllm_store::contacts::ContactStore::new(db.clone());
+    let parts = notify::Parts {
+        store: store.clone(),
+        contacts: contacts.clone(),
+        runs: Arc::clone(runs),
+        links: link_key.clone(),
+        bell,
+    };
+    let sender = notify::Notifier::new(parts, settings, &configurations.names())?.map(Arc::new);
+    let wiring = notify::Wiring {
+        store,
+        contacts,
+        links: link_key,
+        sender,
+    };
+    Ok((webhook_store, webhooks, wiring))
 }
 
 /// The webhooks' sender, if any target is set.

@@ -51,9 +51,13 @@ pub fn set_page_policy() {
 pub async fn security_headers(request: Request, next: Next) -> Response {
     // Pages, API answers and downloads are the caller's own (a new API token shows once on a
     // page): no cache keeps them. The built assets are the same for everyone.
-    let static_asset = {
-        let path = request.uri().path();
-        path.starts_with("/pkg/") || path == "/favicon.ico"
+    let path = request.uri().path();
+    let static_asset = path.starts_with("/pkg/") || path == "/favicon.ico";
+    // A decision link's token is in its page's URL: no request from that page names the URL
+    // (elsewhere a same-origin Referer is sent: a refused form post goes back to its page).
+    let referrer = match path {
+        "/decide" => "no-referrer",
+        _ => "same-origin",
     };
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
@@ -61,7 +65,7 @@ pub async fn security_headers(request: Request, next: Next) -> Response {
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static(referrer));
     headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     let html = headers
         .get(CONTENT_TYPE)

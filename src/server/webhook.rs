@@ -179,7 +179,7 @@ pub fn retry_wait_ms(backoff_ms: u32, attempts: i64, id: Uuid) -> i64 {
 }
 
 /// One line on what a call's preview shows.
-fn preview_summary(outcome: &PreviewOutcome) -> Option<String> {
+pub(crate) fn preview_summary(outcome: &PreviewOutcome) -> Option<String> {
     match outcome {
         PreviewOutcome::None => None,
         PreviewOutcome::Unavailable(reason) => Some(format!("no preview: {reason}")),
@@ -324,6 +324,13 @@ pub fn delivery_view(delivery: &Delivery) -> Option<WebhookView> {
 #[derive(Default)]
 pub struct Bell(Notify);
 
+impl Bell {
+    /// Until a run begins to wait.
+    pub async fn wait(&self) {
+        self.0.notified().await;
+    }
+}
+
 impl RunListener for Bell {
     fn event(&self, _run_id: Uuid, _event: &SequencedEvent) {}
 
@@ -389,7 +396,7 @@ impl Webhooks {
             }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = self.bell.0.notified() => {}
+                _ = self.bell.wait() => {}
                 _ = tokio::time::sleep(POLL) => {}
             }
         }

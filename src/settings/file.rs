@@ -77,6 +77,16 @@ impl Settings {
         settings.limits.check().map_err(invalid("limits"))?;
         settings.spend_caps = file.spend_caps.unwrap_or_default();
         settings.spend_caps.check().map_err(invalid("spend_caps"))?;
+        settings.notifications =
+            super::notify::Notifications::from_file(file.notifications.unwrap_or_default())
+                .map_err(invalid("notifications"))?;
+        for configuration in &settings.configurations {
+            settings
+                .notifications
+                .policy(configuration.notify.as_ref())
+                .map_err(|message| format!("{}: notify: {message}", configuration.name))
+                .map_err(invalid("configurations"))?;
+        }
         Ok(settings)
     }
 }

@@ -5,7 +5,8 @@
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
-use super::checks::{parse_timeout, web_url};
+use super::checks::web_url;
+use super::durations::parse_timeout;
 use super::values::{Settings, SettingsError};
 use super::written::SettingsFile;
 

@@ -82,6 +82,8 @@ pub struct Settings {
     pub limits: BudgetLimits,
     /// The daily spend caps across runs (`[spend_caps]`; none by default).
     pub spend_caps: SpendCapSettings,
+    /// Who is told when a run waits, and how (`[notifications]`; nobody by default).
+    pub notifications: super::notify::Notifications,
 }
 
 /// The daily spend caps across runs as the settings write them (`[spend_caps]`), in US
@@ -271,6 +273,9 @@ pub struct ModelConfiguration {
     /// default: the `approval_timeout` setting).
     #[serde(default)]
     pub approval_timeout: Option<String>,
+    /// Who is told when its runs wait, and when again (each field over `[notifications]`'s).
+    #[serde(default)]
+    pub notify: Option<super::notify::NotifyFile>,
 }
 
 impl ModelConfiguration {
@@ -333,6 +338,7 @@ impl Default for Settings {
             mcp_call_timeout_secs: 60,
             limits: BudgetLimits::default(),
             spend_caps: SpendCapSettings::default(),
+            notifications: super::notify::Notifications::default(),
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use super::notify::NotificationsFile;
 use super::values::{BudgetLimits, ModelConfiguration, SpendCapSettings};
 
 /// The file as written: every key optional, unknown keys refused (they are usually typos).
@@ -41,4 +42,5 @@ pub(super) struct SettingsFile {
     pub(super) mcp_call_timeout_secs: Option<i64>,
     pub(super) limits: Option<BudgetLimits>,
     pub(super) spend_caps: Option<SpendCapSettings>,
+    pub(super) notifications: Option<NotificationsFile>,
 }

@@ -37,6 +37,7 @@ pub mod testing;
 pub mod tool;
 pub mod tool_loop;
 pub mod transcript;
+pub mod turn_verdict;
 
 pub use decision::{CallDecision, Choice, Decision};
 pub use state::{RunSettings, SuspendedState};

@@ -15,6 +15,7 @@ use crate::question::FormAnswer;
 use crate::rules::RuleDraft;
 use crate::state::SuspendedState;
 use crate::submit::{self, Submission};
+pub use crate::turn_verdict::BulkVerdict;
 
 /// Runs one bulk decision takes at most.
 pub const MAX_BULK_RUNS: usize = 100;
@@ -24,45 +25,6 @@ pub const MAX_BULK_RUNS: usize = 100;
 pub struct Pick {
     pub id: Uuid,
     pub digest: String,
-}
-
-/// What a bulk decision does to each run's whole turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BulkVerdict {
-    ApproveAll,
-    DenyAll,
-}
-
-impl BulkVerdict {
-    /// The button of a run's own form that decides the same.
-    pub fn button(self) -> &'static str {
-        match self {
-            BulkVerdict::ApproveAll => "approve_all",
-            BulkVerdict::DenyAll => "deny_all",
-        }
-    }
-
-    /// What each picked run's claim is given: its own form's button, with `reason` when it
-    /// denies (an approval carries none: there is nothing for the model to read).
-    pub fn submission(self, reason: Option<&str>) -> Submission {
-        Submission {
-            decision: self.button().to_owned(),
-            reason: match self {
-                BulkVerdict::DenyAll => reason.map(str::to_owned),
-                BulkVerdict::ApproveAll => None,
-            },
-            calls: Vec::new(),
-            acknowledge_discard: false,
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<BulkVerdict> {
-        match text {
-            "approve_all" => Some(BulkVerdict::ApproveAll),
-            "deny_all" => Some(BulkVerdict::DenyAll),
-            _ => None,
-        }
-    }
 }
 
 /// What the model reads for each call of a turn nobody decided in time.

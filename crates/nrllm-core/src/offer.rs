@@ -9,8 +9,8 @@
 //! the key and the record of uses); whoever presses it never chooses its recipient or its verdict
 //! beyond what was signed.
 
-use crate::moves::BulkVerdict;
 use crate::submit::Submission;
+use crate::turn_verdict::BulkVerdict;
 
 /// Where an offer was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

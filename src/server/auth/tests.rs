@@ -112,6 +112,35 @@ fn only_this_site_may_post() {
         Err("origin"),
         "another port is another origin"
     );
+    // A decision link's page (no-referrer) posts with `Origin: null`: the browser's same-origin
+    // Sec-Fetch-Site lets it through; without it, or from another site, it is refused.
+    assert!(same_site(
+        &headers(&[
+            ("host", "127.0.0.1:3000"),
+            ("sec-fetch-site", "same-origin"),
+            ("origin", "null")
+        ]),
+        host
+    )
+    .is_ok());
+    assert_eq!(
+        same_site(
+            &headers(&[("host", "127.0.0.1:3000"), ("origin", "null")]),
+            host
+        ),
+        Err("origin")
+    );
+    assert_eq!(
+        same_site(
+            &headers(&[
+                ("host", "127.0.0.1:3000"),
+                ("sec-fetch-site", "cross-site"),
+                ("origin", "null")
+            ]),
+            host
+        ),
+        Err("sec-fetch-site")
+    );
 }
 
 #[test]

@@ -194,6 +194,7 @@ pub fn run_view(
         log: None,
         decide_block: None,
         webhooks: Vec::new(),
+        notifications: Vec::new(),
         rules_for_configuration: false,
         rules: Vec::new(),
         children: Vec::new(),

@@ -408,16 +408,13 @@ impl RunStore for SqlRunStore {
                 if still_due.rows_affected() != 1 {
                     continue;
                 }
-                sqlx::query("DELETE FROM agent_run_effect WHERE run_id = $1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(backend)?;
                 for table in [
+                    "agent_run_effect",
                     "webhook_delivery",
                     "notification",
                     "notification_round",
                     "decision_link_use",
+                    "agent_run_search_queue",
                 ] {
                     sqlx::query(&format!("DELETE FROM {table} WHERE run_id = $1"))
                         .bind(id)
@@ -425,11 +422,6 @@ impl RunStore for SqlRunStore {
                         .await
                         .map_err(backend)?;
                 }
-                sqlx::query("DELETE FROM agent_run_search_queue WHERE run_id = $1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(backend)?;
                 let events = sqlx::query("DELETE FROM agent_run_event WHERE run_id = $1")
                     .bind(id)
                     .execute(&mut *tx)

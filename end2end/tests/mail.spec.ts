@@ -1,0 +1,120 @@
+import { request as playwrightRequest } from "@playwright/test";
+import { expect, test, USER_PASSWORD } from "../fixtures";
+import { runView, startWaiting } from "../helpers";
+import { mailsTo } from "../mail-server";
+
+// Approving from a mail (issue 42): a run of the `mailed` configuration (four-eyes, mails alice)
+// is mailed to alice through the suite's real SMTP server (end2end/mail-server.ts) with signed
+// Approve and Deny links. Opening a link decides nothing (mail scanners fetch links); a browser
+// logged in as someone else is told so and decides nothing; alice, after logging in, confirms
+// with one press, with JavaScript on and off. A used link decides nothing more.
+
+const ALICE = "alice@example.test";
+
+/** The mail to alice about run `runId`, once it arrived. */
+async function mailAbout(runId: string) {
+  let found: Awaited<ReturnType<typeof mailsTo>>[number] | undefined;
+  await expect
+    .poll(
+      async () => {
+        found = (await mailsTo(ALICE)).find((mail) => (mail.text ?? "").includes(runId));
+        return found !== undefined;
+      },
+      { timeout: 15_000 },
+    )
+    .toBe(true);
+  return found!;
+}
+
+/** The link after `label:` in a mail's text. */
+function link(text: string, label: string): string {
+  const line = text.split("\n").find((l) => l.startsWith(`${label}: `));
+  if (!line) throw new Error(`no ${label} link in:\n${text}`);
+  return line.slice(label.length + 2).trim();
+}
+
+test.beforeAll(async ({ request }) => {
+  const set = await request.post("/api/nrllm_user_contact", { data: { name: "alice", email: ALICE } });
+  expect(set.status()).toBe(200);
+});
+
+for (const javaScript of [true, false]) {
+  test.describe(`decision links in a mail, JavaScript ${javaScript ? "on" : "off"}`, () => {
+    test.use({ javaScriptEnabled: javaScript });
+
+    test("the recipient confirms once after logging in; nobody else and no GET decides", async ({
+      page,
+      browser,
+      request,
+    }) => {
+      const verdict = javaScript ? "Approve" : "Deny";
+      const slug = `mailed-${javaScript ? "js" : "nojs"}-${Date.now() % 1_000_000}`;
+      const { runId } = await startWaiting(request, `Create a page ${slug} titled "Mailed"`, "mailed");
+      const mail = await mailAbout(runId);
+      expect(mail.subject).toContain("waits for your decision: create_page");
+      expect(mail.from?.text).toContain("nrllm@example.test");
+      expect(mail.text).toContain(slug);
+      expect(mail.html).toContain("<a href=");
+      const url = new URL(link(mail.text!, verdict));
+      expect(url.pathname).toBe("/decide");
+      expect(link(mail.text!, "Open the run")).toContain(`/runs/${runId}`);
+      const target = url.pathname + url.search;
+
+      // The operator (who started it, and is not alice) is told the link is not theirs.
+      const opened = await page.goto(target);
+      expect(opened!.headers()["referrer-policy"]).toBe("no-referrer");
+      await expect(page.getByTestId("link-blocked")).toContainText("This link was sent to alice, and you are logged in as operator");
+      await expect(page.getByTestId("link-confirm")).toHaveCount(0);
+      expect((await runView(request, runId)).summary.status).toBe("waiting_for_approval");
+
+      // A browser without a session logs in first, as alice, and lands back on the link.
+      const context = await browser.newContext({ javaScriptEnabled: javaScript, storageState: { cookies: [], origins: [] } });
+      const alice = await context.newPage();
+      await alice.goto(target);
+      await alice.waitForURL(/\/login\?next=/);
+      await alice.getByLabel("Name").fill("alice");
+      await alice.getByLabel("Password").fill(USER_PASSWORD);
+      await alice.getByTestId("log-in").click();
+      await alice.waitForURL(/\/decide\?token=/);
+      await expect(alice.getByTestId("link-summary")).toContainText("It was sent to alice; you are logged in as alice");
+      await expect(alice.getByTestId("link-call")).toContainText("create_page");
+      // Every GET so far decided nothing.
+      expect((await runView(request, runId)).summary.status).toBe("waiting_for_approval");
+
+      await alice.getByTestId("link-confirm").click();
+      await alice.waitForURL(new RegExp(`/runs/${runId}$`));
+      await expect.poll(async () => (await runView(request, runId)).summary.status, { timeout: 15_000 }).toBe("completed");
+      const decided = await runView(request, runId);
+      expect(decided.summary.decided_by).toBe("alice");
+      expect(decided.summary.decision).toContain(javaScript ? "approved by alice" : "denied by alice");
+      // The run page records the mail.
+      await alice.goto(`/runs/${runId}`);
+      await expect(alice.getByTestId("notification")).toContainText("mail to alice: sent at");
+
+      // The link decides once: opened again, it says so.
+      await alice.goto(target);
+      await expect(alice.getByTestId("link-blocked")).toContainText("This link decided already");
+      await context.close();
+    });
+  });
+}
+
+test("a link whose token was changed is refused, and a press by anyone but its recipient decides nothing", async ({ page, request, baseURL }) => {
+  const { runId } = await startWaiting(request, `Create a page mailed-forged-${Date.now() % 1_000_000} titled "F"`, "mailed");
+  const mail = await mailAbout(runId);
+  const url = new URL(link(mail.text!, "Approve"));
+  const token = url.searchParams.get("token")!;
+  const forged = token.slice(0, -4) + (token.endsWith("aaaa") ? "bbbb" : "aaaa");
+  await page.goto(`/decide?token=${encodeURIComponent(forged)}`);
+  await expect(page.getByTestId("link-error")).toContainText("This link is not one this server made");
+
+  // Through the API, as the operator (not alice): refused, nothing decided.
+  const as = await playwrightRequest.newContext({ baseURL, storageState: { cookies: [], origins: [] } });
+  await as.post("/api/nrllm_login", { data: { name: "bert", password: USER_PASSWORD } });
+  const csrf = (await as.storageState()).cookies.find((c) => c.name === "nrllm_csrf")!.value;
+  const refused = await as.post("/api/nrllm_link_decide", { data: { token }, headers: { "x-csrf-token": csrf } });
+  expect(refused.status()).toBe(403);
+  expect(await refused.text()).toContain("This link was sent to alice");
+  await as.dispose();
+  expect((await runView(request, runId)).summary.status).toBe("waiting_for_approval");
+});
