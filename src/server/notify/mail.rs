@@ -90,7 +90,7 @@ pub fn compose(
     ));
     let html = format!(
         "<!doctype html><html><body><p>Run <strong>{}</strong> ({}, requested by {}) {lead}. \
-         Decide by {}.</p><ul>{items}</ul><p><a href=\"{}\">Approve</a> · <a href=\"{}\">Deny</a> · \
+         Decide by {}.</p><ul>{items}</ul><p><a href=\"{}\">Approve</a> | <a href=\"{}\">Deny</a> | \
          <a href=\"{}\">Open the run</a></p><p>Each link asks you to confirm before it decides, \
          and decides once.</p></body></html>",
         escape(&run.id.to_string()),
@@ -142,7 +142,7 @@ fn calls(pending: &PendingTurn) -> (String, String) {
     }
     let more = pending.state.pending.len().saturating_sub(MAX_CALLS);
     if more > 0 {
-        let line = format!("… and {more} more call(s): open the run to see them.");
+        let line = format!("... and {more} more call(s): open the run to see them.");
         text.push_str(&format!("{line}\n"));
         items.push_str(&format!("<li>{line}</li>"));
     }
