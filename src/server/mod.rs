@@ -405,12 +405,17 @@ async fn announcers(
     let link_key = notify::links::LinkKey::new(key.as_bytes());
     let store = nrllm_store::notifications::NotificationStore::new(db.clone());
     let contacts = nrllm_store::contacts::ContactStore::new(db.clone());
+    let slack = notify::SlackApp::from_settings(&settings.notifications.slack, |name| {
+        std::env::var(name).ok()
+    })?
+    .map(Arc::new);
     let parts = notify::Parts {
         store: store.clone(),
         contacts: contacts.clone(),
         runs: Arc::clone(runs),
         links: link_key.clone(),
         bell,
+        slack: slack.clone(),
     };
     let sender = notify::Notifier::new(parts, settings, &configurations.names())?.map(Arc::new);
     let wiring = notify::Wiring {
@@ -418,6 +423,7 @@ async fn announcers(
         contacts,
         links: link_key,
         sender,
+        slack,
     };
     Ok((webhook_store, webhooks, wiring))
 }

@@ -20,6 +20,10 @@ pub fn router(state: AppState, settings: &Settings) -> Router {
         )
         .route("/metrics", axum::routing::get(metrics::metrics))
         .route(
+            super::notify::slack::INTERACTIONS_PATH,
+            axum::routing::post(super::notify::hooks::slack_interactions),
+        )
+        .route(
             "/runs/export.csv",
             axum::routing::get(list_export::export_csv),
         )

@@ -1,24 +1,7 @@
 //! Checks of values that take more than a range: durations, web addresses, model configurations.
 
-use super::durations::parse_timeout;
+use super::parse::{parse_timeout, web_url};
 use super::values::{ModelConfiguration, ProviderKind};
-
-/// A webhook address: `http://` or `https://` with a host.
-pub(super) fn web_url(value: &str) -> Result<String, String> {
-    let rest = value
-        .strip_prefix("https://")
-        .or_else(|| value.strip_prefix("http://"));
-    match rest {
-        Some(rest)
-            if !rest.is_empty()
-                && !rest.starts_with('/')
-                && !value.contains(char::is_whitespace) =>
-        {
-            Ok(value.to_owned())
-        }
-        _ => Err("a webhook URL starts with http:// or https:// and names a host".to_owned()),
-    }
-}
 
 /// The model configurations as given, checked: each has its own name (not `demo`) and a model,
 /// web addresses, a timeout, a temperature and prices that read. `env` fills an OpenAI

@@ -9,15 +9,15 @@
 //! would still be ours, so it would add a dependency without removing code.
 
 mod checks;
-mod durations;
 mod file;
 pub mod notify;
+mod parse;
 mod table;
 #[cfg(test)]
 mod tests;
 mod values;
 mod written;
 
-pub use durations::parse_timeout;
 pub use file::DEFAULT_SETTINGS_FILE;
+pub use parse::parse_timeout;
 pub use values::{ModelConfiguration, ProviderKind, Settings, SettingsError};

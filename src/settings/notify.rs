@@ -12,11 +12,15 @@
 //! ```
 //!
 //! The mail server's password comes only from the environment (`smtp_password_env`, default
-//! `NRLLM_SMTP_PASSWORD`); its user name may ride in the URL.
+//! `NRLLM_SMTP_PASSWORD`); its user name may ride in the URL. Slack: `slack_channel` (a channel
+//! id, here or per configuration; `slack:<channel>` in `escalate_to`), `slack_api_url` (default
+//! Slack's own), and the bot token and signing secret only from the environment
+//! (`NRLLM_SLACK_BOT_TOKEN`, `NRLLM_SLACK_SIGNING_SECRET`, or the variables
+//! `slack_bot_token_env` and `slack_signing_secret_env` name).
 
 use serde::Deserialize;
 
-use super::durations::parse_timeout;
+use super::parse::parse_timeout;
 use nrllm_types::Role;
 
 /// `[notifications]` as written.
@@ -30,6 +34,10 @@ pub struct NotificationsFile {
     pub remind_after: Option<String>,
     pub escalate_after: Option<String>,
     pub escalate_to: Option<Vec<String>>,
+    pub slack_channel: Option<String>,
+    pub slack_api_url: Option<String>,
+    pub slack_bot_token_env: Option<String>,
+    pub slack_signing_secret_env: Option<String>,
 }
 
 /// A configuration's `notify = { … }`: each field over `[notifications]`'s.
@@ -40,13 +48,25 @@ pub struct NotifyFile {
     pub remind_after: Option<String>,
     pub escalate_after: Option<String>,
     pub escalate_to: Option<Vec<String>>,
+    /// The Slack channel its waiting runs are posted in (`""`: none).
+    pub slack_channel: Option<String>,
 }
 
-/// Whom a round goes to: users by name, and everyone of some roles (or above).
+/// Whom a round goes to: users by name, everyone of some roles (or above), Slack channels.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Audience {
     pub users: Vec<String>,
     pub roles: Vec<Role>,
+    pub channels: Vec<String>,
+}
+
+/// `id` if it reads as a Slack channel id (`C024BE91L`), else why not.
+fn check_channel(id: &str) -> Result<String, String> {
+    let id = id.trim();
+    match nrllm_store::contacts::check_slack_id("a Slack channel", id) {
+        Ok(()) => Ok(id.to_owned()),
+        Err(message) => Err(format!("`{id}`: {message}")),
+    }
 }
 
 impl Audience {
@@ -55,6 +75,10 @@ impl Audience {
         let mut audience = Audience::default();
         for entry in entries {
             let entry = entry.trim();
+            if let Some(channel) = entry.strip_prefix("slack:") {
+                audience.channels.push(check_channel(channel)?);
+                continue;
+            }
             match entry.strip_prefix("role:") {
                 Some(role) => audience.roles.push(Role::parse(role).ok_or_else(|| {
                     format!("`{entry}`: a role is one of viewer, operator, approver, admin")
@@ -70,7 +94,7 @@ impl Audience {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.users.is_empty() && self.roles.is_empty()
+        self.users.is_empty() && self.roles.is_empty() && self.channels.is_empty()
     }
 
     /// Whether user `name` of `role` is in it (a role entry takes that role and above).
@@ -88,6 +112,17 @@ pub struct Policy {
     pub escalate_after_ms: Option<u64>,
     /// Told at the escalation.
     pub escalate_to: Audience,
+    /// Where its waiting runs are posted in Slack (and reminded), if anywhere.
+    pub slack_channel: Option<String>,
+}
+
+/// Slack: where its Web API is, and the environment variables with the bot token and the
+/// signing secret (the values are read at start, never written anywhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slack {
+    pub api_url: String,
+    pub bot_token_env: String,
+    pub signing_secret_env: String,
 }
 
 /// The mail server and the sender.
@@ -103,8 +138,20 @@ pub struct Mail {
 pub struct Notifications {
     /// `None`: no mail is sent.
     pub mail: Option<Mail>,
+    /// Slack's API and secrets' names (whether Slack is on depends on the token being set).
+    pub slack: Slack,
     /// What a configuration without `notify` gets.
     pub defaults: Policy,
+}
+
+impl Default for Slack {
+    fn default() -> Slack {
+        Slack {
+            api_url: "https://slack.com/api".to_owned(),
+            bot_token_env: "NRLLM_SLACK_BOT_TOKEN".to_owned(),
+            signing_secret_env: "NRLLM_SLACK_SIGNING_SECRET".to_owned(),
+        }
+    }
 }
 
 fn duration(field: &str, value: Option<&str>) -> Result<Option<u64>, String> {
@@ -159,16 +206,33 @@ impl Notifications {
                 )
             }
         };
+        let base = Slack::default();
+        let slack = Slack {
+            api_url: match file.slack_api_url {
+                Some(url) => super::parse::web_url(url.trim_end_matches('/'))
+                    .map_err(|_| "slack_api_url: http:// or https:// and a host".to_owned())?,
+                None => base.api_url,
+            },
+            bot_token_env: file.slack_bot_token_env.unwrap_or(base.bot_token_env),
+            signing_secret_env: file
+                .slack_signing_secret_env
+                .unwrap_or(base.signing_secret_env),
+        };
         let defaults = policy_of(
             &NotifyFile {
                 to: file.to,
                 remind_after: file.remind_after,
                 escalate_after: file.escalate_after,
                 escalate_to: file.escalate_to,
+                slack_channel: file.slack_channel,
             },
             &Policy::default(),
         )?;
-        Ok(Notifications { mail, defaults })
+        Ok(Notifications {
+            mail,
+            slack,
+            defaults,
+        })
     }
 
     /// The policy of a configuration with `notify` (if it has one).
@@ -197,6 +261,13 @@ pub fn policy_of(file: &NotifyFile, base: &Policy) -> Result<Policy, String> {
             None => base.escalate_after_ms,
         },
         escalate_to: audience("escalate_to", &file.escalate_to, &base.escalate_to)?,
+        slack_channel: match file.slack_channel.as_deref().map(str::trim) {
+            Some("") => None,
+            Some(channel) => {
+                Some(check_channel(channel).map_err(|m| format!("slack_channel: {m}"))?)
+            }
+            None => base.slack_channel.clone(),
+        },
     };
     if policy.escalate_after_ms.is_some() && policy.escalate_to.is_empty() {
         return Err("escalate_after: name whom to escalate to (escalate_to)".to_owned());
@@ -226,6 +297,45 @@ mod tests {
         let err = Audience::parse(&strings(&["role:boss"]).unwrap()).unwrap_err();
         assert!(err.contains("viewer, operator, approver, admin"), "{err}");
         assert!(Audience::parse(&strings(&["al ice"]).unwrap()).is_err());
+        let channels = Audience::parse(&strings(&["slack:C024BE91L"]).unwrap()).unwrap();
+        assert_eq!(channels.channels, ["C024BE91L"]);
+        assert!(!channels.is_empty());
+        assert!(Audience::parse(&strings(&["slack:#general"]).unwrap()).is_err());
+    }
+
+    #[test]
+    fn a_slack_channel_is_an_id_and_an_empty_one_turns_it_off() {
+        let base = Policy {
+            slack_channel: Some("C1".into()),
+            ..Policy::default()
+        };
+        let off = NotifyFile {
+            slack_channel: Some(String::new()),
+            ..NotifyFile::default()
+        };
+        assert_eq!(policy_of(&off, &base).unwrap().slack_channel, None);
+        assert_eq!(
+            policy_of(&NotifyFile::default(), &base)
+                .unwrap()
+                .slack_channel
+                .as_deref(),
+            Some("C1")
+        );
+        let bad = NotifyFile {
+            slack_channel: Some("general".into()),
+            ..NotifyFile::default()
+        };
+        assert!(policy_of(&bad, &base)
+            .unwrap_err()
+            .starts_with("slack_channel"));
+        let slack = Notifications::from_file(NotificationsFile {
+            slack_api_url: Some("http://127.0.0.1:9/api/".into()),
+            ..NotificationsFile::default()
+        })
+        .unwrap()
+        .slack;
+        assert_eq!(slack.api_url, "http://127.0.0.1:9/api");
+        assert_eq!(slack.bot_token_env, "NRLLM_SLACK_BOT_TOKEN");
     }
 
     #[test]

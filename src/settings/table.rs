@@ -5,8 +5,8 @@
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
-use super::checks::web_url;
-use super::durations::parse_timeout;
+use super::parse::parse_timeout;
+use super::parse::web_url;
 use super::values::{Settings, SettingsError};
 use super::written::SettingsFile;
 

@@ -50,6 +50,11 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
             json,
         );
     };
+    if path == crate::server::notify::slack::INTERACTIONS_PATH {
+        // Slack's button presses: no session, cookie or Origin of ours; the handler checks
+        // Slack's signature over the body (the body cap still holds, outside this guard).
+        return next.run(request).await;
+    }
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -98,19 +103,26 @@ pub async fn guard(State(state): State<AppState>, mut request: Request, next: Ne
     });
     let mut response = next.run(request).await;
     sign_error_redirect(&mut response, &state.banner_key);
-    if auth.secure {
+    let new_csrf = existing_csrf.is_none().then_some(csrf.as_str());
+    finish(&mut response, auth.secure, new_csrf);
+    response
+}
+
+/// HSTS behind https, and a new CSRF cookie for a browser that had none (unless the response
+/// sets cookies of its own: a login sets a fresh one).
+fn finish(response: &mut Response, secure: bool, new_csrf: Option<&str>) {
+    if secure {
         response.headers_mut().insert(
             header::STRICT_TRANSPORT_SECURITY,
             HeaderValue::from_static("max-age=31536000"),
         );
     }
-    if existing_csrf.is_none() && !response.headers().contains_key(header::SET_COOKIE) {
+    if let Some(csrf) = new_csrf.filter(|_| !response.headers().contains_key(header::SET_COOKIE)) {
         response.headers_mut().append(
             header::SET_COOKIE,
-            set_cookie(CSRF_COOKIE, &csrf, 400 * 24 * 3600, auth.secure),
+            set_cookie(CSRF_COOKIE, csrf, 400 * 24 * 3600, secure),
         );
     }
-    response
 }
 
 /// Who the request is from: the user of its API token (an unknown token is refused), else of its

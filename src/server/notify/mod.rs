@@ -1,7 +1,9 @@
 //! Telling people a run waits for them, where they are: a mail with signed *Approve* and *Deny*
 //! links to each person the configuration names who may decide the run (the core's authority
-//! says who may: role, four-eyes), again after `remind_after`, and to `escalate_to` after
-//! `escalate_after`.
+//! says who may: role, four-eyes), and a message with buttons in the configuration's Slack
+//! channel; again after `remind_after`, and to `escalate_to` (people, roles, Slack channels)
+//! after `escalate_after`. A posted Slack message is updated to say who decided what once its
+//! turn is decided, anywhere.
 //!
 //! Every notification goes through the durable outbox ([`NotificationStore`]): a round and its
 //! notifications are written once whatever the instances, each is sent by one instance at a
@@ -10,8 +12,10 @@
 //! the run page and `/system`, never as an error on a decision, and nothing is journaled, so the
 //! turn's digest, and every open page and link, stays valid.
 
+pub mod hooks;
 pub mod links;
 pub mod mail;
+pub mod slack;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,20 +49,77 @@ const LOOKBACK_MS: i64 = 24 * 3_600_000;
 /// Rounds planned and notifications sent per pass.
 const BATCH: u32 = 16;
 
-/// The rounds `policy` asks for: each round, how long after the turn began to wait it is due,
-/// and whom it goes to.
-fn rounds(policy: &Policy) -> Vec<(Round, u64, &Audience)> {
+/// One round a policy asks for: when it is due after the turn began to wait, the people it
+/// goes to, and the Slack channels it is posted in.
+struct Due<'a> {
+    round: Round,
+    after_ms: u64,
+    people: &'a Audience,
+    channels: Vec<&'a str>,
+}
+
+/// The rounds `policy` asks for.
+fn rounds(policy: &Policy) -> Vec<Due<'_>> {
     let mut rounds = Vec::new();
-    if !policy.to.is_empty() {
-        rounds.push((Round::Waiting, 0, &policy.to));
+    let channels: Vec<&str> = policy.slack_channel.as_deref().into_iter().collect();
+    if !policy.to.is_empty() || !channels.is_empty() {
+        let due = |round, after_ms| Due {
+            round,
+            after_ms,
+            people: &policy.to,
+            channels: channels.clone(),
+        };
+        rounds.push(due(Round::Waiting, 0));
         if let Some(after) = policy.remind_after_ms {
-            rounds.push((Round::Reminder, after, &policy.to));
+            rounds.push(due(Round::Reminder, after));
         }
     }
     if let Some(after) = policy.escalate_after_ms {
-        rounds.push((Round::Escalation, after, &policy.escalate_to));
+        rounds.push(Due {
+            round: Round::Escalation,
+            after_ms: after,
+            people: &policy.escalate_to,
+            channels: policy
+                .escalate_to
+                .channels
+                .iter()
+                .map(String::as_str)
+                .collect(),
+        });
     }
     rounds
+}
+
+/// Slack, when its bot token is set: the Web API client and the secret presses are signed with.
+pub struct SlackApp {
+    pub client: slack::Client,
+    pub signing_secret: String,
+}
+
+impl SlackApp {
+    /// Slack as `settings` name it, if its bot token is in the environment (the signing secret
+    /// must be too: presses could not be checked without it).
+    pub fn from_settings(
+        settings: &crate::settings::notify::Slack,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<SlackApp>, String> {
+        let Some(token) = env(&settings.bot_token_env).filter(|t| !t.is_empty()) else {
+            return Ok(None);
+        };
+        let signing_secret = env(&settings.signing_secret_env)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                format!(
+                    "{} is set but {} is not: Slack's button presses could not be checked; set \
+                     the app's signing secret",
+                    settings.bot_token_env, settings.signing_secret_env
+                )
+            })?;
+        Ok(Some(SlackApp {
+            client: slack::Client::new(&settings.api_url, token)?,
+            signing_secret,
+        }))
+    }
 }
 
 /// Makes and sends the notifications.
@@ -69,6 +130,7 @@ pub struct Notifier {
     /// Each configuration's policy, for those that notify anyone.
     policies: Vec<(String, Policy)>,
     mailer: Option<mail::Mailer>,
+    slack: Option<Arc<SlackApp>>,
     links: LinkKey,
     bell: Arc<Bell>,
     public_url: String,
@@ -87,6 +149,8 @@ pub struct Wiring {
     pub links: LinkKey,
     /// Sends the notifications, if anyone is notified of anything.
     pub sender: Option<Arc<Notifier>>,
+    /// Slack, if its bot token is set.
+    pub slack: Option<Arc<SlackApp>>,
 }
 
 /// What the notifier needs besides the settings.
@@ -96,6 +160,7 @@ pub struct Parts {
     pub runs: Arc<RunService>,
     pub links: LinkKey,
     pub bell: Arc<Bell>,
+    pub slack: Option<Arc<SlackApp>>,
 }
 
 impl Notifier {
@@ -127,7 +192,7 @@ impl Notifier {
             )?),
             None => None,
         };
-        if policies.is_empty() || mailer.is_none() {
+        if policies.is_empty() || (mailer.is_none() && parts.slack.is_none()) {
             return Ok(None);
         }
         Ok(Some(Notifier {
@@ -136,6 +201,7 @@ impl Notifier {
             runs: parts.runs,
             policies,
             mailer,
+            slack: parts.slack,
             links: parts.links,
             bell: parts.bell,
             public_url: settings.public_url.clone(),
@@ -164,11 +230,15 @@ impl Notifier {
     pub async fn pass(&self) -> Result<(), StoreError> {
         let now = now_ms();
         for (configuration, policy) in &self.policies {
-            for (round, after, audience) in rounds(policy) {
-                let until = now.saturating_sub(i64::try_from(after).unwrap_or(i64::MAX));
-                let window = (now - LOOKBACK_MS - i64::try_from(after).unwrap_or(0), until);
-                for turn in self.store.due(configuration, round, window, BATCH).await? {
-                    self.plan(&turn, round, audience, now).await?;
+            for due in rounds(policy) {
+                let after = i64::try_from(due.after_ms).unwrap_or(i64::MAX / 2);
+                let window = (now - LOOKBACK_MS - after, now.saturating_sub(after));
+                for turn in self
+                    .store
+                    .due(configuration, due.round, window, BATCH)
+                    .await?
+                {
+                    self.plan(&turn, &due, now).await?;
                 }
             }
         }
@@ -177,18 +247,47 @@ impl Notifier {
             .claim_due(now, now + LEASE.as_millis() as i64, BATCH)
             .await?;
         let sent = futures::future::join_all(claimed.into_iter().map(|c| self.send(c))).await;
-        sent.into_iter().collect()
+        sent.into_iter().collect::<Result<(), StoreError>>()?;
+        self.close_decided(now).await
     }
 
-    /// Writes `round` of `turn` with a notification for each person of `audience` who may
-    /// decide the run (the authority says) and can be reached.
-    async fn plan(
-        &self,
-        turn: &DueTurn,
-        round: Round,
-        audience: &Audience,
-        now: i64,
-    ) -> Result<(), StoreError> {
+    /// Updates each posted Slack message whose turn was decided to say who decided what.
+    async fn close_decided(&self, now: i64) -> Result<(), StoreError> {
+        let Some(slack) = &self.slack else {
+            return Ok(());
+        };
+        for note in self.store.to_close(BATCH).await? {
+            let Some((channel, ts)) = note.message_ref.as_deref().and_then(|r| r.split_once(' '))
+            else {
+                continue;
+            };
+            let outcome = match self.runs.store().get(note.run_id).await? {
+                Some(run) => outcome_text(&run),
+                None => "deleted".to_owned(),
+            };
+            let mut body = slack::closed(note.run_id, &outcome, &self.public_url);
+            body["channel"] = channel.into();
+            body["ts"] = ts.into();
+            match slack.client.call("chat.update", &body).await {
+                Ok(_) => {
+                    self.store.close(note.id, now).await?;
+                }
+                // Refused for good (the message or channel is gone): nothing more to update.
+                Err(slack::CallError::Refused(error)) => {
+                    tracing::warn!(notification = %note.id, %error, "a Slack message could not be updated");
+                    self.store.close(note.id, now).await?;
+                }
+                // Slack unreachable: the next pass tries again.
+                Err(slack::CallError::Unreachable(_)) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `due`'s round of `turn` with a mail for each of its people who may decide the run
+    /// (the authority says) and has an address, and a post in each of its Slack channels.
+    async fn plan(&self, turn: &DueTurn, due: &Due<'_>, now: i64) -> Result<(), StoreError> {
+        let (round, audience) = (due.round, due.people);
         let Some(run) = self.runs.store().get(turn.run_id).await? else {
             return Ok(());
         };
@@ -213,6 +312,16 @@ impl Notifier {
                 address: email,
             });
         }
+        if self.mailer.is_none() {
+            notes.clear();
+        }
+        if self.slack.is_some() {
+            notes.extend(due.channels.iter().map(|channel| NewNotification {
+                channel: Channel::Slack,
+                recipient: (*channel).to_owned(),
+                address: (*channel).to_owned(),
+            }));
+        }
         if self.store.add_round(turn, round, &notes, now).await? {
             tracing::info!(run_id = %turn.run_id, round = round.as_str(), people = notes.len(), "notifications planned");
         }
@@ -221,15 +330,19 @@ impl Notifier {
 
     async fn send(&self, claimed: ClaimedNotification) -> Result<(), StoreError> {
         let note = &claimed.notification;
+        let mut message_ref = None;
         let attempt = if !claimed.still_waiting {
             Attempt::Obsolete
         } else {
             let sent = match note.channel {
-                Channel::Email => self.mail(note).await,
-                Channel::Slack => Err("Slack is not set up on this server".to_owned()),
+                Channel::Email => self.mail(note).await.map(|()| None),
+                Channel::Slack => self.post(note).await.map(Some),
             };
             match sent {
-                Ok(()) => Attempt::Delivered { status: 250 },
+                Ok(posted) => {
+                    message_ref = posted;
+                    Attempt::Delivered { status: 200 }
+                }
                 Err(error) => {
                     let attempts = note.attempts + 1;
                     let retry_at_ms = (attempts < i64::from(self.max_attempts))
@@ -243,7 +356,11 @@ impl Notifier {
                 }
             }
         };
-        if !self.store.record(note, &attempt, None, now_ms()).await? {
+        let recorded = self
+            .store
+            .record(note, &attempt, message_ref.as_deref(), now_ms())
+            .await?;
+        if !recorded {
             tracing::warn!(notification = %note.id, "a notification's lease ran out before its attempt was recorded");
         }
         Ok(())
@@ -281,6 +398,54 @@ impl Notifier {
         };
         let content = mail::compose(&run, &pending, note.round, expires, &links);
         mailer.send(&note.address, &content).await
+    }
+}
+
+impl Notifier {
+    /// Posts `note`'s run in its Slack channel; what Slack calls the message (`channel ts`).
+    async fn post(&self, note: &Notification) -> Result<String, String> {
+        let slack = self
+            .slack
+            .as_ref()
+            .ok_or_else(|| "Slack is not set up any more".to_owned())?;
+        let run = match self.runs.store().get(note.run_id).await {
+            Ok(Some(run)) => run,
+            _ => return Err("the run could not be read".to_owned()),
+        };
+        let pending = self
+            .runs
+            .pending(&run)
+            .await
+            .ok_or_else(|| "the run's waiting turn could not be read".to_owned())?;
+        let now = now_ms();
+        let deadline = offer_expiry(now, run.approval_deadline_ms);
+        let mut body = slack::message(
+            &run,
+            &pending,
+            (note.round, deadline, now),
+            &self.public_url,
+        );
+        body["channel"] = note.address.clone().into();
+        let answer = slack
+            .client
+            .call("chat.postMessage", &body)
+            .await
+            .map_err(|err| err.to_string())?;
+        let channel = answer["channel"].as_str().unwrap_or(&note.address);
+        let ts = answer["ts"]
+            .as_str()
+            .ok_or_else(|| "Slack's answer named no message".to_owned())?;
+        Ok(format!("{channel} {ts}"))
+    }
+}
+
+/// Who decided what on a run, for a message updated after the decision.
+fn outcome_text(run: &nrllm_core::run_store::RunRecord) -> String {
+    match (&run.decision, &run.decided_by, run.decided_at_ms) {
+        (Some(decision), Some(by), Some(at)) => {
+            format!("{decision} by {by} at {}", format_utc(at))
+        }
+        _ => format!("no longer waiting (it is {})", run.status),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Durations as the settings write them.
+//! Values as the settings write them: durations, web addresses.
 
 /// An approval timeout: a duration such as `24h`, `90m` or `2s` (at least a second, at most a
 /// year), or `none` (a turn waits until decided). In milliseconds.
@@ -14,4 +14,21 @@ pub fn parse_timeout(value: &str) -> Result<Option<u64>, String> {
         .ok_or_else(|| {
             format!("`{value}` is not a duration such as \"24h\", \"90m\" or \"2s\" (1 s to a year), or \"none\"")
         })
+}
+
+/// A webhook address: `http://` or `https://` with a host.
+pub(super) fn web_url(value: &str) -> Result<String, String> {
+    let rest = value
+        .strip_prefix("https://")
+        .or_else(|| value.strip_prefix("http://"));
+    match rest {
+        Some(rest)
+            if !rest.is_empty()
+                && !rest.starts_with('/')
+                && !value.contains(char::is_whitespace) =>
+        {
+            Ok(value.to_owned())
+        }
+        _ => Err("a webhook URL starts with http:// or https:// and names a host".to_owned()),
+    }
 }
