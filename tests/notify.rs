@@ -386,3 +386,80 @@ async fn two_instances_on_one_postgres_send_each_round_once() {
     assert_eq!(inbox.count(), 8);
     drop(b);
 }
+
+#[tokio::test]
+async fn a_dead_mail_server_shows_on_the_run_page_and_system_and_never_on_a_decision() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = start(
+        &settings(port, "1h", "2h"),
+        &[("NRLLM_WEBHOOK_BACKOFF_MS", "60000")],
+    )
+    .await;
+    let team = users(
+        &server,
+        &[("bert", "approver"), ("dave", "viewer"), ("carol", "admin")],
+    )
+    .await;
+    let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
+    addresses(&server, &admin).await;
+    let run_id = start_run(
+        &server,
+        &admin,
+        json!({ "prompt": "Create a page dead-mail titled \"D\"", "configuration": "paged" }),
+    )
+    .await;
+    let view = wait_for(&server, &admin, &run_id, "waiting_for_approval").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let note = loop {
+        let (_, view) = call(
+            &server,
+            &admin,
+            "nrllm_run_get",
+            json!({ "run_id": run_id }),
+        )
+        .await;
+        let text = view["notifications"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if text.contains("failed") {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the failed attempt is never shown: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        note.starts_with(
+            "mail to bert: attempt 1 failed (could not reach the mail server); trying again at"
+        ),
+        "{note}"
+    );
+    let (_, system) = call(&server, &admin, "nrllm_system_status", json!({})).await;
+    let outbox = &system["notifications"];
+    assert_eq!(outbox["retrying"], 1, "{system}");
+    assert!(
+        outbox["last_error"]
+            .as_str()
+            .unwrap()
+            .starts_with("could not reach the mail server"),
+        "{system}"
+    );
+    // The decision does not wait for mail, and says nothing of it.
+    let (code, body) = call(
+        &server,
+        &team[0],
+        "nrllm_tool_resume",
+        json!({ "run_id": run_id, "decision": "approve_all", "digest": view["digest"] }),
+    )
+    .await;
+    assert_eq!(code, reqwest::StatusCode::OK, "{body}");
+    wait_for(&server, &admin, &run_id, "completed").await;
+}

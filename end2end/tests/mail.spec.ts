@@ -118,3 +118,29 @@ test("a link whose token was changed is refused, and a press by anyone but its r
   await as.dispose();
   expect((await runView(request, runId)).summary.status).toBe("waiting_for_approval");
 });
+
+test.describe("addresses on /admin, JavaScript off", () => {
+  test.use({ javaScriptEnabled: false });
+
+  test("an administrator gives a user an email and a Slack identity, one user's only", async ({ page }) => {
+    await page.goto("/admin");
+    const bert = page.locator('[data-testid="user"][data-name="bert"]');
+    await bert.getByLabel("Email of bert").fill("bert@example.test");
+    await bert.getByLabel("Slack team id of bert").fill("T0E2E");
+    await bert.getByLabel("Slack user id of bert").fill("U0BERT");
+    await bert.getByTestId("save-contact").click();
+    await page.waitForURL(/\/admin$/);
+    await expect(bert.getByLabel("Email of bert")).toHaveValue("bert@example.test");
+    await expect(bert.getByLabel("Slack user id of bert")).toHaveValue("U0BERT");
+
+    // The same Slack user for alice: refused, naming whose it is; alice keeps none.
+    const alice = page.locator('[data-testid="user"][data-name="alice"]');
+    await alice.getByLabel("Slack team id of alice").fill("T0E2E");
+    await alice.getByLabel("Slack user id of alice").fill("U0BERT");
+    await alice.getByTestId("save-contact").click();
+    await expect(page.getByTestId("error-banner")).toContainText("it is bert's");
+    await page.goto("/admin");
+    await expect(alice.getByLabel("Slack user id of alice")).toHaveValue("");
+    await expect(alice.getByLabel("Email of alice")).toHaveValue("alice@example.test");
+  });
+});
