@@ -144,3 +144,38 @@ test.describe("addresses on /admin, JavaScript off", () => {
     await expect(alice.getByLabel("Email of alice")).toHaveValue("alice@example.test");
   });
 });
+
+test.describe("a link pressed too late, JavaScript off", () => {
+  test.use({ javaScriptEnabled: false });
+
+  test("a press after someone else decided comes back to the link's page, which says so", async ({ browser, request }) => {
+    const { runId, view } = await startWaiting(request, `Create a page mailed-late-${Date.now() % 1_000_000} titled "L"`, "mailed");
+    const mail = await mailAbout(runId);
+    const url = new URL(link(mail.text!, "Approve"));
+    const context = await browser.newContext({ javaScriptEnabled: false, storageState: { cookies: [], origins: [] } });
+    const alice = await context.newPage();
+    await alice.goto("/login");
+    await alice.getByLabel("Name").fill("alice");
+    await alice.getByLabel("Password").fill(USER_PASSWORD);
+    await alice.getByTestId("log-in").click();
+    await alice.goto(url.pathname + url.search);
+    await expect(alice.getByTestId("link-confirm")).toBeVisible();
+    // Meanwhile bert denies it on the page's API.
+    const bert = await playwrightRequest.newContext({ baseURL: new URL(url.href).origin, storageState: { cookies: [], origins: [] } });
+    await bert.post("/api/nrllm_login", { data: { name: "bert", password: USER_PASSWORD } });
+    const csrf = (await bert.storageState()).cookies.find((c) => c.name === "nrllm_csrf")!.value;
+    const denied = await bert.post("/api/nrllm_tool_resume", {
+      data: { run_id: runId, decision: "deny_all", digest: view.digest },
+      headers: { "x-csrf-token": csrf },
+    });
+    expect(denied.status()).toBe(200);
+    await bert.dispose();
+    // alice's press comes back to the link's page, with why nothing was decided.
+    await alice.getByTestId("link-confirm").click();
+    await alice.waitForURL(/\/decide\?token=/);
+    await expect(alice.getByTestId("error-banner")).toContainText("already decided");
+    await expect(alice.getByTestId("link-blocked")).toBeVisible();
+    await expect.poll(async () => (await runView(request, runId)).summary.decided_by, { timeout: 15_000 }).toBe("bert");
+    await context.close();
+  });
+});
