@@ -320,6 +320,45 @@ pub fn delivery_view(delivery: &Delivery) -> Option<WebhookView> {
     })
 }
 
+/// What a failed attempt on an outbox row (a delivery, a notification) that had `attempts`
+/// comes to: tried again after a doubling wait, or given up after `max_attempts`.
+pub fn failed_attempt(
+    (status, error): (Option<i64>, String),
+    (attempts, id): (i64, Uuid),
+    (max_attempts, backoff_ms): (u32, u32),
+) -> Attempt {
+    let attempts = attempts + 1;
+    let retry_at_ms = (attempts < i64::from(max_attempts))
+        .then(|| now_ms() + retry_wait_ms(backoff_ms, attempts, id));
+    Attempt::Failed {
+        status,
+        error,
+        retry_at_ms,
+    }
+}
+
+/// Runs `pass` until `shutdown`: again at once when `bell` rings, and every `poll` for the work
+/// another instance made or a retry fell due (an outbox's sender: webhooks, notifications).
+pub async fn keep_passing<F, Fut>(
+    what: &str,
+    (poll, bell, shutdown): (Duration, &Bell, CancellationToken),
+    pass: F,
+) where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), StoreError>>,
+{
+    loop {
+        if let Err(err) = pass().await {
+            tracing::error!(%err, what, "an outbox pass failed");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = bell.wait() => {}
+            _ = tokio::time::sleep(poll) => {}
+        }
+    }
+}
+
 /// Wakes the sender when a run begins to wait.
 #[derive(Default)]
 pub struct Bell(Notify);
@@ -390,16 +429,10 @@ impl Webhooks {
     /// Sends deliveries until `shutdown`: at once when a run begins to wait here, and every
     /// second for retries and runs that wait elsewhere.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        loop {
-            if let Err(err) = self.pass().await {
-                tracing::error!(%err, "webhook deliveries");
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = self.bell.wait() => {}
-                _ = tokio::time::sleep(POLL) => {}
-            }
-        }
+        keep_passing("webhook deliveries", (POLL, &*self.bell, shutdown), || {
+            self.pass()
+        })
+        .await;
     }
 
     /// One pass: a delivery for every waiting run without one, then every due delivery sent.
@@ -459,25 +492,20 @@ impl Webhooks {
                             status: status.unwrap_or_default(),
                         },
                         Some(error) => {
-                            let attempts = delivery.attempts + 1;
-                            let retry_at_ms =
-                                (attempts < i64::from(self.max_attempts)).then(|| {
-                                    now_ms() + retry_wait_ms(self.backoff_ms, attempts, delivery.id)
-                                });
                             tracing::warn!(
                                 delivery = %delivery.id,
                                 run_id = %delivery.run_id,
                                 configuration = %delivery.target,
-                                attempt = attempts,
+                                attempt = delivery.attempts + 1,
                                 %error,
-                                retry_at = retry_at_ms.map(format_utc),
                                 "a webhook delivery failed"
                             );
-                            Attempt::Failed {
-                                status,
-                                error,
-                                retry_at_ms,
-                            }
+                            let retries = (self.max_attempts, self.backoff_ms);
+                            failed_attempt(
+                                (status, error),
+                                (delivery.attempts, delivery.id),
+                                retries,
+                            )
                         }
                     }
                 }

@@ -270,18 +270,9 @@ impl NotificationStore {
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             let mut notification = read(row)?;
-            let taken = sqlx::query(
-                "UPDATE notification SET lease_until_ms = $1 \
-                 WHERE id = $2 AND state = $3 AND lease_until_ms = $4",
-            )
-            .bind(lease_until_ms)
-            .bind(notification.id.to_string())
-            .bind(DeliveryState::Pending.as_str())
-            .bind(notification.lease_until_ms)
-            .execute(self.db.pool())
-            .await
-            .map_err(backend)?;
-            if taken.rows_affected() != 1 {
+            let held = (notification.lease_until_ms, lease_until_ms);
+            if !crate::webhooks::take_lease(&self.db, "notification", notification.id, held).await?
+            {
                 continue;
             }
             notification.lease_until_ms = lease_until_ms;

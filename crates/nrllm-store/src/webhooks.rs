@@ -158,6 +158,27 @@ impl<'a> Outcome<'a> {
     }
 }
 
+/// Takes pending row `id` of outbox `table` from lease `old` to `new`; `false` if another
+/// instance took it first.
+pub(crate) async fn take_lease(
+    db: &Database,
+    table: &str,
+    id: Uuid,
+    (old, new): (i64, i64),
+) -> Result<bool, StoreError> {
+    let taken = sqlx::query(&format!(
+        "UPDATE {table} SET lease_until_ms = $1 WHERE id = $2 AND state = $3 AND lease_until_ms = $4"
+    ))
+    .bind(new)
+    .bind(id.to_string())
+    .bind(DeliveryState::Pending.as_str())
+    .bind(old)
+    .execute(db.pool())
+    .await
+    .map_err(backend)?;
+    Ok(taken.rows_affected() == 1)
+}
+
 /// The version of run `run_id` if it waits (on that turn), else `None`.
 pub(crate) async fn waiting_version(
     db: &Database,
@@ -302,18 +323,8 @@ impl WebhookStore {
         let mut claimed = Vec::with_capacity(rows.len());
         for row in &rows {
             let mut delivery = read_delivery(row)?;
-            let taken = sqlx::query(
-                "UPDATE webhook_delivery SET lease_until_ms = $1 \
-                 WHERE id = $2 AND state = $3 AND lease_until_ms = $4",
-            )
-            .bind(lease_until_ms)
-            .bind(delivery.id.to_string())
-            .bind(DeliveryState::Pending.as_str())
-            .bind(delivery.lease_until_ms)
-            .execute(self.db.pool())
-            .await
-            .map_err(backend)?;
-            if taken.rows_affected() != 1 {
+            let held = (delivery.lease_until_ms, lease_until_ms);
+            if !take_lease(&self.db, "webhook_delivery", delivery.id, held).await? {
                 continue;
             }
             delivery.lease_until_ms = lease_until_ms;

@@ -24,7 +24,8 @@ use nrllm_core::authority::Act;
 use nrllm_core::clock::{format_utc, now_ms};
 use nrllm_core::moves::BulkVerdict;
 use nrllm_core::offer::{offer_expiry, Channel};
-use nrllm_core::run_service::RunService;
+use nrllm_core::run_service::{PendingTurn, RunService};
+use nrllm_core::run_store::RunRecord;
 use nrllm_core::run_store::StoreError;
 use nrllm_store::contacts::ContactStore;
 use nrllm_store::notifications::{
@@ -34,7 +35,7 @@ use nrllm_store::webhooks::{Attempt, DeliveryState};
 use tokio_util::sync::CancellationToken;
 
 use crate::page_data::WebhookView;
-use crate::server::webhook::{retry_wait_ms, Bell};
+use crate::server::webhook::{failed_attempt, Bell};
 use crate::settings::notify::{Audience, Policy};
 use crate::settings::Settings;
 use links::{Link, LinkKey};
@@ -213,16 +214,8 @@ impl Notifier {
     /// Plans and sends until `shutdown`: at once when a run begins to wait here, and every
     /// second for reminders, retries and runs that wait elsewhere.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        loop {
-            if let Err(err) = self.pass().await {
-                tracing::error!(%err, "notifications");
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = self.bell.wait() => {}
-                _ = tokio::time::sleep(POLL) => {}
-            }
-        }
+        let passes = (POLL, &*self.bell, shutdown);
+        crate::server::webhook::keep_passing("notifications", passes, || self.pass()).await;
     }
 
     /// One pass: every due round written with its notifications, then every due notification
@@ -344,15 +337,9 @@ impl Notifier {
                     Attempt::Delivered { status: 200 }
                 }
                 Err(error) => {
-                    let attempts = note.attempts + 1;
-                    let retry_at_ms = (attempts < i64::from(self.max_attempts))
-                        .then(|| now_ms() + retry_wait_ms(self.backoff_ms, attempts, note.id));
-                    tracing::warn!(notification = %note.id, run_id = %note.run_id, to = %note.recipient, attempt = attempts, %error, "a notification failed");
-                    Attempt::Failed {
-                        status: None,
-                        error,
-                        retry_at_ms,
-                    }
+                    tracing::warn!(notification = %note.id, run_id = %note.run_id, to = %note.recipient, attempt = note.attempts + 1, %error, "a notification failed");
+                    let retries = (self.max_attempts, self.backoff_ms);
+                    failed_attempt((None, error), (note.attempts, note.id), retries)
                 }
             }
         };
@@ -372,15 +359,7 @@ impl Notifier {
             .mailer
             .as_ref()
             .ok_or_else(|| "no mail server is set up any more".to_owned())?;
-        let run = match self.runs.store().get(note.run_id).await {
-            Ok(Some(run)) => run,
-            _ => return Err("the run could not be read".to_owned()),
-        };
-        let pending = self
-            .runs
-            .pending(&run)
-            .await
-            .ok_or_else(|| "the run's waiting turn could not be read".to_owned())?;
+        let (run, pending) = self.waiting_turn(note).await?;
         let now = now_ms();
         let expires = offer_expiry(now, run.approval_deadline_ms);
         let link = |verdict| {
@@ -402,12 +381,8 @@ impl Notifier {
 }
 
 impl Notifier {
-    /// Posts `note`'s run in its Slack channel; what Slack calls the message (`channel ts`).
-    async fn post(&self, note: &Notification) -> Result<String, String> {
-        let slack = self
-            .slack
-            .as_ref()
-            .ok_or_else(|| "Slack is not set up any more".to_owned())?;
+    /// `note`'s run and the turn it waits on, as a decision on it would see them.
+    async fn waiting_turn(&self, note: &Notification) -> Result<(RunRecord, PendingTurn), String> {
         let run = match self.runs.store().get(note.run_id).await {
             Ok(Some(run)) => run,
             _ => return Err("the run could not be read".to_owned()),
@@ -417,6 +392,16 @@ impl Notifier {
             .pending(&run)
             .await
             .ok_or_else(|| "the run's waiting turn could not be read".to_owned())?;
+        Ok((run, pending))
+    }
+
+    /// Posts `note`'s run in its Slack channel; what Slack calls the message (`channel ts`).
+    async fn post(&self, note: &Notification) -> Result<String, String> {
+        let slack = self
+            .slack
+            .as_ref()
+            .ok_or_else(|| "Slack is not set up any more".to_owned())?;
+        let (run, pending) = self.waiting_turn(note).await?;
         let now = now_ms();
         let deadline = offer_expiry(now, run.approval_deadline_ms);
         let mut body = slack::message(
@@ -440,7 +425,7 @@ impl Notifier {
 }
 
 /// Who decided what on a run, for a message updated after the decision.
-fn outcome_text(run: &nrllm_core::run_store::RunRecord) -> String {
+fn outcome_text(run: &RunRecord) -> String {
     match (&run.decision, &run.decided_by, run.decided_at_ms) {
         (Some(decision), Some(by), Some(at)) => {
             format!("{decision} by {by} at {}", format_utc(at))
