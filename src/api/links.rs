@@ -126,8 +126,15 @@ pub async fn nrllm_link_decide(token: String) -> Result<ResumeAccepted, AppError
         Ok(id) => crate::api::waiting::decided(&state, id, &who, None).await,
         // The link's page sends no Referer (its token must not leak), so a browser is sent back
         // to it here, with the refusal in the URL as every form's is (the guard signs it); the
-        // 303 is the answer it follows, the body nobody reads.
+        // redirect is the answer it follows, the body nobody reads. A token too long to be one
+        // of ours is not sent back.
         Err(err) if crate::server::wants_html() => {
+            let max = crate::server::notify::links::MAX_TOKEN_CHARS;
+            let token = if token.len() <= max {
+                token
+            } else {
+                String::new()
+            };
             use base64::Engine;
             let encoded = base64::engine::general_purpose::URL_SAFE
                 .encode(serde_json::to_vec(&err).unwrap_or_default());

@@ -270,8 +270,8 @@ impl Notifier {
                     tracing::warn!(notification = %note.id, %error, "a Slack message could not be updated");
                     self.store.close(note.id, now).await?;
                 }
-                // Slack unreachable: the next pass tries again.
-                Err(slack::CallError::Unreachable(_)) => {}
+                // Slack unreachable: the next pass tries again (and this one asks no more).
+                Err(slack::CallError::Unreachable(_)) => break,
             }
         }
         Ok(())
