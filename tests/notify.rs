@@ -206,6 +206,8 @@ async fn the_people_who_may_decide_are_mailed_reminded_and_escalated_and_their_l
         .to("bert@example.test", "waits for your decision")
         .remove(0);
     assert!(first.contains("create_page"), "{first}");
+    // The default approval timeout (24 h) is the turn's deadline.
+    assert!(first.contains("Decide by 20"), "{first}");
     // The HTML part shows the model's markup as text; the text part carries it as plain text.
     let html = first
         .split("Content-Type: text/html")

@@ -43,14 +43,28 @@ fn escape(text: &str) -> String {
     html_escape::encode_quoted_attribute(text).into_owned()
 }
 
-/// The mail for `run` waiting on `pending`, the `round` it belongs to, answered by `deadline_ms`.
+/// By when to decide: the turn's deadline, or, for a turn without one, until when the links
+/// work.
+pub(super) fn by_when(run: &RunRecord, links_expire_ms: i64) -> String {
+    match run.approval_deadline_ms {
+        Some(deadline) => format!("Decide by {}.", format_utc(deadline)),
+        None => format!(
+            "The turn has no deadline; these links work until {}.",
+            format_utc(links_expire_ms)
+        ),
+    }
+}
+
+/// The mail for `run` waiting on `pending`, the `round` it belongs to; its links expire at
+/// `links_expire_ms`.
 pub fn compose(
     run: &RunRecord,
     pending: &PendingTurn,
     round: Round,
-    deadline_ms: i64,
+    links_expire_ms: i64,
     links: &Links,
 ) -> Content {
+    let by_when = by_when(run, links_expire_ms);
     let short = &run.id.to_string()[..8];
     let tools: Vec<&str> = pending
         .state
@@ -76,10 +90,8 @@ pub fn compose(
         .as_ref()
         .map_or("", |c| c.provider.as_str());
     let mut text = format!(
-        "Run {} ({configuration}, requested by {}) {lead}.\nDecide by {}.\n\n",
-        run.id,
-        run.requested_by,
-        format_utc(deadline_ms)
+        "Run {} ({configuration}, requested by {}) {lead}.\n{by_when}\n\n",
+        run.id, run.requested_by
     );
     let (calls_text, items) = calls(pending);
     text.push_str(&calls_text);
@@ -90,13 +102,13 @@ pub fn compose(
     ));
     let html = format!(
         "<!doctype html><html><body><p>Run <strong>{}</strong> ({}, requested by {}) {lead}. \
-         Decide by {}.</p><ul>{items}</ul><p><a href=\"{}\">Approve</a> | <a href=\"{}\">Deny</a> | \
+         {}</p><ul>{items}</ul><p><a href=\"{}\">Approve</a> | <a href=\"{}\">Deny</a> | \
          <a href=\"{}\">Open the run</a></p><p>Each link asks you to confirm before it decides, \
          and decides once.</p></body></html>",
         escape(&run.id.to_string()),
         escape(configuration),
         escape(&run.requested_by),
-        escape(&format_utc(deadline_ms)),
+        escape(&by_when),
         escape(&links.approve),
         escape(&links.deny),
         escape(&links.open),

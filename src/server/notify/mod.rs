@@ -403,13 +403,8 @@ impl Notifier {
             .ok_or_else(|| "Slack is not set up any more".to_owned())?;
         let (run, pending) = self.waiting_turn(note).await?;
         let now = now_ms();
-        let deadline = offer_expiry(now, run.approval_deadline_ms);
-        let mut body = slack::message(
-            &run,
-            &pending,
-            (note.round, deadline, now),
-            &self.public_url,
-        );
+        let expires = offer_expiry(now, run.approval_deadline_ms);
+        let mut body = slack::message(&run, &pending, (note.round, expires, now), &self.public_url);
         body["channel"] = note.address.clone().into();
         let answer = slack
             .client

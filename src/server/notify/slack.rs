@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use nrllm_core::clock::format_utc;
 use nrllm_core::preview::cut;
 use nrllm_core::run_service::PendingTurn;
 use nrllm_core::run_store::RunRecord;
@@ -45,7 +44,7 @@ fn plain(text: &str) -> Value {
 pub fn message(
     run: &RunRecord,
     pending: &PendingTurn,
-    (round, deadline_ms, now_ms): (Round, i64, i64),
+    (round, links_expire_ms, now_ms): (Round, i64, i64),
     public_url: &str,
 ) -> Value {
     let short = &run.id.to_string()[..8];
@@ -55,12 +54,12 @@ pub fn message(
         Round::Escalation => "has waited too long for a decision (escalated)",
     };
     let headline = format!(
-        "Run {short} ({}, requested by {}) {lead}. Decide by {}.",
+        "Run {short} ({}, requested by {}) {lead}. {}",
         run.configuration
             .as_ref()
             .map_or("", |c| c.provider.as_str()),
         cut(&run.requested_by, 64),
-        format_utc(deadline_ms)
+        super::mail::by_when(run, links_expire_ms)
     );
     let mut blocks = vec![json!({ "type": "section", "text": plain(&headline) })];
     for (call, preview) in pending
