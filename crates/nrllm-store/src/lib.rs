@@ -9,6 +9,7 @@ pub mod db;
 mod error;
 pub mod notifications;
 pub mod notify;
+mod outbox;
 mod postgres;
 pub mod run_store;
 mod secret;

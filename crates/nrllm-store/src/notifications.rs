@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::db::Database;
 use crate::error::backend;
-use crate::webhooks::{Attempt, DeliveryState};
+use crate::outbox::{Attempt, DeliveryState};
 
 /// Which round of a waiting turn's notifications.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +154,16 @@ fn read(row: &AnyRow) -> Result<Notification, StoreError> {
     })
 }
 
+impl crate::outbox::OutboxRow for Notification {
+    fn run_turn(&self) -> (Uuid, i64) {
+        (self.run_id, self.run_version)
+    }
+
+    fn lease(&mut self) -> (Uuid, &mut i64) {
+        (self.id, &mut self.lease_until_ms)
+    }
+}
+
 /// The notifications and decision-link uses.
 #[derive(Clone)]
 pub struct NotificationStore {
@@ -257,32 +267,19 @@ impl NotificationStore {
         lease_until_ms: i64,
         limit: u32,
     ) -> Result<Vec<ClaimedNotification>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM notification WHERE state = $1 AND next_attempt_at_ms <= $2 \
-             AND lease_until_ms <= $2 ORDER BY next_attempt_at_ms LIMIT $3"
-        ))
-        .bind(DeliveryState::Pending.as_str())
-        .bind(now_ms)
-        .bind(i64::from(limit))
-        .fetch_all(self.db.pool())
-        .await
-        .map_err(backend)?;
-        let mut claimed = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let mut notification = read(row)?;
-            let held = (notification.lease_until_ms, lease_until_ms);
-            if !crate::webhooks::take_lease(&self.db, "notification", notification.id, held).await?
-            {
-                continue;
-            }
-            notification.lease_until_ms = lease_until_ms;
-            let version = crate::webhooks::waiting_version(&self.db, notification.run_id).await?;
-            claimed.push(ClaimedNotification {
-                still_waiting: version == Some(notification.run_version),
+        let claimed = crate::outbox::claim_due(
+            &self.db,
+            ("notification", COLUMNS, read),
+            (now_ms, lease_until_ms, limit),
+        )
+        .await?;
+        Ok(claimed
+            .into_iter()
+            .map(|(notification, still_waiting)| ClaimedNotification {
                 notification,
-            });
-        }
-        Ok(claimed)
+                still_waiting,
+            })
+            .collect())
     }
 
     /// Records an attempt on a notification this instance holds (by its lease), with what the
@@ -294,7 +291,7 @@ impl NotificationStore {
         message_ref: Option<&str>,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let outcome = crate::webhooks::Outcome::of(
+        let outcome = crate::outbox::Outcome::of(
             attempt,
             (claimed.attempts, claimed.next_attempt_at_ms),
             claimed.last_error.as_deref(),

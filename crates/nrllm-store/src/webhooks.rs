@@ -14,45 +14,9 @@ use uuid::Uuid;
 
 use crate::db::Database;
 use crate::error::backend;
+use crate::outbox::{self, OutboxRow};
+pub use crate::outbox::{Attempt, DeliveryState};
 use crate::run_store::queries::indexed_by;
-
-/// Where a delivery stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeliveryState {
-    /// Not delivered yet; sent (again) when it is due.
-    Pending,
-    Delivered,
-    /// Every attempt failed.
-    Failed,
-    /// The run was decided (or ended) before the delivery got through; it is not sent any more.
-    Obsolete,
-    /// No webhook applies to the run's configuration.
-    Skipped,
-}
-
-impl DeliveryState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeliveryState::Pending => "pending",
-            DeliveryState::Delivered => "delivered",
-            DeliveryState::Failed => "failed",
-            DeliveryState::Obsolete => "obsolete",
-            DeliveryState::Skipped => "skipped",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<DeliveryState> {
-        [
-            DeliveryState::Pending,
-            DeliveryState::Delivered,
-            DeliveryState::Failed,
-            DeliveryState::Obsolete,
-            DeliveryState::Skipped,
-        ]
-        .into_iter()
-        .find(|state| state.as_str() == text)
-    }
-}
 
 /// A waiting run that has no delivery for its current turn.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,107 +57,6 @@ pub struct Claimed {
     pub still_waiting: bool,
 }
 
-/// What one attempt came to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Attempt {
-    Delivered {
-        status: i64,
-    },
-    /// Failed; tried again at `retry_at_ms`, or never if `None` (the last attempt).
-    Failed {
-        status: Option<i64>,
-        error: String,
-        retry_at_ms: Option<i64>,
-    },
-    /// The run no longer waits on this turn.
-    Obsolete,
-}
-
-/// What an attempt writes on an outbox row (a webhook delivery, a notification).
-pub(crate) struct Outcome<'a> {
-    pub state: DeliveryState,
-    pub attempts: i64,
-    pub error: Option<&'a str>,
-    pub next_attempt_at_ms: i64,
-    pub delivered_at_ms: Option<i64>,
-}
-
-impl<'a> Outcome<'a> {
-    /// What `attempt` on a row that had `attempts` and was due at `next_attempt_at_ms` (its last
-    /// error `last_error`) leaves.
-    pub fn of(
-        attempt: &'a Attempt,
-        (attempts, next_attempt_at_ms): (i64, i64),
-        last_error: Option<&'a str>,
-        now_ms: i64,
-    ) -> Outcome<'a> {
-        match attempt {
-            Attempt::Delivered { .. } => Outcome {
-                state: DeliveryState::Delivered,
-                attempts: attempts + 1,
-                error: None,
-                next_attempt_at_ms,
-                delivered_at_ms: Some(now_ms),
-            },
-            Attempt::Failed {
-                error, retry_at_ms, ..
-            } => Outcome {
-                state: match retry_at_ms {
-                    Some(_) => DeliveryState::Pending,
-                    None => DeliveryState::Failed,
-                },
-                attempts: attempts + 1,
-                error: Some(error),
-                next_attempt_at_ms: retry_at_ms.unwrap_or(next_attempt_at_ms),
-                delivered_at_ms: None,
-            },
-            Attempt::Obsolete => Outcome {
-                state: DeliveryState::Obsolete,
-                attempts,
-                error: last_error,
-                next_attempt_at_ms,
-                delivered_at_ms: None,
-            },
-        }
-    }
-}
-
-/// Takes pending row `id` of outbox `table` from lease `old` to `new`; `false` if another
-/// instance took it first.
-pub(crate) async fn take_lease(
-    db: &Database,
-    table: &str,
-    id: Uuid,
-    (old, new): (i64, i64),
-) -> Result<bool, StoreError> {
-    let taken = sqlx::query(&format!(
-        "UPDATE {table} SET lease_until_ms = $1 WHERE id = $2 AND state = $3 AND lease_until_ms = $4"
-    ))
-    .bind(new)
-    .bind(id.to_string())
-    .bind(DeliveryState::Pending.as_str())
-    .bind(old)
-    .execute(db.pool())
-    .await
-    .map_err(backend)?;
-    Ok(taken.rows_affected() == 1)
-}
-
-/// The version of run `run_id` if it waits (on that turn), else `None`.
-pub(crate) async fn waiting_version(
-    db: &Database,
-    run_id: Uuid,
-) -> Result<Option<i64>, StoreError> {
-    sqlx::query_scalar(&format!(
-        "SELECT version FROM agent_run WHERE id = $1 AND status IN ({})",
-        RunStatus::sql_list(&RunStatus::WAITING)
-    ))
-    .bind(run_id.to_string())
-    .fetch_optional(db.pool())
-    .await
-    .map_err(backend)
-}
-
 const COLUMNS: &str = "id, run_id, run_version, target, body, state, attempts, \
      next_attempt_at_ms, lease_until_ms, last_status, last_error, created_at_ms, updated_at_ms, \
      delivered_at_ms";
@@ -221,6 +84,16 @@ fn read_delivery(row: &AnyRow) -> Result<Delivery, StoreError> {
         updated_at_ms: row.try_get("updated_at_ms").map_err(backend)?,
         delivered_at_ms: row.try_get("delivered_at_ms").map_err(backend)?,
     })
+}
+
+impl OutboxRow for Delivery {
+    fn run_turn(&self) -> (Uuid, i64) {
+        (self.run_id, self.run_version)
+    }
+
+    fn lease(&mut self) -> (Uuid, &mut i64) {
+        (self.id, &mut self.lease_until_ms)
+    }
 }
 
 /// The webhook deliveries.
@@ -309,32 +182,19 @@ impl WebhookStore {
         lease_until_ms: i64,
         limit: u32,
     ) -> Result<Vec<Claimed>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM webhook_delivery \
-             WHERE state = $1 AND next_attempt_at_ms <= $2 AND lease_until_ms <= $2 \
-             ORDER BY next_attempt_at_ms LIMIT $3"
-        ))
-        .bind(DeliveryState::Pending.as_str())
-        .bind(now_ms)
-        .bind(i64::from(limit))
-        .fetch_all(self.db.pool())
-        .await
-        .map_err(backend)?;
-        let mut claimed = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let mut delivery = read_delivery(row)?;
-            let held = (delivery.lease_until_ms, lease_until_ms);
-            if !take_lease(&self.db, "webhook_delivery", delivery.id, held).await? {
-                continue;
-            }
-            delivery.lease_until_ms = lease_until_ms;
-            let still_waiting = waiting_version(&self.db, delivery.run_id).await?;
-            claimed.push(Claimed {
-                still_waiting: still_waiting == Some(delivery.run_version),
+        let claimed = outbox::claim_due(
+            &self.db,
+            ("webhook_delivery", COLUMNS, read_delivery),
+            (now_ms, lease_until_ms, limit),
+        )
+        .await?;
+        Ok(claimed
+            .into_iter()
+            .map(|(delivery, still_waiting)| Claimed {
                 delivery,
-            });
-        }
-        Ok(claimed)
+                still_waiting,
+            })
+            .collect())
     }
 
     /// Records an attempt on a delivery this instance holds (by its lease). `false` if the lease
@@ -345,7 +205,7 @@ impl WebhookStore {
         attempt: &Attempt,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let outcome = Outcome::of(
+        let outcome = outbox::Outcome::of(
             attempt,
             (claimed.attempts, claimed.next_attempt_at_ms),
             claimed.last_error.as_deref(),
