@@ -80,6 +80,14 @@ impl AppError {
         }
     }
 
+    /// The error as a form post's redirect carries it in its URL (`__err`; the server signs it
+    /// on the way out): what [`AppError::from_url_query`] reads.
+    pub fn to_url_query(&self) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE
+            .encode(serde_json::to_vec(self).unwrap_or_default())
+    }
+
     /// The error a form post left in its redirect URL (`__err`), if any.
     pub fn from_url_query(encoded: &str) -> Option<AppError> {
         use base64::Engine;

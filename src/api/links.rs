@@ -77,30 +77,27 @@ async fn blocked(
     ),
     used: Option<nrllm_store::notifications::LinkUse>,
 ) -> Result<Option<String>, AppError> {
-    use nrllm_core::clock::format_utc;
     if let Some(used) = used {
-        return Ok(Some(format!(
-            "This link decided already, at {} (by {}); each link decides once.",
-            format_utc(used.used_at_ms),
-            used.used_by
-        )));
+        return Ok(Some(used_text(&used)));
     }
-    if link.to != who.name {
-        let refusal = nrllm_core::authority::Refusal::NotRecipient {
-            sent_to: link.to.clone(),
-            who: who.name.clone(),
-        };
-        return Ok(Some(refusal.to_string()));
+    let offer = link.offer();
+    if let Some(offer) = offer
+        .as_ref()
+        .filter(|o| o.has_expired(nrllm_core::clock::now_ms()))
+    {
+        let expired = nrllm_core::clock::format_utc(offer.expires_at_ms);
+        return Ok(Some(
+            nrllm_core::run_service::ResumeError::OfferExpired(expired).to_string(),
+        ));
     }
-    if link.expires_at_ms <= nrllm_core::clock::now_ms() {
-        let expired =
-            nrllm_core::run_service::ResumeError::OfferExpired(format_utc(link.expires_at_ms));
-        return Ok(Some(expired.to_string()));
+    // The link's own act: the role, four-eyes, and that it is the caller's link (the authority).
+    let act = nrllm_core::authority::Act::Offered { to: Some(&link.to) };
+    match state.runs.may(who, act, run).await? {
+        Ok(()) | Err(nrllm_core::authority::Refusal::State(_)) => {}
+        Err(refusal) => return Ok(Some(AppError::from(refusal).to_string())),
     }
     match pending {
-        Some(turn) if turn.digest == link.digest => {
-            crate::api::checks::decide_block(state, run, who).await
-        }
+        Some(turn) if turn.digest == link.digest => Ok(None),
         Some(_) => Ok(Some(
             "The run's turn changed since this mail was sent (it was decided, or moved on and \
              waits again): this link decides nothing now. Open the run to see where it stands."
@@ -111,6 +108,16 @@ async fn blocked(
             nrllm_core::run_service::already_decided_text(run)
         ))),
     }
+}
+
+/// What a link that decided already says.
+#[cfg(feature = "ssr")]
+fn used_text(used: &nrllm_store::notifications::LinkUse) -> String {
+    format!(
+        "This link decided already, at {} (by {}); each link decides once.",
+        nrllm_core::clock::format_utc(used.used_at_ms),
+        used.used_by
+    )
 }
 
 /// Decides with mailed link `token`: its verdict on the turn it was made for, by the logged-in
@@ -135,12 +142,9 @@ pub async fn nrllm_link_decide(token: String) -> Result<ResumeAccepted, AppError
             } else {
                 String::new()
             };
-            use base64::Engine;
-            let encoded = base64::engine::general_purpose::URL_SAFE
-                .encode(serde_json::to_vec(&err).unwrap_or_default());
             let query = form_urlencoded::Serializer::new(String::new())
                 .append_pair("token", &token)
-                .append_pair("__err", &encoded)
+                .append_pair("__err", &err.to_url_query())
                 .finish();
             leptos_axum::redirect(&format!("/decide?{query}"));
             let run_id = state
@@ -179,11 +183,7 @@ async fn decide(
         .await
         .map_err(|err| AppError::internal("reading a decision link's use", err))?
     {
-        return Err(AppError::Conflict(format!(
-            "This link decided already, at {} (by {}); each link decides once.",
-            nrllm_core::clock::format_utc(used.used_at_ms),
-            used.used_by
-        )));
+        return Err(AppError::Conflict(used_text(&used)));
     }
     state
         .runs

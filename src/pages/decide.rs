@@ -1,8 +1,8 @@
 //! `/decide?token=…`: the page a mailed *Approve* or *Deny* opens. A GET only shows what the link
 //! would decide (mail scanners fetch links); one press of its button decides, as the person the
 //! mail was sent to (after login, if the browser had no session). A plain form, so it works
-//! without JavaScript. The server sends it with `Referrer-Policy: no-referrer`: the token in its
-//! URL never leaves in a Referer.
+//! without JavaScript. It is sent with `Referrer-Policy: no-referrer`: the token in its URL
+//! never leaves in a Referer.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -20,6 +20,8 @@ pub fn DecidePage() -> impl IntoView {
         .read_untracked()
         .get("token")
         .unwrap_or_default();
+    #[cfg(feature = "ssr")]
+    crate::server::security::set_no_referrer();
     let link = Resource::new(move || token.clone(), nrllm_link_get);
     view! {
         <Title text="Decide — nrllm playground" />

@@ -32,6 +32,14 @@ pub fn page_policy(nonce: &str, dev_reload: bool) -> String {
     )
 }
 
+/// Called while a page whose URL carries a secret renders (a decision link's token): no request
+/// from it names its URL.
+pub fn set_no_referrer() {
+    if let Some(response) = leptos::prelude::use_context::<leptos_axum::ResponseOptions>() {
+        response.insert_header(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    }
+}
+
 /// Called while a page renders: sets the page's policy with this response's nonce.
 pub fn set_page_policy() {
     let Some(response) = leptos::prelude::use_context::<leptos_axum::ResponseOptions>() else {
@@ -51,13 +59,9 @@ pub fn set_page_policy() {
 pub async fn security_headers(request: Request, next: Next) -> Response {
     // Pages, API answers and downloads are the caller's own (a new API token shows once on a
     // page): no cache keeps them. The built assets are the same for everyone.
-    let path = request.uri().path();
-    let static_asset = path.starts_with("/pkg/") || path == "/favicon.ico";
-    // A decision link's token is in its page's URL: no request from that page names the URL
-    // (elsewhere a same-origin Referer is sent: a refused form post goes back to its page).
-    let referrer = match path {
-        "/decide" => "no-referrer",
-        _ => "same-origin",
+    let static_asset = {
+        let path = request.uri().path();
+        path.starts_with("/pkg/") || path == "/favicon.ico"
     };
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
@@ -65,7 +69,10 @@ pub async fn security_headers(request: Request, next: Next) -> Response {
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
     headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(REFERRER_POLICY, HeaderValue::from_static(referrer));
+    // Same-origin unless the page says otherwise (a decision link's page: none at all).
+    if !headers.contains_key(REFERRER_POLICY) {
+        headers.insert(REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    }
     headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     let html = headers
         .get(CONTENT_TYPE)

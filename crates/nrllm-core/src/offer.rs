@@ -49,6 +49,11 @@ pub struct Offer {
 }
 
 impl Offer {
+    /// Whether it decides nothing any more at `now_ms`.
+    pub fn has_expired(&self, now_ms: i64) -> bool {
+        self.expires_at_ms <= now_ms
+    }
+
     /// The form the offer amounts to: the turn's own button for the same verdict, a denial
     /// saying where it came from (the model reads it).
     pub fn submission(&self) -> Submission {

@@ -27,7 +27,7 @@ use nrllm_core::offer::{offer_expiry, Channel};
 use nrllm_core::run_service::{PendingTurn, RunService};
 use nrllm_core::run_store::RunRecord;
 use nrllm_core::run_store::StoreError;
-use nrllm_store::contacts::ContactStore;
+use nrllm_store::contacts::{ContactStore, Reachable};
 use nrllm_store::notifications::{
     ClaimedNotification, DueTurn, NewNotification, Notification, NotificationStore, Round,
 };
@@ -222,16 +222,22 @@ impl Notifier {
     /// sent.
     pub async fn pass(&self) -> Result<(), StoreError> {
         let now = now_ms();
+        // Who can be mailed, read once a pass and only when a round is due.
+        let mut people = None;
         for (configuration, policy) in &self.policies {
             for due in rounds(policy) {
                 let after = i64::try_from(due.after_ms).unwrap_or(i64::MAX / 2);
                 let window = (now - LOOKBACK_MS - after, now.saturating_sub(after));
-                for turn in self
+                let turns = self
                     .store
                     .due(configuration, due.round, window, BATCH)
-                    .await?
-                {
-                    self.plan(&turn, &due, now).await?;
+                    .await?;
+                for turn in turns {
+                    let people = match &mut people {
+                        Some(people) => people,
+                        None => people.insert(self.mailable().await?),
+                    };
+                    self.plan(&turn, &due, people, now).await?;
                 }
             }
         }
@@ -277,37 +283,53 @@ impl Notifier {
         Ok(())
     }
 
-    /// Writes `due`'s round of `turn` with a mail for each of its people who may decide the run
-    /// (the authority says) and has an address, and a post in each of its Slack channels.
-    async fn plan(&self, turn: &DueTurn, due: &Due<'_>, now: i64) -> Result<(), StoreError> {
-        let (round, audience) = (due.round, due.people);
+    /// The users a mail can reach: those who may log in and have an address (none without a
+    /// mail server).
+    async fn mailable(&self) -> Result<Vec<Reachable>, StoreError> {
+        if self.mailer.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut people = self.contacts.all().await?;
+        people.retain(|person| !person.disabled && person.contact.email.is_some());
+        Ok(people)
+    }
+
+    /// Writes `due`'s round of `turn` with a mail for each of its `people` who may decide the run
+    /// (the authority says, the run's facts read once) and a post in each of its Slack channels.
+    async fn plan(
+        &self,
+        turn: &DueTurn,
+        due: &Due<'_>,
+        people: &[Reachable],
+        now: i64,
+    ) -> Result<(), StoreError> {
         let Some(run) = self.runs.store().get(turn.run_id).await? else {
             return Ok(());
         };
         if run.version != turn.run_version {
             return Ok(());
         }
-        let mut notes = Vec::new();
-        for person in self.contacts.all().await? {
-            if person.disabled || !audience.includes(&person.name, person.role) {
-                continue;
-            }
-            let Some(email) = person.contact.email.clone() else {
-                continue;
-            };
-            let who = nrllm_store::accounts::Principal::user(person.name.clone(), person.role);
-            if !matches!(self.runs.may(&who, Act::Decide, &run).await?, Ok(())) {
-                continue;
-            }
-            notes.push(NewNotification {
-                channel: Channel::Email,
-                recipient: person.name,
-                address: email,
-            });
-        }
-        if self.mailer.is_none() {
-            notes.clear();
-        }
+        let named: Vec<&Reachable> = people
+            .iter()
+            .filter(|person| due.people.includes(&person.name, person.role))
+            .collect();
+        let actors: Vec<_> = named
+            .iter()
+            .map(|person| nrllm_store::accounts::Principal::user(person.name.clone(), person.role))
+            .collect();
+        let allowed = self.runs.may_each(&actors, Act::Decide, &run).await?;
+        let mut notes: Vec<NewNotification> = named
+            .iter()
+            .zip(allowed)
+            .filter(|(_, allowed)| allowed.is_ok())
+            .filter_map(|(person, _)| {
+                Some(NewNotification {
+                    channel: Channel::Email,
+                    recipient: person.name.clone(),
+                    address: person.contact.email.clone()?,
+                })
+            })
+            .collect();
         if self.slack.is_some() {
             notes.extend(due.channels.iter().map(|channel| NewNotification {
                 channel: Channel::Slack,
@@ -315,8 +337,8 @@ impl Notifier {
                 address: (*channel).to_owned(),
             }));
         }
-        if self.store.add_round(turn, round, &notes, now).await? {
-            tracing::info!(run_id = %turn.run_id, round = round.as_str(), people = notes.len(), "notifications planned");
+        if self.store.add_round(turn, due.round, &notes, now).await? {
+            tracing::info!(run_id = %turn.run_id, round = due.round.as_str(), people = notes.len(), "notifications planned");
         }
         Ok(())
     }
@@ -421,12 +443,8 @@ impl Notifier {
 
 /// Who decided what on a run, for a message updated after the decision.
 fn outcome_text(run: &RunRecord) -> String {
-    match (&run.decision, &run.decided_by, run.decided_at_ms) {
-        (Some(decision), Some(by), Some(at)) => {
-            format!("{decision} by {by} at {}", format_utc(at))
-        }
-        _ => format!("no longer waiting (it is {})", run.status),
-    }
+    crate::server::present::decided(run)
+        .unwrap_or_else(|| format!("no longer waiting (it is {})", run.status))
 }
 
 /// What the run page says of a notification.

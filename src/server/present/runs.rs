@@ -23,6 +23,16 @@ fn cost_text(run: &RunRecord) -> Option<String> {
 }
 
 /// The summary of a run.
+/// "approved by bob at …": the run's last decision, if one was made.
+pub fn decided(run: &RunRecord) -> Option<String> {
+    match (&run.decision, &run.decided_by, run.decided_at_ms) {
+        (Some(decision), Some(by), Some(at)) => {
+            Some(format!("{decision} by {by} at {}", format_utc(at)))
+        }
+        _ => None,
+    }
+}
+
 pub fn summary(run: &RunRecord) -> RunSummary {
     let configuration = run.configuration.as_ref();
     let pending_tools = run
@@ -43,12 +53,7 @@ pub fn summary(run: &RunRecord) -> RunSummary {
         _ => Some(run.updated_at_ms - started),
     };
     // A run waiting for its next decision shows no earlier one here (the step list has those).
-    let decision = match (&run.decision, &run.decided_by, run.decided_at_ms) {
-        (Some(decision), Some(by), Some(at)) if !RunStatus::WAITING.contains(&run.status) => {
-            Some(format!("{decision} by {by} at {}", format_utc(at)))
-        }
-        _ => None,
-    };
+    let decision = decided(run).filter(|_| !RunStatus::WAITING.contains(&run.status));
     RunSummary {
         id: run.id.to_string(),
         status: run.status,

@@ -183,7 +183,7 @@ impl RunService {
         actor: &Actor,
         digest: &str,
     ) -> Result<ClaimedRun, ResumeError> {
-        if offer.expires_at_ms <= self.clock.now_ms() {
+        if offer.has_expired(self.clock.now_ms()) {
             return Err(ResumeError::OfferExpired(format_utc(offer.expires_at_ms)));
         }
         self.claim_with(

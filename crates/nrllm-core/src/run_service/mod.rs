@@ -286,6 +286,22 @@ impl RunService {
         Ok(authorize(actor, act, Some(&weighed.facts(run))))
     }
 
+    /// [`RunService::may`] for each of `actors` doing `act` to `run`, with what the authority
+    /// weighs about the run read once (whom to notify of a waiting run, say).
+    pub async fn may_each(
+        &self,
+        actors: &[Actor],
+        act: Act<'_>,
+        run: &RunRecord,
+    ) -> Result<Vec<Result<(), Refusal>>, StoreError> {
+        let weighed = self.weigh(run, act).await?;
+        let facts = weighed.facts(run);
+        Ok(actors
+            .iter()
+            .map(|actor| authorize(actor, act, Some(&facts)))
+            .collect())
+    }
+
     /// What the authority weighs about `run` for `act`, read once: four-eyes for its
     /// configuration, and its lineage where four-eyes bears on the act (most runs have no
     /// parent anyway, and the approve cycle reads nothing more).
