@@ -63,6 +63,9 @@ pub enum Attempt {
     Obsolete,
 }
 
+/// How a row of an outbox is read.
+pub(crate) type ReadRow<R> = fn(&AnyRow) -> Result<R, StoreError>;
+
 /// A row of an outbox, as its claim sees it.
 pub(crate) trait OutboxRow {
     /// The run and the turn (its version) the row is about.
@@ -76,7 +79,7 @@ pub(crate) trait OutboxRow {
 /// instance claims first is left out.
 pub(crate) async fn claim_due<R: OutboxRow>(
     db: &Database,
-    (table, columns, read): (&str, &str, fn(&AnyRow) -> Result<R, StoreError>),
+    (table, columns, read): (&str, &str, ReadRow<R>),
     (now_ms, lease_until_ms, limit): (i64, i64, u32),
 ) -> Result<Vec<(R, bool)>, StoreError> {
     let rows = sqlx::query(&format!(
