@@ -9,7 +9,9 @@
 //!   token is looked up);
 //! - four-eyes: when it holds for the run's configuration, nobody in the run's lineage — its own
 //!   requester and those of every run it was forked or retried from, and so whoever forked or
-//!   retried it — may decide it, answer it, or decide its calls in advance with a run rule;
+//!   retried it — may decide it, answer it, or decide its calls in advance with a run rule; the
+//!   same holds for a turn that needs several people's approvals ([`crate::quorum`]), whatever
+//!   four-eyes says;
 //! - the rule's scope: a configuration's rule is an administrator's;
 //! - the run's state: only a waiting run is decided or answered, only a run whose model call
 //!   failed is retried, a finished run is not cancelled.
@@ -151,6 +153,9 @@ pub struct RunFacts<'a> {
     /// Whether four-eyes holds for the run's configuration (the deployment's setting and the
     /// configuration's, worked out by the caller of the service).
     pub four_eyes: bool,
+    /// How many distinct people must approve its waiting turn ([`crate::quorum`]; 1 when it
+    /// does not wait): above one, the lineage is kept out as under four-eyes.
+    pub approvals_required: u32,
 }
 
 /// The people behind a run: its requester, then the requesters of the run it was forked or
@@ -185,6 +190,13 @@ pub enum Refusal {
         /// They started this very run (else one it goes on from, or they forked it).
         own: bool,
     },
+    /// The turn needs several people's approvals, and the caller started the run (or one it
+    /// goes on from): their decision never counts.
+    #[error(
+        "{who} started this run or one it goes on from, and this turn needs {required} approvals \
+         from other people: {who}'s decision does not count."
+    )]
+    Quorum { who: String, required: u32 },
     /// An offer sent to one person, used by someone else: nothing is decided.
     #[error(
         "This link was sent to {sent_to}, and you are logged in as {who}: it decides nothing for \
@@ -243,11 +255,19 @@ pub fn authorize(actor: &Actor, act: Act<'_>, run: Option<&RunFacts<'_>>) -> Res
     let Some(run) = run else {
         return Ok(());
     };
-    if act.under_four_eyes() && run.four_eyes && run.lineage.includes(&actor.name) {
-        return Err(Refusal::FourEyes {
-            who: actor.name.clone(),
-            own: run.lineage.requesters.first() == Some(&actor.name),
-        });
+    if act.under_four_eyes() && run.lineage.includes(&actor.name) {
+        if run.four_eyes {
+            return Err(Refusal::FourEyes {
+                who: actor.name.clone(),
+                own: run.lineage.requesters.first() == Some(&actor.name),
+            });
+        }
+        if run.approvals_required > 1 {
+            return Err(Refusal::Quorum {
+                who: actor.name.clone(),
+                required: run.approvals_required,
+            });
+        }
     }
     let state = match act {
         Act::Decide | Act::Answer | Act::Offered { .. }
@@ -280,6 +300,7 @@ mod tests {
             termination_reason: None,
             lineage,
             four_eyes,
+            approvals_required: 1,
         }
     }
 

@@ -171,6 +171,10 @@ pub enum DecisionError {
         tool: String,
         effect: RuleEffect,
     },
+    /// A rule was asked for with an approval that counts toward a turn needing several people's
+    /// approvals: a rule would decide later turns by one person's say.
+    #[error("this turn needs several people's approvals, so no approval rule can be added with an approval of it; approve without it, and add the rule on the rules page if it should hold")]
+    RuleWithCount,
     #[error("the rule asked for with {tool} is not valid: {error}")]
     InvalidRule { tool: String, error: RuleError },
     /// An answer that does not fit its question (its choices or its schema).

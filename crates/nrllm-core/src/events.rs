@@ -103,6 +103,25 @@ pub enum Event {
         calls: Vec<ToolCall>,
         /// The calls whose tool requires approval (the rest of the turn is held with them).
         gated: Vec<String>,
+        /// How many distinct people must approve the turn ([`crate::quorum`]).
+        #[serde(
+            default = "crate::quorum::one",
+            skip_serializing_if = "crate::quorum::is_one"
+        )]
+        approvals_required: u32,
+    },
+    /// A person approved a turn that needs more than one approval: their approval counts, and
+    /// the turn waits for the others ([`crate::quorum`]). Nothing ran.
+    ApprovalCounted {
+        round: u32,
+        by: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        through_token: Option<String>,
+        /// Where the count for these choices stands now, and how many it needs.
+        count: u32,
+        required: u32,
+        /// What they approved.
+        choices: Vec<CallChoice>,
     },
     /// The server restarted while the run was running; it goes on from its last journaled step
     /// (`resumes_at` says where).
@@ -171,6 +190,7 @@ impl Event {
             Event::Tool { .. } => "tool",
             Event::ApprovalRequested { .. } => "approval_requested",
             Event::ApprovalDecided { .. } => "approval_decided",
+            Event::ApprovalCounted { .. } => "approval_counted",
             Event::ApprovalExpired { .. } => "approval_expired",
             Event::BudgetReached { .. } => "budget_reached",
             Event::BudgetDecided { .. } => "budget_decided",
@@ -190,6 +210,7 @@ impl Event {
             | Event::ProviderRetry { round, .. }
             | Event::Tool { round, .. }
             | Event::ApprovalRequested { round, .. }
+            | Event::ApprovalCounted { round, .. }
             | Event::OutcomeUnknown { round, .. }
             | Event::BudgetReached { round, .. }
             | Event::BudgetDecided { round, .. } => Some(*round),

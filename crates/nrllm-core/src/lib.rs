@@ -23,6 +23,7 @@ pub mod offer;
 pub mod preview;
 pub mod provider;
 pub mod question;
+pub mod quorum;
 pub mod registry;
 pub mod retry;
 pub mod rules;

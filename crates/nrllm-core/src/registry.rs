@@ -239,11 +239,13 @@ impl Gate {
             .is_some_and(|tool| tool.spec().requires_approval)
     }
 
-    /// How `call` may go ahead under `rules`: a denying rule refuses it (whatever the tool); an
-    /// allowing rule lets a tool with effects run; otherwise the tool's own check of the
-    /// arguments says whether it waits for an operator. A call of a tool not offered is `Free`
-    /// (it is answered as not available, and nothing runs).
-    pub fn pass(&self, call: &ToolCall, rules: &[ApprovalRule]) -> Pass {
+    /// How `call` may go ahead under `rules`, when `approvals` people must approve it: a denying
+    /// rule refuses it (whatever the tool); an allowing rule lets a tool with effects run;
+    /// otherwise the tool's own check of the arguments says whether it waits for an operator. A
+    /// call that needs more than one person's approval ([`crate::quorum`]) is let through by
+    /// neither: it waits. A call of a tool not offered is `Free` (it is answered as not
+    /// available, and nothing runs).
+    pub fn pass(&self, call: &ToolCall, rules: &[ApprovalRule], approvals: u32) -> Pass {
         let Some(tool) = self.tool(&call.name) else {
             return Pass::Free;
         };
@@ -251,6 +253,7 @@ impl Gate {
             return Pass::Input;
         }
         let effects = tool.spec().requires_approval;
+        let one_decides = approvals <= 1;
         match rule_for(rules, call) {
             Some(rule) if rule.effect == RuleEffect::Deny => {
                 return Pass::Auto {
@@ -258,7 +261,7 @@ impl Gate {
                     note: rule.note(),
                 }
             }
-            Some(rule) if effects => {
+            Some(rule) if effects && one_decides => {
                 return Pass::Auto {
                     allow: true,
                     note: rule.note(),
@@ -270,7 +273,7 @@ impl Gate {
             return Pass::Free;
         }
         let args = call.parsed_arguments().unwrap_or(serde_json::Value::Null);
-        if tool.needs_approval(&args) {
+        if !one_decides || tool.needs_approval(&args) {
             Pass::Ask
         } else {
             Pass::Auto {

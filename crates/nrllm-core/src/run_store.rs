@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use crate::assembly::Skill;
 use crate::events::Event;
+use crate::quorum::Vote;
 use crate::rules::{ApprovalRule, RuleDraft};
 use crate::state::{Counters, Kept, RunSettings};
 use crate::transcript::ToolOutcome;
@@ -101,6 +102,8 @@ pub struct RunRecord {
     pub finished_at_ms: Option<i64>,
     /// While it waits: when the turn expires if nobody decides.
     pub approval_deadline_ms: Option<i64>,
+    /// While it waits: how many distinct people must approve its turn ([`crate::quorum`]).
+    pub approvals_required: u32,
     /// While it is queued: since when (its place in the queue).
     pub queued_at_ms: Option<i64>,
     /// A claimed decision's preview bases by call id (JSON), as taken at the claim.
@@ -185,6 +188,9 @@ pub struct ClaimRecord {
     /// Approval rules the decider asked for with the decision (stored in the same commit, as
     /// theirs).
     pub rules: Vec<RuleDraft>,
+    /// The approval that completes the turn's count, if it needs several ([`crate::quorum`]):
+    /// recorded with the claim.
+    pub vote: Option<Vote>,
 }
 
 /// An approved call about to run.
@@ -280,8 +286,20 @@ pub trait RunStore: RunReader + RuleStore + LeaseStore {
         now_ms: i64,
         deadline_ms: Option<i64>,
     ) -> Result<RunRecord, StoreError>;
-    /// `waiting_for_approval` → `queued` if the run is still at `version`; exactly one caller
-    /// wins, and a worker of any instance carries the decision out. The same commit journals the
+    /// Records `vote` on run `id`'s waiting turn at `version`, with its step (numbered after
+    /// the run's last), if the run still waits there and nothing was written to it since step
+    /// `last_sequence` (so a vote that would complete the count is never recorded without its
+    /// claim). `false`, nothing written, if it moved on. The run's version stays.
+    async fn count_approval(
+        &self,
+        id: Uuid,
+        (version, last_sequence): (i64, i64),
+        vote: &Vote,
+        step: &SequencedEvent,
+    ) -> Result<bool, StoreError>;
+    /// `waiting_for_approval` → `queued` if the run is still at `version` and its last step is
+    /// the one before the claim's first (an approval counted meanwhile, which adds a step, makes
+    /// the claimer weigh again); exactly one caller wins, and a worker of any instance carries the decision out. The same commit journals the
     /// whole decision (its step, the record on the run) and a `dispatched` record for every
     /// approved call, before any of them runs. With `drive_here` the winner takes the run at once
     /// (`running`, under this instance's lease, as [`LeaseStore::take_run`] would) instead of
@@ -357,6 +375,9 @@ pub trait RunReader: Send + Sync {
     async fn waiting(&self, filter: &WaitingFilter) -> Result<Vec<RunRecord>, StoreError>;
     /// A run's events with a sequence above `after`, in order.
     async fn events(&self, id: Uuid, after: i64) -> Result<Vec<StoredEvent>, StoreError>;
+    /// Each person's latest approval of run `id`'s turn at `version`, in the order they came
+    /// ([`crate::quorum`]).
+    async fn approvals(&self, id: Uuid, version: i64) -> Result<Vec<Vote>, StoreError>;
     /// At most `limit` of a run's events with a sequence above `after`, in order: one page, for
     /// readers that go through a long run's log with bounded memory.
     async fn events_page(

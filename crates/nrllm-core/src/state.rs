@@ -261,6 +261,13 @@ pub struct SuspendedState {
     /// [`RunStatus::WaitingForBudget`]: nrllm_types::RunStatus::WaitingForBudget
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetStop>,
+    /// How many distinct people must approve the turn ([`crate::quorum`]): fixed when it began
+    /// to wait, from the configuration's quorum and the calls that wait for a person.
+    #[serde(
+        default = "crate::quorum::one",
+        skip_serializing_if = "crate::quorum::is_one"
+    )]
+    pub approvals_required: u32,
 }
 
 /// A call decided without an operator, and what its step says about it.
@@ -440,6 +447,7 @@ mod tests {
             ruled: Vec::new(),
             questions: Vec::new(),
             budget: None,
+            approvals_required: 1,
         }
     }
 

@@ -204,6 +204,7 @@ impl Machine {
             ruled: Vec::new(),
             questions: Vec::new(),
             budget: Some(stop),
+            approvals_required: 1,
         }
     }
 
@@ -350,6 +351,7 @@ impl Machine {
                 ruled,
                 questions,
                 budget: None,
+                approvals_required: 1,
             };
             return match ask_anyone {
                 true => Next::Suspend(state),

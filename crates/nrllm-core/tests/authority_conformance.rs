@@ -24,6 +24,13 @@
 //! person, a Slack button anyone allowed may press) is `Way::Offer`: the recipient of a link
 //! alone may use it, and it approves or denies the whole turn as the button of the same verdict
 //! (its expiry is the service's check, in `crates/nrllm-store/tests/notifications.rs`).
+//!
+//! A turn that needs two people's approvals (M-of-N, [`nrllm_core::quorum`]) has its own cases
+//! at the end: every way a person moves it, in any order, runs the gated call only once two
+//! distinct allowed people outside the run's lineage approved the same choices; a denial
+//! decides at once; no rule or tool check lets such a call through. That the claim happens once
+//! when approvals race, and that an expired or cancelled turn runs nothing whatever it gathered,
+//! are the service's, on a real store (`crates/nrllm-store/tests/quorum.rs`).
 
 use std::sync::Arc;
 
@@ -34,6 +41,7 @@ use nrllm_core::moves::{BudgetMove, BulkVerdict, Raise, TurnMove};
 use nrllm_core::offer::{Channel, Offer};
 use nrllm_core::provider::ChatResponse;
 use nrllm_core::question::{AskOperator, FormAnswer};
+use nrllm_core::quorum::{fingerprint, needs_quorum, Quorum, Tally, Vote};
 use nrllm_core::rules::{ApprovalRule, RuleEffect, RuleScope};
 use nrllm_core::run_store::RunStatus;
 use nrllm_core::state::{LimitKind, Limits, UnknownCall};
@@ -336,6 +344,7 @@ proptest! {
                 termination_reason: None,
                 lineage: &lineage,
                 four_eyes,
+                approvals_required: state.approvals_required,
             };
             // The service's order: the authority, then the move, then the loop's resolution.
             let allowed = turn_move.act().map(|act| authorize(&actor, act, Some(&facts)));
@@ -491,6 +500,7 @@ fn a_call_runs_by_rule_only_when_the_rules_maker_was_allowed_to_add_it() {
                             termination_reason: None,
                             lineage: &lineage,
                             four_eyes,
+                            approvals_required: 1,
                         };
                         let about = match &scope {
                             RuleScope::Run(_) => Some(&facts),
@@ -562,6 +572,7 @@ fn forks_retries_and_cancels_are_an_operators_and_the_lineage_grows_with_them() 
         termination_reason: reason,
         lineage,
         four_eyes: true,
+        approvals_required: 1,
     };
     let failed = facts(&parent, RunStatus::Failed, Some("provider_failed"));
     for role in Role::ALL {
@@ -671,5 +682,306 @@ fn a_recovery_carries_out_only_the_journaled_decision_and_never_reruns_a_journal
             .await
             .unwrap();
         assert_eq!(world.probe.count("write_note"), 0);
+    });
+}
+
+/// The gated turn of a configuration whose `write_note` needs `approvals` people, suspended.
+async fn suspended_needing(approvals: u32) -> (World, SuspendedState) {
+    let world = world(calls_of(Shape::Gated));
+    let ctx = RunContext {
+        quorum: Quorum {
+            approvals: 1,
+            tools: [("write_note".to_owned(), approvals)].into(),
+        },
+        ..RunContext::default()
+    };
+    let outcome = world.tool_loop.run(input(), &ctx, &NullSink).await.unwrap();
+    let LoopOutcome::Suspended(state) = outcome else {
+        panic!("must suspend: {outcome:?}");
+    };
+    (world, state)
+}
+
+/// One person's move on a turn needing two approvals: what they pressed, as what it approves
+/// (`Some("approve")`, `Some("edit")`) or denies (`None`).
+#[derive(Debug, Clone)]
+enum Vote2 {
+    ApproveAll,
+    Edit,
+    DenyAll,
+    Offer(Offer),
+    Bulk(BulkVerdict),
+}
+
+impl Vote2 {
+    /// What it lets run, by README's rules, or `None` for a denial.
+    fn approves(&self) -> Option<&'static str> {
+        match self {
+            Vote2::ApproveAll | Vote2::Bulk(BulkVerdict::ApproveAll) => Some("approve"),
+            Vote2::Offer(offer) if offer.verdict == BulkVerdict::ApproveAll => Some("approve"),
+            Vote2::Edit => Some("edit"),
+            _ => None,
+        }
+    }
+
+    fn way(&self) -> Way {
+        match self {
+            Vote2::ApproveAll => Way::ApproveAll,
+            Vote2::Edit => Way::PerCall(vec![("approve", None), ("edit", None), ("approve", None)]),
+            Vote2::DenyAll => Way::DenyAll,
+            Vote2::Offer(offer) => Way::Offer(offer.clone()),
+            Vote2::Bulk(verdict) => Way::Bulk(*verdict),
+        }
+    }
+}
+
+fn arb_vote() -> impl Strategy<Value = Vote2> {
+    prop_oneof![
+        4 => Just(Vote2::ApproveAll),
+        2 => Just(Vote2::Edit),
+        1 => Just(Vote2::DenyAll),
+        1 => Just(Vote2::Bulk(BulkVerdict::ApproveAll)),
+        1 => prop::sample::select(vec![None, Some("approver2"), Some("stranger")]).prop_map(|to| {
+            Vote2::Offer(Offer {
+                channel: Channel::Email,
+                verdict: BulkVerdict::ApproveAll,
+                recipient: to.map(str::to_owned),
+                expires_at_ms: i64::MAX,
+            })
+        }),
+    ]
+}
+
+/// A caller among the lineage, two strangers, in any role, maybe through a token.
+fn arb_voter() -> impl Strategy<Value = Actor> {
+    let role = || prop::sample::select(Role::ALL.to_vec());
+    (
+        prop::sample::select(vec!["forker", "olga", "stranger", "approver2"]),
+        role(),
+        proptest::option::of(role()),
+    )
+        .prop_map(|(name, role, token)| match token {
+            Some(token_role) => Actor::through_token(name, role, "ci", token_role),
+            None => Actor::user(name, role),
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Moves by anyone, in any order, on a turn whose `write_note` needs two approvals, made as
+    /// the service makes them: the authority (the turn's count in its facts), the move, the
+    /// loop's resolution, then the count ([`Tally`]) — claimed by the move that completes it,
+    /// at once by a denial. The oracle: the call runs once, as approved, exactly when two
+    /// distinct people the authority lets decide, outside the lineage whatever four-eyes says,
+    /// last approved the same choices before any such person denied; a token is its user.
+    #[test]
+    fn a_turn_needing_two_runs_only_when_two_allowed_people_approved_the_same_choices(
+        moves in prop::collection::vec((arb_voter(), arb_vote()), 1..6),
+        four_eyes in any::<bool>(),
+    ) {
+        runtime().block_on(async {
+            let (world, state) = suspended_needing(2).await;
+            prop_assert_eq!(state.approvals_required, 2);
+            prop_assert_eq!(state.waiting_for(), RunStatus::WaitingForApproval);
+            let lineage = Lineage { requesters: LINEAGE.map(str::to_owned).to_vec() };
+            let facts = RunFacts {
+                status: state.waiting_for(),
+                termination_reason: None,
+                lineage: &lineage,
+                four_eyes,
+                approvals_required: state.approvals_required,
+            };
+            let mut tally = Tally { required: 2, votes: Vec::new() };
+            // The oracle's own count: each allowed person's latest approval.
+            let mut latest: Vec<(String, &'static str)> = Vec::new();
+            for (actor, vote) in &moves {
+                let way = vote.way();
+                let allowed_by_rules = may_move(&way, actor, four_eyes)
+                    && !LINEAGE.contains(&actor.name.as_str());
+                let submission = submission_of(&way, &state.pending);
+                let turn_move = match (&way, &submission) {
+                    (_, Some(submission)) => TurnMove::Submit(submission),
+                    (Way::Offer(offer), _) => TurnMove::Offer(offer),
+                    _ => unreachable!(),
+                };
+                let allowed = authorize(actor, turn_move.act().unwrap(), Some(&facts));
+                prop_assert_eq!(allowed.is_ok(), allowed_by_rules, "{:?} {:?}", actor, allowed);
+                if allowed.is_err() {
+                    continue;
+                }
+                let (decision, _) = turn_move.decide(&state, (Uuid::nil(), "demo")).unwrap();
+                let choices = world.tool_loop.resolve_decision(&state, &decision).unwrap();
+                let what = vote.approves();
+                prop_assert_eq!(needs_quorum(&state, &choices), what.is_some());
+                let decided = match what {
+                    // A denial decides the turn at once: nothing runs.
+                    None => Some(decision),
+                    Some(what) => {
+                        latest.retain(|(name, _)| *name != actor.name);
+                        latest.push((actor.name.clone(), what));
+                        let print = fingerprint(&state, &choices);
+                        tally = tally.clone().with(Vote {
+                            approver: actor.name.clone(),
+                            token: actor.token.clone(),
+                            fingerprint: print.clone(),
+                            decision: String::new(),
+                            at_ms: 0,
+                        });
+                        let agreeing = latest.iter().filter(|(_, w)| *w == what).count();
+                        prop_assert_eq!(tally.reached(&print), agreeing >= 2, "{:?}", latest);
+                        tally.reached(&print).then_some(decision)
+                    }
+                };
+                let Some(decision) = decided else { continue };
+                world
+                    .tool_loop
+                    .resume(&state, &decision, &RunContext::default(), &NullSink)
+                    .await
+                    .unwrap();
+                match what {
+                    None => prop_assert_eq!(world.probe.count("write_note"), 0),
+                    Some(what) => {
+                        prop_assert_eq!(world.probe.count("write_note"), 1);
+                        let (_, args) = world
+                            .probe
+                            .calls()
+                            .into_iter()
+                            .find(|(name, _)| name == "write_note")
+                            .unwrap();
+                        let edited = args["text"] == "edited";
+                        prop_assert_eq!(edited, what == "edit", "ran as approved");
+                    }
+                }
+                return Ok(());
+            }
+            // Never completed: nothing ran.
+            prop_assert!(latest.iter().filter(|(_, w)| *w == "approve").count() < 2);
+            prop_assert!(latest.iter().filter(|(_, w)| *w == "edit").count() < 2);
+            prop_assert_eq!(world.probe.count("write_note"), 0);
+            Ok(())
+        })?;
+    }
+}
+
+/// A call that needs two approvals is let through by no allowing rule and no tool check: the
+/// turn waits, and says how many it needs. A denying rule still refuses it, and a tool needing
+/// one is let through as before.
+#[test]
+fn no_rule_or_tool_check_lets_a_call_needing_two_approvals_through() {
+    runtime().block_on(async {
+        for (approvals, effect) in [
+            (2, RuleEffect::Allow),
+            (1, RuleEffect::Allow),
+            (2, RuleEffect::Deny),
+        ] {
+            let world = world(calls_of(Shape::Gated));
+            let ctx = RunContext {
+                rules: vec![ApprovalRule {
+                    id: 1,
+                    scope: RuleScope::Configuration("demo".into()),
+                    tool: "write_note".into(),
+                    effect,
+                    conditions: Vec::new(),
+                    created_by: "ada".into(),
+                    created_at_ms: 0,
+                }],
+                quorum: Quorum {
+                    approvals,
+                    tools: Default::default(),
+                },
+                ..RunContext::default()
+            };
+            let outcome = world.tool_loop.run(input(), &ctx, &NullSink).await.unwrap();
+            match (approvals, effect, outcome) {
+                (2, RuleEffect::Allow, LoopOutcome::Suspended(state)) => {
+                    assert_eq!(state.approvals_required, 2);
+                    assert!(state.ruled.is_empty(), "the rule decided nothing");
+                    assert_eq!(state.undecided().len(), 1);
+                }
+                (1, RuleEffect::Allow, LoopOutcome::Decided(_)) => {}
+                (2, RuleEffect::Deny, LoopOutcome::Decided(state)) => {
+                    assert!(state.ruled.iter().all(|r| !r.allow));
+                }
+                (approvals, effect, outcome) => panic!("{approvals} {effect:?}: {outcome:?}"),
+            }
+            assert_eq!(world.probe.count("write_note"), 0);
+        }
+    });
+}
+
+/// The lineage never counts toward a turn needing several approvals, four-eyes or not; a
+/// stranger with the approver role does; one person is one vote, whatever token they use.
+#[test]
+fn the_lineage_never_counts_and_a_token_is_its_user() {
+    let lineage = Lineage {
+        requesters: LINEAGE.map(str::to_owned).to_vec(),
+    };
+    for four_eyes in [false, true] {
+        let facts = RunFacts {
+            status: RunStatus::WaitingForApproval,
+            termination_reason: None,
+            lineage: &lineage,
+            four_eyes,
+            approvals_required: 2,
+        };
+        for name in LINEAGE {
+            let refusal = authorize(&Actor::user(name, Role::Admin), Act::Decide, Some(&facts));
+            match (four_eyes, refusal) {
+                (true, Err(Refusal::FourEyes { .. })) => {}
+                (false, Err(refusal @ Refusal::Quorum { .. })) => {
+                    assert!(
+                        refusal.to_string().contains("needs 2 approvals"),
+                        "{refusal}"
+                    );
+                }
+                (four_eyes, other) => panic!("{name} {four_eyes}: {other:?}"),
+            }
+        }
+        assert!(authorize(
+            &Actor::user("stranger", Role::Approver),
+            Act::Decide,
+            Some(&facts)
+        )
+        .is_ok());
+    }
+    let vote = |token: Option<&str>, print: &str| Vote {
+        approver: "stranger".into(),
+        token: token.map(str::to_owned),
+        fingerprint: print.into(),
+        decision: String::new(),
+        at_ms: 0,
+    };
+    let tally = Tally {
+        required: 2,
+        votes: Vec::new(),
+    }
+    .with(vote(None, "a"))
+    .with(vote(Some("ci"), "a"));
+    assert!(!tally.reached("a"), "a token counts as its user, once");
+    assert_eq!(tally.votes.len(), 1);
+}
+
+/// The turn needs the most any of its waiting calls needs: a configuration's number, a tool's
+/// own where set, and one for a turn with nothing waiting for a person.
+#[test]
+fn a_turn_needs_the_highest_number_among_its_waiting_calls() {
+    runtime().block_on(async {
+        let (_, state) = suspended(Shape::Gated).await;
+        let quorum = |approvals, tools: &[(&str, u32)]| Quorum {
+            approvals,
+            tools: tools.iter().map(|(t, n)| ((*t).to_owned(), *n)).collect(),
+        };
+        assert_eq!(quorum(1, &[]).for_turn(&state), 1);
+        assert_eq!(quorum(3, &[]).for_turn(&state), 3);
+        // read_note is free: its number does not count.
+        assert_eq!(quorum(1, &[("read_note", 4)]).for_turn(&state), 1);
+        assert_eq!(quorum(2, &[("write_note", 1)]).for_turn(&state), 1);
+        let (_, question) = suspended(Shape::QuestionOnly).await;
+        assert_eq!(
+            quorum(3, &[]).for_turn(&question),
+            1,
+            "nothing waits for approval"
+        );
     });
 }

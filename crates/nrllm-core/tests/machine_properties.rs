@@ -144,7 +144,7 @@ proptest! {
                     usage(1, 1),
                 ),
             };
-            let next = machine.answered(&ask, response, |call| gate.pass(call, &[]));
+            let next = machine.answered(&ask, response, |call| gate.pass(call, &[], 1));
             match next {
                 Next::Finish(finished) => break finished,
                 Next::Run { calls, on_resume, .. } => {

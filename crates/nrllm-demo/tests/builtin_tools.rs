@@ -96,7 +96,7 @@ async fn two_tools_decide_per_call_from_their_arguments() {
     use nrllm_core::transcript::ToolCall;
     let s = site().await;
     let gate = s.registry.gate(&AllowList::All, false);
-    let pass = |tool: &str, args: Value| gate.pass(&ToolCall::new("c", tool, &args), &[]);
+    let pass = |tool: &str, args: Value| gate.pass(&ToolCall::new("c", tool, &args), &[], 1);
     let message = |to: &str| json!({"to": to, "subject": "s", "body": "b"});
     let per_call: Vec<String> = s
         .registry

@@ -23,6 +23,9 @@ use crate::run_store::queries::indexed_by;
 pub struct Unannounced {
     pub run_id: Uuid,
     pub run_version: i64,
+    /// The run's last step: a delivery is made for each (a waiting run's steps move on only
+    /// when an approval counts toward a turn that needs several).
+    pub run_sequence: i64,
     /// The run's configuration name.
     pub configuration: String,
 }
@@ -118,9 +121,10 @@ impl WebhookStore {
         // sort).
         let index = indexed_by(self.db.backend(), "agent_run_waiting");
         let rows = sqlx::query(&format!(
-            "SELECT r.id, r.version, r.provider FROM agent_run r {index} \
+            "SELECT r.id, r.version, r.last_sequence, r.provider FROM agent_run r {index} \
              WHERE r.status IN ({}) AND r.updated_at_ms >= $1 AND NOT EXISTS \
-             (SELECT 1 FROM webhook_delivery d WHERE d.run_id = r.id AND d.run_version = r.version) \
+             (SELECT 1 FROM webhook_delivery d WHERE d.run_id = r.id AND d.run_version = r.version \
+             AND (d.run_sequence IS NULL OR d.run_sequence = r.last_sequence)) \
              ORDER BY r.updated_at_ms LIMIT $2",
             RunStatus::sql_list(&RunStatus::WAITING)
         ))
@@ -136,6 +140,7 @@ impl WebhookStore {
                     run_id: Uuid::parse_str(&id)
                         .map_err(|err| StoreError::Corrupt(format!("run id `{id}`: {err}")))?,
                     run_version: row.try_get("version").map_err(backend)?,
+                    run_sequence: row.try_get("last_sequence").map_err(backend)?,
                     configuration: row
                         .try_get::<Option<String>, _>("provider")
                         .map_err(backend)?
@@ -156,10 +161,10 @@ impl WebhookStore {
         now_ms: i64,
     ) -> Result<bool, StoreError> {
         let inserted = sqlx::query(
-            "INSERT INTO webhook_delivery (id, run_id, run_version, target, body, state, attempts, \
-             next_attempt_at_ms, lease_until_ms, created_at_ms, updated_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, 0, $7, 0, $7, $7) \
-             ON CONFLICT (run_id, run_version) DO NOTHING",
+            "INSERT INTO webhook_delivery (id, run_id, run_version, run_sequence, target, body, \
+             state, attempts, next_attempt_at_ms, lease_until_ms, created_at_ms, updated_at_ms) \
+             VALUES ($1, $2, $3, $8, $4, $5, $6, 0, $7, 0, $7, $7) \
+             ON CONFLICT (run_id, run_version, run_sequence) DO NOTHING",
         )
         .bind(Uuid::new_v4().to_string())
         .bind(run.run_id.to_string())
@@ -168,6 +173,7 @@ impl WebhookStore {
         .bind(body)
         .bind(state.as_str())
         .bind(now_ms)
+        .bind(run.run_sequence)
         .execute(self.db.pool())
         .await
         .map_err(backend)?;
@@ -239,7 +245,8 @@ impl WebhookStore {
     /// A run's deliveries, the latest turn first.
     pub async fn for_run(&self, run_id: Uuid) -> Result<Vec<Delivery>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM webhook_delivery WHERE run_id = $1 ORDER BY run_version DESC"
+            "SELECT {COLUMNS} FROM webhook_delivery WHERE run_id = $1 \
+             ORDER BY run_version DESC, created_at_ms DESC"
         ))
         .bind(run_id.to_string())
         .fetch_all(self.db.pool())

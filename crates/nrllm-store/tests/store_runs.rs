@@ -1282,6 +1282,7 @@ fn empty_state() -> nrllm_core::state::SuspendedState {
         ruled: Vec::new(),
         questions: Vec::new(),
         budget: None,
+        approvals_required: 1,
     }
 }
 

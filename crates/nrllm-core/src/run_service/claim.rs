@@ -21,7 +21,7 @@ use crate::question::FormAnswer;
 use crate::rules::RuleDraft;
 use crate::run_store::{
     Claim, ClaimRecord, RunConfiguration, RunRecord, RunStatus, SequencedEvent, StoreError,
-    TerminationReason, Verdict,
+    TerminationReason,
 };
 use crate::state::{StateError, SuspendedState};
 use crate::submit::Submission;
@@ -198,7 +198,9 @@ impl RunService {
 
     /// Claims waiting run `id` for `turn_move`, made by `actor` (none: the deadline's): the
     /// authority first, then the digest, then the decision checked against the turn, then the
-    /// claim itself (exactly one claimer wins).
+    /// claim itself (exactly one claimer wins). A turn that needs several approvals gathers them
+    /// first ([`crate::quorum`]): an approval that does not complete the count is recorded and
+    /// answered [`ResumeError::Counted`]; one that raced another is weighed again.
     async fn claim_with(
         &self,
         id: Uuid,
@@ -207,7 +209,43 @@ impl RunService {
         digest: Option<&str>,
         claiming: Claiming,
     ) -> Result<ClaimedRun, ResumeError> {
-        let run = self.store.get(id).await?.ok_or(ResumeError::NotFound(id))?;
+        let asked = Asked {
+            turn_move,
+            actor,
+            digest,
+            claiming,
+        };
+        for _ in 0..MAX_COUNT_RACES {
+            if let Some(result) = self.claim_once(id, asked).await {
+                return result;
+            }
+        }
+        // Approvals kept coming in between this one's read and its write.
+        Err(self.lost(id).await)
+    }
+
+    async fn claim_once(&self, id: Uuid, asked: Asked<'_>) -> Attempt {
+        let run = match self.store.get(id).await {
+            Ok(Some(run)) => run,
+            Ok(None) => return Some(Err(ResumeError::NotFound(id))),
+            Err(err) => return Some(Err(err.into())),
+        };
+        match self.checked(run, asked).await {
+            Ok(checked) => self.count_or_claim(checked, asked).await,
+            Err(err) => Some(Err(err)),
+        }
+    }
+
+    /// The move checked against waiting `run`: the authority, the deadline, the digest, the
+    /// decision against the turn and the rules asked for with it.
+    async fn checked(&self, run: RunRecord, asked: Asked<'_>) -> Result<Checked, ResumeError> {
+        let Asked {
+            turn_move,
+            actor,
+            digest,
+            claiming,
+        } = asked;
+        let id = run.id;
         if !RunStatus::WAITING.contains(&run.status) {
             return Err(ResumeError::NotWaiting(Box::new(run)));
         }
@@ -253,25 +291,18 @@ impl RunService {
             .filter_map(|p| Some((p.call_id.clone(), p.basis()?.to_owned())))
             .collect();
         let decision = recorded_decision(&state, (&decision, &choices));
-        let mut claim = self.claim_record(
-            &run,
-            (&state, &choices, &decision),
-            actor.ok_or(turn_move.server_name()),
-            &approved_bases,
+        Ok(Checked {
+            run,
             rules,
-        );
-        if matches!(turn_move, TurnMove::Expire) {
-            // Whatever the wait: nobody decided in time.
-            claim.verdict = Verdict::Expired;
-        }
-        let taking = Taking {
-            state,
-            configuration,
-            tool_loop,
-            decision,
-            approved_bases,
-        };
-        self.take_claim(&run, claim, claiming, taking).await
+            choices,
+            taking: Taking {
+                state,
+                configuration,
+                tool_loop,
+                decision,
+                approved_bases,
+            },
+        })
     }
 
     /// The one authority: who may make `turn_move` on `run` (the deadline needs nobody's leave).
@@ -320,19 +351,14 @@ impl RunService {
 
     /// What the claim commits: the decision's step, its verdict and choices, the approved
     /// calls' preview bases, a dispatch record for each call that runs, and the rules asked for.
-    fn claim_record(
+    pub(super) fn claim_record(
         &self,
         run: &RunRecord,
         (state, choices, decision): (&SuspendedState, &[Choice], &Decision),
-        actor: Result<&Actor, &'static str>,
+        (decided_by, token): (&str, Option<&str>),
         approved_bases: &BTreeMap<String, String>,
         rules: Vec<RuleDraft>,
     ) -> ClaimRecord {
-        // No person: the server's own move, by its name.
-        let (decided_by, token) = match actor {
-            Ok(actor) => (actor.name.as_str(), actor.token.as_deref()),
-            Err(server) => (server, None),
-        };
         ClaimRecord {
             approved_bases: serde_json::to_string(approved_bases).unwrap_or_default(),
             decided_by: decided_by.to_owned(),
@@ -345,27 +371,35 @@ impl RunService {
             }],
             dispatched: dispatches(run.id, state, choices),
             rules,
+            vote: None,
         }
     }
 
     /// Commits `claim` on `run` if nobody claimed it first (exactly one claimer wins), tells
     /// the listeners, and hands the claimed run on.
-    async fn take_claim(
+    pub(super) async fn take_claim(
         &self,
         run: &RunRecord,
         claim: ClaimRecord,
         claiming: Claiming,
         taking: Taking,
-    ) -> Result<ClaimedRun, ResumeError> {
+    ) -> Attempt {
         let id = run.id;
         let now = claim.events[0].created_at_ms;
         let version = match self
             .store
             .claim_for_resume(id, run.version, &claim, now, claiming == Claiming::Here)
-            .await?
+            .await
         {
-            Claim::Won { version } => version,
-            Claim::Lost(winner) => return Err(ResumeError::NotWaiting(winner)),
+            Ok(Claim::Won { version }) => version,
+            // Still waiting at the same turn: an approval came in meanwhile, weigh again.
+            Ok(Claim::Lost(winner))
+                if winner.version == run.version && RunStatus::WAITING.contains(&winner.status) =>
+            {
+                return None
+            }
+            Ok(Claim::Lost(winner)) => return Some(Err(ResumeError::NotWaiting(winner))),
+            Err(err) => return Some(Err(err.into())),
         };
         if let Some(listener) = &self.listener {
             listener.event(id, &claim.events[0]);
@@ -378,7 +412,7 @@ impl RunService {
             );
         }
         failpoint::reach("after_claim_commit");
-        Ok(ClaimedRun {
+        Some(Ok(ClaimedRun {
             id,
             version,
             last_sequence: run.last_sequence + 1,
@@ -392,7 +426,7 @@ impl RunService {
             recovering: false,
             approved_bases: taking.approved_bases,
             cancel: None,
-        })
+        }))
     }
 
     /// The run's suspended state and configuration, or the refusal: a state saved by a newer
@@ -457,18 +491,43 @@ impl RunService {
     }
 }
 
+/// How many times a claim is weighed again when approvals keep racing it.
+const MAX_COUNT_RACES: usize = 32;
+
+/// One try at a claim: what it came to, or `None` when another approval of the same turn raced
+/// it (weigh again).
+pub(super) type Attempt = Option<Result<ClaimedRun, ResumeError>>;
+
+/// A move asked of a waiting run: the move, by whom (none: the server's own), on the turn
+/// whose digest the caller saw, and who carries it out.
+#[derive(Clone, Copy)]
+pub(super) struct Asked<'a> {
+    pub(super) turn_move: TurnMove<'a>,
+    pub(super) actor: Option<&'a Actor>,
+    pub(super) digest: Option<&'a str>,
+    pub(super) claiming: Claiming,
+}
+
+/// A move checked against its run, ready to count or claim.
+pub(super) struct Checked {
+    pub(super) run: RunRecord,
+    pub(super) rules: Vec<RuleDraft>,
+    pub(super) choices: Vec<Choice>,
+    pub(super) taking: Taking,
+}
+
 /// What a won claim hands on to the claimed run.
-struct Taking {
-    state: SuspendedState,
-    configuration: RunConfiguration,
-    tool_loop: Arc<dyn ToolLoopService>,
-    decision: Decision,
-    approved_bases: BTreeMap<String, String>,
+pub(super) struct Taking {
+    pub(super) state: SuspendedState,
+    pub(super) configuration: RunConfiguration,
+    pub(super) tool_loop: Arc<dyn ToolLoopService>,
+    pub(super) decision: Decision,
+    pub(super) approved_bases: BTreeMap<String, String>,
 }
 
 /// Who carries out a claimed decision, and for whom the claim is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Claiming {
+pub(super) enum Claiming {
     /// An operator's decision, queued for a worker of any instance.
     Queue,
     /// An operator's decision, carried out by the claimer at once.

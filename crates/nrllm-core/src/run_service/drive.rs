@@ -72,6 +72,7 @@ impl RunService {
             lease: self.lease_guard(id),
             lease_epoch: Some(claimed.version),
             spend: self.spend_watch(&claimed.configuration, &claimed.requested_by),
+            quorum: self.loops.quorum(&claimed.configuration),
             ..RunContext::default()
         };
         let work = claimed
@@ -243,6 +244,7 @@ impl RunService {
                 events: segment.sink.take(),
                 dispatched: dispatches(segment.id, &state, &choices),
                 rules: Vec::new(),
+                vote: None,
             };
             let now = self.clock.now_ms();
             let version = match self

@@ -5,6 +5,7 @@ use uuid::Uuid;
 use crate::authority::Refusal;
 use crate::clock::format_utc;
 use crate::decision::DecisionError;
+use crate::quorum::Tally;
 use crate::rules::RuleError;
 use crate::run_store::{RunRecord, RunStatus, StoreError, Verdict};
 
@@ -45,8 +46,22 @@ pub enum ResumeError {
     /// The authority refused the caller ([`crate::authority`]).
     #[error(transparent)]
     Refused(Refusal),
+    /// Not refused: the turn needs several people's approvals, and this one counts toward
+    /// them ([`crate::quorum`]). Nothing ran; the run still waits, at the same digest.
+    #[error("{}", counted_text(.0))]
+    Counted(Box<Tally>),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// "Your approval counts: 1 of 2 approvals: alice. …"
+fn counted_text(tally: &Tally) -> String {
+    format!(
+        "Your approval counts: {}. The turn runs once {} different people have approved the same \
+         choices.",
+        tally.describe(),
+        tally.required
+    )
 }
 
 /// "already decided (approved) at <time>" or why else the run is not waiting.

@@ -27,6 +27,11 @@ pub trait LoopFactory: Send + Sync {
         crate::spend::SpendCaps::default()
     }
 
+    /// How many people must approve the configuration's turns (one by default).
+    fn quorum(&self, _configuration: &RunConfiguration) -> crate::quorum::Quorum {
+        crate::quorum::Quorum::default()
+    }
+
     /// Estimated cost of `usage` under the configuration's prices, in millionths of a dollar.
     fn estimate_cost_micros(&self, configuration: &RunConfiguration, usage: Usage) -> Option<i64> {
         self.prices(configuration).cost_micros(&usage)

@@ -21,6 +21,7 @@ mod bulk;
 mod cancel;
 mod claim;
 mod claimed;
+mod count;
 mod drive;
 mod errors;
 mod hooks;
@@ -39,6 +40,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::{Choice, Decision};
 use crate::interrupt::Interrupts;
 use crate::lease::{LeaseGuard, LeaseWatch};
+use crate::quorum::Tally;
 use crate::run_store::{Dispatch, RunConfiguration, RunRecord, RunStatus, RunStore, StoreError};
 use crate::spend::{SpendLedger, SpendWatch};
 use crate::state::{Counters, SuspendedState};
@@ -148,6 +150,7 @@ impl Weighed {
             termination_reason: run.termination_reason.as_deref(),
             lineage: &self.lineage,
             four_eyes: self.four_eyes,
+            approvals_required: run.approvals_required,
         }
     }
 }
@@ -302,12 +305,25 @@ impl RunService {
             .collect())
     }
 
+    /// Where the approvals of `run`'s waiting turn stand, if it needs several people's
+    /// ([`crate::quorum`]); `None` for a turn one person decides.
+    pub async fn tally(&self, run: &RunRecord) -> Result<Option<Tally>, StoreError> {
+        if run.approvals_required <= 1 || !RunStatus::WAITING.contains(&run.status) {
+            return Ok(None);
+        }
+        Ok(Some(Tally {
+            required: run.approvals_required,
+            votes: self.store.approvals(run.id, run.version).await?,
+        }))
+    }
+
     /// What the authority weighs about `run` for `act`, read once: four-eyes for its
     /// configuration, and its lineage where four-eyes bears on the act (most runs have no
     /// parent anyway, and the approve cycle reads nothing more).
     async fn weigh(&self, run: &RunRecord, act: Act<'_>) -> Result<Weighed, StoreError> {
         let four_eyes = (self.four_eyes)(run.configuration.as_ref().map(|c| c.provider.as_str()));
-        let lineage = match four_eyes && act.under_four_eyes() {
+        // A turn that needs several approvals keeps the lineage out as four-eyes does.
+        let lineage = match (four_eyes || run.approvals_required > 1) && act.under_four_eyes() {
             true => self.lineage(run).await?,
             false => Lineage {
                 requesters: vec![run.requested_by.clone()],

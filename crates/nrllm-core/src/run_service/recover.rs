@@ -152,6 +152,7 @@ impl RunService {
                 })
                 .collect(),
         });
+        state.approvals_required = self.loops.quorum(configuration).for_turn(&state);
         let now = self.clock.now_ms();
         let waiting = self
             .store

@@ -178,6 +178,7 @@ impl RunService {
             lease: self.lease_guard(run.id),
             lease_epoch: Some(run.version),
             spend: self.spend_watch(&configuration, &run.requested_by),
+            quorum: self.loops.quorum(&configuration),
             ..RunContext::default()
         };
         let tool_loop = self.loops.tool_loop(&configuration);

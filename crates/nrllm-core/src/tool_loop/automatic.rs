@@ -109,7 +109,8 @@ pub fn decided_event(
         .unwrap_or_else(|| decision_event(state, choices, decided_by, token))
 }
 
-pub(super) fn call_choices(state: &SuspendedState, choices: &[Choice]) -> Vec<CallChoice> {
+/// Each pending call of `state` with its choice, as a step records it.
+pub fn call_choices(state: &SuspendedState, choices: &[Choice]) -> Vec<CallChoice> {
     state
         .pending
         .iter()

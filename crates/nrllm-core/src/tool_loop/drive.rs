@@ -74,7 +74,8 @@ impl ToolLoop {
                     }
                 }
                 Next::Decided(state) => return Ok(LoopOutcome::Decided(state)),
-                Next::Suspend(state) => {
+                Next::Suspend(mut state) => {
+                    state.approvals_required = ctx.quorum.for_turn(&state);
                     sink.emit(waiting_event(&state));
                     return Ok(LoopOutcome::Suspended(state));
                 }
@@ -145,9 +146,9 @@ impl ToolLoop {
         machine.spent(spent);
         machine.running_for(running());
         match answer {
-            Ok(response) => {
-                Ok(machine.answered(&ask, response, |call| gate.pass(call, &ctx.rules)))
-            }
+            Ok(response) => Ok(machine.answered(&ask, response, |call| {
+                gate.pass(call, &ctx.rules, ctx.quorum.for_tool(&call.name))
+            })),
             Err(error) => Err(LoopError::Provider {
                 error: Box::new(error),
                 counters: machine.counters(),
@@ -251,6 +252,7 @@ fn waiting_event(state: &SuspendedState) -> Event {
             round: state.counters.iterations,
             calls: state.pending.clone(),
             gated: state.gated.clone(),
+            approvals_required: state.approvals_required,
         },
     }
 }
@@ -289,8 +291,9 @@ impl ToolLoop {
         let mut raised = state.clone();
         raised.settings.limits = *limits;
         let gate = self.gate(&raised.settings);
-        let (machine, next) =
-            Machine::resume_at_budget(&raised, |call| gate.pass(call, &ctx.rules));
+        let (machine, next) = Machine::resume_at_budget(&raised, |call| {
+            gate.pass(call, &ctx.rules, ctx.quorum.for_tool(&call.name))
+        });
         self.drive(machine, next, ctx, sink).await
     }
 }
@@ -309,8 +312,9 @@ impl ToolLoopService for ToolLoop {
             let mut machine = Machine::start(transcript, input.settings);
             let next = pending.map(|(calls, answered)| {
                 let gate = self.gate(machine.settings());
-                let next =
-                    machine.pending_turn(calls, answered, |call| gate.pass(call, &ctx.rules));
+                let next = machine.pending_turn(calls, answered, |call| {
+                    gate.pass(call, &ctx.rules, ctx.quorum.for_tool(&call.name))
+                });
                 inherit(next, &ctx.inherited, sink)
             });
             return self.drive(machine, next, ctx, sink).await;

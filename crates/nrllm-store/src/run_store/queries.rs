@@ -51,7 +51,7 @@ pub(super) const RUN_COLUMNS: &str =
     final_answer, suspended_state, decided_by, decided_at_ms, decision, decision_record, version, \
     last_sequence, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms, \
     approval_deadline_ms, queued_at_ms, approved_bases, cancel_by, cancel_reason, unreported_usage, \
-    cached_input_tokens, cache_write_tokens, reasoning_tokens";
+    cached_input_tokens, cache_write_tokens, reasoning_tokens, approvals_required";
 
 /// The update that takes the queued runs matching `which` for this instance ($1–$5: see
 /// [`SqlRunStore::bind_take`]), returning them.
@@ -157,6 +157,7 @@ pub(super) fn read_run(row: &impl Cells) -> Result<RunRecord, StoreError> {
         started_at_ms: row.int("started_at_ms")?,
         finished_at_ms: row.int("finished_at_ms")?,
         approval_deadline_ms: row.int("approval_deadline_ms")?,
+        approvals_required: u32::try_from(row.int("approvals_required")?.unwrap_or(1)).unwrap_or(1),
         queued_at_ms: row.int("queued_at_ms")?,
         approved_bases: row.text("approved_bases")?,
         cancel_requested: cancel_request(row)?,

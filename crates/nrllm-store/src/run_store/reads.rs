@@ -9,7 +9,8 @@ use sqlx::Row as _;
 use uuid::Uuid;
 
 use crate::error::backend;
-use crate::transition::Statement;
+use crate::transition::{Cells as _, Statement};
+use nrllm_core::quorum::Vote;
 
 use super::queries::*;
 use super::write::*;
@@ -29,6 +30,31 @@ impl RunReader for SqlRunStore {
             )
             .await?;
         rows.first().map(read_run).transpose()
+    }
+
+    async fn approvals(&self, id: Uuid, version: i64) -> Result<Vec<Vote>, StoreError> {
+        let rows = self
+            .db
+            .query(
+                &Statement::new(
+                    "SELECT approver, token, fingerprint, decision, created_at_ms FROM turn_approval \
+                     WHERE run_id = $1 AND run_version = $2 ORDER BY created_at_ms, approver",
+                )
+                .bind(id.to_string())
+                .bind(version),
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(Vote {
+                    approver: row.required_text("approver")?,
+                    token: row.text("token")?,
+                    fingerprint: row.required_text("fingerprint")?,
+                    decision: row.required_text("decision")?,
+                    at_ms: row.required_int("created_at_ms")?,
+                })
+            })
+            .collect()
     }
 
     async fn list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, StoreError> {

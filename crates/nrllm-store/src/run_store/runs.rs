@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use nrllm_core::events::Event;
+use nrllm_core::quorum::Vote;
 use nrllm_core::run_store::{
     Claim, ClaimRecord, Finish, NewRun, PurgeReport, RunRecord, RunStatus, RunStore,
     SequencedEvent, StoreError, TerminationReason,
@@ -84,7 +85,7 @@ impl RunStore for SqlRunStore {
              decided_by = NULL, decided_at_ms = NULL, decision = NULL, decision_record = NULL, \
              lease_owner = NULL, lease_until_ms = 0, approval_deadline_ms = $15, \
              unreported_usage = $16, cached_input_tokens = $17, cache_write_tokens = $18, \
-             reasoning_tokens = $19 \
+             reasoning_tokens = $19, approvals_required = $20 \
              WHERE id = $10 AND status = $11 AND version = $12 AND lease_owner = $14 \
              AND cancel_by IS NULL RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
         ))
@@ -104,7 +105,8 @@ impl RunStore for SqlRunStore {
         .bind(&*self.owner)
         .bind(deadline_ms)
         .bind(i64::from(state.counters.usage.unreported))
-        .bind_usage_parts(&state.counters.usage);
+        .bind_usage_parts(&state.counters.usage)
+        .bind(i64::from(state.approvals_required.max(1)));
         let mut transition = self.transition(fence, id, events)?;
         transition.before_commit = Some(match state.budget {
             Some(_) => "during_budget_suspend_commit",
@@ -122,14 +124,15 @@ impl RunStore for SqlRunStore {
         drive_here: bool,
     ) -> Result<Claim, StoreError> {
         let (status, owner, until, queued) = self.placement(drive_here, now_ms);
-        // The compare-and-set: exactly one claimer's update matches the row.
+        // The compare-and-set: exactly one claimer's update matches the row, and only while
+        // the run's steps are as the claimer read them (an approval counted meanwhile adds one).
         let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, decided_by = $2, decided_at_ms = $3, decision = $4, \
              decision_record = $5, version = version + 1, updated_at_ms = $3, \
              last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END, \
              lease_owner = $12, lease_until_ms = $13, queued_at_ms = $14, approved_bases = $10, \
              approval_deadline_ms = NULL \
-             WHERE id = $7 AND status IN ($8, $11, '{budget}') AND version = $9 \
+             WHERE id = $7 AND status IN ($8, $11, '{budget}') AND version = $9 AND last_sequence = $15 \
              RETURNING version, {CHAIN_HEAD}",
             budget = RunStatus::WaitingForBudget.as_str()
         ))
@@ -146,19 +149,46 @@ impl RunStore for SqlRunStore {
         .bind(RunStatus::WaitingForInput.as_str())
         .bind(owner)
         .bind(until)
-        .bind(queued);
+        .bind(queued)
+        .bind(claim.events.first().map_or(0, |e| e.sequence - 1));
         let mut transition = self.transition(fence, id, &claim.events)?;
         if queued.is_some() {
             // The decision waits in the queue: every instance's worker looks.
             self.announce(&mut transition, Notice::Queued);
         }
         transition.then.extend(claim_rows(id, claim, now_ms));
+        if let Some(vote) = &claim.vote {
+            transition.then.push(vote_upsert(id, version, vote));
+        }
         let Some(row) = self.write(transition).await? else {
             return Ok(Claim::Lost(Box::new(self.status_of(id).await?)));
         };
         Ok(Claim::Won {
             version: row.required_int("version")?,
         })
+    }
+
+    async fn count_approval(
+        &self,
+        id: Uuid,
+        (version, last_sequence): (i64, i64),
+        vote: &Vote,
+        step: &SequencedEvent,
+    ) -> Result<bool, StoreError> {
+        // The run stays at its version (open pages' digests hold); only its steps move on.
+        let fence = Statement::new(format!(
+            "UPDATE agent_run SET last_sequence = last_sequence + 1 \
+             WHERE id = $1 AND version = $2 AND last_sequence = $3 AND status IN ({}) \
+             RETURNING last_sequence, {CHAIN_HEAD}",
+            RunStatus::sql_list(&RunStatus::WAITING)
+        ))
+        .bind(id.to_string())
+        .bind(version)
+        .bind(last_sequence);
+        let mut transition = self.transition(fence, id, std::slice::from_ref(step))?;
+        transition.numbered_by_fence = true;
+        transition.then.push(vote_upsert(id, version, vote));
+        Ok(self.write(transition).await?.is_some())
     }
 
     async fn decide_running(
@@ -414,6 +444,7 @@ impl RunStore for SqlRunStore {
                     "notification",
                     "notification_round",
                     "decision_link_use",
+                    "turn_approval",
                     "agent_run_search_queue",
                 ] {
                     sqlx::query(&format!("DELETE FROM {table} WHERE run_id = $1"))

@@ -2,6 +2,7 @@
 //! commits, and what a refused transition says.
 
 use nrllm_core::events::Event;
+use nrllm_core::quorum::Vote;
 use nrllm_core::run_store::{
     CancelRequest, ClaimRecord, RunReader, RunRecord, RunStatus, SequencedEvent, StoreError,
 };
@@ -222,6 +223,24 @@ pub(super) fn claim_rows(id: Uuid, claim: &ClaimRecord, now_ms: i64) -> Vec<Stat
         rows.push(rule_insert(rule, &claim.decided_by, now_ms));
     }
     rows
+}
+
+/// Records `vote` as its approver's latest approval of run `id`'s turn at `version`.
+pub(super) fn vote_upsert(id: Uuid, version: i64, vote: &Vote) -> Statement {
+    Statement::new(
+        "INSERT INTO turn_approval (run_id, run_version, approver, token, fingerprint, decision, \
+         created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+         ON CONFLICT (run_id, run_version, approver) DO UPDATE SET token = excluded.token, \
+         fingerprint = excluded.fingerprint, decision = excluded.decision, \
+         created_at_ms = excluded.created_at_ms",
+    )
+    .bind(id.to_string())
+    .bind(version)
+    .bind(vote.approver.as_str())
+    .bind(vote.token.as_deref())
+    .bind(vote.fingerprint.as_str())
+    .bind(vote.decision.as_str())
+    .bind(vote.at_ms)
 }
 
 /// The MAC of a run's last step and the id of the key its log is chained by, as columns of a
