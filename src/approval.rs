@@ -6,6 +6,8 @@
 
 use leptos::prelude::*;
 
+use crate::approval_count::ApprovalCount;
+
 use crate::api::{NrllmInputAnswer, NrllmToolResume, SubmittedCall};
 use crate::components::{op_options, TextArea, BUTTON_APPROVE, BUTTON_DENY, BUTTON_PRIMARY, INPUT};
 use crate::field;
@@ -494,6 +496,7 @@ pub fn ApprovalPanel(
                 <h2 class="font-semibold">{format!("Waiting for a decision — {count} call(s) hold this turn")}</h2>
                 <p class="mt-2 text-sm font-medium" data-testid="cannot-decide">{block}</p>
                 {deadline_line(&run)}
+                <ApprovalCount approvals=run.approvals.clone() />
                 <ol class="mt-3 space-y-3">{calls}</ol>
             </section>
         }
@@ -503,6 +506,7 @@ pub fn ApprovalPanel(
         <section class="mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30" data-testid="approval-panel">
             <h2 class="font-semibold" tabindex="-1" data-panel-heading="">{format!("Needs your decision — {count} call(s) hold this turn")}</h2>
             {deadline_line(&run)}
+            <ApprovalCount approvals=run.approvals.clone() />
             <form method="post" action={action::<NrllmToolResume>()} class="mt-3 space-y-3" data-approval-form="">
                 <CsrfField />
                 <input type="hidden" name=field!(NrllmToolResume, run_id) value=run.summary.id.clone() />

@@ -191,6 +191,9 @@ mod from_runtime {
                 }
                 ResumeError::Unavailable(message) => AppError::Conflict(message),
                 ResumeError::Refused(refusal) => AppError::from(refusal),
+                // Where a caller has no better answer for it (the server functions that decide
+                // answer it as accepted, with the count): nothing was claimed.
+                ResumeError::Counted(_) => AppError::Conflict(err.to_string()),
                 ResumeError::Store(store) => AppError::from(store),
             }
         }
@@ -233,9 +236,9 @@ mod from_runtime {
             match refusal {
                 refusal @ Refusal::State(_) => AppError::Conflict(format!("{refusal}.")),
                 refusal @ Refusal::Role { .. } => AppError::Forbidden(format!("{refusal}.")),
-                refusal @ (Refusal::FourEyes { .. } | Refusal::NotRecipient { .. }) => {
-                    AppError::Forbidden(refusal.to_string())
-                }
+                refusal @ (Refusal::FourEyes { .. }
+                | Refusal::Quorum { .. }
+                | Refusal::NotRecipient { .. }) => AppError::Forbidden(refusal.to_string()),
             }
         }
     }

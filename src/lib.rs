@@ -7,6 +7,7 @@
 pub mod api;
 pub mod app;
 pub mod approval;
+pub mod approval_count;
 pub mod budget;
 pub mod components;
 pub mod error;

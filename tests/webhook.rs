@@ -399,3 +399,76 @@ async fn a_run_at_a_daily_cap_is_announced_with_its_stop_and_goes_on_when_the_ca
     assert_eq!(row["raised"], "$1.0000", "{row}");
     assert_eq!(row["reached"], false, "{row}");
 }
+
+/// A turn that needs two approvals (M-of-N): announced with where its count stands and who may
+/// approve; each approval that counts is announced again (`run.approval_counted`, the run still
+/// waiting at the same digest); the requester's approval is refused and announces nothing.
+#[tokio::test]
+async fn each_approval_toward_a_turn_needing_two_is_announced_with_the_count() {
+    let (hooks, received) = receiver().await;
+    let server = start(
+        &format!(
+            "log_level = \"info\"\nwebhook_url = \"{hooks}/ok\"\n\n\
+             [[configurations]]\nname = \"two\"\nkind = \"demo\"\nmodel = \"demo-1\"\n\
+             approvals_required = 2\n"
+        ),
+        &[("NRLLM_WEBHOOK_SECRET", SECRET)],
+    )
+    .await;
+    let team = common::users(&server, &[("alice", "approver"), ("bert", "approver")]).await;
+    let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
+    let run_id = start_run(
+        &server,
+        &admin,
+        json!({ "prompt": "Create a page counted titled \"Two\"", "configuration": "two" }),
+    )
+    .await;
+    let view = wait_for(&server, &admin, &run_id, "waiting_for_approval").await;
+    let digest = view["digest"].clone();
+    wait_until(&server, &admin, &run_id, "announced", |view| {
+        view["webhooks"][0]["state"] == "delivered"
+    })
+    .await;
+    let first: Value = serde_json::from_str(&received.on("ok")[0].1).unwrap();
+    assert_eq!(first["event"], "run.waiting_for_approval", "{first}");
+    assert_eq!(first["approvals"]["required"], 2);
+    assert_eq!(first["approvals"]["text"], "0 of 2 approvals");
+    assert_eq!(
+        first["approvals"]["may_still_approve"],
+        json!(["alice", "bert"]),
+        "the requester (admin) never counts: {first}"
+    );
+
+    // The requester is refused; alice's approval counts and is announced.
+    let decide = json!({ "run_id": run_id, "decision": "approve_all", "digest": digest });
+    let (status, body) = call(&server, &admin, "nrllm_tool_resume", decide.clone()).await;
+    assert_eq!(status, reqwest::StatusCode::FORBIDDEN, "{body}");
+    let (status, body) = call(&server, &team[0], "nrllm_tool_resume", decide.clone()).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "waiting_for_approval", "{body}");
+    assert_eq!(body["approvals"]["approved_by"], json!(["alice"]));
+    assert_eq!(body["approvals"]["may_still_approve"], json!(["bert"]));
+    wait_until(&server, &admin, &run_id, "announced the approval", |view| {
+        view["webhooks"]
+            .as_array()
+            .is_some_and(|all| all.len() == 2 && all.iter().all(|d| d["state"] == "delivered"))
+    })
+    .await;
+    let deliveries = received.on("ok");
+    let (headers, counted) = deliveries
+        .iter()
+        .find(|(headers, _)| headers["x-nrllm-event"] == "run.approval_counted")
+        .expect("a delivery for alice's approval");
+    assert!(signature_holds(headers, counted));
+    let counted: Value = serde_json::from_str(counted).unwrap();
+    assert_eq!(counted["approvals"]["text"], "1 of 2 approvals: alice");
+    assert_eq!(counted["approvals"]["may_still_approve"], json!(["bert"]));
+    assert_eq!(counted["digest"], digest, "the same turn, the same digest");
+
+    // Bert's completes the count: the run goes on, decided by both.
+    let (status, body) = call(&server, &team[1], "nrllm_tool_resume", decide).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "queued", "{body}");
+    let done = wait_for(&server, &admin, &run_id, "completed").await;
+    assert_eq!(done["summary"]["decided_by"], "alice, bert", "{done}");
+}

@@ -84,11 +84,11 @@ pub async fn nrllm_tool_resume(
         calls: calls.unwrap_or_default(),
         acknowledge_discard: nrllm_types::submission::ticked(acknowledge_discard.as_deref()),
     };
-    state
+    let outcome = state
         .runs
         .claim_submission(id, &submission, &who, digest.as_deref())
-        .await?;
-    crate::api::waiting::decided(&state, id, &who, then.as_deref()).await
+        .await;
+    crate::api::waiting::claimed(&state, id, &who, then.as_deref(), outcome).await
 }
 
 /// Answers the question a waiting run asks (`ask_operator`): `answer` — the text, or one of the

@@ -49,10 +49,17 @@ pub async fn nrllm_inbox(
         .map(|id| checks::parse_run_id(&id))
         .transpose()?;
     let (waiting, next_after) = waiting::page(&state, &query).await?;
-    let rows = waiting
-        .iter()
-        .map(|run| present::inbox_row(run, query.href(Some(run.id), None)))
-        .collect();
+    let mut rows = Vec::with_capacity(waiting.len());
+    for run in &waiting {
+        let mut row = present::inbox_row(run, query.href(Some(run.id), None));
+        let tally = state
+            .runs
+            .tally(run)
+            .await
+            .map_err(|err| AppError::internal("reading a turn's approvals", err))?;
+        row.approvals = tally.map(|tally| tally.describe());
+        rows.push(row);
+    }
     // The open run and where triage starts are usually on this page already: not read again.
     let open = match open.map(|id| (id, waiting.iter().find(|run| run.id == id))) {
         Some((_, Some(run))) => Some(waiting::waiting_view(&state, run, &who).await?),

@@ -156,6 +156,7 @@ pub async fn nrllm_link_decide(token: String) -> Result<ResumeAccepted, AppError
             Ok(ResumeAccepted {
                 run_id,
                 status: crate::page_data::RunStatus::WaitingForApproval,
+                approvals: None,
             })
         }
         Err(err) => Err(err),
@@ -185,11 +186,16 @@ async fn decide(
     {
         return Err(AppError::Conflict(used_text(&used)));
     }
-    state
+    match state
         .runs
         .claim_offer(link.run, &offer, who, &link.digest)
-        .await?;
-    // The claim won: the turn is decided once, and the link is marked as having decided it.
+        .await
+    {
+        // An approval that counts toward a turn needing several: the link did its part.
+        Ok(_) | Err(nrllm_core::run_service::ResumeError::Counted(_)) => {}
+        Err(err) => return Err(err.into()),
+    }
+    // The claim won (or the approval counts): the link is marked as used, once.
     store
         .use_link(&link.id, link.run, &who.name, nrllm_core::clock::now_ms())
         .await

@@ -13,6 +13,8 @@ pub mod contacts;
 pub mod decisions;
 pub mod inbox;
 pub mod links;
+#[cfg(feature = "ssr")]
+pub(crate) mod quorum;
 pub mod rules;
 #[cfg(feature = "ssr")]
 mod run_form;

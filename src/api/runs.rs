@@ -98,6 +98,7 @@ pub async fn nrllm_run_get(
         .await
         .map_err(|err| AppError::internal("verifying a run's log", err))?;
     view.decide_block = crate::api::checks::decide_block(&state, &run, &who).await?;
+    view.approvals = crate::api::quorum::approvals_view(&state, &run, Some(&who.name)).await?;
     view.rules_for_configuration = who.role.allows(nrllm_types::Role::Admin);
     view.children = state
         .store

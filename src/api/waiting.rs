@@ -2,6 +2,7 @@
 //! of waiting runs, one waiting run's panel, the next turn a person may decide, and where a
 //! browser goes after deciding.
 
+use nrllm_core::run_service::{ClaimedRun, ResumeError};
 use nrllm_core::run_store::{RunRecord, RunStatus, SearchWords, WaitingFilter, WaitingOrder};
 use nrllm_store::accounts::Principal;
 use uuid::Uuid;
@@ -177,6 +178,7 @@ pub async fn waiting_view(
     let mut view = crate::server::present::run_view(run, &[], None, pending.as_ref(), None);
     (view.budget, view.budget_stop) = budget_view(state, run, pending.as_ref(), &[]);
     view.decide_block = decide_block(state, run, who).await?;
+    view.approvals = crate::api::quorum::approvals_view(state, run, Some(&who.name)).await?;
     Ok(view)
 }
 
@@ -246,7 +248,10 @@ pub async fn first_decidable(
     runs: &[RunRecord],
 ) -> Result<Option<Uuid>, AppError> {
     for run in runs.iter().take(NEXT_LOOKS_AT as usize) {
-        if decide_block(state, run, who).await?.is_none() {
+        // A turn whose count this person's approval is in already is left for the others.
+        if decide_block(state, run, who).await?.is_none()
+            && !crate::api::quorum::counts_already(state, run, &who.name).await
+        {
             return Ok(Some(run.id));
         }
     }
@@ -289,6 +294,44 @@ pub async fn decided(
     Ok(ResumeAccepted {
         run_id: id.to_string(),
         status: crate::page_data::RunStatus::Queued,
+        approvals: None,
+    })
+}
+
+/// What a claim of run `id` by `who` came to: decided (the run goes on; a browser goes where
+/// `then` says, [`crate::api::waiting::decided`]), or their approval counted toward a turn that
+/// needs several (the run still waits: a browser goes back to it, or on to the next turn).
+pub async fn claimed(
+    state: &AppState,
+    id: Uuid,
+    who: &Principal,
+    then: Option<&str>,
+    outcome: Result<ClaimedRun, ResumeError>,
+) -> Result<ResumeAccepted, AppError> {
+    let tally = match outcome {
+        Ok(_) => return decided(state, id, who, then).await,
+        Err(ResumeError::Counted(tally)) => tally,
+        Err(err) => return Err(err.into()),
+    };
+    let run = state
+        .store
+        .get(id)
+        .await
+        .map_err(|err| AppError::internal("reading a run", err))?
+        .ok_or_else(|| AppError::NotFound(format!("There is no run {id}.")))?;
+    let approvals = crate::server::approvals::tally_view(
+        (&state.accounts, &state.runs),
+        &run,
+        &tally,
+        Some(&who.name),
+    )
+    .await
+    .map_err(|err| AppError::internal("reading a turn's approvals", err))?;
+    let accepted = decided(state, id, who, then).await?;
+    Ok(ResumeAccepted {
+        status: crate::page_data::RunStatus::WaitingForApproval,
+        approvals: Some(approvals),
+        ..accepted
     })
 }
 

@@ -43,6 +43,9 @@ pub struct InboxRow {
     pub calls: Vec<InboxCall>,
     /// The inbox link that opens this row's panel (keeping the inbox's filters).
     pub open_href: String,
+    /// A turn that needs several approvals: "1 of 2 approvals: alice".
+    #[serde(default)]
+    pub approvals: Option<String>,
 }
 
 /// A page of the inbox as rows, with the one panel opened on it.

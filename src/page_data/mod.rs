@@ -393,6 +393,24 @@ pub struct RunView {
     /// While it waits at its budget: where it stopped.
     #[serde(default)]
     pub budget_stop: Option<BudgetStopView>,
+    /// While its turn waits for several people's approvals: where they stand.
+    #[serde(default)]
+    pub approvals: Option<ApprovalsView>,
+}
+
+/// Where a turn that needs several people's approvals stands (M-of-N).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalsView {
+    /// How many distinct people must approve the same choices.
+    pub required: u32,
+    /// "1 of 2 approvals: alice" (and who approved other choices, which do not count for them).
+    pub text: String,
+    /// Who approved the choices that lead, in the order they came.
+    pub approved_by: Vec<String>,
+    /// Who else may approve them (the authority says), at most a few names.
+    pub may_still_approve: Vec<String>,
+    /// The viewer's own approval counts for them.
+    pub yours: bool,
 }
 
 /// A run that goes on from another one's journal.
@@ -496,6 +514,10 @@ pub struct PlaygroundOptions {
 pub struct ResumeAccepted {
     pub run_id: String,
     pub status: RunStatus,
+    /// A turn that needs several approvals and was not claimed by this one: where the count
+    /// stands now (the run still waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<ApprovalsView>,
 }
 
 /// A page of runs, newest first; `next_after` (or, for older clients, `next_before`) continues

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use nrllm_core::provider::{ModelOptions, Prices, Provider};
+use nrllm_core::quorum::Quorum;
 use nrllm_core::registry::ToolRegistry;
 use nrllm_core::run_service::LoopFactory;
 use nrllm_core::run_store::RunConfiguration;
@@ -41,6 +42,8 @@ struct Configured {
     four_eyes: bool,
     /// How long a turn may wait for a decision, in milliseconds (`None`: until decided).
     approval_timeout_ms: Option<u64>,
+    /// How many people must approve its turns.
+    quorum: Quorum,
 }
 
 /// Every configuration, in the order the settings give them (the demo model first).
@@ -117,6 +120,7 @@ impl Configurations {
             spend_caps: settings.spend_caps.for_configuration(None),
             four_eyes: settings.four_eyes,
             approval_timeout_ms: settings.approval_timeout_ms,
+            quorum: Quorum::default(),
         }];
         let retry_max_wait =
             std::time::Duration::from_secs(u64::from(settings.retry_max_wait_secs));
@@ -162,6 +166,7 @@ impl Configurations {
                     Some(text) => crate::settings::parse_timeout(text).unwrap_or(None),
                     None => settings.approval_timeout_ms,
                 },
+                quorum: configuration.quorum(),
             });
         }
         Configurations {
@@ -174,6 +179,13 @@ impl Configurations {
     /// configuration: yes, the safe answer).
     pub fn four_eyes(&self, name: &str) -> bool {
         self.find(name).is_none_or(|c| c.four_eyes)
+    }
+
+    /// How many people must approve the turns of configuration `name`.
+    pub fn quorum(&self, name: &str) -> Quorum {
+        self.find(name)
+            .map(|c| c.quorum.clone())
+            .unwrap_or_default()
     }
 
     /// How long a turn of configuration `name` may wait for a decision, in milliseconds.
@@ -259,6 +271,12 @@ impl LoopFactory for Configurations {
             .map(|configured| configured.spend_caps)
             .unwrap_or_default()
     }
+
+    fn quorum(&self, configuration: &RunConfiguration) -> Quorum {
+        self.find(&configuration.provider)
+            .map(|configured| configured.quorum.clone())
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
@@ -287,6 +305,8 @@ mod tests {
             notify: None,
             webhook_url: None,
             webhook_secret_env: None,
+            approvals_required: None,
+            tool_approvals_required: Default::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 //! piece lives in a module of its own, named for what it does.
 
 pub mod accept;
+pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod configurations;
@@ -16,6 +17,7 @@ pub mod list_export;
 pub mod live;
 pub mod metrics;
 pub mod notify;
+pub mod outbox;
 pub mod present;
 pub mod queue;
 pub mod recovery;
@@ -134,7 +136,7 @@ impl AppState {
         ));
         let live = live_hub(settings, &configurations);
         // The webhook sender's bell and the notifier's: each rings when a run begins to wait.
-        let bells: (Arc<webhook::Bell>, Arc<webhook::Bell>) = Default::default();
+        let bells: (Arc<outbox::Bell>, Arc<outbox::Bell>) = Default::default();
         let counters = Arc::new(metrics::Counters::with_prices(configurations.all_prices()));
         let listeners: Vec<Arc<dyn RunListener>> = vec![
             live.clone(),
@@ -393,11 +395,11 @@ async fn announcers(
     db: &Database,
     accounts: &AccountStore,
     runs: &Arc<RunService>,
-    (webhook_bell, bell): (Arc<webhook::Bell>, Arc<webhook::Bell>),
+    (webhook_bell, bell): (Arc<outbox::Bell>, Arc<outbox::Bell>),
     (settings, configurations): (&Settings, &Configurations),
 ) -> Result<(WebhookStore, Option<Arc<webhook::Webhooks>>, notify::Wiring), String> {
     let webhook_store = WebhookStore::new(db.clone());
-    let webhooks = webhooks(&webhook_store, runs, webhook_bell, settings)?;
+    let webhooks = webhooks(&webhook_store, (accounts, runs), webhook_bell, settings)?;
     let key = accounts
         .server_secret("decision_link_key")
         .await
@@ -413,6 +415,7 @@ async fn announcers(
         store: store.clone(),
         contacts: contacts.clone(),
         runs: Arc::clone(runs),
+        accounts: accounts.clone(),
         links: link_key.clone(),
         bell,
         slack: slack.clone(),
@@ -431,8 +434,8 @@ async fn announcers(
 /// The webhooks' sender, if any target is set.
 fn webhooks(
     store: &WebhookStore,
-    runs: &Arc<RunService>,
-    bell: Arc<webhook::Bell>,
+    (accounts, runs): (&AccountStore, &Arc<RunService>),
+    bell: Arc<outbox::Bell>,
     settings: &Settings,
 ) -> Result<Option<Arc<webhook::Webhooks>>, String> {
     let targets = webhook::Targets::from_settings(settings, |var| std::env::var(var).ok())?;
@@ -440,7 +443,8 @@ fn webhooks(
         return Ok(None);
     }
     let webhooks =
-        webhook::Webhooks::new(store.clone(), Arc::clone(runs), targets, bell, settings)?;
+        webhook::Webhooks::new(store.clone(), Arc::clone(runs), targets, bell, settings)?
+            .with_accounts(accounts.clone());
     Ok(Some(Arc::new(webhooks)))
 }
 

@@ -18,17 +18,17 @@ use std::time::Duration;
 
 use nrllm_core::clock::{format_utc, now_ms};
 use nrllm_core::preview::{cut, PreviewOutcome};
-use nrllm_core::run_service::{PendingTurn, RunListener, RunService};
-use nrllm_core::run_store::{RunRecord, RunStatus, SequencedEvent, StoreError};
+use nrllm_core::run_service::{PendingTurn, RunService};
+use nrllm_core::run_store::{RunRecord, RunStatus, StoreError};
 use nrllm_core::tool::Effect;
 use nrllm_store::webhooks::{Attempt, Claimed, Delivery, DeliveryState, Unannounced, WebhookStore};
 use serde_json::{json, Value};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::auth::hmac_hex;
-use crate::page_data::WebhookView;
+use super::outbox::{failed_attempt, keep_passing, Bell};
+use crate::page_data::{ApprovalsView, WebhookView};
 use crate::settings::Settings;
 
 /// Checked for due deliveries this often even when nothing wakes the sender (retries, and runs
@@ -39,8 +39,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// An instance holds a delivery it sends this long; a crashed sender's deliveries are free again
 /// after it.
 const LEASE: Duration = Duration::from_secs(60);
-/// No retry waits longer than this.
-const MAX_BACKOFF_MS: u64 = 3_600_000;
 /// Runs that began waiting longer ago than this are not announced any more (so that turning a
 /// webhook on does not announce every old waiting run).
 const LOOKBACK_MS: i64 = 24 * 3_600_000;
@@ -162,22 +160,6 @@ pub fn signature(secret: &str, timestamp: i64, body: &str) -> String {
     )
 }
 
-/// The wait before the attempt after `attempts` failed ones: `backoff` doubled each time, up to
-/// an hour, spread by ±20 % from the delivery's id (so instances do not retry in step, and every
-/// instance computes the same schedule) — [`nrllm_core::retry::retry_delay`].
-pub fn retry_wait_ms(backoff_ms: u32, attempts: i64, id: Uuid) -> i64 {
-    let retry = u32::try_from(attempts.saturating_sub(1).max(0)).unwrap_or(u32::MAX);
-    let seed = u64::from_be_bytes(id.as_bytes()[8..].try_into().expect("8 bytes"))
-        .wrapping_add(u64::try_from(attempts).unwrap_or_default());
-    let wait = nrllm_core::retry::retry_delay(
-        std::time::Duration::from_millis(u64::from(backoff_ms)),
-        retry,
-        std::time::Duration::from_millis(MAX_BACKOFF_MS),
-        seed,
-    );
-    i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)
-}
-
 /// One line on what a call's preview shows.
 pub(crate) fn preview_summary(outcome: &PreviewOutcome) -> Option<String> {
     match outcome {
@@ -204,8 +186,9 @@ pub(crate) fn preview_summary(outcome: &PreviewOutcome) -> Option<String> {
 }
 
 /// The event a delivery announces: what its run began to wait for.
-fn event_name(status: RunStatus) -> &'static str {
+fn event_name(status: RunStatus, counted: bool) -> &'static str {
     match status {
+        RunStatus::WaitingForApproval if counted => "run.approval_counted",
         RunStatus::WaitingForInput => "run.waiting_for_input",
         RunStatus::WaitingForBudget => "run.waiting_for_budget",
         _ => "run.waiting_for_approval",
@@ -220,12 +203,18 @@ fn event_of(body: &str) -> String {
     }
     serde_json::from_str::<Head>(body)
         .map(|head| head.event)
-        .unwrap_or_else(|_| event_name(RunStatus::WaitingForApproval).to_owned())
+        .unwrap_or_else(|_| event_name(RunStatus::WaitingForApproval, false).to_owned())
 }
 
 /// The JSON body announcing that `run` waits on `pending` (for a question, the pending call is
-/// `ask_operator` and its arguments hold the question).
-pub fn body(run: &RunRecord, pending: &PendingTurn, public_url: &str, waiting_days: u32) -> String {
+/// `ask_operator` and its arguments hold the question). A turn that needs several approvals
+/// says where they stand (`approvals`); once one counted, the event is `run.approval_counted`.
+pub fn body(
+    run: &RunRecord,
+    (pending, approvals): (&PendingTurn, Option<&ApprovalsView>),
+    public_url: &str,
+    waiting_days: u32,
+) -> String {
     let calls: Vec<Value> = pending
         .state
         .pending
@@ -269,8 +258,17 @@ pub fn body(run: &RunRecord, pending: &PendingTurn, public_url: &str, waiting_da
             "explanation": stop.explain(),
         })
     });
+    let counted = approvals.is_some_and(|a| !a.approved_by.is_empty());
+    let approvals = approvals.map(|approvals| {
+        json!({
+            "required": approvals.required,
+            "approved_by": approvals.approved_by,
+            "may_still_approve": approvals.may_still_approve,
+            "text": approvals.text,
+        })
+    });
     json!({
-        "event": event_name(run.status),
+        "event": event_name(run.status, counted),
         "run_id": run.id.to_string(),
         "configuration": run.configuration.as_ref().map(|c| c.provider.as_str()),
         "requested_by": run.requested_by,
@@ -282,6 +280,7 @@ pub fn body(run: &RunRecord, pending: &PendingTurn, public_url: &str, waiting_da
         "more_calls": pending.state.pending.len().saturating_sub(MAX_CALLS),
         "digest": pending.digest,
         "budget": budget,
+        "approvals": approvals,
         "link": format!("{public_url}/runs/{}", run.id),
     })
     .to_string()
@@ -320,66 +319,6 @@ pub fn delivery_view(delivery: &Delivery) -> Option<WebhookView> {
     })
 }
 
-/// What a failed attempt on an outbox row (a delivery, a notification) that had `attempts`
-/// comes to: tried again after a doubling wait, or given up after `max_attempts`.
-pub fn failed_attempt(
-    (status, error): (Option<i64>, String),
-    (attempts, id): (i64, Uuid),
-    (max_attempts, backoff_ms): (u32, u32),
-) -> Attempt {
-    let attempts = attempts + 1;
-    let retry_at_ms = (attempts < i64::from(max_attempts))
-        .then(|| now_ms() + retry_wait_ms(backoff_ms, attempts, id));
-    Attempt::Failed {
-        status,
-        error,
-        retry_at_ms,
-    }
-}
-
-/// Runs `pass` until `shutdown`: again at once when `bell` rings, and every `poll` for the work
-/// another instance made or a retry fell due (an outbox's sender: webhooks, notifications).
-pub async fn keep_passing<F, Fut>(
-    what: &str,
-    (poll, bell, shutdown): (Duration, &Bell, CancellationToken),
-    pass: F,
-) where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<(), StoreError>>,
-{
-    loop {
-        if let Err(err) = pass().await {
-            tracing::error!(%err, what, "an outbox pass failed");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = bell.wait() => {}
-            _ = tokio::time::sleep(poll) => {}
-        }
-    }
-}
-
-/// Wakes the sender when a run begins to wait.
-#[derive(Default)]
-pub struct Bell(Notify);
-
-impl Bell {
-    /// Until a run begins to wait.
-    pub async fn wait(&self) {
-        self.0.notified().await;
-    }
-}
-
-impl RunListener for Bell {
-    fn event(&self, _run_id: Uuid, _event: &SequencedEvent) {}
-
-    fn status(&self, _run_id: Uuid, status: RunStatus) {
-        if RunStatus::WAITING.contains(&status) {
-            self.0.notify_one();
-        }
-    }
-}
-
 /// Makes and sends the deliveries.
 pub struct Webhooks {
     store: WebhookStore,
@@ -391,9 +330,17 @@ pub struct Webhooks {
     waiting_days: u32,
     max_attempts: u32,
     backoff_ms: u32,
+    /// Who may still approve a turn that needs several approvals is said from the users.
+    accounts: Option<nrllm_store::accounts::AccountStore>,
 }
 
 impl Webhooks {
+    /// The sender, saying who may still approve a turn that needs several approvals.
+    pub fn with_accounts(mut self, accounts: nrllm_store::accounts::AccountStore) -> Webhooks {
+        self.accounts = Some(accounts);
+        self
+    }
+
     /// A sender for `targets`, woken by `bell`.
     pub fn new(
         store: WebhookStore,
@@ -423,6 +370,7 @@ impl Webhooks {
             waiting_days: settings.retention_waiting_days,
             max_attempts: settings.webhook_max_attempts,
             backoff_ms: settings.webhook_backoff_ms,
+            accounts: None,
         })
     }
 
@@ -460,10 +408,23 @@ impl Webhooks {
             self.targets.for_configuration(&waiting.configuration),
             pending,
         ) {
-            (Some(_), Some((run, pending))) => (
-                DeliveryState::Pending,
-                body(&run, &pending, &self.public_url, self.waiting_days),
-            ),
+            (Some(_), Some((run, pending))) => {
+                let approvals = match &self.accounts {
+                    Some(accounts) => {
+                        super::approvals::approvals_view((accounts, &self.runs), &run, None).await?
+                    }
+                    None => None,
+                };
+                (
+                    DeliveryState::Pending,
+                    body(
+                        &run,
+                        (&pending, approvals.as_ref()),
+                        &self.public_url,
+                        self.waiting_days,
+                    ),
+                )
+            }
             // No webhook for this configuration, or a state that cannot be read (the run page
             // explains that one): nothing is sent, and the run is not looked at again.
             _ => (DeliveryState::Skipped, String::new()),
@@ -652,26 +613,6 @@ mod tests {
             format!("sha256={}", hmac_hex(b"Jefe", "1700000000.{}"))
         );
         assert_ne!(signed, signature("Jefe", 1_700_000_001, "{}"));
-    }
-
-    #[test]
-    fn retries_wait_twice_as_long_each_time_within_a_spread_and_an_hour() {
-        let id = Uuid::new_v4();
-        let waits: Vec<i64> = (1..=5).map(|n| retry_wait_ms(1000, n, id)).collect();
-        for (n, wait) in waits.iter().enumerate() {
-            let base = 1000 * (1i64 << n);
-            assert!(
-                (base * 80 / 100..=base * 120 / 100).contains(wait),
-                "attempt {}: {wait} ms",
-                n + 1
-            );
-        }
-        assert!(retry_wait_ms(3_600_000, 20, id) <= MAX_BACKOFF_MS as i64);
-        assert_eq!(
-            retry_wait_ms(1000, 3, id),
-            retry_wait_ms(1000, 3, id),
-            "the same schedule, whoever computes it"
-        );
     }
 
     #[test]

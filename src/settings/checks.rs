@@ -65,6 +65,22 @@ fn check_configuration(configuration: &mut ModelConfiguration) -> Result<(), Str
     if prices.iter().flatten().any(|p| !p.is_finite() || *p < 0.0) {
         return Err(": prices must be numbers of 0 or more".to_owned());
     }
+    let most = nrllm_core::quorum::MAX_APPROVALS_REQUIRED;
+    let counts = configuration
+        .approvals_required
+        .map(|n| ("approvals_required".to_owned(), n))
+        .into_iter()
+        .chain(
+            configuration
+                .tool_approvals_required
+                .iter()
+                .map(|(tool, n)| (format!("tool_approvals_required.{tool}"), *n)),
+        );
+    for (field, n) in counts {
+        if !(1..=most).contains(&n) {
+            return Err(format!(": {field} must be from 1 to {most} (people)"));
+        }
+    }
     super::values::check_usd(configuration.spend_cap_usd_per_day)
         .map_err(|message| format!(": spend_cap_usd_per_day: {message}"))?;
     if let Some(limits) = &configuration.limits {

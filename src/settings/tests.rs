@@ -354,3 +354,34 @@ fn daily_spend_caps_are_read_in_dollars_and_a_configurations_own_wins() {
     let err = load(Some(bad), &[]).unwrap_err().to_string();
     assert!(err.contains("spend_cap_usd_per_day"), "{err}");
 }
+
+#[test]
+fn a_configuration_says_how_many_people_approve_its_turns_from_one_to_ten() {
+    let text = r#"
+        [[configurations]]
+        name = "payments"
+        kind = "demo"
+        model = "demo-1"
+        approvals_required = 2
+        tool_approvals_required = { delete_page = 3, read_page = 1 }
+    "#;
+    let settings = load(Some(text), &[]).unwrap();
+    let quorum = settings.configurations[0].quorum();
+    assert_eq!(quorum.for_tool("create_page"), 2);
+    assert_eq!(quorum.for_tool("delete_page"), 3);
+    assert_eq!(quorum.for_tool("read_page"), 1);
+    for bad in [
+        "approvals_required = 0",
+        "approvals_required = 11",
+        "tool_approvals_required = { delete_page = 0 }",
+    ] {
+        let text = format!(
+            "[[configurations]]\nname = \"a\"\nkind = \"demo\"\nmodel = \"demo-1\"\n{bad}\n"
+        );
+        let err = load(Some(&text), &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("configuration `a`") && err.contains("must be from 1 to 10"),
+            "{bad}: {err}"
+        );
+    }
+}

@@ -276,9 +276,24 @@ pub struct ModelConfiguration {
     /// Who is told when its runs wait, and when again (each field over `[notifications]`'s).
     #[serde(default)]
     pub notify: Option<super::notify::NotifyFile>,
+    /// How many distinct people must approve each of its turns (1 to 10; default 1).
+    #[serde(default)]
+    pub approvals_required: Option<u32>,
+    /// The same for some tools instead, by name (`{ delete_page = 2 }`): a turn needs the most
+    /// any of its calls waiting for a person needs.
+    #[serde(default)]
+    pub tool_approvals_required: std::collections::BTreeMap<String, u32>,
 }
 
 impl ModelConfiguration {
+    /// How many people must approve its turns ([`nrllm_core::quorum`]).
+    pub fn quorum(&self) -> nrllm_core::quorum::Quorum {
+        nrllm_core::quorum::Quorum {
+            approvals: self.approvals_required.unwrap_or(1),
+            tools: self.tool_approvals_required.clone(),
+        }
+    }
+
     /// Its prices, for the cost estimate.
     pub fn prices(&self) -> nrllm_core::provider::Prices {
         nrllm_core::provider::Prices {

@@ -94,6 +94,9 @@ fn Row(row: InboxRow, panel: Option<RunView>, then: String) -> impl IntoView {
                         <Moment ms=row.waiting_since_ms utc=row.waiting_since.clone() />
                         {deadline}
                     </p>
+                    {row.approvals.clone().map(|text| view! {
+                        <p class="mt-1 text-xs font-medium text-sky-800 dark:text-sky-300" data-testid="inbox-approvals">{text}</p>
+                    })}
                     <ul class="mt-1 space-y-0.5 text-sm" aria-label="Calls that wait" data-testid="inbox-calls" data-tools=tools>{calls}</ul>
                 </div>
                 <a href=format!("/runs/{id}") class="shrink-0 text-sm underline" data-testid="inbox-run-link">"Run page"</a>

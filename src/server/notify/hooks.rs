@@ -117,11 +117,18 @@ async fn decide(
         recipient: None,
         expires_at_ms: offer_expiry(value.sent_at_ms, None),
     };
-    state
+    match state
         .runs
         .claim_offer(value.run, &offer, &who, &value.digest)
         .await
-        .map_err(|err| AppError::from(err).to_string())?;
+    {
+        Ok(_) => {}
+        // Not decided yet: the presser is told where the count stands.
+        Err(counted @ nrllm_core::run_service::ResumeError::Counted(_)) => {
+            return Err(counted.to_string())
+        }
+        Err(err) => return Err(AppError::from(err).to_string()),
+    }
     tracing::info!(run_id = %value.run, who = %who.label(), verdict = verdict.button(), "decided in Slack");
     state.queue.wake();
     Ok(())

@@ -13,6 +13,7 @@ use nrllm_core::run_service::PendingTurn;
 use nrllm_core::run_store::RunRecord;
 use nrllm_store::notifications::Round;
 
+use crate::page_data::ApprovalsView;
 use crate::settings::notify::Mail;
 
 /// Calls listed in one mail (the rest are counted).
@@ -59,7 +60,7 @@ pub(super) fn by_when(run: &RunRecord, links_expire_ms: i64) -> String {
 /// `links_expire_ms`.
 pub fn compose(
     run: &RunRecord,
-    pending: &PendingTurn,
+    (pending, approvals): (&PendingTurn, Option<&ApprovalsView>),
     round: Round,
     links_expire_ms: i64,
     links: &Links,
@@ -89,8 +90,9 @@ pub fn compose(
         .configuration
         .as_ref()
         .map_or("", |c| c.provider.as_str());
+    let count = approvals.map(count_line).unwrap_or_default();
     let mut text = format!(
-        "Run {} ({configuration}, requested by {}) {lead}.\n{by_when}\n\n",
+        "Run {} ({configuration}, requested by {}) {lead}.\n{by_when}\n{count}\n",
         run.id, run.requested_by
     );
     let (calls_text, items) = calls(pending);
@@ -102,13 +104,14 @@ pub fn compose(
     ));
     let html = format!(
         "<!doctype html><html><body><p>Run <strong>{}</strong> ({}, requested by {}) {lead}. \
-         {}</p><ul>{items}</ul><p><a href=\"{}\">Approve</a> | <a href=\"{}\">Deny</a> | \
+         {}</p><p>{}</p><ul>{items}</ul><p><a href=\"{}\">Approve</a> | <a href=\"{}\">Deny</a> | \
          <a href=\"{}\">Open the run</a></p><p>Each link asks you to confirm before it decides, \
          and decides once.</p></body></html>",
         escape(&run.id.to_string()),
         escape(configuration),
         escape(&run.requested_by),
         escape(&by_when),
+        escape(&count),
         escape(&links.approve),
         escape(&links.deny),
         escape(&links.open),
@@ -118,6 +121,22 @@ pub fn compose(
         text,
         html,
     }
+}
+
+/// "This turn needs 2 approvals from different people: 1 of 2 approvals: alice. May still
+/// approve: bob, carol." (a line of a mail or a Slack message).
+pub(super) fn count_line(approvals: &ApprovalsView) -> String {
+    let mut line = format!(
+        "This turn needs {} approvals from different people: {}.",
+        approvals.required, approvals.text
+    );
+    if !approvals.may_still_approve.is_empty() {
+        line.push_str(&format!(
+            " May still approve: {}.",
+            approvals.may_still_approve.join(", ")
+        ));
+    }
+    line
 }
 
 /// The turn's calls, in text and as HTML list items (escaped), at most [`MAX_CALLS`].

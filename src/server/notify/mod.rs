@@ -27,6 +27,7 @@ use nrllm_core::offer::{offer_expiry, Channel};
 use nrllm_core::run_service::{PendingTurn, RunService};
 use nrllm_core::run_store::RunRecord;
 use nrllm_core::run_store::StoreError;
+use nrllm_store::accounts::AccountStore;
 use nrllm_store::contacts::{ContactStore, Reachable};
 use nrllm_store::notifications::{
     ClaimedNotification, DueTurn, NewNotification, Notification, NotificationStore, Round,
@@ -34,8 +35,8 @@ use nrllm_store::notifications::{
 use nrllm_store::webhooks::{Attempt, DeliveryState};
 use tokio_util::sync::CancellationToken;
 
-use crate::page_data::WebhookView;
-use crate::server::webhook::{failed_attempt, Bell};
+use crate::page_data::{ApprovalsView, WebhookView};
+use crate::server::outbox::{failed_attempt, Bell};
 use crate::settings::notify::{Audience, Policy};
 use crate::settings::Settings;
 use links::{Link, LinkKey};
@@ -128,6 +129,7 @@ pub struct Notifier {
     store: NotificationStore,
     contacts: ContactStore,
     runs: Arc<RunService>,
+    accounts: AccountStore,
     /// Each configuration's policy, for those that notify anyone.
     policies: Vec<(String, Policy)>,
     mailer: Option<mail::Mailer>,
@@ -159,6 +161,8 @@ pub struct Parts {
     pub store: NotificationStore,
     pub contacts: ContactStore,
     pub runs: Arc<RunService>,
+    /// Who may still approve a turn that needs several approvals is said from the users.
+    pub accounts: AccountStore,
     pub links: LinkKey,
     pub bell: Arc<Bell>,
     pub slack: Option<Arc<SlackApp>>,
@@ -200,6 +204,7 @@ impl Notifier {
             store: parts.store,
             contacts: parts.contacts,
             runs: parts.runs,
+            accounts: parts.accounts,
             policies,
             mailer,
             slack: parts.slack,
@@ -215,7 +220,7 @@ impl Notifier {
     /// second for reminders, retries and runs that wait elsewhere.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let passes = (POLL, &*self.bell, shutdown);
-        crate::server::webhook::keep_passing("notifications", passes, || self.pass()).await;
+        crate::server::outbox::keep_passing("notifications", passes, || self.pass()).await;
     }
 
     /// One pass: every due round written with its notifications, then every due notification
@@ -318,10 +323,16 @@ impl Notifier {
             .map(|person| nrllm_store::accounts::Principal::user(person.name.clone(), person.role))
             .collect();
         let allowed = self.runs.may_each(&actors, Act::Decide, &run).await?;
+        // A turn that needs several approvals: whoever's approval counts already is not asked
+        // again.
+        let counted: Vec<String> = match self.runs.tally(&run).await? {
+            Some(tally) => tally.leading().iter().map(|v| v.approver.clone()).collect(),
+            None => Vec::new(),
+        };
         let mut notes: Vec<NewNotification> = named
             .iter()
             .zip(allowed)
-            .filter(|(_, allowed)| allowed.is_ok())
+            .filter(|(person, allowed)| allowed.is_ok() && !counted.contains(&person.name))
             .filter_map(|(person, _)| {
                 Some(NewNotification {
                     channel: Channel::Email,
@@ -397,12 +408,30 @@ impl Notifier {
             deny: link(BulkVerdict::DenyAll),
             open: format!("{}/runs/{}", self.public_url, run.id),
         };
-        let content = mail::compose(&run, &pending, note.round, expires, &links);
+        let approvals = self.approvals(&run).await;
+        let content = mail::compose(
+            &run,
+            (&pending, approvals.as_ref()),
+            note.round,
+            expires,
+            &links,
+        );
         mailer.send(&note.address, &content).await
     }
 }
 
 impl Notifier {
+    /// Where `run`'s approvals stand, if its turn needs several (a failure to read them is
+    /// logged, and the notification goes without them).
+    async fn approvals(&self, run: &RunRecord) -> Option<ApprovalsView> {
+        crate::server::approvals::approvals_view((&self.accounts, &self.runs), run, None)
+            .await
+            .unwrap_or_else(|err| {
+                tracing::warn!(run_id = %run.id, %err, "a turn's approvals could not be read");
+                None
+            })
+    }
+
     /// `note`'s run and the turn it waits on, as a decision on it would see them.
     async fn waiting_turn(&self, note: &Notification) -> Result<(RunRecord, PendingTurn), String> {
         let run = match self.runs.store().get(note.run_id).await {
@@ -426,7 +455,13 @@ impl Notifier {
         let (run, pending) = self.waiting_turn(note).await?;
         let now = now_ms();
         let expires = offer_expiry(now, run.approval_deadline_ms);
-        let mut body = slack::message(&run, &pending, (note.round, expires, now), &self.public_url);
+        let approvals = self.approvals(&run).await;
+        let mut body = slack::message(
+            &run,
+            (&pending, approvals.as_ref()),
+            (note.round, expires, now),
+            &self.public_url,
+        );
         body["channel"] = note.address.clone().into();
         let answer = slack
             .client

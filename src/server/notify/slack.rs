@@ -14,6 +14,8 @@ use nrllm_store::notifications::Round;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::page_data::ApprovalsView;
+
 /// Where Slack posts button presses.
 pub const INTERACTIONS_PATH: &str = "/hooks/slack/interactions";
 /// A press signed longer ago (or further ahead) than this is refused: a recorded one cannot be
@@ -43,7 +45,7 @@ fn plain(text: &str) -> Value {
 /// preview, and the buttons.
 pub fn message(
     run: &RunRecord,
-    pending: &PendingTurn,
+    (pending, approvals): (&PendingTurn, Option<&ApprovalsView>),
     (round, links_expire_ms, now_ms): (Round, i64, i64),
     public_url: &str,
 ) -> Value {
@@ -62,6 +64,10 @@ pub fn message(
         super::mail::by_when(run, links_expire_ms)
     );
     let mut blocks = vec![json!({ "type": "section", "text": plain(&headline) })];
+    if let Some(approvals) = approvals {
+        let line = super::mail::count_line(approvals);
+        blocks.push(json!({ "type": "context", "elements": [plain(&line)] }));
+    }
     for (call, preview) in pending
         .state
         .pending

@@ -98,6 +98,7 @@ pub fn inbox_row(run: &RunRecord, open_href: String) -> InboxRow {
         deadline_ms: run.approval_deadline_ms,
         calls,
         open_href,
+        approvals: None,
     }
 }
 
@@ -156,6 +157,7 @@ mod tests {
             ruled: Vec::new(),
             questions: vec!["q".into()],
             budget: None,
+            approvals_required: 1,
         };
         let mut run = super::super::tests::record(3);
         run.status = RunStatus::WaitingForApproval;

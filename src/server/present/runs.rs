@@ -205,6 +205,7 @@ pub fn run_view(
         children: Vec::new(),
         budget: Vec::new(),
         budget_stop: None,
+        approvals: None,
     }
 }
 

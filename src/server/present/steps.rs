@@ -125,22 +125,9 @@ fn step_title(event: &Event) -> (String, bool) {
             false,
         ),
         Event::Tool { .. } => tool_title(event),
-        Event::ApprovalRequested { calls, gated, .. } => {
-            let gated = gated.len();
-            (
-                format!("approval requested: {} ({gated} gated)", names(calls)),
-                true,
-            )
-        }
-        Event::ApprovalDecided {
-            decided_by,
-            through_token,
-            choices,
-            ..
-        } => (
-            decided_title(decided_by, through_token.as_deref(), choices),
-            true,
-        ),
+        Event::ApprovalRequested { .. }
+        | Event::ApprovalCounted { .. }
+        | Event::ApprovalDecided { .. } => (approval_title(event), true),
         Event::ApprovalExpired { choices, .. } => {
             let tools: Vec<&str> = choices.iter().map(|c| c.tool.as_str()).collect();
             let not_run = tools.join(", ");
@@ -211,12 +198,68 @@ fn decided_title(
     through_token: Option<&str>,
     choices: &[nrllm_core::events::CallChoice],
 ) -> String {
+    let who = nrllm_core::authority::label(decided_by, through_token);
+    format!("decided by {who}: {}", choice_list(choices))
+}
+
+/// "write_page approved, send_message denied".
+fn choice_list(choices: &[nrllm_core::events::CallChoice]) -> String {
     let list: Vec<String> = choices
         .iter()
         .map(|c| format!("{} {}", c.tool, choice_words(&c.choice)))
         .collect();
-    let who = nrllm_core::authority::label(decided_by, through_token);
-    format!("decided by {who}: {}", list.join(", "))
+    list.join(", ")
+}
+
+/// The title of an approval's step: requested, counted (M-of-N), decided.
+fn approval_title(event: &Event) -> String {
+    match event {
+        Event::ApprovalRequested {
+            calls,
+            gated,
+            approvals_required,
+            ..
+        } => {
+            let gated = gated.len();
+            let needs = match approvals_required {
+                n if *n > 1 => format!("; needs {n} approvals from different people"),
+                _ => String::new(),
+            };
+            format!(
+                "approval requested: {} ({gated} gated){needs}",
+                names(calls)
+            )
+        }
+        Event::ApprovalCounted {
+            by,
+            through_token,
+            count,
+            required,
+            choices,
+            ..
+        } => counted_title(by, through_token.as_deref(), (*count, *required), choices),
+        Event::ApprovalDecided {
+            decided_by,
+            through_token,
+            choices,
+            ..
+        } => decided_title(decided_by, through_token.as_deref(), choices),
+        _ => String::new(),
+    }
+}
+
+/// "approval 1 of 2 by alice: write_page approved, …" (nothing ran yet).
+fn counted_title(
+    by: &str,
+    through_token: Option<&str>,
+    (count, required): (u32, u32),
+    choices: &[nrllm_core::events::CallChoice],
+) -> String {
+    let who = nrllm_core::authority::label(by, through_token);
+    format!(
+        "approval {count} of {required} by {who}: {}; waiting for more",
+        choice_list(choices)
+    )
 }
 
 /// "request: 7 message(s) (2 new), 4 tool(s) offered".
@@ -454,7 +497,7 @@ pub fn detail_tabs<'a>(
         Event::ApprovalRequested { calls, .. } => {
             tabs.push(tab("arguments", "Arguments", calls_text(calls)));
         }
-        Event::ApprovalDecided { choices, .. } => {
+        Event::ApprovalDecided { choices, .. } | Event::ApprovalCounted { choices, .. } => {
             let text: Vec<String> = choices.iter().map(decided_line).collect();
             tabs.push(tab("result", "Decision", text.join("\n")));
         }

@@ -42,6 +42,7 @@ pub(super) fn record(last_sequence: i64) -> RunRecord {
         started_at_ms: None,
         finished_at_ms: None,
         approval_deadline_ms: None,
+        approvals_required: 1,
         queued_at_ms: None,
         approved_bases: None,
         cancel_requested: None,
@@ -359,5 +360,55 @@ fn a_limit_moves_by_what_a_live_step_used_and_says_when_it_is_reached() {
         ),
         (30, 5, 0, 35),
         "a broken attempt's tokens count, not as a request"
+    );
+}
+
+#[test]
+fn a_turn_needing_two_approvals_says_so_and_each_counted_approval_is_a_step() {
+    let call = nrllm_core::transcript::ToolCall::new(
+        "c1",
+        "delete_page",
+        &serde_json::json!({"slug": "old"}),
+    );
+    let requested = Event::ApprovalRequested {
+        round: 1,
+        calls: vec![call.clone()],
+        gated: vec!["c1".into()],
+        approvals_required: 2,
+    };
+    assert_eq!(
+        step(3, &requested).title,
+        "approval requested: delete_page (1 gated); needs 2 approvals from different people"
+    );
+    let counted = Event::ApprovalCounted {
+        round: 1,
+        by: "alice".into(),
+        through_token: Some("ci".into()),
+        count: 1,
+        required: 2,
+        choices: vec![nrllm_core::events::CallChoice {
+            call_id: "c1".into(),
+            tool: "delete_page".into(),
+            choice: Choice::Approve,
+            original_arguments: None,
+        }],
+    };
+    let view = step(4, &counted);
+    assert_eq!(view.kind, "approval_counted");
+    assert!(view.ok);
+    assert_eq!(
+        view.title,
+        "approval 1 of 2 by alice (token ci): delete_page approved as is; waiting for more"
+    );
+    // One approval alone: as before.
+    let alone = Event::ApprovalRequested {
+        round: 1,
+        calls: vec![call],
+        gated: vec!["c1".into()],
+        approvals_required: 1,
+    };
+    assert_eq!(
+        step(5, &alone).title,
+        "approval requested: delete_page (1 gated)"
     );
 }
