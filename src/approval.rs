@@ -151,7 +151,7 @@ fn decide_call(
     prefix: &str,
     index: usize,
     call: &PendingCallView,
-    configuration: Option<String>,
+    (configuration, remember): (Option<String>, bool),
 ) -> AnyView {
     let name = |field: &str| call_field(index, field);
     let id = |field: &str| call_element(prefix, index, field);
@@ -182,7 +182,7 @@ fn decide_call(
                 <TextArea id=id("result") name=name(field!(SubmittedCall, result)) rows=2 class=INPUT maxlength=crate::page_data::MAX_EDIT_CHARS />
             </div>
         </div>
-        {call.gated.then(|| view! { <Remember prefix=prefix.clone() index tool=call.tool.clone() arguments=call.argument_names.clone() configuration=configuration.clone() /> })}
+        {(remember && call.gated).then(|| view! { <Remember prefix=prefix.clone() index tool=call.tool.clone() arguments=call.argument_names.clone() configuration=configuration.clone() /> })}
     }.into_any()
 }
 
@@ -273,6 +273,8 @@ fn PendingCall(
     call: PendingCallView,
     /// The run's configuration, when the viewer may add rules for all of it.
     configuration: Option<String>,
+    /// A rule may be asked for with the decision (not on a turn that needs several approvals).
+    remember: bool,
 ) -> impl IntoView {
     let name = |field: &str| call_field(index, field);
     let refused = match &call.ruled {
@@ -308,7 +310,9 @@ fn PendingCall(
                         {format!("Refused whatever is chosen here: {}", refused.clone().unwrap_or_default())}
                     </p>
                 }.into_any(),
-                CallState::Pending => decide_call(&prefix, index, &call, configuration.clone()),
+                CallState::Pending => {
+                    decide_call(&prefix, index, &call, (configuration.clone(), remember))
+                }
                 CallState::Answered { result } => view! {
                     <input type="hidden" name=name(field!(SubmittedCall, choice)) value="approve" />
                     <p class="mt-2 text-sm" data-testid="call-answered">"It ran before the server restarted; its journaled result is used and it does not run again:"</p>
@@ -459,6 +463,16 @@ pub fn QuestionPanel(run: RunView, #[prop(optional)] then: Option<String>) -> im
     .into_any()
 }
 
+/// The panel's heading: what the viewer is asked, or that their approval counts already.
+fn panel_heading(run: &RunView, count: usize) -> String {
+    match &run.approvals {
+        Some(approvals) if approvals.yours => format!(
+            "Your approval counts — waiting for more approvals; {count} call(s) hold this turn"
+        ),
+        _ => format!("Needs your decision — {count} call(s) hold this turn"),
+    }
+}
+
 /// The decision form for one waiting run. `shortcuts`: this is the page's only panel, so the
 /// buttons carry the `a` / `d` keys and the ids the keyboard shortcuts look for. `then` (from the
 /// inbox: `next?<its filters>`): where the browser goes after the decision.
@@ -469,6 +483,9 @@ pub fn ApprovalPanel(
     #[prop(optional)] then: Option<String>,
 ) -> impl IntoView {
     let count = run.pending.len();
+    // No rule rides on an approval that counts toward several (the core refuses it).
+    let remember = run.approvals.is_none();
+    let heading = panel_heading(&run, count);
     // Element ids are unique on a page that shows several panels (the inbox).
     let prefix = format!("run-{}", run.summary.id);
     let configuration = run
@@ -479,7 +496,7 @@ pub fn ApprovalPanel(
         .iter()
         .cloned()
         .enumerate()
-        .map(|(index, call)| view! { <PendingCall prefix=prefix.clone() index call configuration=configuration.clone() /> })
+        .map(|(index, call)| view! { <PendingCall prefix=prefix.clone() index call configuration=configuration.clone() remember /> })
         .collect_view();
     let reason_id = format!("{prefix}-reason");
     let key = |label: &str, key: &str| {
@@ -504,7 +521,7 @@ pub fn ApprovalPanel(
     }
     view! {
         <section class="mt-4 rounded-lg border-2 border-amber-300 bg-amber-50/50 p-4 dark:border-amber-800 dark:bg-amber-950/30" data-testid="approval-panel">
-            <h2 class="font-semibold" tabindex="-1" data-panel-heading="">{format!("Needs your decision — {count} call(s) hold this turn")}</h2>
+            <h2 class="font-semibold" tabindex="-1" data-panel-heading="">{heading}</h2>
             {deadline_line(&run)}
             <ApprovalCount approvals=run.approvals.clone() />
             <form method="post" action={action::<NrllmToolResume>()} class="mt-3 space-y-3" data-approval-form="">

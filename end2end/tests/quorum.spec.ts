@@ -55,6 +55,9 @@ for (const javaScript of [true, false]) {
       await alice.waitForURL(new RegExp(`${runPage}$`));
       await expect(alice.getByTestId("approval-tally")).toHaveText("1 of 2 approvals: alice");
       await expect(alice.getByTestId("approval-yours")).toBeVisible();
+      await expect(alice.locator("[data-panel-heading]")).toContainText("Your approval counts — waiting for more approvals");
+      // No "decide without asking" rule rides on such a turn's approvals.
+      await expect(alice.getByText("Decide without asking from now on…")).toHaveCount(0);
       await expect(alice.getByTestId("approval-others")).toContainText("bert");
       expect(await status()).toBe("waiting_for_approval");
       expect((await runView(request, runId)).digest).toBe(view.digest);
