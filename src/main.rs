@@ -41,7 +41,7 @@ enum Command {
     /// Check every run's log against its chain under the audit key; name the first broken link
     /// of each run whose log does not hold (the exit status is then 2).
     Verify,
-    /// Serve the demo MCP server (a notebook with `read_note` and `write_note`) on stdin and
+    /// Serve the demo MCP server (a notebook with `read_note`, `write_note` and `count_words`) on stdin and
     /// stdout, or over Streamable HTTP with `--http`. Connect it with `[[mcp_servers]]`.
     McpDemo {
         /// Keep the notebook in this JSON file (in memory if absent).

@@ -90,3 +90,15 @@ for (const javaScript of [true, false]) {
     });
   });
 }
+
+test("a server's progress shows on the run page while its call runs", async ({ page }) => {
+  // The notes server's count_words reports five steps of progress (about 1.5 s in all).
+  await startRun(page, "Count the words in my notes");
+  const progress = page.getByTestId("tool-progress");
+  await expect(progress).toContainText(/notes__count_words: \d of 5 — counted \d of 5 parts/, { timeout: 15_000 });
+  await waitFor(page, "final-answer", false);
+  await expect(page.getByTestId("final-answer")).toContainText("words in");
+  // Its step landed: the progress line is gone, and nothing of it was journaled.
+  await expect(progress).toHaveCount(0);
+  await expect(page.getByTestId("step").filter({ hasText: "counted" })).toHaveCount(0);
+});

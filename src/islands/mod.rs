@@ -3,7 +3,7 @@
 
 use leptos::prelude::*;
 
-use crate::page_data::{ConfigurationView, Forming, LimitView, StepView};
+use crate::page_data::{ConfigurationView, Forming, LimitView, ProgressView, StepView};
 
 mod guard;
 mod inbox;
@@ -65,6 +65,7 @@ pub fn LiveSteps(
     let feed = Feed {
         added: RwSignal::new(Vec::new()),
         forming: RwSignal::new(None),
+        progress: RwSignal::new(None),
         budget: StoredValue::new(budget),
     };
     if live {
@@ -85,6 +86,11 @@ pub fn LiveSteps(
                 <StepRow run_id=run_id.clone() step=step />
             </For>
             {move || feed.forming.get().filter(|f| !f.is_empty()).map(|forming| view! { <FormingRow forming /> })}
+            {move || feed.progress.get().map(|progress| view! {
+                <li data-testid="tool-progress" aria-live="polite" aria-busy="true" class="border-b border-slate-100 px-1 py-1.5 text-sm dark:border-slate-800">
+                    <span class="font-mono text-xs text-slate-500">"running… "</span>{progress.text()}
+                </li>
+            })}
         </ol>
     }
 }
@@ -95,6 +101,8 @@ pub fn LiveSteps(
 struct Feed {
     added: RwSignal<Vec<StepView>>,
     forming: RwSignal<Option<Forming>>,
+    /// How far the call running now has come, as its tool reports it (until its step lands).
+    progress: RwSignal<Option<ProgressView>>,
     #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
     budget: StoredValue<Vec<LimitView>>,
 }
@@ -130,6 +138,30 @@ fn FormingRow(forming: Forming) -> impl IntoView {
             {forming.cut.then(|| view! { <p class="text-xs text-slate-500">"(more than fits here: the step will show all of it)"</p> })}
         </li>
     }
+}
+
+/// Calls `handle` with each event `name` of `source` whose data reads as a `T` (JSON); others
+/// are ignored.
+#[cfg(feature = "hydrate")]
+fn on_json<T: serde::de::DeserializeOwned + 'static>(
+    source: &web_sys::EventSource,
+    name: &str,
+    mut handle: impl FnMut(T) + 'static,
+) {
+    use wasm_bindgen::closure::Closure;
+    use wasm_bindgen::JsCast;
+    let listener =
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
+            if let Some(value) = event
+                .data()
+                .as_string()
+                .and_then(|text| serde_json::from_str::<T>(&text).ok())
+            {
+                handle(value);
+            }
+        });
+    let _ = source.add_event_listener_with_callback(name, listener.as_ref().unchecked_ref());
+    listener.forget();
 }
 
 /// Moves the page's budget strip (outside this island) by what a live step used: each limit's
@@ -183,9 +215,13 @@ fn listen(run_id: &str, after: i64, feed: Feed) {
             let Ok(step) = serde_json::from_str::<StepView>(&text) else {
                 return;
             };
-            // The response's step replaces what was shown of it being written.
+            // The response's step replaces what was shown of it being written; a call's step,
+            // what was shown of its progress.
             if matches!(step.kind.as_str(), "llm" | "llm_failed") {
                 feed.forming.set(None);
+            }
+            if step.kind == "tool" {
+                feed.progress.set(None);
             }
             let spent = step.spent;
             let mut fresh = false;
@@ -203,22 +239,15 @@ fn listen(run_id: &str, after: i64, feed: Feed) {
         });
     let _ = source.add_event_listener_with_callback("step", on_step.as_ref().unchecked_ref());
     on_step.forget();
-    let on_delta =
-        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
-            let Some(more) = event
-                .data()
-                .as_string()
-                .and_then(|text| serde_json::from_str::<Forming>(&text).ok())
-            else {
-                return;
-            };
-            feed.forming.update(|shown| match shown {
-                Some(shown) if !more.reset && shown.round == more.round => shown.extend(&more),
-                _ => *shown = Some(more),
-            });
+    on_json(&source, "delta", move |more: Forming| {
+        feed.forming.update(|shown| match shown {
+            Some(shown) if !more.reset && shown.round == more.round => shown.extend(&more),
+            _ => *shown = Some(more),
         });
-    let _ = source.add_event_listener_with_callback("delta", on_delta.as_ref().unchecked_ref());
-    on_delta.forget();
+    });
+    on_json(&source, "progress", move |progress: ProgressView| {
+        feed.progress.set(Some(progress));
+    });
     let reload = {
         let leaving = Rc::clone(&leaving);
         move || {

@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 
 mod budget;
 pub mod inbox;
+mod progress;
 pub use budget::*;
+pub use progress::ProgressView;
 pub mod system;
 
 pub use nrllm_types::{RunStatus, TerminationReason};

@@ -35,6 +35,96 @@ pub struct ToolContext {
     /// no longer at this version (another instance took it over).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_epoch: Option<i64>,
+    /// Where the call's progress goes while it runs (the run's live views; none: nowhere).
+    #[serde(skip)]
+    pub progress: Option<CallProgress>,
+}
+
+/// The longest progress message kept (a tool's or a server's text).
+pub const MAX_PROGRESS_MESSAGE: usize = 200;
+
+/// How far a running call has come, as its tool reports it (an MCP server's progress
+/// notifications): shown live, never journaled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    pub progress: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl Progress {
+    /// A report as a tool (or a server) gave it, made safe to show: numbers that are not finite
+    /// are dropped (`None`: nothing to show), the message is cut to [`MAX_PROGRESS_MESSAGE`]
+    /// characters and loses its control characters.
+    pub fn bounded(progress: f64, total: Option<f64>, message: Option<&str>) -> Option<Progress> {
+        if !progress.is_finite() {
+            return None;
+        }
+        let message = message.map(|text| {
+            text.chars()
+                .filter(|c| !c.is_control())
+                .take(MAX_PROGRESS_MESSAGE)
+                .collect::<String>()
+        });
+        Some(Progress {
+            progress,
+            total: total.filter(|t| t.is_finite() && *t > 0.0),
+            message: message.filter(|m| !m.is_empty()),
+        })
+    }
+}
+
+/// What a run does with its calls' progress: told the call's id, its tool, and the report.
+type ProgressFn = dyn Fn(&str, &str, &Progress) + Send + Sync;
+
+/// Where the progress of a run's calls goes (the run service hands the loop one per segment).
+#[derive(Clone)]
+pub struct ProgressHook(Arc<ProgressFn>);
+
+impl ProgressHook {
+    pub fn new(report: impl Fn(&str, &str, &Progress) + Send + Sync + 'static) -> ProgressHook {
+        ProgressHook(Arc::new(report))
+    }
+
+    /// The hook for one call: what its tool reports goes here.
+    pub fn for_call(&self, call_id: &str, tool: &str) -> CallProgress {
+        CallProgress {
+            hook: self.clone(),
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ProgressHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressHook")
+    }
+}
+
+impl PartialEq for ProgressHook {
+    fn eq(&self, other: &ProgressHook) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// Where one running call's progress goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallProgress {
+    hook: ProgressHook,
+    call_id: String,
+    tool: String,
+}
+
+impl Eq for CallProgress {}
+
+impl CallProgress {
+    /// Tells the run's live views how far the call has come.
+    pub fn report(&self, progress: &Progress) {
+        (self.hook.0)(&self.call_id, &self.tool, progress);
+    }
 }
 
 /// A tool's description as offered to the model and shown to operators.

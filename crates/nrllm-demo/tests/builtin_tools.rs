@@ -37,6 +37,7 @@ fn ctx() -> ToolContext {
         approved_basis: None,
         effect_key: None,
         lease_epoch: None,
+        progress: None,
     }
 }
 

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -190,7 +190,18 @@ impl DemoServer {
             write_schema,
         )
         .annotate(ToolAnnotations::new().read_only(true).open_world(false));
-        vec![read, write, preview]
+        let count = Tool::new(
+            "count_words",
+            "Counts the words of every note, reporting its progress as it goes.",
+            object(json!({"type": "object", "properties": {}, "additionalProperties": false})),
+        )
+        .annotate(
+            ToolAnnotations::new()
+                .read_only(true)
+                .idempotent(true)
+                .open_world(false),
+        );
+        vec![read, write, preview, count]
     }
 
     fn read(&self, args: &Args) -> Result<CallToolResult, ErrorData> {
@@ -268,6 +279,39 @@ struct Args {
     text: Option<String>,
 }
 
+/// The steps `count_words` takes (each a progress notification, when asked for one).
+const COUNT_STEPS: usize = 5;
+/// How long each step of `count_words` takes, so that its progress can be seen.
+const COUNT_STEP: std::time::Duration = std::time::Duration::from_millis(300);
+
+impl DemoServer {
+    /// Counts the notes' words in [`COUNT_STEPS`] steps, telling the client after each one
+    /// when it asked (`token`).
+    async fn count_words(
+        &self,
+        token: Option<ProgressToken>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let book = self.notebook();
+        let notes: Vec<(&String, &String)> = book.notes.iter().collect();
+        let mut words = 0;
+        for step in 0..COUNT_STEPS {
+            let share = notes.len().div_ceil(COUNT_STEPS).max(1);
+            for (_, note) in notes.iter().skip(step * share).take(share) {
+                words += note.split_whitespace().count();
+            }
+            tokio::time::sleep(COUNT_STEP).await;
+            if let Some(token) = &token {
+                let note = ProgressNotificationParam::new(token.clone(), (step + 1) as f64)
+                    .with_total(COUNT_STEPS as f64)
+                    .with_message(format!("counted {} of {COUNT_STEPS} parts", step + 1));
+                let _ = context.peer.notify_progress(note).await;
+            }
+        }
+        text(format!("{words} words in {} notes.", notes.len()))
+    }
+}
+
 fn text(text: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(text.into())])
 }
@@ -332,6 +376,15 @@ impl ServerHandler for DemoServer {
             .map(str::to_owned);
         let result = match request.name.as_ref() {
             "read_note" => self.read(&args)?,
+            "count_words" => {
+                let token = context.meta.get_progress_token().or_else(|| {
+                    request
+                        .meta
+                        .as_ref()
+                        .and_then(|meta| meta.get_progress_token())
+                });
+                self.count_words(token, &context).await
+            }
             "write_note" | "write_note__preview" => {
                 let name = checked_name(args.name.as_deref())?;
                 let new = args

@@ -13,7 +13,7 @@ use nrllm_core::registry::ToolRegistry;
 use nrllm_core::retry::retry_delay;
 use nrllm_core::tool::DynTool;
 use nrllm_types::McpToolStatus;
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
+use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -23,6 +23,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::client::Client;
 use crate::config::{Server, Transport, INHERITED_ENV, SELF_COMMAND};
 use crate::tool::{bounded, Link, Listed, McpTool, PREVIEW_SUFFIX};
 
@@ -168,7 +169,10 @@ async fn supervise(
     });
     loop {
         server.set_state(State::Connecting);
-        let attempt = tokio::time::timeout(CONNECT_TIMEOUT, connect(&server.config));
+        let attempt = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            connect(&server.config, server.link.progress()),
+        );
         let woken = match tokio::select! {
             attempt = attempt => Some(attempt),
             _ = shutdown.cancelled() => None,
@@ -227,7 +231,7 @@ async fn supervise(
 
 /// Waits until the connection ends, an admin asks for a reconnect, or the program stops.
 async fn watch(
-    running: RunningService<RoleClient, ClientConfig>,
+    running: RunningService<RoleClient, Client>,
     server: &Supervised,
     shutdown: &CancellationToken,
 ) -> Woken {
@@ -267,7 +271,7 @@ impl Supervised {
     fn joined(
         &self,
         registry: &ToolRegistry,
-        running: &RunningService<RoleClient, ClientConfig>,
+        running: &RunningService<RoleClient, Client>,
         listed: Vec<Listed>,
     ) {
         let config = &self.config;
@@ -322,11 +326,9 @@ impl Supervised {
 /// Starts (or reaches) the server, shakes hands, and lists its tools.
 async fn connect(
     config: &Server,
-) -> Result<(RunningService<RoleClient, ClientConfig>, Vec<Listed>), String> {
-    let client = ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("nrllm-playground", env!("CARGO_PKG_VERSION")),
-    );
+    progress: ProgressDispatcher,
+) -> Result<(RunningService<RoleClient, Client>, Vec<Listed>), String> {
+    let client = Client::new(progress);
     let running = match &config.transport {
         Transport::Stdio {
             command,

@@ -5,6 +5,7 @@
 //! whether a call a crash cut off runs again, follow the core's pure rules in
 //! `nrllm_core::mcp`. The [`demo`] server makes the flow work offline.
 
+pub mod client;
 pub mod config;
 pub mod demo;
 pub mod hub;

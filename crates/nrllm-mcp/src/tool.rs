@@ -6,12 +6,17 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use nrllm_core::mcp::{registry_name, rerun_after_crash, Annotations, ServerPolicy};
-use nrllm_core::tool::{ArgumentValidator, DynTool, Preview, ToolContext, ToolError, ToolSpec};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ContentBlock, MetaObject, RequestMetaObject,
+use nrllm_core::tool::{
+    ArgumentValidator, CallProgress, DynTool, Preview, Progress, ToolContext, ToolError, ToolSpec,
 };
-use rmcp::service::{Peer, RoleClient, ServiceError};
+use rmcp::handler::client::progress::ProgressDispatcher;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientRequest, ContentBlock, MetaObject, RequestId, RequestMetaObject, ServerResult,
+};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::{Map, Value};
 
 /// The `_meta` key a call's effect key travels under: a server that keeps the keys it has
@@ -28,24 +33,106 @@ pub const PREVIEW_SUFFIX: &str = "__preview";
 pub const MAX_DESCRIPTION: usize = 2_000;
 /// The largest input schema accepted, serialized; a tool with a larger one does not join.
 pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+/// Sends `tools/call` with `params` through `peer` and awaits the answer, handing the server's
+/// progress notifications for it to the run (`progress`) while it runs. The SDK gives each
+/// request a progress token of its own; the call listens under that one. Dropping the future
+/// (a cancelled run, the time limit) tells the server to cancel the call.
+async fn call_with_progress(
+    peer: &Peer<RoleClient>,
+    params: CallToolRequestParams,
+    dispatcher: &ProgressDispatcher,
+    progress: Option<&CallProgress>,
+) -> Result<CallToolResult, ServiceError> {
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await?;
+    let mut abandoned = CancelOnDrop {
+        peer: peer.clone(),
+        id: Some(handle.id.clone()),
+    };
+    let mut subscriber = match progress {
+        Some(_) => Some(dispatcher.subscribe(handle.progress_token.clone()).await),
+        None => None,
+    };
+    let answer = handle.await_response();
+    tokio::pin!(answer);
+    let answer = loop {
+        let next = async {
+            match subscriber.as_mut() {
+                Some(subscriber) => subscriber.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            answer = &mut answer => break answer,
+            Some(note) = next => {
+                let report = Progress::bounded(note.progress, note.total, note.message.as_deref());
+                if let (Some(report), Some(progress)) = (report, progress) {
+                    progress.report(&report);
+                }
+            }
+        }
+    };
+    abandoned.id = None;
+    match answer? {
+        ServerResult::CallToolResult(result) => Ok(result),
+        _ => Err(ServiceError::UnexpectedResponse),
+    }
+}
+
+/// A request whose caller stopped waiting: the server is told to cancel it.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        tokio::spawn(async move {
+            let cancel = CancelledNotificationParam::new(
+                Some(id),
+                Some("the run stopped waiting for the call".to_owned()),
+            );
+            let _ = peer.notify_cancelled(cancel).await;
+        });
+    }
+}
+
 /// The most of a result kept for the model.
 pub const MAX_RESULT: usize = 64 * 1024;
 
 /// The live connection to one server, shared by its tools: replaced when the server connects
-/// again; while it is down, why (a call then fails at once, saying so).
-pub struct Link(RwLock<Result<Peer<RoleClient>, String>>);
+/// again; while it is down, why (a call then fails at once, saying so). Its calls' progress
+/// comes through one dispatcher, whatever the connection.
+pub struct Link {
+    peer: RwLock<Result<Peer<RoleClient>, String>>,
+    progress: ProgressDispatcher,
+}
 
 impl Default for Link {
     fn default() -> Link {
-        Link(RwLock::new(Err(String::new())))
+        Link {
+            peer: RwLock::new(Err(String::new())),
+            progress: ProgressDispatcher::new(),
+        }
     }
 }
 
 impl Link {
     fn set(&self, now: Result<Peer<RoleClient>, String>) {
-        if let Ok(mut slot) = self.0.write() {
+        if let Ok(mut slot) = self.peer.write() {
             *slot = now;
         }
+    }
+
+    /// Where the server's progress notifications go (the connection's client hands them on).
+    pub(crate) fn progress(&self) -> ProgressDispatcher {
+        self.progress.clone()
     }
 
     pub(crate) fn connected(&self, peer: Peer<RoleClient>) {
@@ -57,7 +144,7 @@ impl Link {
     }
 
     fn peer(&self) -> Result<Peer<RoleClient>, String> {
-        self.0
+        self.peer
             .read()
             .map_or_else(|_| Err(String::new()), |link| link.clone())
     }
@@ -165,7 +252,8 @@ impl McpTool {
         if !meta.is_empty() {
             params.meta = Some(RequestMetaObject(MetaObject(meta)));
         }
-        match tokio::time::timeout(self.timeout, peer.call_tool(params)).await {
+        let call = call_with_progress(&peer, params, &self.link.progress, ctx.progress.as_ref());
+        match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(err)) => {
                 tracing::warn!(server = %self.server, tool, %err, "an MCP call failed");

@@ -109,15 +109,21 @@ async fn the_demo_server_joins_over_stdio_and_over_http_gated_by_its_annotations
         // The dry run `write_note__preview` is the preview's, not the model's.
         assert_eq!(
             names,
-            [format!("{name}__read_note"), format!("{name}__write_note")]
+            [
+                format!("{name}__read_note"),
+                format!("{name}__write_note"),
+                format!("{name}__count_words")
+            ]
         );
     }
     let gate = registry.gate(&AllowList::All, false);
     assert_eq!(
         gate.names(),
         [
+            "notes__count_words",
             "notes__read_note",
             "notes__write_note",
+            "web__count_words",
             "web__read_note",
             "web__write_note"
         ]
@@ -183,7 +189,12 @@ async fn the_policy_overrides_the_annotations_and_the_allow_list_limits_the_tool
     let gate = registry.gate(&AllowList::All, false);
     assert_eq!(
         gate.names(),
-        ["always__read_note", "always__write_note", "only__read_note"]
+        [
+            "always__count_words",
+            "always__read_note",
+            "always__write_note",
+            "only__read_note"
+        ]
     );
     let args = json!({"name": "a", "text": "b"});
     // `always` holds even a read-only tool; `never` lets a destructive one through.
@@ -320,5 +331,58 @@ async fn a_server_that_cannot_start_fails_with_a_reason_and_stops_nothing() {
         status(&hub.statuses(), "web").connections == 2
     })
     .await;
+    shutdown.cancel();
+}
+
+/// A call's progress, as the server reports it, reaches the run while the call runs (over
+/// stdio and over HTTP); a call whose run shows no progress asks for none, and gets its answer
+/// all the same.
+#[tokio::test]
+async fn a_servers_progress_reaches_the_run_while_the_call_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _web) = http_server(None).await;
+    let (hub, registry, shutdown) = start(vec![
+        stdio("notes", &dir.path().join("notes.json"), &[]),
+        http("web", &url),
+    ])
+    .await;
+    assert!(hub.statuses().iter().all(|s| s.state == State::Connected));
+    for server in ["notes", "web"] {
+        let tool = registry.get(&format!("{server}__count_words")).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let hook = {
+            let seen = Arc::clone(&seen);
+            nrllm_core::tool::ProgressHook::new(move |call_id, tool, progress| {
+                seen.lock()
+                    .unwrap()
+                    .push((call_id.to_owned(), tool.to_owned(), progress.clone()));
+            })
+        };
+        let ctx = ToolContext {
+            progress: Some(hook.for_call("c1", "count_words")),
+            ..ToolContext::default()
+        };
+        let answer = tool.execute(&json!({}), &ctx).await.unwrap();
+        assert!(answer.contains("words in"), "{answer}");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 5, "{server}: one report a step: {seen:?}");
+        let (call_id, tool_name, last) = seen.last().unwrap();
+        assert_eq!(
+            (call_id.as_str(), tool_name.as_str()),
+            ("c1", "count_words")
+        );
+        assert_eq!((last.progress, last.total), (5.0, Some(5.0)));
+        assert_eq!(last.message.as_deref(), Some("counted 5 of 5 parts"));
+        assert!(
+            seen.windows(2).all(|w| w[0].2.progress < w[1].2.progress),
+            "{server}: in order"
+        );
+        // Without a place for progress, none is asked for: the answer comes as before.
+        let plain = tool
+            .execute(&json!({}), &ToolContext::default())
+            .await
+            .unwrap();
+        assert_eq!(plain, answer);
+    }
     shutdown.cancel();
 }

@@ -2,11 +2,12 @@
 //! live streams.
 
 use super::forming::Writing;
-use crate::page_data::Forming;
+use crate::page_data::{Forming, ProgressView};
 use nrllm_core::events::Event;
 use nrllm_core::provider::{Delta, Prices};
 use nrllm_core::run_service::RunListener;
 use nrllm_core::run_store::{RunConfiguration, RunStatus, SequencedEvent};
+use nrllm_core::tool::Progress;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -32,7 +33,13 @@ pub enum LiveMessage {
     Status(RunStatus),
     /// What the model wrote since the last such message (or, with `reset`, the start over).
     Forming(Forming),
+    /// How far a running call has come (the latest report; reports in between are dropped).
+    Progress(ProgressView),
 }
+
+/// At most one live message of a run's call progress this often (reports in between are
+/// dropped, but the one that completes the total).
+pub const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
 /// Caps on live streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +89,8 @@ pub(super) struct LiveRun {
     pub(super) unpersisted: Vec<SequencedEvent>,
     /// The response its model is writing now.
     pub(super) writing: Writing,
+    /// When a call's progress was last sent.
+    pub(super) progress_sent: Option<Instant>,
 }
 
 /// How many runs, channels and subscribers the hub holds (for tests and the system page).
@@ -317,6 +326,33 @@ impl RunListener for LiveHub {
         if let Some(channel) = &run.channel {
             let _ = channel.send(LiveMessage::Event(event.clone()));
         }
+    }
+
+    fn progress(&self, run_id: Uuid, (call_id, tool): (&str, &str), progress: &Progress) {
+        let mut hub = self.lock();
+        let Some(run) = hub.runs.get_mut(&run_id) else {
+            return;
+        };
+        let Some(channel) = &run.channel else {
+            return;
+        };
+        let done = progress
+            .total
+            .is_some_and(|total| progress.progress >= total);
+        let due = run
+            .progress_sent
+            .is_none_or(|sent| sent.elapsed() >= PROGRESS_EVERY);
+        if !(due || done) {
+            return;
+        }
+        run.progress_sent = Some(Instant::now());
+        let _ = channel.send(LiveMessage::Progress(ProgressView {
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+            progress: progress.progress,
+            total: progress.total,
+            message: progress.message.clone(),
+        }));
     }
 
     fn delta(&self, run_id: Uuid, round: u32, delta: &Delta) {

@@ -45,6 +45,13 @@ pub(super) fn forming_event(forming: &crate::page_data::Forming) -> SseEvent {
         .data(serde_json::to_string(forming).unwrap_or_default())
 }
 
+/// A running call's progress (`progress`): the latest report, as JSON.
+pub(super) fn progress_event(progress: &crate::page_data::ProgressView) -> SseEvent {
+    SseEvent::default()
+        .event("progress")
+        .data(serde_json::to_string(progress).unwrap_or_default())
+}
+
 pub(super) fn status_event(status: RunStatus) -> SseEvent {
     SseEvent::default().event("status").data(status.as_str())
 }

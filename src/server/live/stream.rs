@@ -167,6 +167,7 @@ fn live_tail(subscription: Subscription, mut last: i64, prices: Prices) -> Steps
                     Some(status_event(status))
                 }
                 Ok(LiveMessage::Forming(forming)) => Some(forming_event(&forming)),
+                Ok(LiveMessage::Progress(progress)) => Some(progress_event(&progress)),
                 _ => None,
             };
             ready(Some(event))

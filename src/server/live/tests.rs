@@ -497,3 +497,43 @@ async fn a_live_step_says_what_it_used_toward_the_budget_under_the_runs_prices()
         "{step}"
     );
 }
+
+#[tokio::test]
+async fn a_calls_progress_reaches_subscribers_coalesced_and_bounded() {
+    use nrllm_core::tool::Progress;
+    let hub = Arc::new(LiveHub::default());
+    let id = Uuid::now_v7();
+    let report = |n: f64, message: &str| Progress::bounded(n, Some(4.0), Some(message)).unwrap();
+    hub.status(id, RunStatus::Running);
+    // Nobody listens: nothing is kept.
+    hub.progress(id, ("c1", "notes__count_words"), &report(1.0, "one"));
+    let mut live = hub.subscribe(id).unwrap();
+    let progress = |message: LiveMessage| match message {
+        LiveMessage::Progress(progress) => progress,
+        other => panic!("{other:?}"),
+    };
+    hub.progress(id, ("c1", "notes__count_words"), &report(2.0, "two"));
+    hub.progress(id, ("c1", "notes__count_words"), &report(3.0, "three")); // within the interval
+    hub.progress(
+        id,
+        ("c1", "notes__count_words"),
+        &report(4.0, "<b>done</b>\u{7}"),
+    );
+    let first = progress(live.receiver.try_recv().unwrap());
+    assert_eq!(first.text(), "notes__count_words: 2 of 4 — two");
+    let last = progress(live.receiver.try_recv().unwrap());
+    assert_eq!(
+        (last.progress, last.message.as_deref()),
+        (4.0, Some("<b>done</b>")),
+        "the report that completes the total always goes; a control character does not"
+    );
+    assert!(live.receiver.try_recv().is_err(), "three was dropped");
+    // A message is cut; a number that is not one is no report.
+    let long = "x".repeat(1_000);
+    let cut = Progress::bounded(1.0, None, Some(&long)).unwrap();
+    assert_eq!(
+        cut.message.map(|m| m.chars().count()),
+        Some(nrllm_core::tool::MAX_PROGRESS_MESSAGE)
+    );
+    assert!(Progress::bounded(f64::NAN, None, None).is_none());
+}

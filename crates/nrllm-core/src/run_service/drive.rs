@@ -73,6 +73,7 @@ impl RunService {
             lease_epoch: Some(claimed.version),
             spend: self.spend_watch(&claimed.configuration, &claimed.requested_by),
             quorum: self.loops.quorum(&claimed.configuration),
+            progress: self.progress_hook(id),
             ..RunContext::default()
         };
         let work = claimed

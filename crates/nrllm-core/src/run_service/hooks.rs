@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use crate::provider::{Delta, Prices, Usage};
 use crate::run_store::{RunConfiguration, RunStatus, SequencedEvent};
+use crate::tool::Progress;
 use crate::tool_loop::ToolLoopService;
 
 /// Builds the loop for a run's configuration (its provider and model).
@@ -62,6 +63,9 @@ pub trait RunListener: Send + Sync {
     /// A piece of round `round`'s response as the model writes it: never journaled (the
     /// response comes whole as an event once complete).
     fn delta(&self, _run_id: Uuid, _round: u32, _delta: &Delta) {}
+    /// How far call `call_id` (of `tool`) has come, as its tool reports it while it runs:
+    /// never journaled (its result comes as a step once it is done).
+    fn progress(&self, _run_id: Uuid, (_call_id, _tool): (&str, &str), _progress: &Progress) {}
 }
 
 /// Several listeners as one, told in turn.
@@ -89,6 +93,12 @@ impl RunListener for Listeners {
     fn status(&self, run_id: Uuid, status: RunStatus) {
         for listener in &self.0 {
             listener.status(run_id, status);
+        }
+    }
+
+    fn progress(&self, run_id: Uuid, call: (&str, &str), progress: &Progress) {
+        for listener in &self.0 {
+            listener.progress(run_id, call, progress);
         }
     }
 }

@@ -305,6 +305,16 @@ impl RunService {
             .collect())
     }
 
+    /// Where the progress of run `id`'s calls goes: its listener, if it has one.
+    fn progress_hook(&self, id: Uuid) -> Option<crate::tool::ProgressHook> {
+        let listener = Arc::clone(self.listener.as_ref()?);
+        Some(crate::tool::ProgressHook::new(
+            move |call_id, tool, progress| {
+                listener.progress(id, (call_id, tool), progress);
+            },
+        ))
+    }
+
     /// Where the approvals of `run`'s waiting turn stand, if it needs several people's
     /// ([`crate::quorum`]); `None` for a turn one person decides.
     pub async fn tally(&self, run: &RunRecord) -> Result<Option<Tally>, StoreError> {

@@ -179,6 +179,7 @@ impl RunService {
             lease_epoch: Some(run.version),
             spend: self.spend_watch(&configuration, &run.requested_by),
             quorum: self.loops.quorum(&configuration),
+            progress: self.progress_hook(run.id),
             ..RunContext::default()
         };
         let tool_loop = self.loops.tool_loop(&configuration);

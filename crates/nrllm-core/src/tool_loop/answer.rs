@@ -184,6 +184,10 @@ impl ToolLoop {
             actor: ctx.actor.clone(),
             call_id: call.id.clone(),
             lease_epoch: ctx.lease_epoch,
+            progress: ctx
+                .progress
+                .as_ref()
+                .map(|hook| hook.for_call(&call.id, &call.name)),
             approved_basis: ctx.approved_bases.get(&call.id).cloned(),
             // An approved call's effect is keyed ([`call_effect_key`]), so that running
             // it again after a restart applies nothing twice.

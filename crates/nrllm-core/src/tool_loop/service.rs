@@ -47,6 +47,8 @@ pub struct RunContext {
     /// How many people must approve its turns ([`crate::quorum`]): a call that needs more than
     /// one is let through by no rule or check, and a waiting turn says how many it needs.
     pub quorum: crate::quorum::Quorum,
+    /// Where its calls' progress goes while they run (none: nowhere).
+    pub progress: Option<crate::tool::ProgressHook>,
     /// On `resume`: what the step of each call decided without an operator says, by call id.
     pub call_notes: BTreeMap<String, String>,
     /// On `run` of a continued transcript (a fork): calls of its pending turn that the parent

@@ -233,6 +233,7 @@ pub(super) fn next(task: &Task, done: &[Step], offered: &[String]) -> Next {
                 None => json!({}),
             },
         ),
+        Task::CountWords => through_mcp(done, offered, "count_words", json!({})),
         Task::PublishAsked => publish_asked(done, &has),
         Task::CreateAsked => create_asked(done, &has),
         Task::RenameAsking { slug, title } => rename_asking(done, slug, title, &has),

@@ -65,6 +65,8 @@ pub(super) enum Task {
     ReadNote {
         name: Option<String>,
     },
+    /// Count the notes' words through `<server>__count_words` (which reports its progress).
+    CountWords,
     Unknown,
 }
 
@@ -158,6 +160,9 @@ fn notes_task(text: &str, lower: &str) -> Option<Task> {
         if let Some(name) = note_name(text) {
             return Some(Task::ReadNote { name: Some(name) });
         }
+    }
+    if lower.contains("notes") && lower.contains("count") && lower.contains("words") {
+        return Some(Task::CountWords);
     }
     if lower.contains("notes") && (lower.contains("list") || lower.contains("show")) {
         return Some(Task::ReadNote { name: None });

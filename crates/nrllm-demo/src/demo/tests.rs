@@ -19,6 +19,7 @@ fn note_tasks_go_through_whichever_notes_server_is_offered() {
         }
     );
     assert_eq!(parse_task("List the notes"), Task::ReadNote { name: None });
+    assert_eq!(parse_task("Count the words in my notes"), Task::CountWords);
     let offered = ["get_page".to_owned(), "files__write_note".to_owned()];
     let write = Task::WriteNote {
         name: "todo".into(),

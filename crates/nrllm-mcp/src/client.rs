@@ -1,0 +1,44 @@
+//! What this program is to a server: its name and capabilities, and what it does with the
+//! server's notifications — a call's progress goes to whoever awaits that call
+//! ([`crate::tool::McpTool`], which hands it to the run's live views).
+
+use rmcp::handler::client::progress::ProgressDispatcher;
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam};
+use rmcp::service::{NotificationContext, RoleClient};
+use rmcp::ClientHandler;
+
+/// The client side of one connection.
+#[derive(Clone)]
+pub struct Client {
+    info: ClientConfig,
+    progress: ProgressDispatcher,
+}
+
+impl Client {
+    /// A client whose calls' progress goes through `progress` (its server's, kept across
+    /// reconnections).
+    pub fn new(progress: ProgressDispatcher) -> Client {
+        Client {
+            info: ClientConfig::new(
+                ClientCapabilities::default(),
+                Implementation::new("nrllm-playground", env!("CARGO_PKG_VERSION")),
+            ),
+            progress,
+        }
+    }
+}
+
+impl ClientHandler for Client {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        // A token nobody awaits (a call already answered, or made up) is dropped there.
+        self.progress.handle_notification(params).await;
+    }
+}
