@@ -15,8 +15,9 @@ test.describe("with JavaScript", () => {
     const configurations = page.getByTestId("system-configuration");
     await expect(configurations.filter({ hasText: "demo (demo-1)" })).toContainText("available");
     await expect(configurations.filter({ hasText: "hostile (hostile-1)" })).toContainText("available");
-    // 17 built-in tools, and the MCP servers' three (end2end/nrllm-e2e.toml).
-    await expect(page.getByTestId("system-tools")).toContainText(/Tools: \d+ of 20 enabled/);
+    // 17 built-in tools, and the MCP servers' four: notes' read_note, write_note and
+    // count_words, audited's read_note (end2end/nrllm-e2e.toml).
+    await expect(page.getByTestId("system-tools")).toContainText(/Tools: \d+ of 21 enabled/);
   });
 
   test("every page loads without a console error, a favicon included", async ({ page, request, browser }) => {
