@@ -181,13 +181,6 @@ impl Configurations {
         self.find(name).is_none_or(|c| c.four_eyes)
     }
 
-    /// How many people must approve the turns of configuration `name`.
-    pub fn quorum(&self, name: &str) -> Quorum {
-        self.find(name)
-            .map(|c| c.quorum.clone())
-            .unwrap_or_default()
-    }
-
     /// How long a turn of configuration `name` may wait for a decision, in milliseconds.
     pub fn approval_timeout_ms(&self, name: &str) -> Option<u64> {
         self.find(name).and_then(|c| c.approval_timeout_ms)

@@ -19,8 +19,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use crate::decision::Choice;
 use crate::state::SuspendedState;
 
@@ -28,20 +26,20 @@ use crate::state::SuspendedState;
 pub const MAX_APPROVALS_REQUIRED: u32 = 10;
 
 /// How many distinct people must approve a turn of a configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quorum {
     /// For every tool that waits for a person.
-    #[serde(default = "one")]
     pub approvals: u32,
     /// For these tools instead, by name.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tools: BTreeMap<String, u32>,
 }
 
+/// A stored turn's count when it says none (the serde default of the fields that keep one).
 pub(crate) fn one() -> u32 {
     1
 }
 
+/// Whether a stored count is the default one (left out of the JSON).
 pub(crate) fn is_one(n: &u32) -> bool {
     *n <= 1
 }
@@ -56,11 +54,6 @@ impl Default for Quorum {
 }
 
 impl Quorum {
-    /// One person decides every turn (nothing else set).
-    pub fn is_one(&self) -> bool {
-        self.approvals <= 1 && self.tools.values().all(|n| *n <= 1)
-    }
-
     /// How many approvals a call of `tool` needs (at least one).
     pub fn for_tool(&self, tool: &str) -> u32 {
         self.tools
@@ -222,8 +215,7 @@ mod tests {
         assert_eq!(quorum.for_tool("delete_page"), 3);
         assert_eq!(quorum.for_tool("read"), 1);
         assert_eq!(quorum.for_tool("write"), 2);
-        assert!(!quorum.is_one());
-        assert!(Quorum::default().is_one());
+        assert_eq!(Quorum::default().for_tool("write"), 1);
         let huge = Quorum {
             approvals: 1_000,
             tools: BTreeMap::new(),
