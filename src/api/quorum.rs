@@ -22,11 +22,8 @@ pub async fn approvals_view(
 /// Whether `who`'s approval already counts for `run`'s waiting turn (so the inbox's "next"
 /// goes past it).
 pub async fn counts_already(state: &AppState, run: &RunRecord, who: &str) -> bool {
-    if run.approvals_required <= 1 {
-        return false;
-    }
-    match state.store.approvals(run.id, run.version).await {
-        Ok(votes) => votes.iter().any(|vote| vote.approver == who),
+    match state.runs.tally(run).await {
+        Ok(tally) => tally.is_some_and(|tally| tally.votes.iter().any(|vote| vote.approver == who)),
         Err(err) => {
             tracing::warn!(run_id = %run.id, %err, "a turn's approvals could not be read");
             false

@@ -283,6 +283,16 @@ pub async fn decided(
     then: Option<&str>,
 ) -> Result<ResumeAccepted, AppError> {
     state.queue.wake();
+    go_on(state, id, who, then).await;
+    Ok(ResumeAccepted {
+        run_id: id.to_string(),
+        status: crate::page_data::RunStatus::Queued,
+        approvals: None,
+    })
+}
+
+/// Where a browser goes after deciding run `id` (see [`decided`]).
+async fn go_on(state: &AppState, id: Uuid, who: &Principal, then: Option<&str>) {
     if crate::server::wants_html() {
         let inbox = then.and_then(|then| then.strip_prefix("next"));
         let target = match inbox {
@@ -291,16 +301,12 @@ pub async fn decided(
         };
         leptos_axum::redirect(&target);
     }
-    Ok(ResumeAccepted {
-        run_id: id.to_string(),
-        status: crate::page_data::RunStatus::Queued,
-        approvals: None,
-    })
 }
 
 /// What a claim of run `id` by `who` came to: decided (the run goes on; a browser goes where
 /// `then` says, [`crate::api::waiting::decided`]), or their approval counted toward a turn that
-/// needs several (the run still waits: a browser goes back to it, or on to the next turn).
+/// needs several (nothing was queued; the run still waits: a browser goes back to it, or on to
+/// the next turn).
 pub async fn claimed(
     state: &AppState,
     id: Uuid,
@@ -327,11 +333,11 @@ pub async fn claimed(
     )
     .await
     .map_err(|err| AppError::internal("reading a turn's approvals", err))?;
-    let accepted = decided(state, id, who, then).await?;
+    go_on(state, id, who, then).await;
     Ok(ResumeAccepted {
+        run_id: id.to_string(),
         status: crate::page_data::RunStatus::WaitingForApproval,
         approvals: Some(approvals),
-        ..accepted
     })
 }
 

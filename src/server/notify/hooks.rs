@@ -81,20 +81,27 @@ pub async fn slack_interactions(
             "The button carries no run we read.",
         );
     };
-    if let Err(refusal) = decide(&state, &press, verdict, &value).await {
-        tracing::info!(run_id = %value.run, %refusal, "a Slack press decided nothing");
-        tell_presser(slack, &press, format!("Nothing was decided: {refusal}"));
+    match decide(&state, &press, verdict, &value).await {
+        Ok(None) => {}
+        // An approval that counts toward a turn needing several: said as it is.
+        Ok(Some(counted)) => tell_presser(slack, &press, counted),
+        Err(refusal) => {
+            tracing::info!(run_id = %value.run, %refusal, "a Slack press decided nothing");
+            tell_presser(slack, &press, format!("Nothing was decided: {refusal}"));
+        }
     }
     answer(StatusCode::OK, "")
 }
 
-/// The press's decision, through the core's authority as the mapped user.
+/// The press's decision, through the core's authority as the mapped user: decided (`None`), an
+/// approval that counts toward a turn needing several (what to tell the presser), or why
+/// nothing was decided.
 async fn decide(
     state: &AppState,
     press: &Press,
     verdict: BulkVerdict,
     value: &ButtonValue,
-) -> Result<(), String> {
+) -> Result<Option<String>, String> {
     let who = match press.who() {
         Some(id) => state.notify.contacts.by_slack(&id).await.map_err(|err| {
             tracing::error!(%err, "reading a Slack user's playground user");
@@ -125,13 +132,13 @@ async fn decide(
         Ok(_) => {}
         // Not decided yet: the presser is told where the count stands.
         Err(counted @ nrllm_core::run_service::ResumeError::Counted(_)) => {
-            return Err(counted.to_string())
+            return Ok(Some(counted.to_string()))
         }
         Err(err) => return Err(AppError::from(err).to_string()),
     }
     tracing::info!(run_id = %value.run, who = %who.label(), verdict = verdict.button(), "decided in Slack");
     state.queue.wake();
-    Ok(())
+    Ok(None)
 }
 
 /// Tells the one who pressed (only them) why nothing happened, after Slack has its answer.
