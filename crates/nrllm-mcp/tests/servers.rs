@@ -365,14 +365,25 @@ async fn a_servers_progress_reaches_the_run_while_the_call_runs() {
         let answer = tool.execute(&json!({}), &ctx).await.unwrap();
         assert!(answer.contains("words in"), "{answer}");
         let seen = seen.lock().unwrap().clone();
-        assert_eq!(seen.len(), 5, "{server}: one report a step: {seen:?}");
-        let (call_id, tool_name, last) = seen.last().unwrap();
+        // One report a step, while the call runs: the last may cross the answer on the wire
+        // (it then shows nothing the step does not).
+        assert!(
+            (4..=5).contains(&seen.len()),
+            "{server}: one report a step: {seen:?}"
+        );
+        for (n, (_, _, report)) in seen.iter().enumerate() {
+            assert_eq!(report.progress, (n + 1) as f64, "{server}: in order");
+            assert_eq!(report.total, Some(5.0));
+            assert_eq!(
+                report.message.as_deref(),
+                Some(format!("counted {} of 5 parts", n + 1).as_str())
+            );
+        }
+        let (call_id, tool_name, _) = seen.last().unwrap();
         assert_eq!(
             (call_id.as_str(), tool_name.as_str()),
             ("c1", "count_words")
         );
-        assert_eq!((last.progress, last.total), (5.0, Some(5.0)));
-        assert_eq!(last.message.as_deref(), Some("counted 5 of 5 parts"));
         assert!(
             seen.windows(2).all(|w| w[0].2.progress < w[1].2.progress),
             "{server}: in order"
