@@ -8,12 +8,13 @@ use leptos::prelude::*;
 
 use crate::approval_count::ApprovalCount;
 
-use crate::api::{NrllmInputAnswer, NrllmToolResume, SubmittedCall};
+use crate::api::{NrllmToolResume, SubmittedCall};
 use crate::components::{op_options, TextArea, BUTTON_APPROVE, BUTTON_DENY, BUTTON_PRIMARY, INPUT};
 use crate::field;
 use crate::forms::{action, list_field, CsrfField};
-use crate::page_data::{CallState, FieldView, PendingCallView, PreviewView, QuestionView, RunView};
-use crate::times::WithMoment;
+use crate::page_data::{CallState, PendingCallView, PreviewView, QuestionView, RunView};
+use crate::question::QuestionField;
+use crate::times::deadline_line;
 
 /// The form name of a field of the `index`th call of the turn (`calls[2][reason]`).
 fn call_field(index: usize, field: &str) -> String {
@@ -83,15 +84,6 @@ fn argument_row(f: nrllm_types::ArgumentField) -> impl IntoView {
 }
 
 /// The effect of one call: a diff, a text, or why there is none.
-/// By when the turn must be decided (the moment in the browser's time zone, with JavaScript).
-pub(crate) fn deadline_line(run: &RunView) -> Option<impl IntoView> {
-    let text = run.summary.deadline.clone()?;
-    let moment = match run.summary.deadline_at.clone() {
-        Some((ms, utc)) => view! { <WithMoment text ms utc /> }.into_any(),
-        None => text.into_any(),
-    };
-    Some(view! { <p class="mt-1 text-sm" data-testid="deadline">{moment}</p> })
-}
 
 #[component]
 fn Preview(preview: PreviewView) -> impl IntoView {
@@ -362,105 +354,6 @@ fn QuestionInCall(prefix: String, index: usize, question: QuestionView) -> impl 
         <p class="text-xs text-slate-500">"Your answer is this call's result; it decides nothing else of the turn."</p>
         {answer}
     }
-}
-
-/// One field of a question's form; its value is posted as `<base>[<field name>]`.
-#[component]
-fn QuestionField(prefix: String, base: String, field: FieldView) -> impl IntoView {
-    let id = format!("{prefix}-field-{}", field.name);
-    let name = format!("{base}[{}]", field.name);
-    let label = view! { <label for=id.clone() class="block text-sm font-medium">{field.label.clone()}{field.required.then_some(" *")}</label> };
-    let input = match field.kind.as_str() {
-        "boolean" => view! { <input type="checkbox" id=id.clone() name=name value="true" /> }.into_any(),
-        "select" => view! {
-            <select id=id.clone() name=name class=INPUT required=field.required>
-                {(!field.required).then(|| view! { <option value="">"—"</option> })}
-                {field.options.iter().map(|o| view! { <option value=o.clone()>{o.clone()}</option> }).collect_view()}
-            </select>
-        }.into_any(),
-        "integer" | "number" => view! {
-            <input type="text" inputmode="decimal" id=id.clone() name=name class=INPUT required=field.required maxlength=40 />
-        }.into_any(),
-        _ => view! {
-            <input type="text" id=id.clone() name=name class=INPUT required=field.required maxlength=nrllm_types::RULE_VALUE_CHARS * 10 />
-        }.into_any(),
-    };
-    view! { <div data-testid="question-field" data-name=field.name.clone()>{label}{input}</div> }
-}
-
-/// The question a run waiting for input asks, with its form: a button per choice, the fields of
-/// its schema, or a box for free text. It posts to `nrllm_input_answer`; the first answer to
-/// arrive wins.
-///
-/// `then` (from the inbox: `next?<its filters>`): where the browser goes after the answer.
-#[component]
-pub fn QuestionPanel(run: RunView, #[prop(optional)] then: Option<String>) -> impl IntoView {
-    let Some(call) = run.pending.iter().find(|c| c.question.is_some()).cloned() else {
-        return ().into_any();
-    };
-    let question = call.question.clone().unwrap_or_else(|| QuestionView {
-        text: String::new(),
-        choices: Vec::new(),
-        fields: Vec::new(),
-    });
-    let prefix = format!("run-{}", run.summary.id);
-    let asked = view! {
-        <h2 class="font-semibold" tabindex="-1" data-panel-heading="">"The run asks you"</h2>
-        <p class="mt-1 whitespace-pre-wrap" data-testid="question">{question.text.clone()}</p>
-        {deadline_line(&run)}
-    };
-    let classes = "mt-4 rounded-lg border-2 border-sky-300 bg-sky-50/50 p-4 dark:border-sky-800 dark:bg-sky-950/30";
-    if let Some(block) = run.decide_block.clone() {
-        return view! {
-            <section class=classes data-testid="question-panel">
-                {asked}
-                <p class="mt-2 text-sm font-medium" data-testid="cannot-decide">{block}</p>
-            </section>
-        }
-        .into_any();
-    }
-    let answer = if !question.choices.is_empty() {
-        view! {
-            <div class="flex flex-wrap gap-2">
-                {question.choices.iter().map(|choice| view! {
-                    <button type="submit" name=field!(NrllmInputAnswer, answer) value=choice.clone() class=BUTTON_PRIMARY data-testid="choice">{choice.clone()}</button>
-                }).collect_view()}
-            </div>
-        }
-        .into_any()
-    } else if !question.fields.is_empty() {
-        view! {
-            <div class="grid gap-2 sm:grid-cols-2">
-                {question.fields.iter().cloned().map(|field| view! {
-                    <QuestionField prefix=prefix.clone() base=field!(NrllmInputAnswer, fields).to_owned() field />
-                }).collect_view()}
-            </div>
-            <button type="submit" class=BUTTON_PRIMARY data-testid="answer-submit">"Answer"</button>
-        }
-        .into_any()
-    } else {
-        let id = format!("{prefix}-answer");
-        view! {
-            <label for=id.clone() class="block text-sm font-medium">"Your answer"</label>
-            <TextArea id=id name=field!(NrllmInputAnswer, answer) rows=3 class=INPUT maxlength=nrllm_types::MAX_ANSWER_CHARS />
-            <button type="submit" class=BUTTON_PRIMARY data-testid="answer-submit">"Answer"</button>
-        }
-        .into_any()
-    };
-    view! {
-        <section class=classes data-testid="question-panel">
-            {asked}
-            <form method="post" action={action::<NrllmInputAnswer>()} class="mt-3 space-y-2">
-                <CsrfField />
-                <input type="hidden" name=field!(NrllmInputAnswer, run_id) value=run.summary.id.clone() />
-                <input type="hidden" name=field!(NrllmInputAnswer, digest) value=run.digest.clone().unwrap_or_default() />
-                <input type="hidden" name=field!(NrllmInputAnswer, call_id) value=call.call_id.clone() />
-                {then.map(|then| view! { <input type="hidden" name=field!(NrllmInputAnswer, then) value=then /> })}
-                {answer}
-            </form>
-        </section>
-    }
-    .into_any()
 }
 
 /// The panel's heading: what the viewer is asked, or that their approval counts already.

@@ -5,11 +5,11 @@
 use leptos::prelude::*;
 
 use crate::api::NrllmBudgetDecide;
-use crate::approval::deadline_line;
 use crate::components::{BUTTON_DENY, BUTTON_PRIMARY, INPUT};
 use crate::field;
 use crate::forms::{action, CsrfField};
 use crate::page_data::RunView;
+use crate::times::deadline_line;
 
 /// How a reached limit stands out.
 pub const REACHED: &str = "font-medium text-amber-800 dark:text-amber-300";

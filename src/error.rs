@@ -165,8 +165,12 @@ mod from_runtime {
                     DecisionError::NoQuestion
                     | DecisionError::UndecidedCalls { .. }
                     | DecisionError::WaitsForBudget
+                    | DecisionError::WaitsForReply { .. }
                     | DecisionError::NoBudgetWait,
                 ) => AppError::Conflict(err.to_string()),
+                ResumeError::InvalidDecision(DecisionError::NotDeclinable) => {
+                    AppError::invalid("action", err.to_string())
+                }
                 ResumeError::InvalidDecision(DecisionError::RaiseTooSmall { .. }) => {
                     AppError::invalid("raise_to", err.to_string())
                 }

@@ -15,6 +15,7 @@ pub mod forms;
 pub mod islands;
 pub mod page_data;
 pub mod pages;
+pub mod question;
 #[cfg(feature = "ssr")]
 pub mod server;
 #[cfg(feature = "ssr")]

@@ -87,6 +87,16 @@ mod local {
     }
 }
 
+/// By when the turn must be decided (the moment in the browser's time zone, with JavaScript).
+pub(crate) fn deadline_line(run: &crate::page_data::RunView) -> Option<impl IntoView> {
+    let text = run.summary.deadline.clone()?;
+    let moment = match run.summary.deadline_at.clone() {
+        Some((ms, utc)) => view! { <WithMoment text ms utc /> }.into_any(),
+        None => text.into_any(),
+    };
+    Some(view! { <p class="mt-1 text-sm" data-testid="deadline">{moment}</p> })
+}
+
 #[cfg(test)]
 mod tests {
     use super::relative;

@@ -102,3 +102,145 @@ async fn a_server_without_mcp_servers_says_so_on_the_system_page() {
     assert!(page.contains("No MCP server is configured."), "{page}");
     assert!(!page.contains("system-mcp-server"), "{page}");
 }
+
+/// The demo notebook server asks for a new note's name while the approved call runs (MCP
+/// 2026-07-28: "input required"): the run waits for input with the server named and its form;
+/// a reply that does not fit and any decision but a reply are refused with nothing sent; the
+/// wait outlives a kill -9 of the whole server; the reply from the restarted one goes back to
+/// the server with the call, which writes once. A declined question writes nothing.
+#[tokio::test]
+async fn a_servers_question_waits_across_a_restart_and_the_reply_goes_back_with_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.json");
+    let settings = format!(
+        "[[mcp_servers]]\nname = \"notes\"\ncommand = \"@self\"\n\
+         args = [\"mcp-demo\", \"--data\", \"{}\"]\n",
+        notes.display()
+    );
+    let first = start(&settings, &[]).await;
+    let admin = log_in(&first, "admin", ADMIN_PASSWORD).await;
+    let run = start_run(
+        &first,
+        &admin,
+        json!({ "prompt": "Write a note saying buy <b>milk</b>" }),
+    )
+    .await;
+    let view = wait_for(&first, &admin, &run, "waiting_for_approval").await;
+    assert_eq!(
+        view["pending"][0]["arguments"]
+            .as_str()
+            .map(|a| a.contains("\"name\"")),
+        Some(false)
+    );
+    let (status, body) = call(
+        &first,
+        &admin,
+        "nrllm_tool_resume",
+        json!({ "run_id": run, "decision": "approve_all" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let view = wait_for(&first, &admin, &run, "waiting_for_input").await;
+    let question = &view["pending"][0]["question"];
+    assert_eq!(question["asked_by"]["server"], "notes", "{view}");
+    assert_eq!(question["asked_by"]["tool"], "notes__write_note");
+    assert_eq!(question["text"], "What should the new note be called?");
+    assert_eq!(question["fields"][0]["name"], "name");
+    assert_eq!(question["fields"][0]["required"], true);
+    assert!(
+        view["steps"]
+            .to_string()
+            .contains("notes asks, during notes__write_note"),
+        "{view}"
+    );
+
+    // Nothing that does not fit goes to the server.
+    let (status, body) = call(
+        &first,
+        &admin,
+        "nrllm_input_answer",
+        json!({ "run_id": run, "fields": {"name": ""} }),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("name"), "{body}");
+    let (status, body) = call(
+        &first,
+        &admin,
+        "nrllm_input_answer",
+        json!({ "run_id": run, "action": "maybe" }),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = call(
+        &first,
+        &admin,
+        "nrllm_tool_resume",
+        json!({ "run_id": run, "decision": "approve_all" }),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.to_string().contains("server notes asked"), "{body}");
+    assert_eq!(Notebook::load(&notes).unwrap().writes, 0);
+
+    // The whole server dies; the wait is in the database.
+    first.signal("KILL");
+    let second = start(&settings, &[("NRLLM_DATABASE_URL", first.db.as_str())]).await;
+    let admin = log_in(&second, "admin", ADMIN_PASSWORD).await;
+    let view = wait_for(&second, &admin, &run, "waiting_for_input").await;
+    assert_eq!(
+        view["pending"][0]["question"]["asked_by"]["server"],
+        "notes"
+    );
+    let (status, body) = call(
+        &second,
+        &admin,
+        "nrllm_input_answer",
+        json!({ "run_id": run, "fields": {"name": "milk"} }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let view = wait_for(&second, &admin, &run, "completed").await;
+    let book = Notebook::load(&notes).unwrap();
+    assert_eq!(
+        book.notes.get("milk").map(String::as_str),
+        Some("buy <b>milk</b>")
+    );
+    assert_eq!(book.writes, 1, "{book:?}");
+    let steps = view["steps"].to_string();
+    assert!(steps.contains("question accepted"), "{steps}");
+    assert!(view.to_string().contains("Wrote note milk"), "{view}");
+
+    // Declined: the server writes nothing, and the model reads that.
+    let declined = start_run(
+        &second,
+        &admin,
+        json!({ "prompt": "Write a note saying never" }),
+    )
+    .await;
+    wait_for(&second, &admin, &declined, "waiting_for_approval").await;
+    let (status, _) = call(
+        &second,
+        &admin,
+        "nrllm_tool_resume",
+        json!({ "run_id": declined, "decision": "approve_all" }),
+    )
+    .await;
+    assert_eq!(status, 200);
+    wait_for(&second, &admin, &declined, "waiting_for_input").await;
+    let (status, body) = call(
+        &second,
+        &admin,
+        "nrllm_input_answer",
+        json!({ "run_id": declined, "action": "decline" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let view = wait_for(&second, &admin, &declined, "completed").await;
+    assert!(
+        view.to_string()
+            .contains("the operator declined to name it"),
+        "{view}"
+    );
+    assert_eq!(Notebook::load(&notes).unwrap().writes, 1);
+}

@@ -100,6 +100,9 @@ pub async fn nrllm_tool_resume(
 /// calls wait for a decision too it is refused (`409`, naming them); such a turn is decided
 /// whole with `nrllm_tool_resume` (`per_call`, the question's entry carrying the answer).
 /// `then=next`: a browser goes on to the next turn it may decide, as with `nrllm_tool_resume`.
+/// A question a tool's server asked (MCP elicitation) is answered the same way, and may also be
+/// refused: `action` is `accept` (the default: the fields go back to the server), `decline` or
+/// `cancel`.
 #[server(endpoint = "nrllm_input_answer")]
 pub async fn nrllm_input_answer(
     run_id: String,
@@ -107,10 +110,21 @@ pub async fn nrllm_input_answer(
     call_id: Option<String>,
     answer: Option<String>,
     fields: Option<std::collections::BTreeMap<String, String>>,
+    action: Option<String>,
     then: Option<String>,
 ) -> Result<ResumeAccepted, AppError> {
     let (who, state, id, digest) = crate::api::checks::deciding(&run_id, digest)?;
-    let answer = nrllm_core::question::FormAnswer { answer, fields };
+    let action = match action.as_deref() {
+        None => None,
+        Some(text) => Some(nrllm_core::elicit::ReplyAction::parse(text).ok_or_else(|| {
+            AppError::invalid("action", "`accept`, `decline` or `cancel`".to_owned())
+        })?),
+    };
+    let answer = nrllm_core::question::FormAnswer {
+        answer,
+        fields,
+        action,
+    };
     state
         .runs
         .claim_answer(id, call_id.as_deref(), &answer, &who, digest.as_deref())

@@ -188,6 +188,17 @@ pub struct QuestionView {
     /// … or fill these fields (from the question's JSON Schema) …
     pub fields: Vec<FieldView>,
     // … or, with neither, free text.
+    /// A tool's server asked it while a call ran (MCP elicitation): the server's name and the
+    /// tool the call is of. Such a question may be declined or cancelled too.
+    #[serde(default)]
+    pub asked_by: Option<AskedBy>,
+}
+
+/// The server that asks, and the tool whose call it asks during.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AskedBy {
+    pub server: String,
+    pub tool: String,
 }
 
 /// One field of a question's form.

@@ -9,7 +9,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::api::{nrllm_run_get, NrllmRunCancel, NrllmRunFork, NrllmRunRetry};
-use crate::approval::{ApprovalPanel, QuestionPanel};
+use crate::approval::ApprovalPanel;
 use crate::budget::{BudgetPanel, BudgetStrip};
 use crate::components::{
     duration_text, page_title, url_error, ErrorBanner, StatusBadge, TextArea, BUTTON_PRIMARY,
@@ -22,6 +22,7 @@ use crate::islands::{ApprovalGuard, LiveSteps, StepRow};
 use crate::page_data::{RunStatus, RunSummary, RunView, StepDetail};
 use crate::pages::rules::RuleList;
 use crate::pages::NotFound;
+use crate::question::QuestionPanel;
 use crate::times::{Moment, WithMoment};
 
 /// The run page.

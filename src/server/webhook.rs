@@ -281,9 +281,23 @@ pub fn body(
         "digest": pending.digest,
         "budget": budget,
         "approvals": approvals,
+        "server_question": server_question(pending),
         "link": format!("{public_url}/runs/{}", run.id),
     })
     .to_string()
+}
+
+/// A question a tool's server asked while a call ran (MCP elicitation): who asks, during which
+/// call, and the form; answered with `nrllm_input_answer`. `null` for the other waits.
+fn server_question(pending: &PendingTurn) -> Value {
+    pending.state.elicited.as_ref().map_or(Value::Null, |wait| {
+        json!({
+            "server": wait.asked.server,
+            "call_id": wait.call_id,
+            "message": wait.asked.message,
+            "schema": wait.asked.schema,
+        })
+    })
 }
 
 /// What the run page says of a delivery (`None` for one that was never meant to be sent).

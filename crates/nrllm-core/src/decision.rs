@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::registry::Gate;
 use crate::rules::{RuleEffect, RuleError};
@@ -19,39 +18,7 @@ use crate::transcript::ToolCall;
 
 pub use nrllm_types::submission::{MAX_EDIT_CHARS, MAX_REASON_CHARS};
 
-/// What happens to one pending call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "choice", rename_all = "snake_case")]
-pub enum Choice {
-    /// Run it as the model asked.
-    Approve,
-    /// Run it with these arguments instead.
-    ApproveEdited { arguments: Value },
-    /// Don't run it; the model reads the reason.
-    Deny {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
-    },
-    /// Don't run it; the model reads this result instead, as the call's answer (what happened,
-    /// written by the operator).
-    Respond { result: String },
-    /// Don't run it; the model reads that it failed (for a call whose outcome is unknown after a
-    /// restart, when the operator knows it did not take effect).
-    Failed {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        note: Option<String>,
-    },
-    /// Nobody decided before the approval deadline: not run; the model reads `text`. Never
-    /// chosen by an operator (no form or JSON choice names it): the deadline sets it.
-    Expired { text: String },
-}
-
-impl Choice {
-    /// The tool runs with this choice.
-    pub fn runs(&self) -> bool {
-        matches!(self, Choice::Approve | Choice::ApproveEdited { .. })
-    }
-}
+pub use crate::choice::Choice;
 
 /// The choice for one call, by id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,6 +51,11 @@ pub enum Decision {
     /// or a new day): go on with its own limits as they are. The server's own, never a
     /// person's ([`crate::moves::TurnMove::Allowance`]).
     ContinueAtBudget,
+    /// For a run whose tool's server asked the operator ([`crate::elicit`]): this reply goes
+    /// back to the server with the call, and the turn goes on as it was decided.
+    Reply {
+        reply: crate::elicit::Reply,
+    },
 }
 
 impl Decision {
@@ -118,6 +90,22 @@ impl Decision {
             }
             (_, Some(_)) => Err(DecisionError::WaitsForBudget),
             (decision, None) if decision.is_budget() => Err(DecisionError::NoBudgetWait),
+            (_, None) => Ok(()),
+        }
+    }
+
+    /// Whether this decision fits a run that waits for the reply to a server's question
+    /// (`elicited`): a reply for such a run, anything else for the others.
+    pub fn fits_reply(
+        &self,
+        elicited: Option<&crate::elicit::Elicited>,
+    ) -> Result<(), DecisionError> {
+        match (self, elicited) {
+            (Decision::Reply { .. }, Some(_)) => Ok(()),
+            (_, Some(wait)) => Err(DecisionError::WaitsForReply {
+                server: wait.asked.server.clone(),
+            }),
+            (Decision::Reply { .. }, None) => Err(DecisionError::NoQuestion),
             (_, None) => Ok(()),
         }
     }
@@ -196,6 +184,14 @@ pub enum DecisionError {
     /// The run waits at one of its own limits, not at a daily cap that could have room again.
     #[error("the run waits at one of its own limits, not at a daily spend cap")]
     NoDailyCapWait,
+    /// The run waits for the reply to what a tool's server asked: only an answer (accept,
+    /// decline or cancel) moves it on.
+    #[error("the run waits for an answer to what the server {server} asked: answer it (accept, decline or cancel) with nrllm_input_answer")]
+    WaitsForReply { server: String },
+    /// Decline or cancel was asked for a question the model asked (`ask_operator`), which is
+    /// only ever answered.
+    #[error("only a question a tool's server asked can be declined or cancelled; answer this one")]
+    NotDeclinable,
     /// The raised limit would stop the run again at once.
     #[error("the limit on {limit} must be raised to at least {needed} for the run to go on")]
     RaiseTooSmall { limit: String, needed: String },
@@ -241,9 +237,12 @@ impl Decision {
         };
         let choices = match self {
             // No call is decided: the run goes on (or stops) where its budget stopped it.
-            Decision::RaiseBudget { .. } | Decision::StopAtBudget | Decision::ContinueAtBudget => {
-                Vec::new()
-            }
+            // The turn was decided already: it goes on as it was once the server has the reply
+            // (the waiting state keeps its choices).
+            Decision::RaiseBudget { .. }
+            | Decision::StopAtBudget
+            | Decision::ContinueAtBudget
+            | Decision::Reply { .. } => Vec::new(),
             Decision::ApproveAll => vec![Choice::Approve; pending.len()],
             Decision::DenyAll { reason } => {
                 check_reason(reason)?;

@@ -176,6 +176,28 @@ pub enum Event {
         raised: Option<Limits>,
         stop: BudgetStop,
     },
+    /// A call's tool server asked the operator while the call ran ([`crate::elicit`]): the run
+    /// waits for input; the call is sent again with the reply.
+    InputAsked {
+        round: u32,
+        call_id: String,
+        tool: String,
+        server: String,
+        message: String,
+        schema: serde_json::Value,
+    },
+    /// A person (or the deadline: `decided_by` is `deadline`, the reply `cancel`) replied to
+    /// what a server asked; the call is sent again with the reply.
+    InputReplied {
+        round: u32,
+        call_id: String,
+        tool: String,
+        server: String,
+        decided_by: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        through_token: Option<String>,
+        reply: crate::elicit::Reply,
+    },
 }
 
 impl Event {
@@ -194,6 +216,8 @@ impl Event {
             Event::ApprovalExpired { .. } => "approval_expired",
             Event::BudgetReached { .. } => "budget_reached",
             Event::BudgetDecided { .. } => "budget_decided",
+            Event::InputAsked { .. } => "input_asked",
+            Event::InputReplied { .. } => "input_replied",
             Event::Recovered { .. } => "recovered",
             Event::OutcomeUnknown { .. } => "outcome_unknown",
             Event::Cancelled { .. } => "cancelled",
@@ -213,7 +237,9 @@ impl Event {
             | Event::ApprovalCounted { round, .. }
             | Event::OutcomeUnknown { round, .. }
             | Event::BudgetReached { round, .. }
-            | Event::BudgetDecided { round, .. } => Some(*round),
+            | Event::BudgetDecided { round, .. }
+            | Event::InputAsked { round, .. }
+            | Event::InputReplied { round, .. } => Some(*round),
             Event::ApprovalDecided { round, .. } | Event::ApprovalExpired { round, .. } => *round,
             _ => None,
         }

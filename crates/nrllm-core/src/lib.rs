@@ -8,9 +8,11 @@
 
 pub mod assembly;
 pub mod authority;
+pub mod choice;
 pub mod clock;
 pub mod daily_cap;
 pub mod decision;
+pub mod elicit;
 pub mod events;
 pub mod failpoint;
 pub mod hash;

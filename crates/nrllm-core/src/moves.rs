@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use crate::authority::Act;
 use crate::decision::{CallDecision, Choice, Decision, DecisionError};
+use crate::elicit::{Reply, ReplyAction};
 use crate::offer::Offer;
 use crate::question::FormAnswer;
 use crate::rules::RuleDraft;
@@ -148,6 +149,13 @@ impl TurnMove<'_> {
             TurnMove::Budget(budget) => Ok((budget.decision(state)?, Vec::new())),
             // A run waiting at its budget that nobody raised in time stops there.
             TurnMove::Expire if state.budget.is_some() => Ok((Decision::StopAtBudget, Vec::new())),
+            // A server's question nobody answered in time is cancelled; the call goes on.
+            TurnMove::Expire if state.elicited.is_some() => Ok((
+                Decision::Reply {
+                    reply: Reply::without_content(ReplyAction::Cancel),
+                },
+                Vec::new(),
+            )),
             TurnMove::Expire => Ok((every_call(state, |_| expired()), Vec::new())),
             TurnMove::Allowance => match state.budget {
                 Some(stop) if stop.daily.is_some() => Ok((Decision::ContinueAtBudget, Vec::new())),
@@ -187,6 +195,18 @@ fn answer_decision(
     call_id: Option<&str>,
     answer: &FormAnswer,
 ) -> Result<Decision, DecisionError> {
+    if let Some(wait) = &state.elicited {
+        if call_id.is_some_and(|id| id != wait.call_id) {
+            return Err(DecisionError::UnknownCall {
+                call_id: call_id.unwrap_or_default().to_owned(),
+            });
+        }
+        let reply = wait.reply(answer.action.unwrap_or_default(), answer)?;
+        return Ok(Decision::Reply { reply });
+    }
+    if answer.action.is_some_and(|a| a != ReplyAction::Accept) {
+        return Err(DecisionError::NotDeclinable);
+    }
     if state.questions.is_empty() {
         return Err(DecisionError::NoQuestion);
     }

@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::elicit::{Elicited, Reply, ReplyAction};
 use crate::tool::{Tool, ToolContext, ToolError};
 use crate::transcript::ToolCall;
 
@@ -123,6 +124,10 @@ pub struct FormAnswer {
     pub answer: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fields: Option<BTreeMap<String, String>>,
+    /// For a question a tool's server asked ([`crate::elicit`]): accept (the default), decline
+    /// or cancel. An `ask_operator` question is only ever answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<ReplyAction>,
 }
 
 impl FormAnswer {
@@ -130,7 +135,7 @@ impl FormAnswer {
     pub fn text(answer: impl Into<String>) -> FormAnswer {
         FormAnswer {
             answer: Some(answer.into()),
-            fields: None,
+            ..FormAnswer::default()
         }
     }
 
@@ -202,6 +207,33 @@ impl FormAnswer {
     }
 }
 
+/// A server's question ([`crate::elicit`]) is shown and read like `ask_operator`'s form.
+impl Elicited {
+    /// The question as an `ask_operator` form shows it (the server's message and fields).
+    pub fn question(&self) -> Question {
+        Question {
+            question: self.asked.message.clone(),
+            choices: None,
+            schema: Some(self.asked.schema.clone()),
+        }
+    }
+
+    /// The reply a form (or a JSON client) gave: with `accept`, the fields read and checked
+    /// against the server's schema (refused naming the field); else nothing is read.
+    pub fn reply(&self, action: ReplyAction, answer: &FormAnswer) -> Result<Reply, AnswerError> {
+        if action != ReplyAction::Accept {
+            return Ok(Reply::without_content(action));
+        }
+        let question = self.question();
+        let content = answer.value_for(&question)?;
+        question.check(&content)?;
+        Ok(Reply {
+            action,
+            content: Some(content),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,6 +289,7 @@ mod tests {
         );
         let fields = |pairs: &[(&str, &str)]| FormAnswer {
             answer: None,
+            action: None,
             fields: Some(
                 pairs
                     .iter()

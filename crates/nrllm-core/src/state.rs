@@ -268,6 +268,10 @@ pub struct SuspendedState {
         skip_serializing_if = "crate::quorum::is_one"
     )]
     pub approvals_required: u32,
+    /// The turn stopped at a call whose server asked the operator ([`crate::elicit`]): the run
+    /// waits for the reply, then goes on with the turn as it was decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elicited: Option<crate::elicit::Elicited>,
 }
 
 /// A call decided without an operator, and what its step says about it.
@@ -304,7 +308,9 @@ impl SuspendedState {
     pub fn waiting_for(&self) -> nrllm_types::RunStatus {
         if self.budget.is_some() {
             nrllm_types::RunStatus::WaitingForBudget
-        } else if !self.questions.is_empty() && self.undecided().is_empty() {
+        } else if self.elicited.is_some()
+            || (!self.questions.is_empty() && self.undecided().is_empty())
+        {
             nrllm_types::RunStatus::WaitingForInput
         } else {
             nrllm_types::RunStatus::WaitingForApproval
@@ -316,6 +322,10 @@ impl SuspendedState {
     /// calls whose outcome is unknown after a restart. Calls answered already are not among
     /// them.
     pub fn undecided(&self) -> Vec<&ToolCall> {
+        if self.elicited.is_some() {
+            // The turn was decided; it waits for a reply to its server's question only.
+            return Vec::new();
+        }
         self.pending
             .iter()
             .filter(|call| !self.answered.iter().any(|a| a.call_id == call.id))
@@ -448,6 +458,7 @@ mod tests {
             questions: Vec::new(),
             budget: None,
             approvals_required: 1,
+            elicited: None,
         }
     }
 

@@ -205,6 +205,35 @@ impl Machine {
             questions: Vec::new(),
             budget: Some(stop),
             approvals_required: 1,
+            elicited: None,
+        }
+    }
+
+    /// The state to wait in when the turn `calls` (its round's) stopped at a call whose server
+    /// asked the operator: `answered` are the calls answered before it, `elicited` what the
+    /// server asked and how the turn was decided. Nothing of the turn is counted yet: the
+    /// resumed turn is, whole, when it is answered.
+    pub fn waiting_for_reply(
+        &self,
+        calls: &[(ToolCall, CallPlan)],
+        answered: Vec<Answer>,
+        elicited: crate::elicit::Elicited,
+    ) -> SuspendedState {
+        SuspendedState {
+            schema_version: STATE_SCHEMA_VERSION,
+            messages: self.messages.clone(),
+            pending: calls.iter().map(|(call, _)| call.clone()).collect(),
+            gated: Vec::new(),
+            counters: self.counters,
+            settings: self.settings.clone(),
+            recorded_messages: self.recorded,
+            answered,
+            unknown: Vec::new(),
+            ruled: Vec::new(),
+            questions: Vec::new(),
+            budget: None,
+            approvals_required: 1,
+            elicited: Some(elicited),
         }
     }
 
@@ -352,6 +381,7 @@ impl Machine {
                 questions,
                 budget: None,
                 approvals_required: 1,
+                elicited: None,
             };
             return match ask_anyone {
                 true => Next::Suspend(state),

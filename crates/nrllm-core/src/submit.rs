@@ -168,6 +168,7 @@ impl<'a> Entry<'a> {
             answer: FormAnswer {
                 answer: call.answer.clone(),
                 fields: call.fields.clone(),
+                action: None,
             },
             remember,
         })
@@ -409,7 +410,8 @@ impl Form<'_> {
                 // A form never makes these: no call is decided by them.
                 Decision::RaiseBudget { .. }
                 | Decision::StopAtBudget
-                | Decision::ContinueAtBudget => (false, false),
+                | Decision::ContinueAtBudget
+                | Decision::Reply { .. } => (false, false),
                 Decision::PerCall { calls } => {
                     let choice = calls.iter().find(|c| c.call_id == call.id);
                     (

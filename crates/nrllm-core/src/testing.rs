@@ -174,6 +174,23 @@ impl Tool for WriteNote {
         if let Ok(mut keys) = self.0.keys.lock() {
             keys.push(ctx.effect_key.clone());
         }
+        if args.text == "ask" {
+            // A server that needs a title first (an MCP elicitation), then writes with it.
+            return match &ctx.reply {
+                None => {
+                    let form = json!({"type": "object", "required": ["title"],
+                        "properties": {"title": {"type": "string", "maxLength": 40}}});
+                    crate::elicit::asked("probe", "title", "Which title?", &form, Some("s1".into()))
+                        .map_err(ToolError::internal)
+                        .and_then(|asked| Err(ToolError::Asks(Box::new(asked))))
+                }
+                Some(replied) => Ok(format!(
+                    "wrote: ask ({}; state {})",
+                    replied.reply.describe(),
+                    replied.request_state.as_deref().unwrap_or("none")
+                )),
+            };
+        }
         if args.text == "hang" {
             // An effect that never finishes (until the run is cancelled).
             std::future::pending::<()>().await;

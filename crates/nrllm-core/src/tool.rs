@@ -38,6 +38,10 @@ pub struct ToolContext {
     /// Where the call's progress goes while it runs (the run's live views; none: nowhere).
     #[serde(skip)]
     pub progress: Option<CallProgress>,
+    /// The operator's reply to what the call's server asked when the call was sent before
+    /// ([`ToolError::Asks`]): the call is sent again with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<crate::elicit::Replied>,
 }
 
 /// The longest progress message kept (a tool's or a server's text).
@@ -223,6 +227,10 @@ pub enum ToolError {
     /// The tool failed internally; the detail is logged, never shown to the model.
     #[error("internal failure: {0}")]
     Internal(String),
+    /// The tool's server needs the operator's input before the call can finish
+    /// ([`crate::elicit`]): the run waits for it, then sends the call again with the reply.
+    #[error("the server asks: {}", .0.message)]
+    Asks(Box<crate::elicit::Asked>),
 }
 
 impl ToolError {
@@ -241,6 +249,8 @@ impl ToolError {
             ToolError::Internal(_) => {
                 "Error: the tool failed; the details are in the server log.".to_owned()
             }
+            // The loop waits for the operator instead; a model never reads this.
+            ToolError::Asks(_) => "Error: the tool's server asked for input.".to_owned(),
         }
     }
 }

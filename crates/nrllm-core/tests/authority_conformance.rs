@@ -25,6 +25,10 @@
 //! alone may use it, and it approves or denies the whole turn as the button of the same verdict
 //! (its expiry is the service's check, in `crates/nrllm-store/tests/notifications.rs`).
 //!
+//! A run whose approved call's server asked the operator mid-call (MCP elicitation,
+//! [`nrllm_core::elicit`]) waits for input: every way and caller is tried on it too, and only an
+//! allowed person's answer (accept, decline, cancel) or the deadline (cancel) moves it.
+//!
 //! A turn that needs two people's approvals (M-of-N, [`nrllm_core::quorum`]) has its own cases
 //! at the end: every way a person moves it, in any order, runs the gated call only once two
 //! distinct allowed people outside the run's lineage approved the same choices; a denial
@@ -983,5 +987,184 @@ fn a_turn_needs_the_highest_number_among_its_waiting_calls() {
             1,
             "nothing waits for approval"
         );
+    });
+}
+
+/// A turn whose approved call's server asked the operator while it ran (MCP elicitation,
+/// [`nrllm_core::elicit`]): the call ran once and asked; nothing else of the turn waits.
+async fn asking() -> (World, SuspendedState) {
+    let world = world(vec![ToolCall::new(
+        "w",
+        "write_note",
+        &json!({"text": "ask"}),
+    )]);
+    let LoopOutcome::Suspended(first) = world
+        .tool_loop
+        .run(input(), &RunContext::default(), &NullSink)
+        .await
+        .unwrap()
+    else {
+        panic!("the write waits for its approval");
+    };
+    let outcome = world
+        .tool_loop
+        .resume(
+            &first,
+            &Decision::ApproveAll,
+            &RunContext::default(),
+            &NullSink,
+        )
+        .await
+        .unwrap();
+    let LoopOutcome::Suspended(state) = outcome else {
+        panic!("the server's question makes the run wait: {outcome:?}");
+    };
+    assert!(state.elicited.is_some());
+    assert_eq!(world.probe.count("write_note"), 1);
+    (world, state)
+}
+
+/// The reply `Way::Answer(text)` gives a server's question: `a` accepts with a title that fits,
+/// `b` declines, anything else cancels.
+fn reply_of(text: &str) -> FormAnswer {
+    match text {
+        "a" => FormAnswer {
+            fields: Some([("title".to_owned(), "Ideas".to_owned())].into()),
+            ..FormAnswer::default()
+        },
+        "b" => FormAnswer {
+            action: Some(nrllm_core::elicit::ReplyAction::Decline),
+            ..FormAnswer::default()
+        },
+        _ => FormAnswer {
+            action: Some(nrllm_core::elicit::ReplyAction::Cancel),
+            ..FormAnswer::default()
+        },
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Every way, every caller, four-eyes on and off, on a run waiting for the answer to its
+    /// server's question: only an answer (accept, decline, cancel) from someone the authority
+    /// lets decide the run, or the deadline (which cancels), moves it; the call is then sent
+    /// again exactly once with that reply. Every other way is refused, and nothing is sent.
+    #[test]
+    fn a_servers_question_moves_only_by_an_allowed_answer_or_the_deadline(
+        actor in arb_actor(),
+        four_eyes in any::<bool>(),
+        way in arb_way(),
+    ) {
+        runtime().block_on(async {
+            let (world, state) = asking().await;
+            prop_assert_eq!(state.waiting_for(), RunStatus::WaitingForInput);
+            let calls = state.pending.clone();
+            let submission = submission_of(&way, &calls);
+            let typed = match &way {
+                Way::Answer(text) => reply_of(text),
+                _ => FormAnswer::default(),
+            };
+            let turn_move = match (&way, &submission) {
+                (_, Some(submission)) => TurnMove::Submit(submission),
+                (Way::Answer(_), _) => TurnMove::Answer { call_id: None, answer: &typed },
+                (Way::Headless(decision), _) => TurnMove::Decision(decision),
+                (Way::Budget(budget), _) => TurnMove::Budget(budget),
+                (Way::Allowance, _) => TurnMove::Allowance,
+                (Way::Offer(offer), _) => TurnMove::Offer(offer),
+                _ => TurnMove::Expire,
+            };
+            let lineage = Lineage { requesters: LINEAGE.map(str::to_owned).to_vec() };
+            let facts = RunFacts {
+                status: state.waiting_for(),
+                termination_reason: None,
+                lineage: &lineage,
+                four_eyes,
+                approvals_required: state.approvals_required,
+            };
+            let allowed = turn_move.act().map(|act| authorize(&actor, act, Some(&facts)));
+            if let Some(allowed) = &allowed {
+                prop_assert_eq!(allowed.is_ok(), may_move(&way, &actor, four_eyes), "{:?}", allowed);
+            }
+            if matches!(allowed, Some(Err(_))) {
+                prop_assert_eq!(world.probe.count("write_note"), 1);
+                return Ok(());
+            }
+            let decided = turn_move
+                .decide(&state, (Uuid::nil(), "demo"))
+                .and_then(|(decision, _)| {
+                    world
+                        .tool_loop
+                        .resolve_decision(&state, &decision)
+                        .map(|_| decision)
+                        .map_err(|err| match err {
+                            nrllm_core::LoopError::Decision(err) => err,
+                            other => panic!("{other}"),
+                        })
+                });
+            let moves = matches!(way, Way::Answer(_) | Way::Expire);
+            let Ok(decision) = decided else {
+                prop_assert!(!moves, "{:?} was refused: {:?}", way, decided);
+                prop_assert_eq!(world.probe.count("write_note"), 1);
+                return Ok(());
+            };
+            prop_assert!(moves, "{:?} moved a run waiting for a server's answer", way);
+            let Decision::Reply { reply } = &decision else {
+                panic!("{way:?} made {decision:?}");
+            };
+            let expected = match (&way, &typed.action) {
+                (Way::Expire, _) => nrllm_core::elicit::ReplyAction::Cancel,
+                (_, action) => action.unwrap_or_default(),
+            };
+            prop_assert_eq!(reply.action, expected);
+            let outcome = world.tool_loop.resume(&state, &decision, &RunContext::default(), &NullSink).await.unwrap();
+            prop_assert!(matches!(outcome, LoopOutcome::Completed(_)), "{:?}", outcome);
+            prop_assert_eq!(world.probe.count("write_note"), 2, "sent again exactly once");
+            Ok(())
+        })?;
+    }
+}
+
+#[test]
+fn an_answer_that_does_not_fit_the_servers_form_is_refused_and_only_a_servers_question_is_declined()
+{
+    runtime().block_on(async {
+        let (world, state) = asking().await;
+        let too_long = FormAnswer {
+            fields: Some([("title".to_owned(), "x".repeat(41))].into()),
+            ..FormAnswer::default()
+        };
+        for answer in [FormAnswer::default(), too_long] {
+            let err = TurnMove::Answer {
+                call_id: None,
+                answer: &answer,
+            }
+            .decide(&state, (Uuid::nil(), "demo"))
+            .unwrap_err();
+            assert!(
+                matches!(&err, DecisionError::InvalidAnswer { field, .. } if field == "title"),
+                "{err}"
+            );
+        }
+        let other = TurnMove::Answer {
+            call_id: Some("q"),
+            answer: &reply_of("a"),
+        }
+        .decide(&state, (Uuid::nil(), "demo"))
+        .unwrap_err();
+        assert!(
+            matches!(other, DecisionError::UnknownCall { .. }),
+            "{other}"
+        );
+        assert_eq!(world.probe.count("write_note"), 1);
+        // The model's own question is answered, never declined.
+        let (_, question) = suspended(Shape::QuestionOnly).await;
+        let err = TurnMove::Answer {
+            call_id: None,
+            answer: &reply_of("b"),
+        }
+        .decide(&question, (Uuid::nil(), "demo"))
+        .unwrap_err();
+        assert_eq!(err, DecisionError::NotDeclinable);
     });
 }

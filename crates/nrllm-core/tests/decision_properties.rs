@@ -92,7 +92,7 @@ proptest! {
                 let offered = call.name == "read_note" || call.name == "write_note";
                 let approved = match &decision {
                     Decision::ApproveAll => true,
-                    Decision::DenyAll { .. } | Decision::RaiseBudget { .. } | Decision::StopAtBudget | Decision::ContinueAtBudget => false,
+                    Decision::DenyAll { .. } | Decision::RaiseBudget { .. } | Decision::StopAtBudget | Decision::ContinueAtBudget | Decision::Reply { .. } => false,
                     Decision::PerCall { calls } => calls.iter().any(|c| c.call_id == format!("call_{i}") && !matches!(c.choice, Choice::Deny { .. })),
                 };
                 offered && approved

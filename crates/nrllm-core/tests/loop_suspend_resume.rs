@@ -805,3 +805,124 @@ async fn what_broken_attempts_used_is_counted_so_the_run_is_the_sum_of_its_steps
         Some(Event::LlmFailed { usage: Some(usage), .. }) if usage.unreported == 1
     ));
 }
+
+/// A turn of three approved writes whose second call's server asks the operator (an MCP
+/// elicitation): the turn stops there, waiting for input with the server's form; only a reply
+/// moves it on, and the call is sent again with the reply and its server's state under the same
+/// effect key; the calls before it are not run again, the one after it runs once.
+#[tokio::test]
+async fn a_server_that_asks_mid_turn_makes_the_run_wait_and_the_reply_goes_back_with_the_call() {
+    use nrllm_core::elicit::{Reply, ReplyAction};
+    let turn = ChatResponse::calls(
+        vec![
+            ToolCall::new("w1", "write_note", &json!({"text": "first"})),
+            ToolCall::new("w2", "write_note", &json!({"text": "ask"})),
+            ToolCall::new("w3", "write_note", &json!({"text": "third"})),
+        ],
+        usage(5, 5),
+    );
+    let f = fixture(vec![turn, ChatResponse::text("done", usage(1, 1))]);
+    let first = suspended(
+        f.tool_loop
+            .run(input("write three"), &ctx("alice"), &VecSink::default())
+            .await
+            .unwrap(),
+    );
+    let sink = VecSink::default();
+    let waiting = suspended(
+        f.tool_loop
+            .resume(&first, &Decision::ApproveAll, &ctx("bert"), &sink)
+            .await
+            .unwrap(),
+    );
+    let waiting = through_json(&waiting);
+    assert_eq!(
+        waiting.waiting_for(),
+        nrllm_types::RunStatus::WaitingForInput
+    );
+    let wait = waiting
+        .elicited
+        .clone()
+        .expect("the server's question is kept");
+    assert_eq!(wait.call_id, "w2");
+    assert_eq!(wait.asked.server, "probe");
+    assert_eq!(wait.asked.message, "Which title?");
+    assert_eq!(waiting.answered.len(), 1, "w1 ran before the question");
+    assert!(waiting.undecided().is_empty());
+    assert_eq!(f.probe.count("write_note"), 2, "w1 ran, w2 asked, w3 waits");
+    let events = sink.events();
+    assert!(
+        matches!(events.last(), Some(Event::InputAsked { call_id, server, .. }) if call_id == "w2" && server == "probe"),
+        "{events:?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::Tool { call_id, .. } if call_id == "w2")),
+        "nothing of the asking call is journaled as answered"
+    );
+
+    // Anything but a reply is refused, nothing runs.
+    let refused = f
+        .tool_loop
+        .resume(
+            &waiting,
+            &Decision::ApproveAll,
+            &ctx("bert"),
+            &VecSink::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("server probe asked"),
+        "{refused}"
+    );
+    assert_eq!(f.probe.count("write_note"), 2);
+
+    let reply = Decision::Reply {
+        reply: Reply {
+            action: ReplyAction::Accept,
+            content: Some(json!({"title": "Ideas"})),
+        },
+    };
+    let sink = VecSink::default();
+    let done = completed(
+        f.tool_loop
+            .resume(&waiting, &reply, &ctx("carol"), &sink)
+            .await
+            .unwrap(),
+    );
+    let writes: Vec<String> = f
+        .probe
+        .calls()
+        .into_iter()
+        .map(|(_, args)| args["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(writes, ["first", "ask", "ask", "third"]);
+    let keys = f.probe.effect_keys();
+    assert_eq!(keys[1], keys[2], "sent again under the same effect key");
+    assert_eq!(keys[1].as_deref(), Some("run-1/1/w2"));
+    let results = tool_messages(&done.messages);
+    assert_eq!(
+        results,
+        [
+            ("w1".to_owned(), "wrote: first".to_owned()),
+            (
+                "w2".to_owned(),
+                r#"wrote: ask (accepted: {"title":"Ideas"}; state s1)"#.to_owned()
+            ),
+            ("w3".to_owned(), "wrote: third".to_owned()),
+        ]
+    );
+    assert_eq!(done.counters.tool_calls, 3, "the turn counts once");
+    assert!(validate(&done.messages, Tail::Complete).is_ok());
+    let events = sink.events();
+    assert!(
+        matches!(events.first(), Some(Event::InputReplied { decided_by, reply, .. }) if decided_by == "carol" && reply.action == ReplyAction::Accept),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|e| matches!(e, Event::Tool { call_id, note: Some(note), .. } if call_id == "w1" && note.contains("journaled already"))),
+        "w1 is answered from its result, not run again"
+    );
+}

@@ -89,7 +89,8 @@ fn approves(decision: &Decision, call_id: &str) -> bool {
         Decision::DenyAll { .. }
         | Decision::RaiseBudget { .. }
         | Decision::StopAtBudget
-        | Decision::ContinueAtBudget => false,
+        | Decision::ContinueAtBudget
+        | Decision::Reply { .. } => false,
         Decision::PerCall { calls } => calls
             .iter()
             .any(|c| c.call_id == call_id && c.choice.runs()),

@@ -38,6 +38,7 @@ fn ctx() -> ToolContext {
         effect_key: None,
         lease_epoch: None,
         progress: None,
+        reply: None,
     }
 }
 

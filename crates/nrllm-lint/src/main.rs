@@ -21,6 +21,7 @@ const APP_TOP: &[&str] = &[
     "islands",
     "approval",
     "budget",
+    "question",
     "server::routes",
 ];
 

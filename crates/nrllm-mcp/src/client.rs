@@ -3,7 +3,10 @@
 //! ([`crate::tool::McpTool`], which hands it to the run's live views).
 
 use rmcp::handler::client::progress::ProgressDispatcher;
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ElicitationCapability, FormElicitationCapability,
+    Implementation, ProgressNotificationParam,
+};
 use rmcp::service::{NotificationContext, RoleClient};
 use rmcp::ClientHandler;
 
@@ -18,9 +21,13 @@ impl Client {
     /// A client whose calls' progress goes through `progress` (its server's, kept across
     /// reconnections).
     pub fn new(progress: ProgressDispatcher) -> Client {
+        // Form questions, asked the way that lets a run wait durably ([`crate::elicit`]).
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.elicitation =
+            Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
         Client {
             info: ClientConfig::new(
-                ClientCapabilities::default(),
+                capabilities,
                 Implementation::new("nrllm-playground", env!("CARGO_PKG_VERSION")),
             ),
             progress,

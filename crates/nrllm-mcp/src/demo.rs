@@ -171,10 +171,11 @@ impl DemoServer {
         );
         let write_schema = object(json!({
             "type": "object", "properties": {"name": name, "text": text},
-            "required": ["name", "text"], "additionalProperties": false}));
+            "required": ["text"], "additionalProperties": false}));
         let write = Tool::new(
             "write_note",
-            "Writes a note, replacing its text (the old text is lost).",
+            "Writes a note, replacing its text (the old text is lost). Without a name, the \
+             operator is asked for one.",
             write_schema.clone(),
         )
         .annotate(
@@ -312,6 +313,61 @@ impl DemoServer {
     }
 }
 
+/// What a preview of `write_note` without a name calls the note.
+const UNNAMED: &str = "(a name the operator will be asked for)";
+
+/// What the operator's answer to "what should the note be called?" says.
+enum Named {
+    Name(String),
+    /// Ask (again), with this message.
+    Ask(String),
+    /// `declined` or `cancelled`.
+    Refused(&'static str),
+}
+
+const ASK_NAME: &str = "What should the new note be called?";
+
+/// Reads the answer to the name question from a call sent again (MCP 2026-07-28's multi
+/// round-trip requests); a name that does not fit is asked for again, saying why.
+fn named(responses: Option<&rmcp::model::InputResponses>) -> Named {
+    let Some(response) = responses.and_then(|r| r.get("name")) else {
+        return Named::Ask(ASK_NAME.to_owned());
+    };
+    match response["action"].as_str() {
+        Some("accept") => {}
+        Some("decline") => return Named::Refused("declined"),
+        _ => return Named::Refused("cancelled"),
+    }
+    let given = response["content"]["name"].as_str().unwrap_or_default();
+    match checked_name(Some(given)) {
+        Ok(name) => Named::Name(name.to_owned()),
+        Err(err) => Named::Ask(format!("{} {ASK_NAME}", err.message)),
+    }
+}
+
+/// "Input required": the operator is asked for the note's name.
+fn ask_for_name(message: &str) -> CallToolResponse {
+    let question = json!({"method": "elicitation/create", "params": {
+        "mode": "form", "message": message,
+        "requestedSchema": {"type": "object", "required": ["name"], "properties": {
+            "name": {"type": "string", "title": "Name", "minLength": 1, "maxLength": 64,
+                     "description": "1 to 64 of a-z, 0-9, - and _"}}}}});
+    let request: rmcp::model::InputRequest = match serde_json::from_value(question) {
+        Ok(request) => request,
+        Err(err) => {
+            return CallToolResult::error(vec![ContentBlock::text(format!(
+                "the name question could not be made: {err}"
+            ))])
+            .into()
+        }
+    };
+    rmcp::model::InputRequiredResult::new(
+        Some(BTreeMap::from([("name".to_owned(), request)])),
+        Some("asked-name".to_owned()),
+    )
+    .into()
+}
+
 fn text(text: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(text.into())])
 }
@@ -386,7 +442,6 @@ impl ServerHandler for DemoServer {
                 self.count_words(token, &context).await
             }
             "write_note" | "write_note__preview" => {
-                let name = checked_name(args.name.as_deref())?;
                 let new = args
                     .text
                     .as_deref()
@@ -397,10 +452,24 @@ impl ServerHandler for DemoServer {
                     ))])
                     .into());
                 }
+                let name = match args.name.as_deref() {
+                    Some(name) => checked_name(Some(name))?.to_owned(),
+                    None if request.name == "write_note__preview" => UNNAMED.to_owned(),
+                    None => match named(request.input_responses.as_ref()) {
+                        Named::Name(name) => name,
+                        Named::Ask(message) => return Ok(ask_for_name(&message)),
+                        Named::Refused(action) => {
+                            return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                                "The note was not written: the operator {action} to name it."
+                            ))])
+                            .into())
+                        }
+                    },
+                };
                 if request.name == "write_note__preview" {
-                    self.preview(name, new)
+                    self.preview(&name, new)
                 } else {
-                    self.write(name, new, key, &context).await?
+                    self.write(&name, new, key, &context).await?
                 }
             }
             other => {

@@ -14,10 +14,11 @@ use nrllm_core::retry::retry_delay;
 use nrllm_core::tool::DynTool;
 use nrllm_types::McpToolStatus;
 use rmcp::handler::client::progress::ProgressDispatcher;
+use rmcp::model::ProtocolVersion;
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::ServiceExt;
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{watch, Notify};
@@ -323,6 +324,16 @@ impl Supervised {
     }
 }
 
+/// How a connection begins: the newest protocol (2026-07-28, whose servers ask for input by
+/// answering a call, so a run can wait durably) if the server speaks it, else the handshake of
+/// the versions before it.
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+    }
+}
+
 /// Starts (or reaches) the server, shakes hands, and lists its tools.
 async fn connect(
     config: &Server,
@@ -347,12 +358,15 @@ async fn connect(
             if let Some(stderr) = stderr {
                 tokio::spawn(log_stderr(config.name.clone(), stderr));
             }
-            client.serve(process).await.map_err(|err| {
-                tracing::warn!(server = %config.name, %err, "MCP handshake failed");
-                "the server started but did not complete the MCP handshake (its output is in \
+            client
+                .serve_with_lifecycle(process, lifecycle())
+                .await
+                .map_err(|err| {
+                    tracing::warn!(server = %config.name, %err, "MCP handshake failed");
+                    "the server started but did not complete the MCP handshake (its output is in \
                  the server log)"
-                    .to_owned()
-            })?
+                        .to_owned()
+                })?
         }
         Transport::Http {
             url,
@@ -363,10 +377,13 @@ async fn connect(
             let transport = StreamableHttpClientTransport::from_config(
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(sent),
             );
-            client.serve(transport).await.map_err(|err| {
-                tracing::warn!(server = %config.name, %err, "MCP connection failed");
-                format!("cannot connect to {url} (the details are in the server log)")
-            })?
+            client
+                .serve_with_lifecycle(transport, lifecycle())
+                .await
+                .map_err(|err| {
+                    tracing::warn!(server = %config.name, %err, "MCP connection failed");
+                    format!("cannot connect to {url} (the details are in the server log)")
+                })?
         }
     };
     let tools = running.peer().list_all_tools().await.map_err(|err| {

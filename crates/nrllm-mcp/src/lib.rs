@@ -8,5 +8,6 @@
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod elicit;
 pub mod hub;
 pub mod tool;

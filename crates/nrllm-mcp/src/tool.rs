@@ -14,10 +14,13 @@ use nrllm_core::tool::{
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, ContentBlock, MetaObject, RequestId, RequestMetaObject, ServerResult,
+    ClientRequest, ContentBlock, InputRequiredResult, MetaObject, RequestId, RequestMetaObject,
+    ServerResult,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::{Map, Value};
+
+use crate::elicit::{self, Answers, Needed, MAX_DECLINED_ROUNDS};
 
 /// The `_meta` key a call's effect key travels under: a server that keeps the keys it has
 /// applied can answer a repeat (after a crash) without applying it again.
@@ -42,7 +45,7 @@ async fn call_with_progress(
     params: CallToolRequestParams,
     dispatcher: &ProgressDispatcher,
     progress: Option<&CallProgress>,
-) -> Result<CallToolResult, ServiceError> {
+) -> Result<Answered, ServiceError> {
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let handle = peer
         .send_request_with_option(request, PeerRequestOptions::no_options())
@@ -76,9 +79,16 @@ async fn call_with_progress(
     };
     abandoned.id = None;
     match answer? {
-        ServerResult::CallToolResult(result) => Ok(result),
+        ServerResult::CallToolResult(result) => Ok(Answered::Complete(result)),
+        ServerResult::InputRequiredResult(input) => Ok(Answered::Input(input)),
         _ => Err(ServiceError::UnexpectedResponse),
     }
+}
+
+/// A server's answer to `tools/call`: the result, or the input it needs first.
+enum Answered {
+    Complete(CallToolResult),
+    Input(InputRequiredResult),
 }
 
 /// A request whose caller stopped waiting: the server is told to cancel it.
@@ -233,7 +243,8 @@ impl McpTool {
         tool: &str,
         args: &Value,
         ctx: &ToolContext,
-    ) -> Result<CallToolResult, ToolError> {
+        answers: Option<Answers>,
+    ) -> Result<Answered, ToolError> {
         let peer = self.link.peer().map_err(|reason| {
             ToolError::Refused(format!(
                 "the MCP server `{}` is not connected ({reason}); the call was not sent",
@@ -251,6 +262,10 @@ impl McpTool {
         params.arguments = args.as_object().cloned();
         if !meta.is_empty() {
             params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        }
+        if let Some(answers) = answers {
+            params.input_responses = Some(answers.responses);
+            params.request_state = answers.request_state;
         }
         let call = call_with_progress(&peer, params, &self.link.progress, ctx.progress.as_ref());
         match tokio::time::timeout(self.timeout, call).await {
@@ -307,14 +322,46 @@ impl DynTool for McpTool {
         self.waits || (self.spec.requires_approval && self.validator.check(args).is_err())
     }
 
+    /// Sends the call (with the operator's reply, when its server asked before) and reads the
+    /// answer. A question the operator can be shown makes the run wait ([`ToolError::Asks`]);
+    /// one that cannot be shown is declined at once, and the result says so.
     async fn execute(&self, args: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
         self.validator.check(args)?;
-        let result = self.call(&self.remote, args, ctx).await?;
+        let mut answers = ctx.reply.as_ref().map(|replied| {
+            elicit::answers(&replied.key, &replied.reply, replied.request_state.clone())
+        });
+        let mut declined = Vec::new();
+        let result = loop {
+            match self.call(&self.remote, args, ctx, answers.take()).await? {
+                Answered::Complete(result) => break result,
+                Answered::Input(input) => match elicit::needed(&self.server, input) {
+                    Needed::Ask(asked) => return Err(ToolError::Asks(asked)),
+                    Needed::Declined { .. } if declined.len() >= MAX_DECLINED_ROUNDS => {
+                        return Err(ToolError::Refused(format!(
+                            "the MCP server `{}` kept asking for input that cannot be shown ({});                              the call was given up",
+                            self.server,
+                            declined.join("; ")
+                        )))
+                    }
+                    Needed::Declined { answers: sent, why } => {
+                        tracing::info!(server = %self.server, tool = %self.remote, %why, "an MCP server's question was declined");
+                        declined.push(why);
+                        answers = Some(sent);
+                    }
+                },
+            }
+        };
         if ctx.effect_key.is_some() {
             // The server answered: its effect is applied, our journal does not know it yet.
             nrllm_core::failpoint::reach("in_tool_after_effect");
         }
-        let text = result_text(&result);
+        let mut text = result_text(&result);
+        if !declined.is_empty() {
+            text = format!(
+                "(The server asked for input that was declined: {}.)\n{text}",
+                declined.join("; ")
+            );
+        }
         if result.is_error == Some(true) {
             return Err(ToolError::Refused(text));
         }
@@ -328,7 +375,11 @@ impl DynTool for McpTool {
         };
         let mut ctx = ctx.clone();
         ctx.effect_key = None;
-        let result = self.call(preview, args, &ctx).await?;
+        let Answered::Complete(result) = self.call(preview, args, &ctx, None).await? else {
+            return Err(ToolError::Refused(format!(
+                "{preview} asked for the operator's input; a preview never waits for it"
+            )));
+        };
         let text = result_text(&result);
         if result.is_error == Some(true) {
             return Err(ToolError::Refused(text));

@@ -135,7 +135,7 @@ async fn the_demo_server_joins_over_stdio_and_over_http_gated_by_its_annotations
     assert!(!read.spec().requires_approval);
     assert!(write.needs_approval(&json!({"name": "a", "text": "b"})));
     assert!(write.spec().idempotent_by_key);
-    assert_eq!(write.spec().parameters["required"], json!(["name", "text"]));
+    assert_eq!(write.spec().parameters["required"], json!(["text"]));
 
     for server in ["notes", "web"] {
         let write = registry.get(&format!("{server}__write_note")).unwrap();
@@ -395,5 +395,79 @@ async fn a_servers_progress_reaches_the_run_while_the_call_runs() {
             .unwrap();
         assert_eq!(plain, answer);
     }
+    shutdown.cancel();
+}
+
+/// The server asks for a note's name (MCP 2026-07-28: "input required" in answer to the call),
+/// over stdio and over HTTP: the question reaches the run as `ToolError::Asks` with nothing
+/// written; the call sent again with a reply that does not fit is asked again, saying why; an
+/// accepted name is written once under the call's effect key; a declined one writes nothing.
+#[tokio::test]
+async fn a_server_that_needs_a_name_asks_and_the_reply_goes_back_with_the_call() {
+    use nrllm_core::elicit::{Replied, Reply, ReplyAction};
+    let dir = tempfile::tempdir().unwrap();
+    let (url, web) = http_server(None).await;
+    let (_hub, registry, shutdown) = start(vec![
+        stdio("notes", &dir.path().join("notes.json"), &[]),
+        http("web", &url),
+    ])
+    .await;
+    for server in ["notes", "web"] {
+        let write = registry.get(&format!("{server}__write_note")).unwrap();
+        let args = json!({"text": "ideas <script>"});
+        let preview = write.preview(&args, &ToolContext::default()).await.unwrap();
+        assert!(
+            matches!(&preview, Some(Preview { effect: nrllm_core::tool::Effect::Change { target, .. }, .. }) if target.contains("will be asked for")),
+            "{preview:?}"
+        );
+        let asked = match write.execute(&args, &keyed("k-ask")).await {
+            Err(ToolError::Asks(asked)) => asked,
+            other => panic!("{server}: expected a question, got {other:?}"),
+        };
+        assert_eq!(asked.server, server);
+        assert_eq!(asked.key, "name");
+        assert_eq!(asked.message, "What should the new note be called?");
+        assert_eq!(asked.schema["required"], json!(["name"]));
+        assert_eq!(asked.request_state.as_deref(), Some("asked-name"));
+        let replied = |action, name: Option<&str>| ToolContext {
+            reply: Some(Replied {
+                key: asked.key.clone(),
+                request_state: asked.request_state.clone(),
+                reply: Reply {
+                    action,
+                    content: name.map(|n| json!({ "name": n })),
+                },
+            }),
+            ..keyed("k-ask")
+        };
+        let again = write
+            .execute(&args, &replied(ReplyAction::Accept, Some("Big Ideas")))
+            .await;
+        assert!(
+            matches!(&again, Err(ToolError::Asks(second)) if second.message.contains("Big Ideas") && second.message.contains("What should")),
+            "{again:?}"
+        );
+        let declined = write
+            .execute(&args, &replied(ReplyAction::Decline, None))
+            .await;
+        assert_eq!(
+            declined,
+            Err(ToolError::Refused(
+                "The note was not written: the operator declined to name it.".into()
+            ))
+        );
+        let written = write
+            .execute(&args, &replied(ReplyAction::Accept, Some("ideas")))
+            .await
+            .unwrap();
+        assert_eq!(written, "Wrote note ideas (14 characters).");
+    }
+    let book = Notebook::load(&dir.path().join("notes.json")).unwrap();
+    assert_eq!(
+        book.notes.get("ideas").map(String::as_str),
+        Some("ideas <script>")
+    );
+    assert_eq!(book.writes, 1, "{book:?}");
+    assert_eq!(web.notebook().writes, 1);
     shutdown.cancel();
 }

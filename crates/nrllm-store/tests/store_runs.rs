@@ -1283,6 +1283,7 @@ fn empty_state() -> nrllm_core::state::SuspendedState {
         questions: Vec::new(),
         budget: None,
         approvals_required: 1,
+        elicited: None,
     }
 }
 

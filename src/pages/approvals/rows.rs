@@ -3,10 +3,11 @@
 
 use leptos::prelude::*;
 
-use crate::approval::{ApprovalPanel, QuestionPanel};
+use crate::approval::ApprovalPanel;
 use crate::budget::BudgetPanel;
 use crate::page_data::inbox::InboxRow;
 use crate::page_data::{RunStatus, RunView};
+use crate::question::QuestionPanel;
 use crate::times::Moment;
 
 /// The panel of a waiting run as the inbox opens it: a decision (or an answer) goes on to the

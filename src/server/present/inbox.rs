@@ -158,6 +158,7 @@ mod tests {
             questions: vec!["q".into()],
             budget: None,
             approvals_required: 1,
+            elicited: None,
         };
         let mut run = super::super::tests::record(3);
         run.status = RunStatus::WaitingForApproval;

@@ -10,3 +10,12 @@ pub fn pretty_arguments(arguments: &str) -> String {
         .map(|value| pretty(&value))
         .unwrap_or_else(|_| arguments.to_owned())
 }
+
+/// A detail tab of a step.
+pub(super) fn tab(key: &str, label: &str, text: String) -> crate::page_data::StepTab {
+    crate::page_data::StepTab {
+        key: key.to_owned(),
+        label: label.to_owned(),
+        text,
+    }
+}

@@ -1,6 +1,7 @@
 //! Turns stored runs and events into the page data of `crate::page_data`: one module per thing a
 //! page shows.
 
+mod asked;
 mod inbox;
 mod json;
 mod pending;

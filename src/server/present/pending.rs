@@ -4,11 +4,12 @@ use nrllm_core::clock::format_utc;
 use nrllm_core::preview::PreviewOutcome;
 use nrllm_core::question::Question;
 use nrllm_core::run_service::PendingTurn;
+use nrllm_core::state::SuspendedState;
 use nrllm_core::tool::Effect;
 use nrllm_core::transcript::ToolCall;
 
 use super::json::*;
-use crate::page_data::{CallState, FieldView, PendingCallView, PreviewView, QuestionView};
+use crate::page_data::{AskedBy, CallState, FieldView, PendingCallView, PreviewView, QuestionView};
 use crate::server::diff;
 
 pub(super) fn calls_text(calls: &[ToolCall]) -> String {
@@ -59,13 +60,7 @@ pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView
                 .iter()
                 .find(|r| r.call_id == call.id)
                 .map(|r| (r.allow, r.note.clone())),
-            question: pending
-                .state
-                .questions
-                .contains(&call.id)
-                .then(|| Question::of(call))
-                .flatten()
-                .map(|q| question_view(&q)),
+            question: question_of(&pending.state, call),
             argument_names: call
                 .parsed_arguments()
                 .ok()
@@ -109,6 +104,26 @@ pub fn pending_calls(pending: &PendingTurn, run_id: &str) -> Vec<PendingCallView
         .collect()
 }
 
+/// The question `call` of the waiting turn `state` asks, if it asks one: the model's
+/// (`ask_operator`), or its server's while the call ran (MCP elicitation).
+fn question_of(state: &SuspendedState, call: &ToolCall) -> Option<QuestionView> {
+    match &state.elicited {
+        Some(wait) if wait.call_id == call.id => Some(QuestionView {
+            asked_by: Some(AskedBy {
+                server: wait.asked.server.clone(),
+                tool: call.name.clone(),
+            }),
+            ..question_view(&wait.question())
+        }),
+        _ => state
+            .questions
+            .contains(&call.id)
+            .then(|| Question::of(call))
+            .flatten()
+            .map(|q| question_view(&q)),
+    }
+}
+
 /// A question as its form shows it: choices as buttons, a schema's properties as fields (in the
 /// schema's order), or free text.
 pub fn question_view(question: &Question) -> QuestionView {
@@ -142,7 +157,11 @@ pub fn question_view(question: &Question) -> QuestionView {
                     };
                     FieldView {
                         name: name.clone(),
-                        label: property["description"].as_str().unwrap_or(name).to_owned(),
+                        label: property["title"]
+                            .as_str()
+                            .or(property["description"].as_str())
+                            .unwrap_or(name)
+                            .to_owned(),
                         kind: kind.to_owned(),
                         options,
                         required: required.contains(&name.as_str()),
@@ -155,5 +174,6 @@ pub fn question_view(question: &Question) -> QuestionView {
         text: question.question.clone(),
         choices: question.choices.clone().unwrap_or_default(),
         fields,
+        asked_by: None,
     }
 }

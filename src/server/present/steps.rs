@@ -147,6 +147,7 @@ fn step_title(event: &Event) -> (String, bool) {
         }
         Event::BudgetReached { .. } | Event::BudgetDecided { .. } => budget_title(event),
         Event::Cancelled { .. } => cancelled_title(event),
+        Event::InputAsked { .. } | Event::InputReplied { .. } => super::asked::input_title(event),
         Event::Ended {
             reason,
             explanation,
@@ -445,14 +446,6 @@ pub(super) fn names(calls: &[ToolCall]) -> String {
         .join(", ")
 }
 
-pub(super) fn tab(key: &str, label: &str, text: String) -> StepTab {
-    StepTab {
-        key: key.to_owned(),
-        label: label.to_owned(),
-        text,
-    }
-}
-
 /// The detail tabs of one event. `earlier` are the run's events before it, in order (a request's
 /// full transcript is rebuilt from them).
 pub fn detail_tabs<'a>(
@@ -508,6 +501,9 @@ pub fn detail_tabs<'a>(
                 .collect::<Vec<_>>()
                 .join("\n");
             tabs.push(tab("result", "Decision", text));
+        }
+        Event::InputAsked { .. } | Event::InputReplied { .. } => {
+            tabs.extend(super::asked::input_tabs(event));
         }
         Event::Assembled { .. }
         | Event::BudgetReached { .. }

@@ -97,6 +97,10 @@ pub fn verdict_of(decision: &Decision) -> Verdict {
         }
         Decision::StopAtBudget => Verdict::Denied,
         Decision::DenyAll { .. } => Verdict::Denied,
+        Decision::Reply { reply } => match reply.action {
+            crate::elicit::ReplyAction::Accept => Verdict::Approved,
+            _ => Verdict::Denied,
+        },
         Decision::PerCall { calls }
             if !calls.is_empty()
                 && calls

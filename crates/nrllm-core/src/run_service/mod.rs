@@ -67,7 +67,8 @@ fn recorded_decision(
     state: &SuspendedState,
     (decision, choices): (&Decision, &[Choice]),
 ) -> Decision {
-    if decision.is_budget() {
+    // A budget decision and a reply to a server's question decide no call of the turn anew.
+    if decision.is_budget() || matches!(decision, Decision::Reply { .. }) {
         return decision.clone();
     }
     Decision::PerCall {

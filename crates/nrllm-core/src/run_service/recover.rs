@@ -132,6 +132,16 @@ impl RunService {
         unknown: Vec<EffectRecord>,
         sink: SegmentSink,
     ) -> Result<RunRecord, StoreError> {
+        if state.elicited.take().is_some() {
+            // The stop cut off a call sent again with a reply to its server's question: the
+            // rest of the turn is decided again with it, by a person.
+            state.gated = state
+                .pending
+                .iter()
+                .filter(|call| !state.answered.iter().any(|a| a.call_id == call.id))
+                .map(|call| call.id.clone())
+                .collect();
+        }
         state.unknown = unknown
             .iter()
             .map(|effect| UnknownCall {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::base::*;
 use super::service::*;
 use crate::decision::{refusal_text, Choice};
+use crate::elicit::Asked;
 use crate::events::{Event, EventSink};
 use crate::failpoint;
 use crate::registry::Gate;
@@ -94,8 +95,9 @@ pub(super) fn elapsed_ms(started: Instant) -> u64 {
 impl ToolLoop {
     /// Answers one call as planned: runs the tool if the gate offers it (with edited arguments
     /// if given), or answers without running it (denied, a result the operator wrote, a failure
-    /// the operator reports, a result journaled before a restart). Never fails: failures become
-    /// `Error:` results.
+    /// the operator reports, a result journaled before a restart). Failures become `Error:`
+    /// results; `Err` is the one thing that is not an answer: the tool's server asked the
+    /// operator first ([`crate::elicit`]), and nothing of the call is journaled yet.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn answer(
         &self,
@@ -106,11 +108,11 @@ impl ToolLoop {
         on_resume: bool,
         ctx: &RunContext,
         sink: &dyn EventSink,
-    ) -> ToolInvocation {
+    ) -> Result<ToolInvocation, Box<Asked>> {
         let started = Instant::now();
         let choice = match plan {
             CallPlan::Known(known) => {
-                return self.record(
+                return Ok(self.record(
                     call,
                     known.clone(),
                     (
@@ -120,7 +122,7 @@ impl ToolLoop {
                     ),
                     started,
                     sink,
-                )
+                ))
             }
             CallPlan::Decide(choice) => choice,
         };
@@ -131,7 +133,7 @@ impl ToolLoop {
         let (result, outcome, executed) = match gate.tool(&call.name) {
             Some(tool) if choice.runs() => {
                 self.run_tool(tool, call, edited, (round, on_resume), ctx)
-                    .await
+                    .await?
             }
             tool => not_run(
                 call,
@@ -157,7 +159,7 @@ impl ToolLoop {
             duration_ms: elapsed_ms(started),
         };
         emit_tool(sink, &invocation, round, on_resume, note.as_deref());
-        invocation
+        Ok(invocation)
     }
 
     /// Runs the tool of an approved or free call (with the operator's edited arguments, if
@@ -169,7 +171,7 @@ impl ToolLoop {
         edited: Option<&Value>,
         (round, on_resume): (u32, bool),
         ctx: &RunContext,
-    ) -> (String, ToolOutcome, bool) {
+    ) -> Result<(String, ToolOutcome, bool), Box<Asked>> {
         let arguments = match edited {
             Some(arguments) => Ok(arguments.clone()),
             None => call
@@ -197,6 +199,11 @@ impl ToolLoop {
                     .cloned()
                     .unwrap_or_else(|| effect_key(&ctx.run_id, round, &call.id))
             }),
+            reply: ctx
+                .reply
+                .as_ref()
+                .filter(|(id, _)| *id == call.id)
+                .map(|(_, replied)| replied.clone()),
         };
         if on_resume {
             failpoint::reach("before_approved_tool");
@@ -206,12 +213,13 @@ impl ToolLoop {
             Err(err) => Err(err),
         };
         match ran {
-            Ok(text) => (cap_result(text), ToolOutcome::Ok, true),
+            Ok(text) => Ok((cap_result(text), ToolOutcome::Ok, true)),
+            Err(ToolError::Asks(asked)) => Err(asked),
             Err(err) => {
                 if let ToolError::Internal(detail) = &err {
                     tracing::error!(tool = %call.name, call_id = %call.id, run_id = %ctx.run_id, %detail, "tool failed");
                 }
-                (cap_result(err.model_text()), ToolOutcome::Error, true)
+                Ok((cap_result(err.model_text()), ToolOutcome::Error, true))
             }
         }
     }

@@ -105,8 +105,34 @@ pub fn decided_event(
     decided_by: &str,
     token: Option<&str>,
 ) -> Event {
+    if let (Some(wait), Decision::Reply { reply }) = (&state.elicited, decision) {
+        return reply_event(state, wait, reply, (decided_by, token));
+    }
     budget_decision_event(state, decision, decided_by, token)
         .unwrap_or_else(|| decision_event(state, choices, decided_by, token))
+}
+
+/// The step of a reply to what the server of `wait`'s call asked.
+pub fn reply_event(
+    state: &SuspendedState,
+    wait: &crate::elicit::Elicited,
+    reply: &crate::elicit::Reply,
+    (decided_by, token): (&str, Option<&str>),
+) -> Event {
+    Event::InputReplied {
+        round: state.counters.iterations,
+        call_id: wait.call_id.clone(),
+        tool: state
+            .pending
+            .iter()
+            .find(|call| call.id == wait.call_id)
+            .map(|call| call.name.clone())
+            .unwrap_or_default(),
+        server: wait.asked.server.clone(),
+        decided_by: decided_by.to_owned(),
+        through_token: token.map(str::to_owned),
+        reply: reply.clone(),
+    }
 }
 
 /// Each pending call of `state` with its choice, as a step records it.

@@ -15,7 +15,7 @@ use crate::provider::{ChatResponse, Delta, ProviderError, RetryNotice, ToolChoic
 use crate::state::Answer;
 use crate::state::SuspendedState;
 use crate::step_machine::{Ask, CallPlan, Machine, Next};
-use crate::transcript::Message;
+use crate::transcript::{Message, ToolCall};
 use async_trait::async_trait;
 use std::time::Instant;
 
@@ -49,26 +49,15 @@ impl ToolLoop {
                     calls,
                     on_resume,
                 } => {
-                    let gate = self.gate(machine.settings());
-                    let mut answers = Vec::with_capacity(calls.len());
-                    for (call, plan) in &calls {
-                        if !ctx.lease_held() {
-                            return Err(LoopError::LeaseLost);
+                    let ran = (&mut approved_ran, &mut invocations);
+                    let turn = (round, calls.as_slice(), on_resume);
+                    match self.answer_turn(&machine, turn, ctx, sink, ran).await? {
+                        Ok(answers) => machine.ran(answers),
+                        Err(waiting) => {
+                            sink.emit(waiting_event(&waiting));
+                            return Ok(LoopOutcome::Suspended(*waiting));
                         }
-                        let invocation = self
-                            .answer(&gate, call, plan, round, on_resume, ctx, sink)
-                            .await;
-                        if on_resume && invocation.executed {
-                            approved_ran.push(invocation.name.clone());
-                        }
-                        answers.push(Answer {
-                            call_id: invocation.call_id.clone(),
-                            result: invocation.result.clone(),
-                            outcome: invocation.outcome,
-                        });
-                        invocations.push(invocation);
                     }
-                    machine.ran(answers);
                     if on_resume {
                         failpoint::reach("after_results_before_model");
                     }
@@ -91,6 +80,47 @@ impl ToolLoop {
                 }
             }
         }
+    }
+
+    /// Answers a turn's calls in order, each as planned: their answers, or — when a call's
+    /// server asked the operator first — the state the run waits in (nothing of that call
+    /// journaled; the calls after it not run). Executed calls are added to `approved_ran` (on
+    /// resume) and every answer to `invocations`.
+    async fn answer_turn(
+        &self,
+        machine: &Machine,
+        (round, calls, on_resume): (u32, &[(ToolCall, CallPlan)], bool),
+        ctx: &RunContext,
+        sink: &dyn EventSink,
+        (approved_ran, invocations): (&mut Vec<String>, &mut Vec<ToolInvocation>),
+    ) -> Result<Result<Vec<Answer>, Box<SuspendedState>>, LoopError> {
+        let gate = self.gate(machine.settings());
+        let mut answers = Vec::with_capacity(calls.len());
+        for (call, plan) in calls {
+            if !ctx.lease_held() {
+                return Err(LoopError::LeaseLost);
+            }
+            let invocation = match self
+                .answer(&gate, call, plan, round, on_resume, ctx, sink)
+                .await
+            {
+                Ok(invocation) => invocation,
+                Err(asked) => {
+                    let state = asked_state(machine, (round, calls), answers, call, *asked, ctx);
+                    return Ok(Err(Box::new(state)));
+                }
+            };
+            if on_resume && invocation.executed {
+                approved_ran.push(invocation.name.clone());
+            }
+            answers.push(Answer {
+                call_id: invocation.call_id.clone(),
+                result: invocation.result.clone(),
+                outcome: invocation.outcome,
+            });
+            invocations.push(invocation);
+        }
+        Ok(Ok(answers))
     }
 
     /// The step before the next model request: waiting at the budget if a limit is reached
@@ -242,7 +272,63 @@ impl ToolLoop {
 }
 
 /// The step of a run that starts to wait: at its budget, or for a decision on its turn.
+/// The state a turn waits in when `call`'s server asked the operator (`asked`), with `answers`
+/// the answers of the calls before it: each call keeps the choice it was decided with, and the
+/// keys, bases and notes it runs with.
+fn asked_state(
+    machine: &Machine,
+    (round, calls): (u32, &[(ToolCall, CallPlan)]),
+    answers: Vec<Answer>,
+    call: &ToolCall,
+    asked: crate::elicit::Asked,
+    ctx: &RunContext,
+) -> SuspendedState {
+    let choices = calls
+        .iter()
+        .map(|(_, plan)| match plan {
+            CallPlan::Decide(choice) => choice.clone(),
+            // Answered with its result whatever the choice says.
+            CallPlan::Known(_) => Choice::Approve,
+        })
+        .collect();
+    let effect_keys = calls
+        .iter()
+        .map(|(call, _)| {
+            let key = ctx
+                .effect_keys
+                .get(&call.id)
+                .cloned()
+                .unwrap_or_else(|| effect_key(&ctx.run_id, round, &call.id));
+            (call.id.clone(), key)
+        })
+        .collect();
+    let elicited = crate::elicit::Elicited {
+        call_id: call.id.clone(),
+        asked,
+        choices,
+        effect_keys,
+        approved_bases: ctx.approved_bases.clone(),
+        notes: ctx.call_notes.clone(),
+    };
+    machine.waiting_for_reply(calls, answers, elicited)
+}
+
 fn waiting_event(state: &SuspendedState) -> Event {
+    if let Some(wait) = &state.elicited {
+        return Event::InputAsked {
+            round: state.counters.iterations,
+            call_id: wait.call_id.clone(),
+            tool: state
+                .pending
+                .iter()
+                .find(|call| call.id == wait.call_id)
+                .map(|call| call.name.clone())
+                .unwrap_or_default(),
+            server: wait.asked.server.clone(),
+            message: wait.asked.message.clone(),
+            schema: wait.asked.schema.clone(),
+        };
+    }
     match state.budget {
         Some(stop) => Event::BudgetReached {
             round: state.counters.iterations,
@@ -258,6 +344,47 @@ fn waiting_event(state: &SuspendedState) -> Event {
 }
 
 impl ToolLoop {
+    /// A turn that stopped at a call whose server asked the operator, replied: the call is
+    /// sent again with the reply, and the turn goes on as it was decided (calls answered before
+    /// it keep their results).
+    async fn resume_with_reply(
+        &self,
+        state: &SuspendedState,
+        wait: &crate::elicit::Elicited,
+        reply: &crate::elicit::Reply,
+        ctx: &RunContext,
+        sink: &dyn EventSink,
+    ) -> Result<LoopOutcome, LoopError> {
+        if !ctx.decision_recorded {
+            sink.emit(reply_event(state, wait, reply, (&ctx.actor, None)));
+        }
+        let mut ctx = ctx.clone();
+        ctx.effect_keys = wait.effect_keys.clone();
+        ctx.approved_bases.extend(wait.approved_bases.clone());
+        ctx.call_notes = wait.notes.clone();
+        ctx.reply = Some((
+            wait.call_id.clone(),
+            crate::elicit::Replied {
+                key: wait.asked.key.clone(),
+                request_state: wait.asked.request_state.clone(),
+                reply: reply.clone(),
+            },
+        ));
+        let plans = state
+            .pending
+            .iter()
+            .zip(wait.choices.iter().cloned())
+            .map(
+                |(call, choice)| match state.answered.iter().find(|a| a.call_id == call.id) {
+                    Some(known) => CallPlan::Known(known.clone()),
+                    None => CallPlan::Decide(choice),
+                },
+            )
+            .collect();
+        let (machine, step) = Machine::resume(state, plans);
+        self.drive(machine, Some(step), &ctx, sink).await
+    }
+
     /// A run that waited at its budget, decided: with the raised limits it goes on from
     /// exactly where it stopped (the model asked, or the pending turn's calls — checked again,
     /// and gated as before); stopped, it ends there with what it had.
@@ -343,8 +470,12 @@ impl ToolLoopService for ToolLoop {
     ) -> Result<LoopOutcome, LoopError> {
         state.check()?;
         decision.fits_budget(state.budget.as_ref())?;
+        decision.fits_reply(state.elicited.as_ref())?;
         if state.budget.is_some() {
             return self.resume_at_budget(state, decision, ctx, sink).await;
+        }
+        if let (Some(wait), Decision::Reply { reply }) = (&state.elicited, decision) {
+            return self.resume_with_reply(state, wait, reply, ctx, sink).await;
         }
         // The gate is applied again: the allow-list is the run's, the enabled set is today's.
         let gate = self.gate(&state.settings);
@@ -398,9 +529,14 @@ impl ToolLoopService for ToolLoop {
     ) -> Result<Vec<Choice>, LoopError> {
         state.check()?;
         decision.fits_budget(state.budget.as_ref())?;
+        decision.fits_reply(state.elicited.as_ref())?;
         if state.budget.is_some() {
             // Nothing of the turn is decided: it goes on (or stops) where the budget stopped it.
             return Ok(Vec::new());
+        }
+        if let Some(wait) = &state.elicited {
+            // The turn was decided before its call's server asked.
+            return Ok(wait.choices.clone());
         }
         let choices = decision.resolve(&state.pending, &self.gate(&state.settings))?;
         Ok(enforce_rules(state, choices))

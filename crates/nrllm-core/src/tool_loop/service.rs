@@ -65,6 +65,9 @@ pub struct RunContext {
     /// The daily caps across runs its spend counts toward ([`crate::spend`]; none: no cap is
     /// checked and nothing is counted).
     pub spend: Option<crate::spend::SpendWatch>,
+    /// On `resume` of a turn whose call's server asked the operator: the call and the reply it
+    /// is sent again with ([`crate::elicit`]).
+    pub reply: Option<(String, crate::elicit::Replied)>,
 }
 
 impl RunContext {

@@ -222,7 +222,10 @@ pub(super) fn next(task: &Task, done: &[Step], offered: &[String]) -> Next {
             done,
             offered,
             "write_note",
-            json!({ "name": name, "text": text }),
+            match name {
+                Some(name) => json!({ "name": name, "text": text }),
+                None => json!({ "text": text }),
+            },
         ),
         Task::ReadNote { name } => through_mcp(
             done,

@@ -56,9 +56,10 @@ pub(super) enum Task {
         slug: String,
         title: String,
     },
-    /// Write a note through a connected MCP notes server (`<server>__write_note`).
+    /// Write a note through a connected MCP notes server (`<server>__write_note`); without a
+    /// name, the server asks the operator for one.
     WriteNote {
-        name: String,
+        name: Option<String>,
         text: String,
     },
     /// Read a note (or list them: `None`) through `<server>__read_note`.
@@ -148,9 +149,14 @@ fn starts(lower: &str, prefixes: &[&str]) -> bool {
 fn notes_task(text: &str, lower: &str) -> Option<Task> {
     if starts(lower, &["write the note", "write note", "write a note"]) {
         if let Some((head, body)) = split_first(text, lower, &[" saying ", ": "]) {
+            // "Write a note saying …": no name; the notes server asks the operator for one.
+            let unnamed = matches!(
+                head.trim().to_ascii_lowercase().as_str(),
+                "write a note" | "write note"
+            );
             if let Some(name) = note_name(head) {
                 return Some(Task::WriteNote {
-                    name,
+                    name: (!unnamed).then_some(name),
                     text: unquote(body),
                 });
             }

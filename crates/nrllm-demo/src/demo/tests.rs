@@ -8,7 +8,7 @@ fn note_tasks_go_through_whichever_notes_server_is_offered() {
     assert_eq!(
         parse_task("Write the note todo saying \"Buy milk\""),
         Task::WriteNote {
-            name: "todo".into(),
+            name: Some("todo".into()),
             text: "Buy milk".into()
         }
     );
@@ -22,9 +22,20 @@ fn note_tasks_go_through_whichever_notes_server_is_offered() {
     assert_eq!(parse_task("Count the words in my notes"), Task::CountWords);
     let offered = ["get_page".to_owned(), "files__write_note".to_owned()];
     let write = Task::WriteNote {
-        name: "todo".into(),
+        name: Some("todo".into()),
         text: "x".into(),
     };
+    assert_eq!(
+        parse_task("Write a note saying buy milk"),
+        Task::WriteNote {
+            name: None,
+            text: "buy milk".into()
+        }
+    );
+    match next(&parse_task("Write a note saying buy milk"), &[], &offered) {
+        Next::CallOffered(_, args) => assert_eq!(args, json!({"text": "buy milk"})),
+        _ => panic!("calls write_note without a name"),
+    }
     match next(&write, &[], &offered) {
         Next::CallOffered(tool, args) => {
             assert_eq!(tool, "files__write_note");
