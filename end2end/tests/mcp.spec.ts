@@ -1,5 +1,5 @@
 import { test, expect, csrfOf } from "../fixtures";
-import { startRun, waitFor } from "../helpers";
+import { runView, startRun, startWaiting, waitFor } from "../helpers";
 
 // Tools of MCP servers (the demo's notebook server, started by the playground over stdio; see
 // end2end/nrllm-e2e.toml): a destructive call waits with the server's dry run as its diff, is
@@ -87,6 +87,65 @@ for (const javaScript of [true, false]) {
       await page.getByRole("button", { name: "Approve all (a)" }).click();
       await waitFor(page, "final-answer", reload);
       await expect(page.getByTestId("final-answer")).toContainText("Hello <b>world</b>");
+    });
+
+    test("a server's question is answered from the run page and declined from the inbox", async ({
+      page,
+      request,
+    }) => {
+      // The notes server asks for a new note's name once the write is approved (MCP
+      // 2026-07-28's "input required"); the run waits for input with the server named.
+      const tag = `named${mode}${Date.now() % 100000}`;
+      await startRun(page, `Write a note saying ${tag} <i>from the page</i>`);
+      await waitFor(page, "approval-panel", reload);
+      await page.getByRole("button", { name: "Approve all (a)" }).click();
+      await waitFor(page, "question-panel", reload);
+      const panel = page.getByTestId("question-panel");
+      await expect(panel.locator("[data-panel-heading]")).toHaveText(
+        "The MCP server notes asks you, during notes__write_note",
+      );
+      await expect(page.getByTestId("question")).toHaveText("What should the new note be called?");
+      const name = panel.locator("input[name='fields[name]']");
+      // A name the server refuses: it asks again, saying why (its words are text).
+      await name.fill("Not A Name");
+      await page.getByTestId("answer-submit").click();
+      await expect(async () => {
+        if (reload) await page.reload();
+        await expect(page.getByTestId("question")).toContainText("Not A Name", { timeout: 500 });
+      }).toPass({ timeout: 15_000 });
+      await panel.locator("input[name='fields[name]']").fill(tag);
+      await page.getByTestId("answer-submit").click();
+      await waitFor(page, "final-answer", reload);
+      await expect(page.getByTestId("final-answer")).toContainText(`Wrote note ${tag}`);
+      // Two replies went to the server: the name it refused, then the one it took.
+      await expect(page.getByTestId("step").filter({ hasText: "question accepted" })).toHaveCount(2);
+      await expect(page.locator("i", { hasText: "from the page" })).toHaveCount(0);
+
+      // Another, declined from the inbox: nothing is written.
+      const other = `declined${mode}${Date.now() % 100000}`;
+      const { runId, view } = await startWaiting(request, `Write a note saying ${other}`);
+      const approved = await request.post("/api/nrllm_tool_resume", {
+        data: { run_id: runId, decision: "approve_all", digest: view.digest },
+      });
+      expect(approved.status()).toBe(200);
+      await expect
+        .poll(async () => (await runView(request, runId)).summary.status, { timeout: 15_000 })
+        .toBe("waiting_for_input");
+      await page.goto(`/approvals?q=${other}`);
+      const item = page.getByTestId("inbox-item");
+      await expect(async () => {
+        await page.reload();
+        await expect(item).toHaveCount(1, { timeout: 500 });
+      }).toPass({ timeout: 15_000 });
+      await item.getByTestId("inbox-prompt").click();
+      await expect(item.getByTestId("question")).toHaveText("What should the new note be called?");
+      await item.getByTestId("answer-decline").click();
+      await page.waitForURL(/\/approvals/);
+      await expect
+        .poll(async () => (await runView(request, runId)).summary.status, { timeout: 15_000 })
+        .toBe("completed");
+      const done = await runView(request, runId);
+      expect(done.summary.final_answer).toContain("the operator declined to name it");
     });
   });
 }

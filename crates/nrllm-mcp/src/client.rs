@@ -4,11 +4,11 @@
 
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ElicitationCapability, FormElicitationCapability,
-    Implementation, ProgressNotificationParam,
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationCapability, FormElicitationCapability, Implementation, ProgressNotificationParam,
 };
-use rmcp::service::{NotificationContext, RoleClient};
-use rmcp::ClientHandler;
+use rmcp::service::{NotificationContext, RequestContext, RoleClient};
+use rmcp::{ClientHandler, ErrorData};
 
 /// The client side of one connection.
 #[derive(Clone)]
@@ -38,6 +38,18 @@ impl Client {
 impl ClientHandler for Client {
     fn get_info(&self) -> ClientConfig {
         self.info.clone()
+    }
+
+    /// A question a server of a version before 2026-07-28 asks inside an open request: not
+    /// shown yet (only the questions that come as a call's "input required" are, durably —
+    /// [`crate::elicit`]), so it is declined, and the log says so.
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        tracing::info!("an MCP server asked a question inside an open request; declined (only questions that come as \"input required\" are shown)");
+        Ok(ElicitResult::new(ElicitationAction::Decline))
     }
 
     async fn on_progress(
