@@ -10,7 +10,7 @@ use crate::api::NrllmInputAnswer;
 use crate::components::{TextArea, BUTTON_DENY, BUTTON_PRIMARY, INPUT};
 use crate::field;
 use crate::forms::{action, CsrfField};
-use crate::page_data::{FieldView, RunView};
+use crate::page_data::{FieldView, QuestionLink, RunView};
 use crate::times::deadline_line;
 
 /// One field of a question's form; its value is posted as `<base>[<field name>]`.
@@ -91,6 +91,8 @@ pub fn QuestionPanel(run: RunView, #[prop(optional)] then: Option<String>) -> im
             {question.asked_by.is_some().then(refuse_buttons)}
         }
         .into_any()
+    } else if let Some(link) = question.link.clone() {
+        view! { <OpenLink link /> }.into_any()
     } else {
         let id = format!("{prefix}-answer");
         view! {
@@ -122,5 +124,53 @@ fn refuse_buttons() -> impl IntoView {
     view! {
         <button type="submit" name=field!(NrllmInputAnswer, action) value="decline" formnovalidate=true class=BUTTON_DENY data-testid="answer-decline">"Decline"</button>
         <button type="submit" name=field!(NrllmInputAnswer, action) value="cancel" formnovalidate=true class="ml-2 text-sm underline" data-testid="answer-cancel">"Cancel"</button>
+    }
+}
+
+/// A page the server asks the operator to open (URL mode): the link, its host said plainly, and
+/// a button to say when they are done there. The link opens in a new tab, telling that page
+/// nothing about ours.
+#[component]
+fn OpenLink(link: QuestionLink) -> impl IntoView {
+    view! {
+        <p class="text-sm">
+            "Open "
+            <a href=link.url.clone() target="_blank" rel="noopener noreferrer nofollow" class="break-all underline" data-testid="question-link">{link.url.clone()}</a>
+        </p>
+        <p class="text-sm font-medium" data-testid="question-host">{format!("It leads to {} — open it only if you expected this server to send you there.", link.host)}</p>
+        <button type="submit" class=BUTTON_PRIMARY data-testid="answer-submit">"I am done there"</button>
+        {refuse_buttons()}
+    }
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::*;
+
+    /// A server's link and host are attribute and text, escaped: a link that tries to close its
+    /// attribute stays inside it, a host that holds markup shows as text.
+    #[test]
+    fn a_servers_link_renders_as_a_link_and_text_never_as_markup() {
+        let link = QuestionLink {
+            url: "https://xn--bcher-kva.example/\"><img src=x onerror=alert(1)>".to_owned(),
+            host: "<b>xn--bcher-kva.example</b>".to_owned(),
+        };
+        let html = view! { <OpenLink link /> }.to_html();
+        assert!(!html.contains("<img"), "{html}");
+        assert!(!html.contains("<b>"), "{html}");
+        assert!(
+            html.contains("href=\"https://xn--bcher-kva.example/&quot;&gt;&lt;img")
+                || html.contains("href=\"https://xn--bcher-kva.example/&quot;>&lt;img"),
+            "{html}"
+        );
+        assert!(
+            html.contains("rel=\"noopener noreferrer nofollow\""),
+            "{html}"
+        );
+        assert!(
+            html.contains("It leads to &lt;b&gt;xn--bcher-kva.example&lt;/b&gt;"),
+            "{html}"
+        );
+        assert!(html.contains("name=\"action\" value=\"decline\""), "{html}");
     }
 }

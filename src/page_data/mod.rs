@@ -6,8 +6,10 @@ use serde::{Deserialize, Serialize};
 mod budget;
 pub mod inbox;
 mod progress;
+mod question;
 pub use budget::*;
 pub use progress::ProgressView;
+pub use question::*;
 pub mod system;
 
 pub use nrllm_types::{RunStatus, TerminationReason};
@@ -177,40 +179,6 @@ pub struct PendingCallView {
     /// The call is a question for the operator (`ask_operator`): what it asks and how to answer.
     #[serde(default)]
     pub question: Option<QuestionView>,
-}
-
-/// A question the run asks the operator.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QuestionView {
-    pub text: String,
-    /// Answer with one of these (buttons)…
-    pub choices: Vec<String>,
-    /// … or fill these fields (from the question's JSON Schema) …
-    pub fields: Vec<FieldView>,
-    // … or, with neither, free text.
-    /// A tool's server asked it while a call ran (MCP elicitation): the server's name and the
-    /// tool the call is of. Such a question may be declined or cancelled too.
-    #[serde(default)]
-    pub asked_by: Option<AskedBy>,
-}
-
-/// The server that asks, and the tool whose call it asks during.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AskedBy {
-    pub server: String,
-    pub tool: String,
-}
-
-/// One field of a question's form.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FieldView {
-    pub name: String,
-    /// Its description, or its name.
-    pub label: String,
-    /// `text`, `number`, `integer`, `boolean` or `select` (with `options`).
-    pub kind: String,
-    pub options: Vec<String>,
-    pub required: bool,
 }
 
 /// Where a pending call stands.

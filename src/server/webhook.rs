@@ -296,6 +296,8 @@ fn server_question(pending: &PendingTurn) -> Value {
             "call_id": wait.call_id,
             "message": wait.asked.message,
             "schema": wait.asked.schema,
+            "url": wait.asked.link.as_ref().map(|link| &link.url),
+            "host": wait.asked.link.as_ref().map(|link| &link.host),
         })
     })
 }

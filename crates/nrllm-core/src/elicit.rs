@@ -34,13 +34,53 @@ pub struct Asked {
     /// The server's name, as the operator configured it (who asks).
     pub server: String,
     pub message: String,
-    /// The form, as [`checked_schema`] passed it.
+    /// The form, as [`checked_schema`] passed it (no fields when the server asks the operator
+    /// to open a link instead).
     pub schema: Value,
+    /// URL mode: the page the operator opens and finishes there (the server never learns what
+    /// was typed there through us); `accept` then says the operator is done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<Link>,
     /// The server's key for this request (the reply is sent under it).
     pub key: String,
     /// The server's opaque state, echoed back with the reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_state: Option<String>,
+}
+
+/// A link a server asks the operator to open: `https` only, without credentials; its host as
+/// the page shows it plainly, in ASCII (punycode for a name that is not), so that a look-alike
+/// name cannot pass for another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Link {
+    pub url: String,
+    pub host: String,
+}
+
+/// The longest link kept, in bytes.
+pub const MAX_URL_BYTES: usize = 2_000;
+
+/// `text` as a link the operator may be shown, or why not.
+pub fn checked_link(text: &str) -> Result<Link, Unshowable> {
+    if text.len() > MAX_URL_BYTES {
+        return Err(Unshowable::Link("it is longer than 2,000 bytes"));
+    }
+    let url = url::Url::parse(text.trim()).map_err(|_| Unshowable::Link("it is not a URL"))?;
+    if url.scheme() != "https" {
+        return Err(Unshowable::Link("only https links are opened"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(Unshowable::Link("it carries a user name or password"));
+    }
+    let host = url
+        .host_str()
+        .filter(|host| !host.is_empty())
+        .ok_or(Unshowable::Link("it has no host"))?
+        .to_owned();
+    Ok(Link {
+        url: url.to_string(),
+        host,
+    })
 }
 
 /// What the operator does with a server's question.
@@ -162,6 +202,8 @@ pub enum Unshowable {
     Invalid,
     #[error("its request state is larger than {MAX_REQUEST_STATE_BYTES} bytes")]
     State,
+    #[error("its link cannot be shown: {0}")]
+    Link(&'static str),
 }
 
 /// The message a server asked with, if it can be shown: control characters (but line breaks)
@@ -313,9 +355,25 @@ pub fn asked(
         server: server.to_owned(),
         message: checked_message(message)?,
         schema: checked_schema(schema)?,
+        link: None,
         key: key.to_owned(),
         request_state,
     })
+}
+
+/// A server's request that the operator open `url` (URL mode), as it is kept, if it can be
+/// shown: its message checked, its link `https` ([`checked_link`]), its state bounded.
+pub fn asked_link(
+    server: &str,
+    key: &str,
+    message: &str,
+    url: &str,
+    request_state: Option<String>,
+) -> Result<Asked, Unshowable> {
+    let empty = serde_json::json!({"type": "object", "properties": {}});
+    let mut asked = asked(server, key, message, &empty, request_state)?;
+    asked.link = Some(checked_link(url)?);
+    Ok(asked)
 }
 
 #[cfg(test)]
@@ -383,6 +441,27 @@ mod tests {
             ),
             Err(Unshowable::State)
         );
+    }
+
+    #[test]
+    fn a_link_is_https_without_credentials_and_its_host_is_shown_in_ascii() {
+        let link = checked_link("https://bücher.example/sign-in?next=%2F").unwrap();
+        assert_eq!(link.host, "xn--bcher-kva.example");
+        assert_eq!(link.url, "https://xn--bcher-kva.example/sign-in?next=%2F");
+        let cases = [
+            ("http://example.com/", "only https"),
+            ("javascript:alert(1)", "only https"),
+            ("https://user:pw@example.com/", "user name or password"),
+            ("not a url", "not a URL"),
+        ];
+        for (text, why) in cases {
+            let err = checked_link(text).unwrap_err();
+            assert!(err.to_string().contains(why), "{text}: {err}");
+        }
+        let long = format!("https://example.com/{}", "a".repeat(MAX_URL_BYTES));
+        assert!(checked_link(&long).is_err());
+        let asked = asked_link("auth", "k", "Sign in", "https://example.com/", None).unwrap();
+        assert_eq!(asked.link.map(|l| l.host), Some("example.com".to_owned()));
     }
 
     #[test]

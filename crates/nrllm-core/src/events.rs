@@ -185,6 +185,9 @@ pub enum Event {
         server: String,
         message: String,
         schema: serde_json::Value,
+        /// URL mode: the link the operator is asked to open.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        link: Option<crate::elicit::Link>,
     },
     /// A person (or the deadline: `decided_by` is `deadline`, the reply `cancel`) replied to
     /// what a server asked; the call is sent again with the reply.

@@ -221,7 +221,8 @@ impl Elicited {
     /// The reply a form (or a JSON client) gave: with `accept`, the fields read and checked
     /// against the server's schema (refused naming the field); else nothing is read.
     pub fn reply(&self, action: ReplyAction, answer: &FormAnswer) -> Result<Reply, AnswerError> {
-        if action != ReplyAction::Accept {
+        // Declined, cancelled, or done at the server's link: nothing of a form goes back.
+        if action != ReplyAction::Accept || self.asked.link.is_some() {
             return Ok(Reply::without_content(action));
         }
         let question = self.question();

@@ -284,7 +284,7 @@ async fn a_tool_no_longer_offered_is_refused_on_resume() {
         tool_messages(sent),
         [(
             "c1".to_owned(),
-            "Error: tool `write_note` is no longer permitted, not executed".to_owned()
+            "Error: tool `write_note` is no longer available (it was disabled, or its MCP server no longer lists it), so it was not executed".to_owned()
         )]
     );
 }

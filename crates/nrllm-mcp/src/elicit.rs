@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use nrllm_core::elicit::{asked, Asked, Reply, ReplyAction};
+use nrllm_core::elicit::{asked, asked_link, Asked, Reply, ReplyAction};
 use rmcp::model::{ElicitRequestParams, InputRequest, InputRequiredResult};
 use serde_json::Value;
 
@@ -57,7 +57,13 @@ pub fn needed(server: &str, input: InputRequiredResult) -> Needed {
                             }
                         }
                     }
-                    _ => Some("it asked the operator to open a link, which this version does not offer yet".to_owned()),
+                    ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
+                        match asked_link(server, &key, message, url, request_state.clone()) {
+                            Ok(asked) => return Needed::Ask(Box::new(asked)),
+                            Err(unshowable) => Some(format!("it asked the operator to open a link that cannot be shown: {unshowable}")),
+                        }
+                    }
+                    _ => Some("it asked in a way this client does not know".to_owned()),
                 },
                 _ => Some("it asked for something other than the operator's input (sampling or roots), which this client does not offer".to_owned()),
             }
@@ -126,13 +132,34 @@ mod tests {
     }
 
     #[test]
+    fn a_link_to_open_is_shown_with_its_host() {
+        let needed = needed(
+            "auth",
+            input(
+                json!({"signin": elicit(json!({"mode": "url", "message": "Sign in to the tracker",
+                "url": "https://bücher.example/login", "elicitationId": "e1"}))}),
+                None,
+            ),
+        );
+        let Needed::Ask(asked) = needed else {
+            panic!("expected a question, got {needed:?}")
+        };
+        assert_eq!(asked.key, "signin");
+        assert_eq!(
+            asked.link.as_ref().map(|l| l.host.as_str()),
+            Some("xn--bcher-kva.example")
+        );
+        assert_eq!(asked.schema["properties"], json!({}));
+    }
+
+    #[test]
     fn what_cannot_be_shown_is_declined_at_once_saying_why() {
         let url = elicit(json!({"mode": "url", "message": "Sign in",
-            "url": "https://example.com/x", "elicitationId": "e1"}));
+            "url": "http://example.com/x", "elicitationId": "e1"}));
         let form = elicit(json!({"mode": "form", "message": "Two?",
             "requestedSchema": {"type": "object", "properties": {"a": {"type": "string"}}}}));
         let cases = [
-            (json!({"u": url}), "open a link"),
+            (json!({"u": url}), "only https links"),
             (json!({"a": form.clone(), "b": form}), "2 questions at once"),
         ];
         for (requests, said) in cases {

@@ -16,11 +16,18 @@ pub(super) fn input_title(event: &Event) -> (String, bool) {
             server,
             tool,
             message,
+            link,
             ..
-        } => (
-            format!("{server} asks, during {tool}: {message} — waiting for input"),
-            true,
-        ),
+        } => {
+            let link = link
+                .as_ref()
+                .map(|link| format!(" (a link to {})", link.host))
+                .unwrap_or_default();
+            (
+                format!("{server} asks, during {tool}: {message}{link} — waiting for input"),
+                true,
+            )
+        }
         Event::InputReplied {
             server,
             decided_by,

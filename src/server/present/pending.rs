@@ -9,7 +9,9 @@ use nrllm_core::tool::Effect;
 use nrllm_core::transcript::ToolCall;
 
 use super::json::*;
-use crate::page_data::{AskedBy, CallState, FieldView, PendingCallView, PreviewView, QuestionView};
+use crate::page_data::{
+    AskedBy, CallState, FieldView, PendingCallView, PreviewView, QuestionLink, QuestionView,
+};
 use crate::server::diff;
 
 pub(super) fn calls_text(calls: &[ToolCall]) -> String {
@@ -113,6 +115,10 @@ fn question_of(state: &SuspendedState, call: &ToolCall) -> Option<QuestionView> 
                 server: wait.asked.server.clone(),
                 tool: call.name.clone(),
             }),
+            link: wait.asked.link.as_ref().map(|link| QuestionLink {
+                url: link.url.clone(),
+                host: link.host.clone(),
+            }),
             ..question_view(&wait.question())
         }),
         _ => state
@@ -175,5 +181,6 @@ pub fn question_view(question: &Question) -> QuestionView {
         choices: question.choices.clone().unwrap_or_default(),
         fields,
         asked_by: None,
+        link: None,
     }
 }

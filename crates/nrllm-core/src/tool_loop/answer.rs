@@ -282,7 +282,8 @@ fn not_run(
         (_, Choice::Expired { text }) => (text.clone(), ToolOutcome::Denied, false),
         (_, _) if on_resume => (
             format!(
-                "Error: tool `{}` is no longer permitted, not executed",
+                "Error: tool `{}` is no longer available (it was disabled, or its MCP server no \
+                 longer lists it), so it was not executed",
                 call.name
             ),
             ToolOutcome::Error,

@@ -327,6 +327,7 @@ fn waiting_event(state: &SuspendedState) -> Event {
             server: wait.asked.server.clone(),
             message: wait.asked.message.clone(),
             schema: wait.asked.schema.clone(),
+            link: wait.asked.link.clone(),
         };
     }
     match state.budget {
