@@ -179,3 +179,26 @@ pub async fn nrllm_mcp_reconnect(name: String) -> Result<(), AppError> {
     }
     Ok(())
 }
+
+/// Accepts the looser hints of an MCP server's tools that kept their old gate after its tool
+/// list changed (administrators): their calls go ahead as the server's hints say from the next
+/// turn.
+#[server(endpoint = "nrllm_mcp_accept_hints")]
+pub async fn nrllm_mcp_accept_hints(name: String) -> Result<usize, AppError> {
+    let who = crate::server::request::require(nrllm_types::Role::Admin)?;
+    let state = crate::server::request::state()?;
+    let Some(released) = state.mcp.accept_hints(&name) else {
+        return Err(AppError::invalid(
+            "name",
+            format!(
+                "there is no MCP server named {}",
+                name.chars().take(40).collect::<String>()
+            ),
+        ));
+    };
+    tracing::info!(by = %who.name, server = %name, released, "an MCP server's looser hints accepted");
+    if crate::server::wants_html() {
+        leptos_axum::redirect("/system");
+    }
+    Ok(released)
+}

@@ -87,4 +87,7 @@ pub struct McpServerView {
     pub server_info: Option<String>,
     pub tools: Vec<nrllm_types::McpToolStatus>,
     pub connections: u32,
+    /// "Its tool list changed 2 time(s), last at 2026-12-04 23:20:01 UTC", once it has.
+    #[serde(default)]
+    pub list_changed: Option<String>,
 }

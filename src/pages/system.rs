@@ -5,7 +5,7 @@
 
 use leptos::prelude::*;
 
-use crate::api::{nrllm_system_status, NrllmMcpReconnect, NrllmSpendCapRaise};
+use crate::api::{nrllm_system_status, NrllmMcpAcceptHints, NrllmMcpReconnect, NrllmSpendCapRaise};
 use crate::components::{Card, ErrorBanner, BUTTON_SECONDARY, INPUT};
 use crate::field;
 use crate::forms::{action, CsrfField};
@@ -187,6 +187,8 @@ fn McpServer(server: McpServerView, can_reconnect: bool) -> impl IntoView {
         (state, _) => state.to_string(),
     };
     let retry = server.retry_at.map(|at| format!("Tried again at {at}."));
+    let any_held = server.tools.iter().any(|t| t.held.is_some());
+    let list_changed = server.list_changed.clone();
     let tools = server
         .tools
         .into_iter()
@@ -197,9 +199,10 @@ fn McpServer(server: McpServerView, can_reconnect: bool) -> impl IntoView {
                 (None, true, false) => "waits for approval".to_owned(),
                 (None, false, _) => "no approval".to_owned(),
             };
+            let held = tool.held.map(|held| view! { <span class="font-medium" data-testid="system-mcp-held">{format!(" — {held}")}</span> });
             view! {
                 <li data-testid="system-mcp-tool">
-                    <span class="font-mono">{tool.name}</span>" — "{what}
+                    <span class="font-mono">{tool.name}</span>" — "{what}{held}
                 </li>
             }
         })
@@ -217,7 +220,9 @@ fn McpServer(server: McpServerView, can_reconnect: bool) -> impl IntoView {
                 <p class="text-xs text-slate-500">{format!("{info}, connected {} time(s)", server.connections)}</p>
             })}
             {retry.map(|retry| view! { <p class="text-xs text-slate-500">{retry}</p> })}
+            {list_changed.map(|text| view! { <p class="text-xs text-slate-500" data-testid="system-mcp-list-changed">{text}</p> })}
             <ul class="ml-4 mt-1 list-disc">{tools}</ul>
+            {(can_reconnect && any_held).then(|| view! { <AcceptHints name=name.clone() /> })}
             {can_reconnect.then(|| view! {
                 <form method="post" action={action::<NrllmMcpReconnect>()} class="mt-1">
                     <CsrfField />
@@ -226,5 +231,17 @@ fn McpServer(server: McpServerView, can_reconnect: bool) -> impl IntoView {
                 </form>
             })}
         </li>
+    }
+}
+
+/// Accepting the looser hints of a server's tools that kept their old gate (administrators).
+#[component]
+fn AcceptHints(name: String) -> impl IntoView {
+    view! {
+        <form method="post" action={action::<NrllmMcpAcceptHints>()} class="mt-1">
+            <CsrfField />
+            <input type="hidden" name="name" value=name />
+            <button type="submit" class=BUTTON_SECONDARY data-testid="mcp-accept-hints">"Accept the looser hints: let these tools run as their server now says"</button>
+        </form>
     }
 }

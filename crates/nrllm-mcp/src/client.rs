@@ -2,6 +2,8 @@
 //! server's notifications — a call's progress goes to whoever awaits that call
 //! ([`crate::tool::McpTool`], which hands it to the run's live views).
 
+use std::sync::Arc;
+
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
@@ -9,18 +11,22 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
+use tokio::sync::Notify;
 
 /// The client side of one connection.
 #[derive(Clone)]
 pub struct Client {
     info: ClientConfig,
     progress: ProgressDispatcher,
+    /// Told when the server says its tool list changed (servers before 2026-07-28 say it unasked;
+    /// later ones on a subscription, [`crate::relist::follow`]).
+    relist: Arc<Notify>,
 }
 
 impl Client {
     /// A client whose calls' progress goes through `progress` (its server's, kept across
     /// reconnections).
-    pub fn new(progress: ProgressDispatcher) -> Client {
+    pub fn new(progress: ProgressDispatcher, relist: Arc<Notify>) -> Client {
         // Form questions, asked the way that lets a run wait durably ([`crate::elicit`]).
         let mut capabilities = ClientCapabilities::default();
         capabilities.elicitation =
@@ -31,6 +37,7 @@ impl Client {
                 Implementation::new("nrllm-playground", env!("CARGO_PKG_VERSION")),
             ),
             progress,
+            relist,
         }
     }
 }
@@ -50,6 +57,10 @@ impl ClientHandler for Client {
     ) -> Result<ElicitResult, ErrorData> {
         tracing::info!("an MCP server asked a question inside an open request; declined (only questions that come as \"input required\" are shown)");
         Ok(ElicitResult::new(ElicitationAction::Decline))
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.relist.notify_one();
     }
 
     async fn on_progress(

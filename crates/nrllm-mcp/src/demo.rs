@@ -23,6 +23,9 @@ use serde_json::{json, Value};
 
 use crate::tool::{bounded, EFFECT_KEY_META};
 
+mod name;
+use name::{ask_for_name, checked_name, named, Named, UNNAMED};
+
 /// The longest note the demo keeps.
 pub const MAX_NOTE: usize = 10_000;
 /// The most notes it keeps.
@@ -89,6 +92,12 @@ pub struct DemoServer {
     book: Arc<Mutex<Notebook>>,
     data: Option<PathBuf>,
     fault: Option<Fault>,
+    /// The tool list served once a test replaced it (`None`: [`DemoServer::tools`]).
+    listed: Arc<Mutex<Option<Vec<Tool>>>>,
+    /// The clients listening for changes of the list (MCP 2026-07-28 `subscriptions/listen`).
+    listeners: Arc<Mutex<Vec<rmcp::service::SubscriptionSink>>>,
+    /// How many times a client listed the tools.
+    listings: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl DemoServer {
@@ -102,7 +111,38 @@ impl DemoServer {
             book: Arc::new(Mutex::new(book)),
             data,
             fault: Fault::from_env(),
+            listed: Arc::default(),
+            listeners: Arc::default(),
+            listings: Arc::default(),
         })
+    }
+
+    /// Serves `tools` from now on and tells every listening client that the list changed
+    /// (tests of a server whose tools change while it runs).
+    pub async fn replace_tools(&self, tools: Vec<Tool>) {
+        if let Ok(mut listed) = self.listed.lock() {
+            *listed = Some(tools);
+        }
+        self.announce_list_change().await;
+    }
+
+    /// Tells every listening client that the tool list changed (whether or not it did).
+    pub async fn announce_list_change(&self) {
+        let listeners = self.listeners.lock().map(|l| l.clone()).unwrap_or_default();
+        let mut open = Vec::new();
+        for sink in listeners {
+            if sink.notify_tool_list_changed().await.is_ok() {
+                open.push(sink);
+            }
+        }
+        if let Ok(mut listeners) = self.listeners.lock() {
+            *listeners = open;
+        }
+    }
+
+    /// How many times a client listed the tools (tests of how often a client asks).
+    pub fn listings(&self) -> u32 {
+        self.listings.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The same server with `fault` (tests).
@@ -313,92 +353,23 @@ impl DemoServer {
     }
 }
 
-/// What a preview of `write_note` without a name calls the note.
-const UNNAMED: &str = "(a name the operator will be asked for)";
-
-/// What the operator's answer to "what should the note be called?" says.
-enum Named {
-    Name(String),
-    /// Ask (again), with this message.
-    Ask(String),
-    /// `declined` or `cancelled`.
-    Refused(&'static str),
-}
-
-const ASK_NAME: &str = "What should the new note be called?";
-
-/// Reads the answer to the name question from a call sent again (MCP 2026-07-28's multi
-/// round-trip requests); a name that does not fit is asked for again, saying why.
-fn named(responses: Option<&rmcp::model::InputResponses>) -> Named {
-    let Some(response) = responses.and_then(|r| r.get("name")) else {
-        return Named::Ask(ASK_NAME.to_owned());
-    };
-    match response["action"].as_str() {
-        Some("accept") => {}
-        Some("decline") => return Named::Refused("declined"),
-        _ => return Named::Refused("cancelled"),
-    }
-    let given = response["content"]["name"].as_str().unwrap_or_default();
-    match checked_name(Some(given)) {
-        Ok(name) => Named::Name(name.to_owned()),
-        Err(err) => Named::Ask(format!("{} {ASK_NAME}", err.message)),
-    }
-}
-
-/// "Input required": the operator is asked for the note's name.
-fn ask_for_name(message: &str) -> CallToolResponse {
-    let question = json!({"method": "elicitation/create", "params": {
-        "mode": "form", "message": message,
-        "requestedSchema": {"type": "object", "required": ["name"], "properties": {
-            "name": {"type": "string", "title": "Name", "minLength": 1, "maxLength": 64,
-                     "description": "1 to 64 of a-z, 0-9, - and _"}}}}});
-    let request: rmcp::model::InputRequest = match serde_json::from_value(question) {
-        Ok(request) => request,
-        Err(err) => {
-            return CallToolResult::error(vec![ContentBlock::text(format!(
-                "the name question could not be made: {err}"
-            ))])
-            .into()
-        }
-    };
-    rmcp::model::InputRequiredResult::new(
-        Some(BTreeMap::from([("name".to_owned(), request)])),
-        Some("asked-name".to_owned()),
-    )
-    .into()
-}
-
 fn text(text: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(text.into())])
 }
 
-fn checked_name(name: Option<&str>) -> Result<&str, ErrorData> {
-    let name = name.ok_or_else(|| ErrorData::invalid_params("`name` is required", None))?;
-    let fits = (1..=64).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
-    if fits {
-        Ok(name)
-    } else {
-        Err(ErrorData::invalid_params(
-            format!(
-                "`name` must be 1 to 64 of a-z, 0-9, - and _, and it was `{}`",
-                bounded(name, 80)
-            ),
-            None,
-        ))
-    }
-}
-
 impl ServerHandler for DemoServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(
-                "nrllm-notes",
-                env!("CARGO_PKG_VERSION"),
-            ))
-            .with_instructions("A notebook of named notes, for the nrllm playground's demo.")
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "nrllm-notes",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions("A notebook of named notes, for the nrllm playground's demo.")
     }
 
     async fn list_tools(
@@ -406,7 +377,29 @@ impl ServerHandler for DemoServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(DemoServer::tools()))
+        self.listings
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let listed = self.listed.lock().ok().and_then(|l| l.clone());
+        Ok(ListToolsResult::with_all_items(
+            listed.unwrap_or_else(DemoServer::tools),
+        ))
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        let mut accepted = rmcp::model::SubscriptionFilter::new();
+        accepted.tools_list_changed = requested.tools_list_changed;
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.push(context.sink().clone());
+        }
+        context.cancelled().await;
+        Ok(())
     }
 
     async fn call_tool(

@@ -4,29 +4,24 @@
 //! the system page reads each server's state. A server that fails never stops the program: its
 //! state says why, and its tools (if it had joined) answer that it is not connected.
 
-use std::process::Stdio;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use nrllm_core::mcp::Annotations;
 use nrllm_core::registry::ToolRegistry;
 use nrllm_core::retry::retry_delay;
 use nrllm_core::tool::DynTool;
 use nrllm_types::McpToolStatus;
-use rmcp::handler::client::progress::ProgressDispatcher;
-use rmcp::model::ProtocolVersion;
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
 use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Client;
-use crate::config::{Server, Transport, INHERITED_ENV, SELF_COMMAND};
-use crate::tool::{bounded, Link, Listed, McpTool, PREVIEW_SUFFIX};
+use crate::config::{Server, Transport};
+pub use crate::connect::MAX_TOOLS;
+use crate::connect::{connect, listed};
+use crate::relist::RELIST_EVERY;
+use crate::tool::{bounded, Link, Listed, McpTool};
 
 /// How long connecting (start, handshake, tool list) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -35,8 +30,6 @@ pub const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// A connection that lasted this long starts the backoff over when it ends.
 const STABLE: Duration = Duration::from_secs(60);
-/// The most tools one server may bring.
-pub const MAX_TOOLS: usize = 200;
 
 /// A server's state, as the system page shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -62,6 +55,10 @@ pub struct Status {
     pub tools: Vec<McpToolStatus>,
     /// How many times it was connected since start.
     pub connections: u32,
+    /// How many times its tool list changed while it was connected, and when it last did
+    /// (milliseconds since the epoch).
+    pub list_changes: u32,
+    pub list_changed_at_ms: Option<i64>,
 }
 
 struct Supervised {
@@ -71,11 +68,16 @@ struct Supervised {
     reconnect: Notify,
     /// Set once the first attempt has ended (connected or failed).
     tried: watch::Sender<bool>,
+    /// The server said its tool list changed ([`crate::relist`]).
+    relist: Arc<Notify>,
+    /// What it listed last: an administrator's acceptance of looser hints rebuilds from it.
+    last_listed: RwLock<Vec<Listed>>,
 }
 
 /// Every configured server.
 pub struct McpHub {
     servers: Vec<Arc<Supervised>>,
+    registry: Arc<ToolRegistry>,
 }
 
 impl McpHub {
@@ -102,14 +104,19 @@ impl McpHub {
                             server_info: None,
                             tools: Vec::new(),
                             connections: 0,
+                            list_changes: 0,
+                            list_changed_at_ms: None,
                         }),
                         config,
                         link: Arc::default(),
                         reconnect: Notify::new(),
                         tried: watch::channel(false).0,
+                        relist: Arc::default(),
+                        last_listed: RwLock::default(),
                     })
                 })
                 .collect(),
+            registry: Arc::clone(&registry),
         });
         let mut tried = Vec::new();
         for server in &hub.servers {
@@ -135,6 +142,21 @@ impl McpHub {
             .iter()
             .filter_map(|server| server.status.read().ok().map(|s| s.clone()))
             .collect()
+    }
+
+    /// Accepts the looser hints of the tools of server `name` that kept their old gate
+    /// ([`crate::relist`]): their calls go ahead as the hints say from the next turn. How many
+    /// tools it let go; `None` if there is no such server.
+    pub fn accept_hints(&self, name: &str) -> Option<usize> {
+        let server = self.servers.iter().find(|s| s.config.name == name)?;
+        let before = server.held_count();
+        let listed = server
+            .last_listed
+            .read()
+            .map(|l| l.clone())
+            .unwrap_or_default();
+        server.register(&self.registry, listed, false);
+        Some(before)
     }
 
     /// Asks the server named `name` to connect again now (its tools are listed again). `false`
@@ -172,7 +194,11 @@ async fn supervise(
         server.set_state(State::Connecting);
         let attempt = tokio::time::timeout(
             CONNECT_TIMEOUT,
-            connect(&server.config, server.link.progress()),
+            connect(
+                &server.config,
+                server.link.progress(),
+                Arc::clone(&server.relist),
+            ),
         );
         let woken = match tokio::select! {
             attempt = attempt => Some(attempt),
@@ -188,7 +214,7 @@ async fn supervise(
                 let connected_at = Instant::now();
                 server.joined(&registry, &running, listed);
                 tracing::info!(server = %name, "MCP server connected");
-                let woken = watch(running, &server, &shutdown).await;
+                let woken = watch(running, &server, &registry, &shutdown).await;
                 if connected_at.elapsed() >= STABLE {
                     failures = 0;
                 }
@@ -230,34 +256,67 @@ async fn supervise(
     }
 }
 
-/// Waits until the connection ends, an admin asks for a reconnect, or the program stops.
+/// Waits until the connection ends, an admin asks for a reconnect, or the program stops; lists
+/// the tools again each time the server says they changed (at most every [`RELIST_EVERY`]).
 async fn watch(
     running: RunningService<RoleClient, Client>,
     server: &Supervised,
+    registry: &ToolRegistry,
     shutdown: &CancellationToken,
 ) -> Woken {
     let token = running.cancellation_token();
-    let woken = tokio::select! {
-        quit = running.waiting() => {
-            return Woken::Closed(match quit {
-                Ok(quit) => {
-                    tracing::debug!(server = %server.config.name, ?quit, "MCP connection ended");
-                    match server.config.transport {
-                        Transport::Stdio { .. } => "the server process stopped (or closed its output)".to_owned(),
-                        Transport::Http { .. } => "the connection to the server closed".to_owned(),
-                    }
+    let peer = running.peer().clone();
+    let following = tokio::spawn(crate::relist::follow(
+        peer.clone(),
+        Arc::clone(&server.relist),
+    ));
+    let waiting = running.waiting();
+    tokio::pin!(waiting);
+    let mut listed_at: Option<Instant> = None;
+    let woken = loop {
+        tokio::select! {
+            quit = &mut waiting => {
+                following.abort();
+                return Woken::Closed(closed_reason(server, quit));
+            }
+            _ = server.reconnect.notified() => break Woken::Reconnect,
+            _ = shutdown.cancelled() => break Woken::Shutdown,
+            _ = server.relist.notified() => {
+                let wait = listed_at.map_or(Duration::ZERO, |at| RELIST_EVERY.saturating_sub(at.elapsed()));
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.cancelled() => break Woken::Shutdown,
                 }
-                Err(err) => {
-                    tracing::warn!(server = %server.config.name, %err, "MCP connection task failed");
-                    "the connection failed (the details are in the server log)".to_owned()
-                }
-            });
+                listed_at = Some(Instant::now());
+                server.relisted(registry, &peer).await;
+            }
         }
-        _ = server.reconnect.notified() => Woken::Reconnect,
-        _ = shutdown.cancelled() => Woken::Shutdown,
     };
+    following.abort();
     token.cancel();
     woken
+}
+
+/// Why a connection that ended did.
+fn closed_reason(
+    server: &Supervised,
+    quit: Result<rmcp::service::QuitReason, tokio::task::JoinError>,
+) -> String {
+    match quit {
+        Ok(quit) => {
+            tracing::debug!(server = %server.config.name, ?quit, "MCP connection ended");
+            match server.config.transport {
+                Transport::Stdio { .. } => {
+                    "the server process stopped (or closed its output)".to_owned()
+                }
+                Transport::Http { .. } => "the connection to the server closed".to_owned(),
+            }
+        }
+        Err(err) => {
+            tracing::warn!(server = %server.config.name, %err, "MCP connection task failed");
+            "the connection failed (the details are in the server log)".to_owned()
+        }
+    }
 }
 
 impl Supervised {
@@ -267,32 +326,52 @@ impl Supervised {
         }
     }
 
-    /// The server connected: its tools join the registry (replacing what it had), its status
-    /// lists them, and its tools' calls go through the new connection.
-    fn joined(
-        &self,
-        registry: &ToolRegistry,
-        running: &RunningService<RoleClient, Client>,
-        listed: Vec<Listed>,
-    ) {
+    /// How many of its tools keep their old gate until an administrator accepts looser hints.
+    fn held_count(&self) -> usize {
+        self.status
+            .read()
+            .map(|status| status.tools.iter().filter(|t| t.held.is_some()).count())
+            .unwrap_or(0)
+    }
+
+    /// Its tools as `listed` join the registry (replacing what it had) and its status lists
+    /// them. With `keep`, a tool whose hints became looser than when it last joined keeps its
+    /// old gate ([`crate::relist::held`]); without, every tool is gated by its hints.
+    fn register(&self, registry: &ToolRegistry, listed: Vec<Listed>, keep: bool) {
         let config = &self.config;
+        let before = self
+            .status
+            .read()
+            .map(|s| s.tools.clone())
+            .unwrap_or_default();
+        if let Ok(mut last) = self.last_listed.write() {
+            *last = listed.clone();
+        }
         let mut tools: Vec<Arc<dyn DynTool>> = Vec::new();
         let mut shown = Vec::new();
         for listed in listed {
             let remote = listed.name.clone();
-            match McpTool::new(
+            let registry_name = format!("{}{}{remote}", config.name, nrllm_core::mcp::SEPARATOR);
+            let waits_now = config
+                .policy
+                .requires_approval(&remote, &listed.annotations);
+            let earlier = before.iter().find(|t| t.name == registry_name);
+            let hold = crate::relist::held(earlier, waits_now, keep);
+            let built = McpTool::new(
                 &config.name,
                 listed,
                 &config.policy,
                 Arc::clone(&self.link),
-                config.call_timeout,
-            ) {
+                (config.call_timeout, hold),
+            );
+            match built {
                 Ok(tool) => {
                     shown.push(McpToolStatus {
                         name: tool.spec().name.clone(),
                         waits: tool.waits(),
                         rerun_after_crash: tool.spec().idempotent_by_key,
                         refused: None,
+                        held: hold.then(|| crate::relist::HELD.to_owned()),
                     });
                     tools.push(Arc::new(tool));
                 }
@@ -301,6 +380,7 @@ impl Supervised {
                     waits: false,
                     rerun_after_crash: false,
                     refused: Some(reason),
+                    held: None,
                 }),
             }
         }
@@ -309,6 +389,21 @@ impl Supervised {
                 tool.refused = Some(taken.to_string());
             }
         }
+        if let Ok(mut status) = self.status.write() {
+            status.tools = shown;
+        }
+    }
+
+    /// The server connected: its tools join the registry ([`Supervised::register`]; a tool
+    /// whose hints loosened since its last connection keeps its old gate), and its tools'
+    /// calls go through the new connection.
+    fn joined(
+        &self,
+        registry: &ToolRegistry,
+        running: &RunningService<RoleClient, Client>,
+        listed: Vec<Listed>,
+    ) {
+        self.register(registry, listed, true);
         self.link.connected(running.peer().clone());
         let info = running
             .peer_info()
@@ -316,183 +411,38 @@ impl Supervised {
             .map(|info| bounded(&format!("{} {}", info.name, info.version), 200));
         if let Ok(mut status) = self.status.write() {
             status.state = State::Connected;
-            status.tools = shown;
             status.server_info = info;
             status.connections += 1;
         }
         self.tried.send_replace(true);
     }
-}
 
-/// How a connection begins: the newest protocol (2026-07-28, whose servers ask for input by
-/// answering a call, so a run can wait durably) if the server speaks it, else the handshake of
-/// the versions before it.
-fn lifecycle() -> ClientLifecycleMode {
-    ClientLifecycleMode::Auto {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
-    }
-}
-
-/// Starts (or reaches) the server, shakes hands, and lists its tools.
-async fn connect(
-    config: &Server,
-    progress: ProgressDispatcher,
-) -> Result<(RunningService<RoleClient, Client>, Vec<Listed>), String> {
-    let client = Client::new(progress);
-    let running = match &config.transport {
-        Transport::Stdio {
-            command,
-            args,
-            env,
-            pass_env,
-        } => {
-            let cmd = child_command(command, args, env, pass_env)?;
-            let (process, stderr) = TokioChildProcess::builder(cmd)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|err| {
-                    tracing::warn!(server = %config.name, %err, "an MCP server could not be started");
-                    format!("cannot start `{command}`: {}", err.kind())
-                })?;
-            if let Some(stderr) = stderr {
-                tokio::spawn(log_stderr(config.name.clone(), stderr));
+    /// The server said its tool list changed: its tools are listed again and, if they differ
+    /// from the last listing, join as they are now (a tool whose hints loosened keeps its old
+    /// gate) and the change is counted. A listing that fails keeps the tools as they were.
+    async fn relisted(&self, registry: &ToolRegistry, peer: &rmcp::service::Peer<RoleClient>) {
+        let name = &self.config.name;
+        let tools = match peer.list_all_tools().await {
+            Ok(tools) if tools.len() <= MAX_TOOLS => tools,
+            Ok(tools) => {
+                tracing::warn!(server = %name, count = tools.len(), "an MCP server now lists too many tools; kept the ones it had");
+                return;
             }
-            client
-                .serve_with_lifecycle(process, lifecycle())
-                .await
-                .map_err(|err| {
-                    tracing::warn!(server = %config.name, %err, "MCP handshake failed");
-                    "the server started but did not complete the MCP handshake (its output is in \
-                 the server log)"
-                        .to_owned()
-                })?
-        }
-        Transport::Http {
-            url,
-            headers,
-            header_env,
-        } => {
-            let sent = http_headers(headers, header_env)?;
-            let transport = StreamableHttpClientTransport::from_config(
-                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(sent),
-            );
-            client
-                .serve_with_lifecycle(transport, lifecycle())
-                .await
-                .map_err(|err| {
-                    tracing::warn!(server = %config.name, %err, "MCP connection failed");
-                    format!("cannot connect to {url} (the details are in the server log)")
-                })?
-        }
-    };
-    let tools = running.peer().list_all_tools().await.map_err(|err| {
-        tracing::warn!(server = %config.name, %err, "listing an MCP server's tools failed");
-        "the server did not list its tools (the details are in the server log)".to_owned()
-    })?;
-    if tools.len() > MAX_TOOLS {
-        return Err(format!(
-            "the server lists {} tools, more than the {MAX_TOOLS} accepted",
-            tools.len()
-        ));
-    }
-    let listed = listed(tools, config);
-    Ok((running, listed))
-}
-
-/// The command that starts a stdio server: this program itself for the built-in demo server,
-/// with an environment of only what it is given (and the few variables every process needs).
-fn child_command(
-    command: &str,
-    args: &[String],
-    env: &std::collections::BTreeMap<String, String>,
-    pass_env: &[String],
-) -> Result<tokio::process::Command, String> {
-    let program = if command == SELF_COMMAND {
-        std::env::current_exe()
-            .map_err(|err| format!("cannot find this program's own path: {err}"))?
-    } else {
-        command.into()
-    };
-    let mut cmd = tokio::process::Command::new(&program);
-    cmd.args(args).env_clear();
-    for var in INHERITED_ENV
-        .iter()
-        .copied()
-        .chain(pass_env.iter().map(String::as_str))
-    {
-        if let Ok(value) = std::env::var(var) {
-            cmd.env(var, value);
-        }
-    }
-    cmd.envs(env);
-    Ok(cmd)
-}
-
-/// The headers an HTTP server is sent: those given, and those whose value comes from the
-/// environment (a variable that is not set is an error naming it).
-fn http_headers(
-    headers: &std::collections::BTreeMap<String, String>,
-    header_env: &std::collections::BTreeMap<String, String>,
-) -> Result<std::collections::HashMap<http::HeaderName, http::HeaderValue>, String> {
-    let mut sent = std::collections::HashMap::new();
-    let literal = headers.iter().map(|(k, v)| (k.clone(), v.clone()));
-    let mut from_env = Vec::new();
-    for (header, var) in header_env {
-        let value = std::env::var(var).map_err(|_| {
-            format!(
-                "the header `{header}` takes its value from the environment variable \
-                 `{var}`, which is not set"
-            )
-        })?;
-        from_env.push((header.clone(), value));
-    }
-    for (header, value) in literal.chain(from_env) {
-        let name = http::HeaderName::try_from(header.as_str())
-            .map_err(|_| format!("`{header}` is not a valid header name"))?;
-        let value = http::HeaderValue::try_from(value)
-            .map_err(|_| format!("the value of the header `{header}` is not valid in a header"))?;
-        sent.insert(name, value);
-    }
-    Ok(sent)
-}
-
-/// The tools a server listed that join the registry: not the preview tools (which say
-/// whether a tool has one), and only those `allow` names if it names any.
-fn listed(tools: Vec<rmcp::model::Tool>, config: &Server) -> Vec<Listed> {
-    let names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
-    tools
-        .into_iter()
-        .filter(|tool| !tool.name.ends_with(PREVIEW_SUFFIX))
-        .filter(|tool| {
-            config
-                .allow
-                .as_ref()
-                .is_none_or(|allow| allow.iter().any(|a| a == tool.name.as_ref()))
-        })
-        .map(|tool| {
-            let hints = tool.annotations.clone().unwrap_or_default();
-            let preview = format!("{}{PREVIEW_SUFFIX}", tool.name);
-            Listed {
-                has_preview: names.contains(&preview),
-                name: tool.name.to_string(),
-                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
-                schema: serde_json::Value::Object((*tool.input_schema).clone()),
-                annotations: Annotations {
-                    read_only: hints.read_only_hint,
-                    destructive: hints.destructive_hint,
-                    idempotent: hints.idempotent_hint,
-                    open_world: hints.open_world_hint,
-                },
+            Err(err) => {
+                tracing::warn!(server = %name, %err, "listing an MCP server's changed tools failed; kept the ones it had");
+                return;
             }
-        })
-        .collect()
-}
-
-/// A stdio server's error output goes to our log, line by line, bounded.
-async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::info!(server = %server, line = %bounded(&line, 2_000), "MCP server says");
+        };
+        let listed = listed(tools, &self.config);
+        let same = self.last_listed.read().is_ok_and(|last| *last == listed);
+        if same {
+            return;
+        }
+        self.register(registry, listed, true);
+        if let Ok(mut status) = self.status.write() {
+            status.list_changes += 1;
+            status.list_changed_at_ms = Some(nrllm_core::clock::now_ms());
+        }
+        tracing::info!(server = %name, "an MCP server's tool list changed; its tools were listed again");
     }
 }

@@ -7,7 +7,9 @@
 
 pub mod client;
 pub mod config;
+mod connect;
 pub mod demo;
 pub mod elicit;
 pub mod hub;
+pub mod relist;
 pub mod tool;

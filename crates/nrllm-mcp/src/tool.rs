@@ -161,7 +161,7 @@ impl Link {
 }
 
 /// What a server said about one of its tools, as the registry takes it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Listed {
     /// The name on the server.
     pub name: String,
@@ -193,7 +193,7 @@ impl McpTool {
         listed: Listed,
         policy: &ServerPolicy,
         link: Arc<Link>,
-        timeout: Duration,
+        (timeout, hold): (Duration, bool),
     ) -> Result<McpTool, String> {
         let name = registry_name(server, &listed.name).map_err(|err| err.to_string())?;
         let schema_bytes = serde_json::to_string(&listed.schema).map_or(usize::MAX, |s| s.len());
@@ -202,7 +202,9 @@ impl McpTool {
                 "its input schema is {schema_bytes} bytes, more than the {MAX_SCHEMA_BYTES} accepted"
             ));
         }
-        let waits = policy.requires_approval(&listed.name, &listed.annotations);
+        // `hold`: its hints became looser since it joined; it waits as before until an
+        // administrator accepts that.
+        let waits = hold || policy.requires_approval(&listed.name, &listed.annotations);
         // A tool that does not say it is read-only may change something: its calls are
         // journaled like approved ones even when the policy lets them through.
         let effects = waits || listed.annotations.read_only != Some(true);
@@ -484,7 +486,7 @@ mod tests {
             listed(name, annotations),
             policy,
             Arc::default(),
-            Duration::from_secs(1),
+            (Duration::from_secs(1), false),
         )
         .unwrap()
     }
@@ -541,7 +543,7 @@ mod tests {
             listed("<script>", READ_ONLY),
             &policy,
             Arc::default(),
-            Duration::from_secs(1),
+            (Duration::from_secs(1), false),
         );
         assert!(bad.is_err());
         let mut huge = listed("big", READ_ONLY);
@@ -551,7 +553,7 @@ mod tests {
             huge,
             &policy,
             Arc::default(),
-            Duration::from_secs(1),
+            (Duration::from_secs(1), false),
         )
         .err()
         .unwrap();
@@ -567,7 +569,7 @@ mod tests {
             listed("write_note", DESTRUCTIVE_IDEMPOTENT),
             &ServerPolicy::default(),
             link,
-            Duration::from_secs(1),
+            (Duration::from_secs(1), false),
         )
         .unwrap();
         let err = write

@@ -471,3 +471,199 @@ async fn a_server_that_needs_a_name_asks_and_the_reply_goes_back_with_the_call()
     assert_eq!(web.notebook().writes, 1);
     shutdown.cancel();
 }
+
+/// A scripted server whose one tool asks the operator to open a page first (URL mode of MCP
+/// 2026-07-28's "input required"), then answers as the reply says.
+#[derive(Clone)]
+struct LinkServer;
+
+impl rmcp::ServerHandler for LinkServer {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        let schema = json!({"type": "object", "properties": {}});
+        let serde_json::Value::Object(schema) = schema else {
+            unreachable!()
+        };
+        let tool = rmcp::model::Tool::new("sign_in", "Signs in to the tracker.", schema)
+            .annotate(rmcp::model::ToolAnnotations::new().read_only(true));
+        Ok(rmcp::model::ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        use rmcp::model::{CallToolResult, ContentBlock};
+        let reply = request
+            .input_responses
+            .as_ref()
+            .and_then(|responses| responses.get("signin"))
+            .and_then(|reply| reply["action"].as_str().map(str::to_owned));
+        Ok(match reply.as_deref() {
+            Some("accept") => CallToolResult::success(vec![ContentBlock::text("signed in")]).into(),
+            Some(other) => {
+                CallToolResult::error(vec![ContentBlock::text(format!("not signed in: {other}"))])
+                    .into()
+            }
+            None => {
+                let question: rmcp::model::InputRequest = serde_json::from_value(json!({
+                    "method": "elicitation/create",
+                    "params": {"mode": "url", "message": "Sign in to the <b>tracker</b>",
+                               "url": "https://bücher.example/login?next=%2F",
+                               "elicitationId": "e1"}}))
+                .unwrap();
+                rmcp::model::InputRequiredResult::new(
+                    Some(BTreeMap::from([("signin".to_owned(), question)])),
+                    Some("waiting-for-sign-in".to_owned()),
+                )
+                .into()
+            }
+        })
+    }
+}
+
+/// URL mode: the server's link reaches the run with its host in ASCII (punycode), and the call
+/// sent again with "done" (accept) or cancel goes on as the server says.
+#[tokio::test]
+async fn a_server_that_asks_the_operator_to_open_a_link_gets_the_reply_with_the_call() {
+    use nrllm_core::elicit::{Replied, Reply, ReplyAction};
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let service = StreamableHttpService::new(
+        || Ok(LinkServer),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await
+    });
+    let (_hub, registry, shutdown) = start(vec![http("auth", &url)]).await;
+    let tool = registry
+        .get("auth__sign_in")
+        .expect("the scripted server joined");
+    let asked = match tool.execute(&json!({}), &ToolContext::default()).await {
+        Err(ToolError::Asks(asked)) => asked,
+        other => panic!("expected a question, got {other:?}"),
+    };
+    assert_eq!(asked.message, "Sign in to the <b>tracker</b>");
+    let link = asked.link.clone().expect("a link to open");
+    assert_eq!(link.host, "xn--bcher-kva.example");
+    assert_eq!(link.url, "https://xn--bcher-kva.example/login?next=%2F");
+    let replied = |action| ToolContext {
+        reply: Some(Replied {
+            key: asked.key.clone(),
+            request_state: asked.request_state.clone(),
+            reply: Reply::without_content(action),
+        }),
+        ..ToolContext::default()
+    };
+    assert_eq!(
+        tool.execute(&json!({}), &replied(ReplyAction::Accept))
+            .await,
+        Ok("signed in".to_owned())
+    );
+    assert_eq!(
+        tool.execute(&json!({}), &replied(ReplyAction::Cancel))
+            .await,
+        Err(ToolError::Refused("not signed in: cancel".to_owned()))
+    );
+    shutdown.cancel();
+}
+
+/// The server's tool list changes while it is connected (MCP 2026-07-28: on a
+/// `subscriptions/listen` request the hub opens): the hub lists the tools again — a tool gone
+/// leaves the registry; a tool whose hints loosened (now read-only) keeps waiting until an
+/// administrator accepts that; a burst of notifications is listed at most once per
+/// `RELIST_EVERY`; the status says when the list changed (and a listing that finds nothing new
+/// counts no change). The change is made as the hub connects: one made before its subscription
+/// opened is found too.
+#[tokio::test]
+async fn a_changed_tool_list_is_listed_again_and_a_loosened_gate_waits_until_accepted() {
+    use nrllm_mcp::relist::RELIST_EVERY;
+    let (url, web) = http_server(None).await;
+    let (hub, registry, shutdown) = start(vec![http("web", &url)]).await;
+    let args = json!({"name": "a", "text": "b"});
+    assert!(registry.get("web__count_words").is_some());
+    assert!(registry
+        .get("web__write_note")
+        .unwrap()
+        .needs_approval(&args));
+    assert_eq!(status(&hub.statuses(), "web").list_changes, 0);
+
+    let changed: Vec<rmcp::model::Tool> = DemoServer::tools()
+        .into_iter()
+        .filter(|tool| tool.name != "count_words")
+        .map(|tool| match tool.name.as_ref() {
+            "write_note" => tool.annotate(rmcp::model::ToolAnnotations::new().read_only(true)),
+            _ => tool,
+        })
+        .collect();
+    web.replace_tools(changed).await;
+    until("the changed list is listed again", || {
+        registry.get("web__count_words").is_none()
+    })
+    .await;
+    let now = status(&hub.statuses(), "web").clone();
+    assert_eq!(now.list_changes, 1);
+    assert!(now.list_changed_at_ms.is_some());
+    let write = now
+        .tools
+        .iter()
+        .find(|t| t.name == "web__write_note")
+        .unwrap();
+    assert!(write.waits, "{write:?}");
+    assert!(write
+        .held
+        .as_deref()
+        .is_some_and(|h| h.contains("administrator accepts")));
+    assert!(registry
+        .get("web__write_note")
+        .unwrap()
+        .needs_approval(&args));
+
+    // Nothing changed since: listing again counts no change. Five notifications at once are
+    // listed at most twice, RELIST_EVERY apart.
+    tokio::time::sleep(RELIST_EVERY * 2).await;
+    let before = web.listings();
+    for _ in 0..5 {
+        web.announce_list_change().await;
+    }
+    tokio::time::sleep(RELIST_EVERY * 3).await;
+    let listings = web.listings() - before;
+    assert!((1..=2).contains(&listings), "{listings} listings");
+    assert_eq!(status(&hub.statuses(), "web").list_changes, 1);
+    // Still held: a listing again is no acceptance.
+    assert!(registry
+        .get("web__write_note")
+        .unwrap()
+        .needs_approval(&args));
+
+    assert_eq!(hub.accept_hints("web"), Some(1));
+    assert_eq!(hub.accept_hints("nope"), None);
+    assert!(!registry
+        .get("web__write_note")
+        .unwrap()
+        .needs_approval(&args));
+    let accepted = status(&hub.statuses(), "web").clone();
+    assert!(
+        accepted.tools.iter().all(|t| t.held.is_none()),
+        "{accepted:?}"
+    );
+    shutdown.cancel();
+}

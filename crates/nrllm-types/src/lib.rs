@@ -331,6 +331,10 @@ pub struct McpToolStatus {
     pub rerun_after_crash: bool,
     /// Why it did not join the registry.
     pub refused: Option<String>,
+    /// Its server's hints became looser after it joined (it now says it changes nothing): its
+    /// calls still wait, as before, until an administrator accepts the change; this says so.
+    #[serde(default)]
+    pub held: Option<String>,
 }
 
 /// One argument of a call, as its tool's schema describes it: the approval panel's view of a

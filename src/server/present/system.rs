@@ -38,6 +38,13 @@ pub fn mcp_server_view(
         server_info: status.server_info,
         tools: status.tools,
         connections: status.connections,
+        list_changed: status.list_changed_at_ms.map(|at| {
+            format!(
+                "Its tool list changed {} time(s) while connected, last at {}.",
+                status.list_changes,
+                format_utc(at)
+            )
+        }),
     }
 }
 
