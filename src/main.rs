@@ -50,6 +50,10 @@ enum Command {
         /// Serve Streamable HTTP at this address (path `/mcp`) instead of stdio.
         #[arg(long)]
         http: Option<String>,
+        /// `2025-11-25`: speak only the MCP versions before 2026-07-28, and ask for a note's
+        /// name inside the open call.
+        #[arg(long)]
+        protocol: Option<String>,
     },
 }
 
@@ -63,7 +67,11 @@ async fn main() -> std::process::ExitCode {
         Command::Purge => purge().await,
         Command::Verify => verify().await,
         Command::LoginLink { user } => login_link(&user).await,
-        Command::McpDemo { data, http } => mcp_demo(data, http).await,
+        Command::McpDemo {
+            data,
+            http,
+            protocol,
+        } => mcp_demo(data, http, protocol).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -87,12 +95,17 @@ fn load_settings() -> Result<nrllm_playground::settings::Settings, String> {
 /// `nrllm-playground mcp-demo`: the demo MCP server. Its log goes to stderr (stdout carries the
 /// protocol).
 #[cfg(feature = "ssr")]
-async fn mcp_demo(data: Option<std::path::PathBuf>, http: Option<String>) -> Result<(), String> {
+async fn mcp_demo(
+    data: Option<std::path::PathBuf>,
+    http: Option<String>,
+    protocol: Option<String>,
+) -> Result<(), String> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
         .init();
-    nrllm_mcp::demo::serve(data, http.as_deref()).await
+    let server = nrllm_mcp::demo::speaking(data, protocol.as_deref())?;
+    nrllm_mcp::demo::serve(server, http.as_deref()).await
 }
 
 /// Opens the database named by the settings.

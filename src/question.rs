@@ -56,8 +56,8 @@ pub fn QuestionPanel(run: RunView, #[prop(optional)] then: Option<String>) -> im
     let asked = view! {
         <h2 class="font-semibold" tabindex="-1" data-panel-heading="">{heading}</h2>
         <p class="mt-1 whitespace-pre-wrap" data-testid="question">{question.text.clone()}</p>
-        {question.asked_by.is_some().then(|| view! {
-            <p class="mt-1 text-xs text-slate-500" data-testid="question-asked-by">"Your answer goes back to the server, and the call is sent again with it. Decline if it should not have it; cancel to dismiss the question."</p>
+        {question.asked_by.as_ref().map(|by| view! {
+            <p class="mt-1 text-xs text-slate-500" data-testid="question-asked-by">{asked_by_note(by.held)}</p>
         })}
         {deadline_line(&run)}
     };
@@ -124,6 +124,15 @@ fn refuse_buttons() -> impl IntoView {
     view! {
         <button type="submit" name=field!(NrllmInputAnswer, action) value="decline" formnovalidate=true class=BUTTON_DENY data-testid="answer-decline">"Decline"</button>
         <button type="submit" name=field!(NrllmInputAnswer, action) value="cancel" formnovalidate=true class="ml-2 text-sm underline" data-testid="answer-cancel">"Cancel"</button>
+    }
+}
+
+/// What becomes of the answer to a server's question: sent with the call again, or (`held`)
+/// into the call the server holds open for it.
+fn asked_by_note(held: bool) -> &'static str {
+    match held {
+        false => "Your answer goes back to the server, and the call is sent again with it. Decline if it should not have it; cancel to dismiss the question.",
+        true => "The server holds its call open for your answer, which goes back to it in that call; without one by the deadline, it is told \"cancel\". Decline if it should not have it; cancel to dismiss the question.",
     }
 }
 

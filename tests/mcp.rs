@@ -244,3 +244,120 @@ async fn a_servers_question_waits_across_a_restart_and_the_reply_goes_back_with_
     );
     assert_eq!(Notebook::load(&notes).unwrap().writes, 1);
 }
+
+/// Starts a run that writes an unnamed note and approves it: the demo server, speaking only the
+/// versions before MCP 2026-07-28, asks for the name inside the open call, which is held while
+/// the run waits for input.
+async fn held_question(
+    server: &common::Server,
+    admin: &common::Session,
+    prompt: &str,
+) -> (String, serde_json::Value) {
+    let run = start_run(server, admin, json!({ "prompt": prompt })).await;
+    wait_for(server, admin, &run, "waiting_for_approval").await;
+    let (status, body) = call(
+        server,
+        admin,
+        "nrllm_tool_resume",
+        json!({ "run_id": run, "decision": "approve_all" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let view = wait_for(server, admin, &run, "waiting_for_input").await;
+    (run, view)
+}
+
+/// A server before MCP 2026-07-28 asks inside its open call: the call is held while the run
+/// waits for input (the question says so, and the run's deadline is the held call's); the reply
+/// goes to the server in that call, which writes once. Across a kill -9 the held call is gone:
+/// the reply is not sent and the step says the call's outcome is unknown. Nobody answering in
+/// time cancels the question at the deadline, and the call goes on.
+#[tokio::test]
+async fn a_question_asked_inside_an_open_call_is_answered_in_it_while_it_is_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.json");
+    let settings = format!(
+        "[[mcp_servers]]\nname = \"notes\"\ncommand = \"@self\"\n\
+         args = [\"mcp-demo\", \"--data\", \"{}\", \"--protocol\", \"2025-11-25\"]\n",
+        notes.display()
+    );
+    let first = start(&settings, &[]).await;
+    let admin = log_in(&first, "admin", ADMIN_PASSWORD).await;
+    let before = nrllm_core::clock::now_ms();
+    let (run, view) = held_question(&first, &admin, "Write a note saying buy <b>milk</b>").await;
+    let question = &view["pending"][0]["question"];
+    assert_eq!(question["asked_by"]["server"], "notes", "{view}");
+    assert_eq!(question["asked_by"]["held"], true, "{view}");
+    assert_eq!(question["text"], "What should the new note be called?");
+    assert!(
+        view["steps"]
+            .to_string()
+            .contains("waiting for input, the call held open"),
+        "{view}"
+    );
+    // Held for the default 10 minutes: the run's deadline, well before the day-long approval one.
+    let deadline = view["summary"]["deadline_at"][0]
+        .as_i64()
+        .expect("a deadline");
+    assert!(
+        (before + 590_000..before + 700_000).contains(&deadline),
+        "{deadline} {before}"
+    );
+    let (status, body) = call(
+        &first,
+        &admin,
+        "nrllm_input_answer",
+        json!({ "run_id": run, "fields": {"name": "milk"} }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let view = wait_for(&first, &admin, &run, "completed").await;
+    assert!(view.to_string().contains("Wrote note milk"), "{view}");
+    assert_eq!(Notebook::load(&notes).unwrap().writes, 1);
+
+    // The whole server dies while a call is held: the reply finds no call to go to.
+    let (lost, _) = held_question(&first, &admin, "Write a note saying lost").await;
+    first.signal("KILL");
+    let second = start(
+        &settings,
+        &[
+            ("NRLLM_DATABASE_URL", first.db.as_str()),
+            ("NRLLM_MCP_ELICITATION_TIMEOUT_SECS", "2"),
+            ("NRLLM_LEASE_SECS", "3"),
+        ],
+    )
+    .await;
+    let admin = log_in(&second, "admin", ADMIN_PASSWORD).await;
+    wait_for(&second, &admin, &lost, "waiting_for_input").await;
+    let (status, body) = call(
+        &second,
+        &admin,
+        "nrllm_input_answer",
+        json!({ "run_id": lost, "fields": {"name": "lost"} }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let view = wait_for(&second, &admin, &lost, "completed").await;
+    let steps = view["steps"].to_string();
+    assert!(
+        steps.contains("the reply goes to the call held open"),
+        "{steps}"
+    );
+    assert!(
+        view["summary"]["final_answer"]
+            .to_string()
+            .contains("no longer held open"),
+        "{view}"
+    );
+    assert_eq!(Notebook::load(&notes).unwrap().writes, 1);
+
+    // Nobody answers within the 2 s: the server hears `cancel` and writes nothing.
+    let (late, _) = held_question(&second, &admin, "Write a note saying late").await;
+    let view = wait_for(&second, &admin, &late, "completed").await;
+    assert!(
+        view.to_string()
+            .contains("the operator cancelled the question"),
+        "{view}"
+    );
+    assert_eq!(Notebook::load(&notes).unwrap().writes, 1);
+}

@@ -34,6 +34,10 @@ pub struct QuestionLink {
 pub struct AskedBy {
     pub server: String,
     pub tool: String,
+    /// It asked inside its open call (a server before MCP 2026-07-28), which is held open
+    /// for the answer until the run's deadline, when it is answered `cancel`.
+    #[serde(default)]
+    pub held: bool,
 }
 
 /// One field of a question's form.

@@ -325,8 +325,21 @@ async fn tools(
         .load_into(&registry)
         .await
         .map_err(|err| format!("cannot read the tool settings: {err}"))?;
+    // A question asked inside an open call is held by this process; only on the embedded
+    // database is this process the one every reply reaches.
+    let hold = (db.backend() == nrllm_store::db::Backend::Sqlite)
+        .then(|| std::time::Duration::from_secs(u64::from(settings.mcp_elicitation_timeout_secs)));
+    let servers = settings
+        .mcp_servers
+        .iter()
+        .cloned()
+        .map(|server| nrllm_mcp::config::Server {
+            elicitation_timeout: hold,
+            ..server
+        })
+        .collect();
     let mcp = nrllm_mcp::hub::McpHub::start(
-        settings.mcp_servers.clone(),
+        servers,
         Arc::clone(&registry),
         shutdown.clone(),
         MCP_FIRST_WAIT,

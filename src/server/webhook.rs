@@ -298,6 +298,7 @@ fn server_question(pending: &PendingTurn) -> Value {
             "schema": wait.asked.schema,
             "url": wait.asked.link.as_ref().map(|link| &link.url),
             "host": wait.asked.link.as_ref().map(|link| &link.host),
+            "held": wait.asked.held_until_ms.is_some(),
         })
     })
 }

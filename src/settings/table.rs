@@ -139,7 +139,7 @@ const fn text(
 }
 
 /// Every setting read by a row, in the order they are checked.
-pub(super) const SETTINGS: [Setting; 25] = [
+pub(super) const SETTINGS: [Setting; 26] = [
     text(
         "site_addr",
         "NRLLM_SITE_ADDR",
@@ -371,5 +371,13 @@ pub(super) const SETTINGS: [Setting; 25] = [
         1..=3_600,
         "seconds",
         |s| &mut s.mcp_call_timeout_secs,
+    ),
+    number(
+        "mcp_elicitation_timeout_secs",
+        "NRLLM_MCP_ELICITATION_TIMEOUT_SECS",
+        |f| f.mcp_elicitation_timeout_secs,
+        1..=86_400,
+        "seconds",
+        |s| &mut s.mcp_elicitation_timeout_secs,
     ),
 ];

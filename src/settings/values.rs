@@ -77,6 +77,9 @@ pub struct Settings {
     pub mcp_servers: Vec<nrllm_mcp::config::Server>,
     /// How long an MCP call may take before it is cancelled, unless its server says otherwise.
     pub mcp_call_timeout_secs: u32,
+    /// How long a question an MCP server (before 2026-07-28) asks inside an open call is held
+    /// open for the operator's reply before it is answered `cancel` (embedded database only).
+    pub mcp_elicitation_timeout_secs: u32,
     /// The budget every run gets unless its configuration or its form says otherwise
     /// (`[limits]`; none by default).
     pub limits: BudgetLimits,
@@ -351,6 +354,7 @@ impl Default for Settings {
             approval_timeout_ms: Some(24 * 3_600_000),
             mcp_servers: Vec::new(),
             mcp_call_timeout_secs: 60,
+            mcp_elicitation_timeout_secs: 600,
             limits: BudgetLimits::default(),
             spend_caps: SpendCapSettings::default(),
             notifications: super::notify::Notifications::default(),

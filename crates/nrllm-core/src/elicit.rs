@@ -46,6 +46,12 @@ pub struct Asked {
     /// The server's opaque state, echoed back with the reply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_state: Option<String>,
+    /// A server of a version before 2026-07-28 asked inside its open call: the instance that
+    /// holds the call keeps it open until then (ms since the epoch), when the server is answered
+    /// `cancel`. The reply reaches the server through that held call, not by sending the call
+    /// again ([`Replied::held`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_until_ms: Option<i64>,
 }
 
 /// A link a server asks the operator to open: `https` only, without credentials; its host as
@@ -155,13 +161,18 @@ impl Reply {
     }
 }
 
-/// A reply on its way to the tool that asked: the call is sent again with it.
+/// A reply on its way to the tool that asked: the call is sent again with it (or, for a call
+/// held open, the reply goes to it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Replied {
     pub key: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_state: Option<String>,
     pub reply: Reply,
+    /// The question came inside a call still held open ([`Asked::held_until_ms`]): the reply
+    /// goes to that call, and the call is never sent again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 /// A turn stopped at a call whose server asked: kept in the waiting run's state, everything
@@ -358,6 +369,7 @@ pub fn asked(
         link: None,
         key: key.to_owned(),
         request_state,
+        held_until_ms: None,
     })
 }
 

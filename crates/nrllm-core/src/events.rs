@@ -188,6 +188,10 @@ pub enum Event {
         /// URL mode: the link the operator is asked to open.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         link: Option<crate::elicit::Link>,
+        /// It asked inside the open call, which is held open for the reply
+        /// ([`crate::elicit::Asked::held_until_ms`]).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        held: bool,
     },
     /// A person (or the deadline: `decided_by` is `deadline`, the reply `cancel`) replied to
     /// what a server asked; the call is sent again with the reply.
@@ -200,6 +204,9 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         through_token: Option<String>,
         reply: crate::elicit::Reply,
+        /// The reply went to the call held open, not with the call sent again.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        held: bool,
     },
 }
 

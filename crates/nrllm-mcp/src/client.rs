@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
-    ElicitationCapability, FormElicitationCapability, Implementation, ProgressNotificationParam,
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationCapability,
+    FormElicitationCapability, Implementation, ProgressNotificationParam, UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use rmcp::{ClientHandler, ErrorData};
 use tokio::sync::Notify;
+
+use crate::held::Held;
 
 /// The client side of one connection.
 #[derive(Clone)]
@@ -21,16 +23,22 @@ pub struct Client {
     /// Told when the server says its tool list changed (servers before 2026-07-28 say it unasked;
     /// later ones on a subscription, [`crate::relist::follow`]).
     relist: Arc<Notify>,
+    /// Where a question asked inside an open call goes ([`crate::held`]).
+    held: Arc<Held>,
 }
 
 impl Client {
-    /// A client whose calls' progress goes through `progress` (its server's, kept across
-    /// reconnections).
-    pub fn new(progress: ProgressDispatcher, relist: Arc<Notify>) -> Client {
-        // Form questions, asked the way that lets a run wait durably ([`crate::elicit`]).
+    /// A client whose calls' progress goes through `progress` and whose questions asked inside
+    /// a call go to `held` (its server's, kept across reconnections).
+    pub fn new(progress: ProgressDispatcher, relist: Arc<Notify>, held: Arc<Held>) -> Client {
+        // Forms and links, asked the way that lets a run wait durably ([`crate::elicit`]) or
+        // inside an open call ([`crate::held`]).
         let mut capabilities = ClientCapabilities::default();
-        capabilities.elicitation =
-            Some(ElicitationCapability::new().with_form(FormElicitationCapability::default()));
+        capabilities.elicitation = Some(
+            ElicitationCapability::new()
+                .with_form(FormElicitationCapability::default())
+                .with_url(UrlElicitationCapability::new()),
+        );
         Client {
             info: ClientConfig::new(
                 capabilities,
@@ -38,6 +46,7 @@ impl Client {
             ),
             progress,
             relist,
+            held,
         }
     }
 }
@@ -47,16 +56,14 @@ impl ClientHandler for Client {
         self.info.clone()
     }
 
-    /// A question a server of a version before 2026-07-28 asks inside an open request: not
-    /// shown yet (only the questions that come as a call's "input required" are, durably —
-    /// [`crate::elicit`]), so it is declined, and the log says so.
+    /// A question a server of a version before 2026-07-28 asks inside an open call: answered
+    /// when the operator replies, or `cancel` when its time runs out ([`crate::held`]).
     async fn create_elicitation(
         &self,
-        _request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        request: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        tracing::info!("an MCP server asked a question inside an open request; declined (only questions that come as \"input required\" are shown)");
-        Ok(ElicitResult::new(ElicitationAction::Decline))
+        Ok(self.held.ask(request, &context.meta).await)
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {

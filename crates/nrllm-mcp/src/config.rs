@@ -86,6 +86,11 @@ pub struct Server {
     pub allow: Option<Vec<String>>,
     pub policy: ServerPolicy,
     pub call_timeout: Duration,
+    /// How long a question the server asks inside an open call (versions before 2026-07-28)
+    /// is held open for the operator's reply; `None`: such questions are declined
+    /// ([`crate::held`]). The program sets it (`mcp_elicitation_timeout_secs`, on the embedded
+    /// database only).
+    pub elicitation_timeout: Option<Duration>,
 }
 
 impl Server {
@@ -171,10 +176,8 @@ pub fn check(servers: &[ServerConfig], default_timeout_secs: u32) -> Result<Vec<
                 ))
             }
         };
-        let timeout = server.call_timeout_secs.unwrap_or(default_timeout_secs);
-        if timeout == 0 {
-            return Err(format!("{at}: `call_timeout_secs` must be at least 1"));
-        }
+        let call_timeout = call_timeout(server.call_timeout_secs, default_timeout_secs)
+            .map_err(|err| format!("{at}: {err}"))?;
         checked.push(Server {
             name: server.name.clone(),
             transport,
@@ -183,10 +186,19 @@ pub fn check(servers: &[ServerConfig], default_timeout_secs: u32) -> Result<Vec<
                 approval: server.approval,
                 tools: server.tool_approval.clone(),
             },
-            call_timeout: Duration::from_secs(u64::from(timeout)),
+            call_timeout,
+            elicitation_timeout: None,
         });
     }
     Ok(checked)
+}
+
+/// A server's call time limit: its own `call_timeout_secs`, else the default; at least 1 s.
+fn call_timeout(secs: Option<u32>, default_secs: u32) -> Result<Duration, String> {
+    match secs.unwrap_or(default_secs) {
+        0 => Err("`call_timeout_secs` must be at least 1".to_owned()),
+        secs => Ok(Duration::from_secs(u64::from(secs))),
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use nrllm_core::mcp::Annotations;
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::ProtocolVersion;
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+use rmcp::service::{ClientInitializeError, ClientLifecycleMode, ClientServiceExt};
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 
 use crate::client::Client;
 use crate::config::{Server, Transport, INHERITED_ENV, SELF_COMMAND};
+use crate::held::Held;
 use crate::tool::{bounded, Listed, PREVIEW_SUFFIX};
 
 /// The most tools one server may bring.
@@ -31,59 +32,29 @@ fn lifecycle() -> ClientLifecycleMode {
     }
 }
 
+/// Why a handshake failed: the text for the system page, and whether the server answered that
+/// it speaks only versions of the older handshake (a server on a newer SDK pinned to them).
+struct Failed {
+    text: String,
+    older: bool,
+}
+
 /// Starts (or reaches) the server, shakes hands, and lists its tools.
 pub(crate) async fn connect(
     config: &Server,
-    progress: ProgressDispatcher,
+    (progress, held): (ProgressDispatcher, Arc<Held>),
     relist: Arc<Notify>,
 ) -> Result<(RunningService<RoleClient, Client>, Vec<Listed>), String> {
-    let client = Client::new(progress, relist);
-    let running = match &config.transport {
-        Transport::Stdio {
-            command,
-            args,
-            env,
-            pass_env,
-        } => {
-            let cmd = child_command(command, args, env, pass_env)?;
-            let (process, stderr) = TokioChildProcess::builder(cmd)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|err| {
-                    tracing::warn!(server = %config.name, %err, "an MCP server could not be started");
-                    format!("cannot start `{command}`: {}", err.kind())
-                })?;
-            if let Some(stderr) = stderr {
-                tokio::spawn(log_stderr(config.name.clone(), stderr));
-            }
-            client
-                .serve_with_lifecycle(process, lifecycle())
-                .await
-                .map_err(|err| {
-                    tracing::warn!(server = %config.name, %err, "MCP handshake failed");
-                    "the server started but did not complete the MCP handshake (its output is in \
-                 the server log)"
-                        .to_owned()
-                })?
+    let client = Client::new(progress, relist, held);
+    let running = match handshake(config, client.clone(), lifecycle()).await {
+        // It said which versions it speaks instead of not knowing the newest handshake: the
+        // older handshake, on a new connection.
+        Err(Failed { older: true, .. }) => {
+            handshake(config, client, ClientLifecycleMode::Initialize).await
         }
-        Transport::Http {
-            url,
-            headers,
-            header_env,
-        } => {
-            let sent = http_headers(headers, header_env)?;
-            let transport = StreamableHttpClientTransport::from_config(
-                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(sent),
-            );
-            client
-                .serve_with_lifecycle(transport, lifecycle())
-                .await
-                .map_err(|err| {
-                    tracing::warn!(server = %config.name, %err, "MCP connection failed");
-                    format!("cannot connect to {url} (the details are in the server log)")
-                })?
-        }
-    };
+        other => other,
+    }
+    .map_err(|failed| failed.text)?;
     let tools = running.peer().list_all_tools().await.map_err(|err| {
         tracing::warn!(server = %config.name, %err, "listing an MCP server's tools failed");
         "the server did not list its tools (the details are in the server log)".to_owned()
@@ -96,6 +67,71 @@ pub(crate) async fn connect(
     }
     let listed = listed(tools, config);
     Ok((running, listed))
+}
+
+/// Starts (or reaches) the server and shakes hands as `mode` says.
+async fn handshake(
+    config: &Server,
+    client: Client,
+    mode: ClientLifecycleMode,
+) -> Result<RunningService<RoleClient, Client>, Failed> {
+    let failed = |err: ClientInitializeError, text: String| {
+        tracing::warn!(server = %config.name, %err, "MCP handshake failed");
+        let older = matches!(&err, ClientInitializeError::NoCompatibleProtocolVersion { server_supported, .. }
+            if server_supported.iter().any(ProtocolVersion::has_initialize));
+        Failed { text, older }
+    };
+    let refused = |text: String| Failed { text, older: false };
+    match &config.transport {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            pass_env,
+        } => {
+            let cmd = child_command(command, args, env, pass_env).map_err(refused)?;
+            let (process, stderr) = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|err| {
+                    tracing::warn!(server = %config.name, %err, "an MCP server could not be started");
+                    refused(format!("cannot start `{command}`: {}", err.kind()))
+                })?;
+            if let Some(stderr) = stderr {
+                tokio::spawn(log_stderr(config.name.clone(), stderr));
+            }
+            client
+                .serve_with_lifecycle(process, mode)
+                .await
+                .map_err(|err| {
+                    failed(
+                        err,
+                        "the server started but did not complete the MCP handshake (its output \
+                         is in the server log)"
+                            .to_owned(),
+                    )
+                })
+        }
+        Transport::Http {
+            url,
+            headers,
+            header_env,
+        } => {
+            let sent = http_headers(headers, header_env).map_err(refused)?;
+            let transport = StreamableHttpClientTransport::from_config(
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(sent),
+            );
+            client
+                .serve_with_lifecycle(transport, mode)
+                .await
+                .map_err(|err| {
+                    failed(
+                        err,
+                        format!("cannot connect to {url} (the details are in the server log)"),
+                    )
+                })
+        }
+    }
 }
 
 /// The command that starts a stdio server: this program itself for the built-in demo server,

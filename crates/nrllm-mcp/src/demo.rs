@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use crate::tool::{bounded, EFFECT_KEY_META};
 
 mod name;
-use name::{ask_for_name, checked_name, named, Named, UNNAMED};
+use name::{ask_for_name, ask_inside, checked_name, named, Named, UNNAMED};
 
 /// The longest note the demo keeps.
 pub const MAX_NOTE: usize = 10_000;
@@ -98,6 +98,9 @@ pub struct DemoServer {
     listeners: Arc<Mutex<Vec<rmcp::service::SubscriptionSink>>>,
     /// How many times a client listed the tools.
     listings: Arc<std::sync::atomic::AtomicU32>,
+    /// It speaks only the versions before MCP 2026-07-28 (`--protocol 2025-11-25`), and asks
+    /// for a note's name inside the open call.
+    older: bool,
 }
 
 impl DemoServer {
@@ -114,7 +117,14 @@ impl DemoServer {
             listed: Arc::default(),
             listeners: Arc::default(),
             listings: Arc::default(),
+            older: false,
         })
+    }
+
+    /// The same server speaking only the versions before MCP 2026-07-28.
+    pub fn older(mut self) -> DemoServer {
+        self.older = true;
+        self
     }
 
     /// Serves `tools` from now on and tells every listening client that the list changed
@@ -372,6 +382,13 @@ impl ServerHandler for DemoServer {
         .with_instructions("A notebook of named notes, for the nrllm playground's demo.")
     }
 
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(match self.older {
+            true => ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25),
+            false => ProtocolVersion::KNOWN_VERSIONS,
+        })
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -448,12 +465,15 @@ impl ServerHandler for DemoServer {
                 let name = match args.name.as_deref() {
                     Some(name) => checked_name(Some(name))?.to_owned(),
                     None if request.name == "write_note__preview" => UNNAMED.to_owned(),
-                    None => match named(request.input_responses.as_ref()) {
+                    None => match match self.older {
+                        true => ask_inside(&context.peer).await,
+                        false => named(request.input_responses.as_ref()),
+                    } {
                         Named::Name(name) => name,
                         Named::Ask(message) => return Ok(ask_for_name(&message)),
-                        Named::Refused(action) => {
+                        Named::Refused(why) => {
                             return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
-                                "The note was not written: the operator {action} to name it."
+                                "The note was not written: {why}."
                             ))])
                             .into())
                         }
@@ -507,25 +527,40 @@ pub fn router(server: DemoServer) -> axum::Router {
 pub async fn main_with_args(args: &[String]) -> Result<(), String> {
     let mut data = None;
     let mut http = None;
+    let mut protocol = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--data" => data = Some(PathBuf::from(args.next().ok_or("--data needs a file")?)),
             "--http" => http = Some(args.next().ok_or("--http needs an address")?.clone()),
+            "--protocol" => protocol = Some(args.next().ok_or("--protocol needs a version")?),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}` (use --data FILE, --http ADDR)"
+                    "unknown argument `{other}` (use --data FILE, --http ADDR, --protocol VERSION)"
                 ))
             }
         }
     }
-    serve(data, http.as_deref()).await
+    serve(
+        speaking(data, protocol.map(String::as_str))?,
+        http.as_deref(),
+    )
+    .await
 }
 
-/// Serves the notebook in `data` (in memory if `None`) on stdio, or over Streamable HTTP at
-/// `http` when given.
-pub async fn serve(data: Option<PathBuf>, http: Option<&str>) -> Result<(), String> {
+/// The server over the notebook in `data`, speaking `protocol`: `2026-07-28` (the default, and
+/// the versions before) or `2025-11-25` (only the versions before 2026-07-28).
+pub fn speaking(data: Option<PathBuf>, protocol: Option<&str>) -> Result<DemoServer, String> {
     let server = DemoServer::open(data)?;
+    match protocol {
+        None | Some("2026-07-28") => Ok(server),
+        Some("2025-11-25") => Ok(server.older()),
+        Some(_) => Err("--protocol is 2026-07-28 (the default) or 2025-11-25".to_owned()),
+    }
+}
+
+/// Serves `server` on stdio, or over Streamable HTTP at `http` when given.
+pub async fn serve(server: DemoServer, http: Option<&str>) -> Result<(), String> {
     match http {
         None => serve_stdio(server).await,
         Some(addr) => {

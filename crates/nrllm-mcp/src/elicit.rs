@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 
 use nrllm_core::elicit::{asked, asked_link, Asked, Reply, ReplyAction};
-use rmcp::model::{ElicitRequestParams, InputRequest, InputRequiredResult};
+use rmcp::model::{
+    ElicitRequestParams, ElicitResult, ElicitationAction, InputRequest, InputRequiredResult,
+};
 use serde_json::Value;
 
 /// The most rounds one call goes through declining questions that cannot be shown, before it
@@ -32,8 +34,8 @@ pub enum Needed {
     Declined { answers: Answers, why: String },
 }
 
-/// Reads what `server` asked. One form question is shown; a form that is not the flat kind, a
-/// URL, several questions at once, or a request of another kind (sampling, roots, which this
+/// Reads what `server` asked. One question is shown (a form or a link); a form that is not the
+/// flat kind, a link that is not `https`, several questions at once, or a request of another kind (sampling, roots, which this
 /// client does not offer) is declined, saying why.
 pub fn needed(server: &str, input: InputRequiredResult) -> Needed {
     let request_state = input.request_state;
@@ -43,28 +45,12 @@ pub fn needed(server: &str, input: InputRequiredResult) -> Needed {
         1 => {
             let (key, request) = requests.iter().next().map(|(k, r)| (k.clone(), r)).unzip();
             match (key, request) {
-                (Some(key), Some(InputRequest::Elicitation(request))) => match &request.params {
-                    ElicitRequestParams::FormElicitationParams {
-                        message,
-                        requested_schema,
-                        ..
-                    } => {
-                        let schema = serde_json::to_value(requested_schema).unwrap_or(Value::Null);
-                        match asked(server, &key, message, &schema, request_state.clone()) {
-                            Ok(asked) => return Needed::Ask(Box::new(asked)),
-                            Err(unshowable) => {
-                                Some(format!("it asked with a form that cannot be shown: {unshowable}"))
-                            }
-                        }
+                (Some(key), Some(InputRequest::Elicitation(request))) => {
+                    match shown(server, &key, &request.params, request_state.clone()) {
+                        Ok(asked) => return Needed::Ask(Box::new(asked)),
+                        Err(why) => Some(why),
                     }
-                    ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
-                        match asked_link(server, &key, message, url, request_state.clone()) {
-                            Ok(asked) => return Needed::Ask(Box::new(asked)),
-                            Err(unshowable) => Some(format!("it asked the operator to open a link that cannot be shown: {unshowable}")),
-                        }
-                    }
-                    _ => Some("it asked in a way this client does not know".to_owned()),
-                },
+                }
                 _ => Some("it asked for something other than the operator's input (sampling or roots), which this client does not offer".to_owned()),
             }
         }
@@ -83,6 +69,55 @@ pub fn needed(server: &str, input: InputRequiredResult) -> Needed {
         },
         why: why.unwrap_or_else(|| "it asked to be sent the call again".to_owned()),
     }
+}
+
+/// One question as the operator is shown it, or why it cannot be.
+fn shown(
+    server: &str,
+    key: &str,
+    params: &ElicitRequestParams,
+    request_state: Option<String>,
+) -> Result<Asked, String> {
+    match params {
+        ElicitRequestParams::FormElicitationParams {
+            message,
+            requested_schema,
+            ..
+        } => {
+            let schema = serde_json::to_value(requested_schema).unwrap_or(Value::Null);
+            asked(server, key, message, &schema, request_state).map_err(|unshowable| {
+                format!("it asked with a form that cannot be shown: {unshowable}")
+            })
+        }
+        ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
+            asked_link(server, key, message, url, request_state).map_err(|unshowable| {
+                format!("it asked the operator to open a link that cannot be shown: {unshowable}")
+            })
+        }
+        _ => Err("it asked in a way this client does not know".to_owned()),
+    }
+}
+
+/// The key a question asked inside an open call is kept under (it is answered in that call,
+/// not by key).
+pub const INLINE_KEY: &str = "inline";
+
+/// A question a server asked inside an open call ([`crate::held`]) that is held open until
+/// `held_until_ms`, as the operator is shown it, or why it cannot be (then it is declined).
+pub fn inline(
+    server: &str,
+    params: &ElicitRequestParams,
+    held_until_ms: i64,
+) -> Result<Asked, String> {
+    let mut asked = shown(server, INLINE_KEY, params, None)?;
+    asked.held_until_ms = Some(held_until_ms);
+    Ok(asked)
+}
+
+/// The answer a held call's server reads for `reply` (an `ElicitResult`).
+pub fn result(reply: &Reply) -> ElicitResult {
+    serde_json::from_value(reply.to_wire())
+        .unwrap_or_else(|_| ElicitResult::new(ElicitationAction::Cancel))
 }
 
 /// The answers a call is sent again with after the operator replied.

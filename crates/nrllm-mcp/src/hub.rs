@@ -107,8 +107,8 @@ impl McpHub {
                             list_changes: 0,
                             list_changed_at_ms: None,
                         }),
+                        link: Arc::new(Link::new(config.elicitation_timeout)),
                         config,
-                        link: Arc::default(),
                         reconnect: Notify::new(),
                         tried: watch::channel(false).0,
                         relist: Arc::default(),
@@ -170,6 +170,15 @@ impl McpHub {
             None => false,
         }
     }
+
+    /// How many calls of the server named `name` are held open now, each waiting for the
+    /// operator's reply to a question the server asked inside it ([`crate::held`]).
+    pub fn parked(&self, name: &str) -> usize {
+        self.servers
+            .iter()
+            .find(|s| s.config.name == name)
+            .map_or(0, |server| server.link.parked())
+    }
 }
 
 /// Why a supervisor's wait ended.
@@ -196,7 +205,7 @@ async fn supervise(
             CONNECT_TIMEOUT,
             connect(
                 &server.config,
-                server.link.progress(),
+                (server.link.progress(), server.link.held()),
                 Arc::clone(&server.relist),
             ),
         );

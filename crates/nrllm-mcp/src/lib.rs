@@ -5,11 +5,14 @@
 //! whether a call a crash cut off runs again, follow the core's pure rules in
 //! `nrllm_core::mcp`. The [`demo`] server makes the flow work offline.
 
+mod call;
 pub mod client;
 pub mod config;
 mod connect;
 pub mod demo;
 pub mod elicit;
+pub mod held;
 pub mod hub;
+mod parked;
 pub mod relist;
 pub mod tool;

@@ -3,24 +3,24 @@
 //! effect key in its `_meta`, a time limit, and a cancel sent when the run stops waiting for it.
 
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use nrllm_core::elicit::{Asked, Replied, ReplyAction};
 use nrllm_core::mcp::{registry_name, rerun_after_crash, Annotations, ServerPolicy};
-use nrllm_core::tool::{
-    ArgumentValidator, CallProgress, DynTool, Preview, Progress, ToolContext, ToolError, ToolSpec,
-};
+use nrllm_core::tool::{ArgumentValidator, DynTool, Preview, ToolContext, ToolError, ToolSpec};
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, ContentBlock, InputRequiredResult, MetaObject, RequestId, RequestMetaObject,
-    ServerResult,
+    CallToolRequestParams, CallToolResult, ContentBlock, ElicitResult, ElicitationAction,
+    MetaObject, RequestMetaObject,
 };
-use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
+use rmcp::service::{Peer, RoleClient, ServiceError};
 use serde_json::{Map, Value};
 
+use crate::call::{Answered, Next, Running};
 use crate::elicit::{self, Answers, Needed, MAX_DECLINED_ROUNDS};
+use crate::held::{Ask, Held};
+use crate::parked::{Parked, ParkedCalls};
 
 /// The `_meta` key a call's effect key travels under: a server that keeps the keys it has
 /// applied can answer a repeat (after a crash) without applying it again.
@@ -36,83 +36,6 @@ pub const PREVIEW_SUFFIX: &str = "__preview";
 pub const MAX_DESCRIPTION: usize = 2_000;
 /// The largest input schema accepted, serialized; a tool with a larger one does not join.
 pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
-/// Sends `tools/call` with `params` through `peer` and awaits the answer, handing the server's
-/// progress notifications for it to the run (`progress`) while it runs. The SDK gives each
-/// request a progress token of its own; the call listens under that one. Dropping the future
-/// (a cancelled run, the time limit) tells the server to cancel the call.
-async fn call_with_progress(
-    peer: &Peer<RoleClient>,
-    params: CallToolRequestParams,
-    dispatcher: &ProgressDispatcher,
-    progress: Option<&CallProgress>,
-) -> Result<Answered, ServiceError> {
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-    let handle = peer
-        .send_request_with_option(request, PeerRequestOptions::no_options())
-        .await?;
-    let mut abandoned = CancelOnDrop {
-        peer: peer.clone(),
-        id: Some(handle.id.clone()),
-    };
-    let mut subscriber = match progress {
-        Some(_) => Some(dispatcher.subscribe(handle.progress_token.clone()).await),
-        None => None,
-    };
-    let answer = handle.await_response();
-    tokio::pin!(answer);
-    let answer = loop {
-        let next = async {
-            match subscriber.as_mut() {
-                Some(subscriber) => subscriber.next().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            answer = &mut answer => break answer,
-            Some(note) = next => {
-                let report = Progress::bounded(note.progress, note.total, note.message.as_deref());
-                if let (Some(report), Some(progress)) = (report, progress) {
-                    progress.report(&report);
-                }
-            }
-        }
-    };
-    abandoned.id = None;
-    match answer? {
-        ServerResult::CallToolResult(result) => Ok(Answered::Complete(result)),
-        ServerResult::InputRequiredResult(input) => Ok(Answered::Input(input)),
-        _ => Err(ServiceError::UnexpectedResponse),
-    }
-}
-
-/// A server's answer to `tools/call`: the result, or the input it needs first.
-enum Answered {
-    Complete(CallToolResult),
-    Input(InputRequiredResult),
-}
-
-/// A request whose caller stopped waiting: the server is told to cancel it.
-struct CancelOnDrop {
-    peer: Peer<RoleClient>,
-    id: Option<RequestId>,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Some(id) = self.id.take() else {
-            return;
-        };
-        let peer = self.peer.clone();
-        tokio::spawn(async move {
-            let cancel = CancelledNotificationParam::new(
-                Some(id),
-                Some("the run stopped waiting for the call".to_owned()),
-            );
-            let _ = peer.notify_cancelled(cancel).await;
-        });
-    }
-}
-
 /// The most of a result kept for the model.
 pub const MAX_RESULT: usize = 64 * 1024;
 
@@ -122,18 +45,40 @@ pub const MAX_RESULT: usize = 64 * 1024;
 pub struct Link {
     peer: RwLock<Result<Peer<RoleClient>, String>>,
     progress: ProgressDispatcher,
+    /// Where the questions its server asks inside a call go.
+    held: Arc<Held>,
+    /// The calls held open for the operator's reply to such a question.
+    parked: ParkedCalls,
 }
 
 impl Default for Link {
     fn default() -> Link {
-        Link {
-            peer: RwLock::new(Err(String::new())),
-            progress: ProgressDispatcher::new(),
-        }
+        Link::new(None)
     }
 }
 
 impl Link {
+    /// A server's link, whose questions asked inside a call are held open `hold` (none: declined).
+    pub fn new(hold: Option<Duration>) -> Link {
+        Link {
+            peer: RwLock::new(Err(String::new())),
+            progress: ProgressDispatcher::new(),
+            held: Arc::new(Held::new(hold)),
+            parked: ParkedCalls::default(),
+        }
+    }
+
+    /// Where its server's questions asked inside a call go (the connection's client hands
+    /// them on).
+    pub fn held(&self) -> Arc<Held> {
+        Arc::clone(&self.held)
+    }
+
+    /// How many of its calls are held open for the operator's reply now.
+    pub fn parked(&self) -> usize {
+        self.parked.count()
+    }
+
     fn set(&self, now: Result<Peer<RoleClient>, String>) {
         if let Ok(mut slot) = self.peer.write() {
             *slot = now;
@@ -238,15 +183,15 @@ impl McpTool {
         self.waits
     }
 
-    /// Sends `tools/call` for `tool` and waits at most the time limit. Dropping the future
-    /// (a cancelled run) or running out of time sends `notifications/cancelled` for it.
-    async fn call(
+    /// Sends `tools/call` for `tool` (with the answers of a server that asked before). `Err`
+    /// says why it could not be sent.
+    async fn send(
         &self,
         tool: &str,
         args: &Value,
         ctx: &ToolContext,
         answers: Option<Answers>,
-    ) -> Result<Answered, ToolError> {
+    ) -> Result<Running, ToolError> {
         let peer = self.link.peer().map_err(|reason| {
             ToolError::Refused(format!(
                 "the MCP server `{}` is not connected ({reason}); the call was not sent",
@@ -269,14 +214,25 @@ impl McpTool {
             params.input_responses = Some(answers.responses);
             params.request_state = answers.request_state;
         }
-        let call = call_with_progress(&peer, params, &self.link.progress, ctx.progress.as_ref());
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(err)) => {
-                tracing::warn!(server = %self.server, tool, %err, "an MCP call failed");
-                Err(ToolError::Refused(self.failure_text(&err)))
-            }
-            Err(_) => {
+        let wire = (&self.link.progress, Some(&self.link.held));
+        Running::send(&peer, params, wire, self.timeout)
+            .await
+            .map_err(|err| self.failed(tool, &err))
+    }
+
+    /// What comes next on call `running` of `tool`: its answer, or a question its server asked
+    /// inside it. Running out of time, or failing, is the call's error.
+    async fn next(
+        &self,
+        tool: &str,
+        running: &mut Running,
+        ctx: &ToolContext,
+    ) -> Result<Result<Answered, Ask>, ToolError> {
+        match running.next(ctx.progress.as_ref()).await {
+            Next::Answered(Ok(answered)) => Ok(Ok(answered)),
+            Next::Answered(Err(err)) => Err(self.failed(tool, &err)),
+            Next::Asked(ask) => Ok(Err(ask)),
+            Next::TimedOut => {
                 tracing::warn!(server = %self.server, tool, timeout_secs = self.timeout.as_secs(), "an MCP call timed out");
                 Err(ToolError::Refused(format!(
                     "the MCP server `{}` did not answer within {} s; it was told to cancel the \
@@ -286,6 +242,67 @@ impl McpTool {
                 )))
             }
         }
+    }
+
+    fn failed(&self, tool: &str, err: &ServiceError) -> ToolError {
+        tracing::warn!(server = %self.server, tool, %err, "an MCP call failed");
+        ToolError::Refused(self.failure_text(err))
+    }
+
+    /// The question a server asked inside a call, as the operator is shown it while the call
+    /// is held open ([`crate::held`]), or why it is declined at once (one that cannot be shown,
+    /// or one asked outside a run).
+    fn question(&self, ask: &Ask, ctx: &ToolContext) -> Result<Box<Asked>, String> {
+        if ctx.run_id.is_empty() {
+            return Err("it asked outside a run".to_owned());
+        }
+        let limit = self.link.held.limit().unwrap_or_default();
+        let until = nrllm_core::clock::now_ms()
+            .saturating_add(i64::try_from(limit.as_millis()).unwrap_or(i64::MAX));
+        elicit::inline(&self.server, &ask.params, until).map(Box::new)
+    }
+
+    /// Holds call `running` open until its run goes on with the reply to `ask`.
+    fn park(&self, ask: Ask, running: Running, ctx: &ToolContext) {
+        let parked = Parked {
+            running,
+            reply: ask.reply,
+            since: Instant::now(),
+        };
+        let key = (ctx.run_id.as_str(), ctx.call_id.as_str());
+        let limit = self.link.held.limit().unwrap_or_default();
+        self.link.parked.park(key, parked, limit);
+    }
+
+    /// The call held open for `replied` (its server asked inside it), the reply handed to it;
+    /// `late` says so when the question's time had run out first, and the server heard
+    /// `cancel` instead of the reply.
+    fn held_call(
+        &self,
+        ctx: &ToolContext,
+        replied: &Replied,
+        late: &mut Option<String>,
+    ) -> Result<Running, ToolError> {
+        let Some(parked) = self.link.parked.unpark(&ctx.run_id, &ctx.call_id) else {
+            return Err(ToolError::Refused(format!(
+                "the MCP server `{}` asked a question inside this call, and the call was no \
+                 longer held open when the reply came (this program or the server restarted \
+                 since, or the call was given up): the reply was not sent, and the call may or \
+                 may not have taken effect",
+                self.server
+            )));
+        };
+        let sent = parked.reply.send(elicit::result(&replied.reply)).is_ok();
+        // The server heard `cancel` either way when the reply is one (the deadline's).
+        if !sent && replied.reply.action != ReplyAction::Cancel {
+            *late = Some(format!(
+                "(The server's question was answered `cancel` when its {} s ran out; the \
+                 operator's reply, {}, came later and was not sent.)",
+                self.link.held.limit().unwrap_or_default().as_secs(),
+                replied.reply.describe()
+            ));
+        }
+        Ok(parked.running)
     }
 
     /// What the model (and the operator, in the step) reads about a failed request.
@@ -326,21 +343,37 @@ impl DynTool for McpTool {
 
     /// Sends the call (with the operator's reply, when its server asked before) and reads the
     /// answer. A question the operator can be shown makes the run wait ([`ToolError::Asks`]);
-    /// one that cannot be shown is declined at once, and the result says so.
+    /// one that cannot be shown is declined at once, and the result says so. A question asked
+    /// inside the open call keeps the call open meanwhile; the reply goes on in it.
     async fn execute(&self, args: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
         self.validator.check(args)?;
-        let mut answers = ctx.reply.as_ref().map(|replied| {
-            elicit::answers(&replied.key, &replied.reply, replied.request_state.clone())
-        });
+        let mut late = None;
+        let (mut running, mut answers) = match ctx.reply.as_ref() {
+            Some(replied) if replied.held => (Some(self.held_call(ctx, replied, &mut late)?), None),
+            Some(replied) => (
+                None,
+                Some(elicit::answers(
+                    &replied.key,
+                    &replied.reply,
+                    replied.request_state.clone(),
+                )),
+            ),
+            None => (None, None),
+        };
         let mut declined = Vec::new();
         let result = loop {
-            match self.call(&self.remote, args, ctx, answers.take()).await? {
-                Answered::Complete(result) => break result,
-                Answered::Input(input) => match elicit::needed(&self.server, input) {
+            let mut call = match running.take() {
+                Some(call) => call,
+                None => self.send(&self.remote, args, ctx, answers.take()).await?,
+            };
+            match self.next(&self.remote, &mut call, ctx).await? {
+                Ok(Answered::Complete(result)) => break result,
+                Ok(Answered::Input(input)) => match elicit::needed(&self.server, input) {
                     Needed::Ask(asked) => return Err(ToolError::Asks(asked)),
                     Needed::Declined { .. } if declined.len() >= MAX_DECLINED_ROUNDS => {
                         return Err(ToolError::Refused(format!(
-                            "the MCP server `{}` kept asking for input that cannot be shown ({});                              the call was given up",
+                            "the MCP server `{}` kept asking for input that cannot be shown ({}); \
+                             the call was given up",
                             self.server,
                             declined.join("; ")
                         )))
@@ -349,6 +382,22 @@ impl DynTool for McpTool {
                         tracing::info!(server = %self.server, tool = %self.remote, %why, "an MCP server's question was declined");
                         declined.push(why);
                         answers = Some(sent);
+                    }
+                },
+                Err(ask) => match self.question(&ask, ctx) {
+                    Ok(asked) => {
+                        self.park(ask, call, ctx);
+                        return Err(ToolError::Asks(asked));
+                    }
+                    Err(why) => {
+                        tracing::info!(server = %self.server, tool = %self.remote, %why, "an MCP server's question inside a call was declined");
+                        let _ = ask
+                            .reply
+                            .send(ElicitResult::new(ElicitationAction::Decline));
+                        if declined.len() < MAX_DECLINED_ROUNDS {
+                            declined.push(why);
+                        }
+                        running = Some(call);
                     }
                 },
             }
@@ -364,6 +413,9 @@ impl DynTool for McpTool {
                 declined.join("; ")
             );
         }
+        if let Some(late) = late {
+            text = format!("{late}\n{text}");
+        }
         if result.is_error == Some(true) {
             return Err(ToolError::Refused(text));
         }
@@ -377,10 +429,21 @@ impl DynTool for McpTool {
         };
         let mut ctx = ctx.clone();
         ctx.effect_key = None;
-        let Answered::Complete(result) = self.call(preview, args, &ctx, None).await? else {
-            return Err(ToolError::Refused(format!(
+        let mut call = self.send(preview, args, &ctx, None).await?;
+        let asked = || {
+            ToolError::Refused(format!(
                 "{preview} asked for the operator's input; a preview never waits for it"
-            )));
+            ))
+        };
+        let result = match self.next(preview, &mut call, &ctx).await? {
+            Ok(Answered::Complete(result)) => result,
+            Ok(Answered::Input(_)) => return Err(asked()),
+            Err(ask) => {
+                let _ = ask
+                    .reply
+                    .send(ElicitResult::new(ElicitationAction::Decline));
+                return Err(asked());
+            }
         };
         let text = result_text(&result);
         if result.is_error == Some(true) {

@@ -33,6 +33,7 @@ fn stdio(name: &str, data: &Path, env: &[(&str, &str)]) -> Server {
         allow: None,
         policy: ServerPolicy::default(),
         call_timeout: Duration::from_secs(10),
+        elicitation_timeout: None,
     }
 }
 
@@ -47,6 +48,7 @@ fn http(name: &str, url: &str) -> Server {
         allow: None,
         policy: ServerPolicy::default(),
         call_timeout: Duration::from_secs(10),
+        elicitation_timeout: None,
     }
 }
 
@@ -437,6 +439,7 @@ async fn a_server_that_needs_a_name_asks_and_the_reply_goes_back_with_the_call()
                     action,
                     content: name.map(|n| json!({ "name": n })),
                 },
+                held: false,
             }),
             ..keyed("k-ask")
         };
@@ -472,6 +475,49 @@ async fn a_server_that_needs_a_name_asks_and_the_reply_goes_back_with_the_call()
     shutdown.cancel();
 }
 
+/// What a scripted server says of itself: tools, nothing more.
+fn tools_only() -> rmcp::model::ServerConfig {
+    rmcp::model::ServerConfig::new(
+        rmcp::model::ServerCapabilities::builder()
+            .enable_tools()
+            .build(),
+    )
+}
+
+/// A scripted server's one read-only tool, taking `properties`.
+fn one_tool(
+    name: &str,
+    description: &str,
+    properties: serde_json::Value,
+) -> rmcp::model::ListToolsResult {
+    let serde_json::Value::Object(schema) = json!({"type": "object", "properties": properties})
+    else {
+        unreachable!()
+    };
+    let tool = rmcp::model::Tool::new(name.to_owned(), description.to_owned(), schema)
+        .annotate(rmcp::model::ToolAnnotations::new().read_only(true));
+    rmcp::model::ListToolsResult::with_all_items(vec![tool])
+}
+
+/// Serves a scripted server over Streamable HTTP on a free local port: its URL.
+async fn scripted<S: rmcp::ServerHandler + Clone + Send + Sync + 'static>(server: S) -> String {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await
+    });
+    url
+}
+
 /// A scripted server whose one tool asks the operator to open a page first (URL mode of MCP
 /// 2026-07-28's "input required"), then answers as the reply says.
 #[derive(Clone)]
@@ -479,11 +525,7 @@ struct LinkServer;
 
 impl rmcp::ServerHandler for LinkServer {
     fn get_info(&self) -> rmcp::model::ServerConfig {
-        rmcp::model::ServerConfig::new(
-            rmcp::model::ServerCapabilities::builder()
-                .enable_tools()
-                .build(),
-        )
+        tools_only()
     }
 
     async fn list_tools(
@@ -491,13 +533,7 @@ impl rmcp::ServerHandler for LinkServer {
         _request: Option<rmcp::model::PaginatedRequestParams>,
         _context: rmcp::service::RequestContext<rmcp::service::RoleServer>,
     ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
-        let schema = json!({"type": "object", "properties": {}});
-        let serde_json::Value::Object(schema) = schema else {
-            unreachable!()
-        };
-        let tool = rmcp::model::Tool::new("sign_in", "Signs in to the tracker.", schema)
-            .annotate(rmcp::model::ToolAnnotations::new().read_only(true));
-        Ok(rmcp::model::ListToolsResult::with_all_items(vec![tool]))
+        Ok(one_tool("sign_in", "Signs in to the tracker.", json!({})))
     }
 
     async fn call_tool(
@@ -539,20 +575,7 @@ impl rmcp::ServerHandler for LinkServer {
 #[tokio::test]
 async fn a_server_that_asks_the_operator_to_open_a_link_gets_the_reply_with_the_call() {
     use nrllm_core::elicit::{Replied, Reply, ReplyAction};
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService,
-    };
-    let service = StreamableHttpService::new(
-        || Ok(LinkServer),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await
-    });
+    let url = scripted(LinkServer).await;
     let (_hub, registry, shutdown) = start(vec![http("auth", &url)]).await;
     let tool = registry
         .get("auth__sign_in")
@@ -570,6 +593,7 @@ async fn a_server_that_asks_the_operator_to_open_a_link_gets_the_reply_with_the_
             key: asked.key.clone(),
             request_state: asked.request_state.clone(),
             reply: Reply::without_content(action),
+            held: false,
         }),
         ..ToolContext::default()
     };
@@ -665,5 +689,194 @@ async fn a_changed_tool_list_is_listed_again_and_a_loosened_gate_waits_until_acc
         accepted.tools.iter().all(|t| t.held.is_none()),
         "{accepted:?}"
     );
+    shutdown.cancel();
+}
+
+/// A scripted server of a version before 2026-07-28: its one tool asks for a title inside the
+/// open call (`elicitation/create` while `tools/call` runs) and answers with what it was told.
+/// `{"form": "plain-link"}` asks to open a link that cannot be shown (not https).
+#[derive(Clone)]
+struct HoldingServer;
+
+impl rmcp::ServerHandler for HoldingServer {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        tools_only()
+    }
+
+    fn supported_protocol_versions(
+        &self,
+    ) -> std::borrow::Cow<'static, [rmcp::model::ProtocolVersion]> {
+        use rmcp::model::ProtocolVersion;
+        std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
+    /// A server of those versions does not know `server/discover`.
+    async fn discover(
+        &self,
+        _context: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> Result<rmcp::model::DiscoverResult, rmcp::ErrorData> {
+        Err(rmcp::ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            "server/discover",
+            None,
+        ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        Ok(one_tool(
+            "file_ticket",
+            "Files a ticket.",
+            json!({"form": {"type": "string"}}),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        use rmcp::model::{CallToolResult, ContentBlock};
+        let plain_link = request
+            .arguments
+            .as_ref()
+            .and_then(|args| args.get("form"))
+            .is_some_and(|form| form == "plain-link");
+        let params = match plain_link {
+            true => json!({"mode": "url", "message": "Sign in first",
+                           "url": "http://tracker.example/login", "elicitationId": "e1"}),
+            false => json!({"mode": "form", "message": "What is the <i>ticket</i> called?",
+                            "requestedSchema": {"type": "object", "required": ["title"],
+                                "properties": {"title": {"type": "string", "title": "Title"}}}}),
+        };
+        let params: rmcp::model::ElicitRequestParams = serde_json::from_value(params).unwrap();
+        let answer = context
+            .peer
+            .create_elicitation(params)
+            .await
+            .map_err(|err| rmcp::ErrorData::internal_error(err.to_string(), None))?;
+        let told = serde_json::to_value(&answer).unwrap();
+        let text = match told["content"]["title"].as_str() {
+            Some(title) => format!("filed: {title}"),
+            None => format!("not filed: {}", told["action"].as_str().unwrap_or("?")),
+        };
+        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+    }
+}
+
+/// A server before 2026-07-28 asks inside its open call: the call is held open while the run
+/// waits (the question reaches the run as `ToolError::Asks`, saying until when), the reply goes
+/// to the server in that call — after longer than the call's own time limit, which waits
+/// meanwhile —, a question nobody answers in time is answered `cancel` (a later reply is not
+/// sent, and the step says so), a reply for a call no longer held says its outcome is unknown,
+/// and a question that cannot be shown, or one asked outside a run, is declined at once.
+#[tokio::test]
+async fn a_server_that_asks_inside_its_call_is_answered_in_that_call() {
+    use nrllm_core::elicit::{Asked, Replied, Reply, ReplyAction};
+    let url = scripted(HoldingServer).await;
+    let hold = Duration::from_millis(2_500);
+    let server = Server {
+        call_timeout: Duration::from_secs(1),
+        elicitation_timeout: Some(hold),
+        ..http("tickets", &url)
+    };
+    let (hub, registry, shutdown) = start(vec![server]).await;
+    let Some(tool) = registry.get("tickets__file_ticket") else {
+        panic!("the scripted server did not join: {:?}", hub.statuses());
+    };
+    let in_run = |call: &str| ToolContext {
+        run_id: "run-1".to_owned(),
+        call_id: call.to_owned(),
+        ..ToolContext::default()
+    };
+    let ask = |call: &'static str| {
+        let tool = Arc::clone(&tool);
+        async move {
+            let before = nrllm_core::clock::now_ms();
+            match tool.execute(&json!({}), &in_run(call)).await {
+                Err(ToolError::Asks(asked)) => {
+                    let until = asked.held_until_ms.expect("held open");
+                    assert!(
+                        until >= before + 2_000 && until <= before + 5_000,
+                        "{until}"
+                    );
+                    asked
+                }
+                other => panic!("expected a question, got {other:?}"),
+            }
+        }
+    };
+    let replied = |call: &str, asked: &Asked, reply: Reply| ToolContext {
+        reply: Some(Replied {
+            key: asked.key.clone(),
+            request_state: None,
+            reply,
+            held: true,
+        }),
+        ..in_run(call)
+    };
+    let accept = || Reply {
+        action: ReplyAction::Accept,
+        content: Some(json!({"title": "Disk full"})),
+    };
+
+    let asked = ask("c1").await;
+    assert_eq!(asked.server, "tickets");
+    assert_eq!(asked.message, "What is the <i>ticket</i> called?");
+    assert_eq!(asked.schema["required"], json!(["title"]));
+    assert_eq!(hub.parked("tickets"), 1);
+    // Longer than the call's own second: that limit waits while the operator does.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        tool.execute(&json!({}), &replied("c1", &asked, accept()))
+            .await,
+        Ok("filed: Disk full".to_owned())
+    );
+    let asked = ask("c2").await;
+    let declined = Reply::without_content(ReplyAction::Decline);
+    assert_eq!(
+        tool.execute(&json!({}), &replied("c2", &asked, declined))
+            .await,
+        Ok("not filed: decline".to_owned())
+    );
+
+    // Nobody answers in time: the server hears `cancel`; the late reply is not sent.
+    let asked = ask("c3").await;
+    tokio::time::sleep(hold + Duration::from_millis(500)).await;
+    let late = tool
+        .execute(&json!({}), &replied("c3", &asked, accept()))
+        .await
+        .unwrap();
+    assert!(late.ends_with("\nnot filed: cancel"), "{late}");
+    assert!(late.contains("came later and was not sent"), "{late}");
+
+    // A reply for a call this process no longer holds (it restarted meanwhile).
+    let lost = tool
+        .execute(&json!({}), &replied("c9", &asked, accept()))
+        .await;
+    assert!(
+        matches!(&lost, Err(ToolError::Refused(text)) if text.contains("no longer held open") && text.contains("may or may not have taken effect")),
+        "{lost:?}"
+    );
+
+    // Not shown: a plain http link, and any question outside a run.
+    let plain = tool
+        .execute(&json!({"form": "plain-link"}), &in_run("c4"))
+        .await
+        .unwrap();
+    assert!(
+        plain.contains("declined: it asked the operator to open a link that cannot be shown")
+            && plain.ends_with("not filed: decline"),
+        "{plain}"
+    );
+    let outside = tool
+        .execute(&json!({}), &ToolContext::default())
+        .await
+        .unwrap();
+    assert!(outside.contains("it asked outside a run"), "{outside}");
+    assert_eq!(hub.parked("tickets"), 0);
     shutdown.cancel();
 }

@@ -17,14 +17,19 @@ pub(super) fn input_title(event: &Event) -> (String, bool) {
             tool,
             message,
             link,
+            held,
             ..
         } => {
             let link = link
                 .as_ref()
                 .map(|link| format!(" (a link to {})", link.host))
                 .unwrap_or_default();
+            let held = match held {
+                true => ", the call held open",
+                false => "",
+            };
             (
-                format!("{server} asks, during {tool}: {message}{link} — waiting for input"),
+                format!("{server} asks, during {tool}: {message}{link} — waiting for input{held}"),
                 true,
             )
         }
@@ -33,15 +38,20 @@ pub(super) fn input_title(event: &Event) -> (String, bool) {
             decided_by,
             through_token,
             reply,
+            held,
             ..
         } => {
             let through = through_token
                 .as_deref()
                 .map(|token| format!(" (token {token})"))
                 .unwrap_or_default();
+            let then = match held {
+                true => "the reply goes to the call held open",
+                false => "the call is sent again",
+            };
             (
                 format!(
-                    "{server}'s question {} by {decided_by}{through}; the call is sent again",
+                    "{server}'s question {} by {decided_by}{through}; {then}",
                     reply.describe()
                 ),
                 reply.action == ReplyAction::Accept,

@@ -114,6 +114,7 @@ fn question_of(state: &SuspendedState, call: &ToolCall) -> Option<QuestionView> 
             asked_by: Some(AskedBy {
                 server: wait.asked.server.clone(),
                 tool: call.name.clone(),
+                held: wait.asked.held_until_ms.is_some(),
             }),
             link: wait.asked.link.as_ref().map(|link| QuestionLink {
                 url: link.url.clone(),

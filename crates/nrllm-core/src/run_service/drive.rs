@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::claimed::{verdict_of, ClaimedRun};
 use super::segment::{Segment, SegmentSink};
-use super::{approval_deadline, dispatches, recorded_decision, unavailable, RunService};
+use super::{dispatches, recorded_decision, unavailable, wait_deadline, RunService};
 use crate::events::{Event, EventSink, UnknownStep};
 use crate::failpoint;
 use crate::interrupt::Stop;
@@ -477,7 +477,7 @@ impl RunService {
                 kept,
                 &events,
                 now,
-                approval_deadline(segment.configuration, now),
+                wait_deadline(segment.configuration, state, now),
             )
             .await
         {

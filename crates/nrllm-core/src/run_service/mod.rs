@@ -166,6 +166,24 @@ fn approval_deadline(configuration: &RunConfiguration, now_ms: i64) -> Option<i6
         .map(|timeout| now_ms.saturating_add(i64::try_from(timeout).unwrap_or(i64::MAX)))
 }
 
+/// When the turn `state` suspended at `now_ms` must be decided by: the configuration's timeout,
+/// or sooner, the time a server holds its call open for the question it asked
+/// ([`crate::elicit::Asked::held_until_ms`]), when the question is answered `cancel`.
+fn wait_deadline(
+    configuration: &RunConfiguration,
+    state: &SuspendedState,
+    now_ms: i64,
+) -> Option<i64> {
+    let held = state
+        .elicited
+        .as_ref()
+        .and_then(|wait| wait.asked.held_until_ms);
+    match (approval_deadline(configuration, now_ms), held) {
+        (Some(timeout), Some(held)) => Some(timeout.min(held)),
+        (timeout, held) => timeout.or(held),
+    }
+}
+
 impl RunService {
     /// A service over `store`, building loops with `loops`.
     pub fn new(store: Arc<dyn RunStore>, loops: Arc<dyn LoopFactory>) -> RunService {

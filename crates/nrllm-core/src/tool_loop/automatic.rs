@@ -132,6 +132,7 @@ pub fn reply_event(
         decided_by: decided_by.to_owned(),
         through_token: token.map(str::to_owned),
         reply: reply.clone(),
+        held: wait.asked.held_until_ms.is_some(),
     }
 }
 

@@ -328,6 +328,7 @@ fn waiting_event(state: &SuspendedState) -> Event {
             message: wait.asked.message.clone(),
             schema: wait.asked.schema.clone(),
             link: wait.asked.link.clone(),
+            held: wait.asked.held_until_ms.is_some(),
         };
     }
     match state.budget {
@@ -369,6 +370,7 @@ impl ToolLoop {
                 key: wait.asked.key.clone(),
                 request_state: wait.asked.request_state.clone(),
                 reply: reply.clone(),
+                held: wait.asked.held_until_ms.is_some(),
             },
         ));
         let plans = state
