@@ -1,7 +1,9 @@
 //! MCP tools in the real server binary, against the demo notebook server it starts over stdio
 //! (`nrllm-playground mcp-demo`): a run cancelled while its approved MCP call is in flight tells
 //! the server to cancel the call, and a server that cannot start is shown failed, with its
-//! reason, while the rest of the program works; without any, the system page says so.
+//! reason, while the rest of the program works; without any, the system page says so. A
+//! server's question waits across a restart; one asked inside an open call is answered in it,
+//! also when the reply is given through another instance (Postgres).
 
 #![cfg(feature = "ssr")]
 
@@ -267,6 +269,16 @@ async fn held_question(
     (run, view)
 }
 
+/// Settings with the demo notebook server on `notes`, speaking only the versions before MCP
+/// 2026-07-28 (so it asks inside its open call).
+fn older_notes(notes: &std::path::Path) -> String {
+    format!(
+        "[[mcp_servers]]\nname = \"notes\"\ncommand = \"@self\"\n\
+         args = [\"mcp-demo\", \"--data\", \"{}\", \"--protocol\", \"2025-11-25\"]\n",
+        notes.display()
+    )
+}
+
 /// A server before MCP 2026-07-28 asks inside its open call: the call is held while the run
 /// waits for input (the question says so, and the run's deadline is the held call's); the reply
 /// goes to the server in that call, which writes once. Across a kill -9 the held call is gone:
@@ -276,11 +288,7 @@ async fn held_question(
 async fn a_question_asked_inside_an_open_call_is_answered_in_it_while_it_is_held() {
     let dir = tempfile::tempdir().unwrap();
     let notes = dir.path().join("notes.json");
-    let settings = format!(
-        "[[mcp_servers]]\nname = \"notes\"\ncommand = \"@self\"\n\
-         args = [\"mcp-demo\", \"--data\", \"{}\", \"--protocol\", \"2025-11-25\"]\n",
-        notes.display()
-    );
+    let settings = older_notes(&notes);
     let first = start(&settings, &[]).await;
     let admin = log_in(&first, "admin", ADMIN_PASSWORD).await;
     let before = nrllm_core::clock::now_ms();
@@ -294,6 +302,11 @@ async fn a_question_asked_inside_an_open_call_is_answered_in_it_while_it_is_held
             .to_string()
             .contains("waiting for input, the call held open"),
         "{view}"
+    );
+    let page = html(&first, &admin.cookies, "/system").await;
+    assert!(
+        page.contains("1 call(s) held open for an operator"),
+        "{page}"
     );
     // Held for the default 10 minutes: the run's deadline, well before the day-long approval one.
     let deadline = view["summary"]["deadline_at"][0]
@@ -360,4 +373,90 @@ async fn a_question_asked_inside_an_open_call_is_answered_in_it_while_it_is_held
         "{view}"
     );
     assert_eq!(Notebook::load(&notes).unwrap().writes, 1);
+}
+
+/// Two instances on one Postgres database, each with its own demo notebook server of a version
+/// before MCP 2026-07-28: the reply to a question asked inside a call one instance holds open,
+/// given through the other instance, reaches that call (the run is queued for the instance that
+/// holds it). Once that instance is killed, its hold lapses within the lease and the other goes
+/// on with the run: the call's outcome is unknown, and nothing is written twice.
+#[tokio::test]
+async fn a_reply_given_through_another_instance_reaches_the_call_held_open_there() {
+    let pg = nrllm_store::testing::postgres_from_env().await;
+    let dir = tempfile::tempdir().unwrap();
+    let notes = [dir.path().join("a.json"), dir.path().join("b.json")];
+    let env = [
+        ("NRLLM_DATABASE_URL", pg.url.as_str()),
+        ("NRLLM_LEASE_SECS", "2"),
+    ];
+    // One after the other: the first start migrates the database and creates the admin.
+    let a = start(&older_notes(&notes[0]), &env).await;
+    let b = start(&older_notes(&notes[1]), &env).await;
+    let admin = log_in(&a, "admin", ADMIN_PASSWORD).await;
+    let writes = || {
+        notes
+            .iter()
+            .map(|path| Notebook::load(path).map_or(0, |book| book.writes))
+            .sum::<u64>()
+    };
+    // Whichever instance's worker took the run holds the call; the reply goes through the other.
+    let holder = |run: String| {
+        let (db, a, b) = (pg.db.clone(), &a, &b);
+        async move {
+            let owner: Option<String> =
+                sqlx::query_scalar("SELECT held_by FROM agent_run WHERE id = $1")
+                    .bind(&run)
+                    .fetch_one(db.pool())
+                    .await
+                    .unwrap();
+            let owner = owner.expect("the waiting run is held for the instance holding its call");
+            match (a.owns(&owner), b.owns(&owner)) {
+                (true, false) => (a, b),
+                (false, true) => (b, a),
+                _ => panic!("the hold {owner} is neither instance's"),
+            }
+        }
+    };
+    for n in 1..=3u64 {
+        let (run, _) = held_question(&a, &admin, &format!("Write a note saying n{n}")).await;
+        let (_, other) = holder(run.clone()).await;
+        let (status, body) = call(
+            other,
+            &admin,
+            "nrllm_input_answer",
+            json!({ "run_id": run, "fields": {"name": format!("n{n}")} }),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let view = wait_for(other, &admin, &run, "completed").await;
+        assert!(
+            view.to_string().contains(&format!("Wrote note n{n}")),
+            "{view}"
+        );
+        assert!(!view.to_string().contains("no longer held open"), "{view}");
+        assert_eq!(writes(), n);
+    }
+
+    // The holding instance dies: its hold lapses, and the survivor goes on with the run.
+    let (lost, _) = held_question(&a, &admin, "Write a note saying lost").await;
+    let (holding, survivor) = holder(lost.clone()).await;
+    holding.signal("KILL");
+    let (status, body) = call(
+        survivor,
+        &admin,
+        "nrllm_input_answer",
+        json!({ "run_id": lost, "fields": {"name": "lost"} }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let view = wait_for(survivor, &admin, &lost, "completed").await;
+    assert!(
+        view["summary"]["final_answer"]
+            .to_string()
+            .contains("no longer held open"),
+        "{view}"
+    );
+    assert_eq!(writes(), 3);
+    drop((a, b));
+    pg.cleanup().await;
 }

@@ -90,4 +90,7 @@ pub struct McpServerView {
     /// "Its tool list changed 2 time(s), last at 2026-12-04 23:20:01 UTC", once it has.
     #[serde(default)]
     pub list_changed: Option<String>,
+    /// "1 call held open for an operator's reply …", while any is.
+    #[serde(default)]
+    pub held_calls: Option<String>,
 }

@@ -189,6 +189,7 @@ fn McpServer(server: McpServerView, can_reconnect: bool) -> impl IntoView {
     let retry = server.retry_at.map(|at| format!("Tried again at {at}."));
     let any_held = server.tools.iter().any(|t| t.held.is_some());
     let list_changed = server.list_changed.clone();
+    let held_calls = server.held_calls.clone();
     let tools = server
         .tools
         .into_iter()
@@ -221,6 +222,7 @@ fn McpServer(server: McpServerView, can_reconnect: bool) -> impl IntoView {
             })}
             {retry.map(|retry| view! { <p class="text-xs text-slate-500">{retry}</p> })}
             {list_changed.map(|text| view! { <p class="text-xs text-slate-500" data-testid="system-mcp-list-changed">{text}</p> })}
+            {held_calls.map(|text| view! { <p class="text-xs text-slate-500" data-testid="system-mcp-held-calls">{text}</p> })}
             <ul class="ml-4 mt-1 list-disc">{tools}</ul>
             {(can_reconnect && any_held).then(|| view! { <AcceptHints name=name.clone() /> })}
             {can_reconnect.then(|| view! {

@@ -236,7 +236,9 @@ impl Leases {
     }
 
     /// Renews the lease of every run this process drives; a run whose lease is gone (another
-    /// instance took it over) is no longer renewed, and its task's next write is refused.
+    /// instance took it over) is no longer renewed, and its task's next write is refused. Renews
+    /// too the holds on runs whose server's call is held open here (only this instance can
+    /// answer through it).
     pub async fn heartbeat(&self) {
         let now = now_ms();
         for id in self.driving() {
@@ -264,6 +266,10 @@ impl Leases {
                 }
                 Err(err) => tracing::warn!(run_id = %id, %err, "renewing a run's lease failed"),
             }
+        }
+        // The runs waiting for a reply that goes through a call held open here.
+        if let Err(err) = self.store.renew_holds(now).await {
+            tracing::warn!(%err, "renewing the holds of calls held open here failed");
         }
     }
 

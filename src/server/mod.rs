@@ -325,10 +325,11 @@ async fn tools(
         .load_into(&registry)
         .await
         .map_err(|err| format!("cannot read the tool settings: {err}"))?;
-    // A question asked inside an open call is held by this process; only on the embedded
-    // database is this process the one every reply reaches.
-    let hold = (db.backend() == nrllm_store::db::Backend::Sqlite)
-        .then(|| std::time::Duration::from_secs(u64::from(settings.mcp_elicitation_timeout_secs)));
+    // A question asked inside an open call is held by this process; its run is held for it in
+    // the queue, so that the reply reaches it whichever instance it was given to.
+    let hold = Some(std::time::Duration::from_secs(u64::from(
+        settings.mcp_elicitation_timeout_secs,
+    )));
     let servers = settings
         .mcp_servers
         .iter()

@@ -27,6 +27,15 @@ pub async fn recover_cut_off_runs(
     if backend == Backend::Postgres {
         return Ok(0);
     }
+    // The calls the last process held open for its servers' questions died with it: their runs
+    // are anyone's to take (the reply finds no call to go to, and says so).
+    let released = store.release_holds().await?;
+    if released > 0 {
+        tracing::warn!(
+            runs = released,
+            "calls held open by the last process are gone; their runs no longer wait for it"
+        );
+    }
     let cut_off = store
         .list(&RunFilter {
             status: Some(RunStatus::Running),

@@ -78,7 +78,7 @@ pub struct Settings {
     /// How long an MCP call may take before it is cancelled, unless its server says otherwise.
     pub mcp_call_timeout_secs: u32,
     /// How long a question an MCP server (before 2026-07-28) asks inside an open call is held
-    /// open for the operator's reply before it is answered `cancel` (embedded database only).
+    /// open for the operator's reply before it is answered `cancel`.
     pub mcp_elicitation_timeout_secs: u32,
     /// The budget every run gets unless its configuration or its form says otherwise
     /// (`[limits]`; none by default).

@@ -441,4 +441,11 @@ pub trait LeaseStore: Send + Sync {
     /// whoever holds it (`force`: the only instance, recovering at start). `false` if the run is
     /// not running or another instance got it first.
     async fn take_lease(&self, id: Uuid, now_ms: i64, force: bool) -> Result<bool, StoreError>;
+    /// Extends the holds of this instance: the runs waiting for (or queued with) a reply to a
+    /// question their server asked inside a call this instance holds open, which only it takes
+    /// from the queue while the hold lasts ([`crate::elicit::Asked::held_until_ms`]). How many.
+    async fn renew_holds(&self, now_ms: i64) -> Result<u64, StoreError>;
+    /// Ends every hold of another instance (the only instance, at start: the calls they held
+    /// died with the last process). How many.
+    async fn release_holds(&self) -> Result<u64, StoreError>;
 }

@@ -88,8 +88,7 @@ pub struct Server {
     pub call_timeout: Duration,
     /// How long a question the server asks inside an open call (versions before 2026-07-28)
     /// is held open for the operator's reply; `None`: such questions are declined
-    /// ([`crate::held`]). The program sets it (`mcp_elicitation_timeout_secs`, on the embedded
-    /// database only).
+    /// ([`crate::held`]). The program sets it (`mcp_elicitation_timeout_secs`).
     pub elicitation_timeout: Option<Duration>,
 }
 

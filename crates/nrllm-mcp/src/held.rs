@@ -13,9 +13,9 @@
 //! - when the time runs out first, the server is answered `cancel` and the call goes on; the
 //!   run's wait ends at the same time (its deadline).
 //!
-//! Only this process holds a call, so only a run whose reply reaches this process can hand it
-//! on: the app holds questions on the embedded database (one instance) and declines them,
-//! logging why, on Postgres.
+//! Only this process holds a call, so only this process can hand the reply on: the store holds
+//! the waiting run for this instance (its queue gives the run, once answered through any
+//! instance, only to this one while the hold lasts; the hold is renewed like a lease).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -124,7 +124,7 @@ impl Held {
     /// `decline` at once when questions are not held here or the call cannot be told.
     pub async fn ask(&self, params: ElicitRequestParams, meta: &RequestMetaObject) -> ElicitResult {
         let Some(limit) = self.limit else {
-            tracing::info!("an MCP server asked a question inside an open call; declined (questions inside a call are held only on the embedded database)");
+            tracing::info!("an MCP server asked a question inside an open call; declined (questions inside a call are not held here)");
             return answer(ElicitationAction::Decline);
         };
         let asks = match self.route(meta) {

@@ -59,6 +59,9 @@ pub struct Status {
     /// (milliseconds since the epoch).
     pub list_changes: u32,
     pub list_changed_at_ms: Option<i64>,
+    /// How many of its calls are held open now for an operator's reply to the question it asked
+    /// inside them ([`crate::held`]).
+    pub held_calls: usize,
 }
 
 struct Supervised {
@@ -106,6 +109,7 @@ impl McpHub {
                             connections: 0,
                             list_changes: 0,
                             list_changed_at_ms: None,
+                            held_calls: 0,
                         }),
                         link: Arc::new(Link::new(config.elicitation_timeout)),
                         config,
@@ -140,7 +144,11 @@ impl McpHub {
     pub fn statuses(&self) -> Vec<Status> {
         self.servers
             .iter()
-            .filter_map(|server| server.status.read().ok().map(|s| s.clone()))
+            .filter_map(|server| {
+                let mut status = server.status.read().ok()?.clone();
+                status.held_calls = server.link.parked();
+                Some(status)
+            })
             .collect()
     }
 

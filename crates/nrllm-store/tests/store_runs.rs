@@ -1399,6 +1399,125 @@ async fn a_claimed_decision_waits_queued_and_any_instance_carries_it_out_once() 
     }
 }
 
+/// A run whose server asked inside a call instance "one" holds open: once answered (queued),
+/// only "one" takes it while its hold lasts; the hold is renewed like a lease, lapses when not,
+/// and is released at a lone instance's start.
+#[tokio::test]
+async fn a_run_waiting_on_a_call_held_open_is_taken_only_by_the_instance_that_holds_it() {
+    for db in backends().await {
+        let lease_ms = 1_000;
+        let one = SqlRunStore::new(db.db.clone()).with_lease("one", lease_ms);
+        let two = SqlRunStore::new(db.db.clone()).with_lease("two", lease_ms);
+        let now = now_ms();
+        // Suspends waiting for input, with or without the call held open, and is then answered:
+        // queued (as the claim leaves it).
+        let waiting = |held: bool| {
+            let one = one.clone();
+            async move {
+                let run = one.create(&new_run("held"), now, true).await.unwrap();
+                let mut asked = nrllm_core::elicit::asked(
+                    "notes",
+                    "k1",
+                    "Name?",
+                    &json!({"type": "object", "properties": {}}),
+                    None,
+                )
+                .unwrap();
+                asked.held_until_ms = held.then_some(now + 600_000);
+                let mut state = empty_state();
+                state.elicited = Some(nrllm_core::elicit::Elicited {
+                    call_id: "c1".into(),
+                    asked,
+                    choices: Vec::new(),
+                    effect_keys: Default::default(),
+                    approved_bases: Default::default(),
+                    notes: Default::default(),
+                });
+                let run = one
+                    .suspend(run.id, run.version, Kept::new(&state), &[], now, None)
+                    .await
+                    .unwrap();
+                assert_eq!(run.status, RunStatus::WaitingForInput);
+                sqlx::query(
+                    "UPDATE agent_run SET status = 'queued', queued_at_ms = $1 WHERE id = $2",
+                )
+                .bind(now)
+                .bind(run.id.to_string())
+                .execute(one.database().pool())
+                .await
+                .unwrap();
+                run.id
+            }
+        };
+        let held = waiting(true).await;
+        let free = waiting(false).await;
+        let hold = |id: uuid::Uuid| {
+            let db = db.db.clone();
+            async move {
+                let row: (Option<String>, Option<i64>) =
+                    sqlx::query_as("SELECT held_by, held_until_ms FROM agent_run WHERE id = $1")
+                        .bind(id.to_string())
+                        .fetch_one(db.pool())
+                        .await
+                        .unwrap();
+                row
+            }
+        };
+        assert_eq!(
+            hold(held).await,
+            (Some("one".into()), Some(now + lease_ms)),
+            "{}",
+            db.name
+        );
+        assert_eq!(hold(free).await, (None, None));
+
+        // The other instance takes only the run nobody holds, even asked by id.
+        let taken = two.take_queued(now, 10).await.unwrap();
+        assert_eq!(
+            taken.iter().map(|r| r.id).collect::<Vec<_>>(),
+            [free],
+            "{}",
+            db.name
+        );
+        assert!(two.take_run(held, now).await.unwrap().is_none());
+        // Renewed by its holder, the hold outlasts the first lease.
+        assert_eq!(one.renew_holds(now + 900).await.unwrap(), 1);
+        assert_eq!(two.renew_holds(now + 900).await.unwrap(), 0);
+        assert!(two
+            .take_queued(now + lease_ms + 100, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        // Not renewed, it lapses: anyone takes the run, and the hold ends with the take.
+        let later = now + 900 + lease_ms + 1;
+        let taken = two.take_queued(later, 10).await.unwrap();
+        assert_eq!(
+            taken.iter().map(|r| r.id).collect::<Vec<_>>(),
+            [held],
+            "{}",
+            db.name
+        );
+        assert_eq!(hold(held).await, (None, None));
+
+        // Its holder takes such a run at once; a lone instance's start releases the holds of the
+        // process before it.
+        let mine = waiting(true).await;
+        assert_eq!(
+            one.take_queued(now, 10).await.unwrap().len(),
+            1,
+            "{}",
+            db.name
+        );
+        assert_eq!(hold(mine).await, (None, None));
+        let orphan = waiting(true).await;
+        assert_eq!(one.release_holds().await.unwrap(), 0, "its own holds stay");
+        assert_eq!(two.release_holds().await.unwrap(), 1);
+        assert_eq!(hold(orphan).await, (None, None));
+        assert_eq!(two.take_queued(now, 10).await.unwrap().len(), 1);
+        db.cleanup().await;
+    }
+}
+
 #[tokio::test]
 async fn cancel_stops_a_running_run_and_names_the_approved_call_in_flight_as_outcome_unknown() {
     for db in backends().await {

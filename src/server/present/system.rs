@@ -45,6 +45,13 @@ pub fn mcp_server_view(
                 format_utc(at)
             )
         }),
+        held_calls: (status.held_calls > 0).then(|| {
+            format!(
+                "{} call(s) held open for an operator's reply to the question it asked inside \
+                 them (see the inbox).",
+                status.held_calls
+            )
+        }),
     }
 }
 

@@ -18,12 +18,16 @@ impl LeaseStore for SqlRunStore {
             return Ok(Vec::new());
         }
         // An idle queue is the common case: a read answers it without a write transaction.
-        let any: Option<String> =
-            sqlx::query_scalar("SELECT id FROM agent_run WHERE status = $1 LIMIT 1")
-                .bind(RunStatus::Queued.as_str())
-                .fetch_optional(self.db.pool())
-                .await
-                .map_err(backend)?;
+        let any: Option<String> = sqlx::query_scalar(&format!(
+            "SELECT id FROM agent_run WHERE status = $1 AND {} LIMIT 1",
+            takeable(2, 3)
+        ))
+        .bind(RunStatus::Queued.as_str())
+        .bind(&*self.owner)
+        .bind(now_ms)
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(backend)?;
         if any.is_none() {
             return Ok(Vec::new());
         }
@@ -36,8 +40,9 @@ impl LeaseStore for SqlRunStore {
                 // planner may run it again for every row, and each run skips the rows just
                 // taken — taking them all.
                 let sql = format!(
-                    "WITH next AS (SELECT id FROM agent_run WHERE status = $5 \
+                    "WITH next AS (SELECT id FROM agent_run WHERE status = $5 AND {} \
                      ORDER BY queued_at_ms, id LIMIT $6 FOR UPDATE SKIP LOCKED) {}",
+                    takeable(2, 4),
                     take_sql("id IN (SELECT id FROM next)")
                 );
                 self.bind_take(&sql, now_ms)
@@ -49,10 +54,14 @@ impl LeaseStore for SqlRunStore {
             // The immediate transaction lets one taker in at a time: pick, then take each (SQLite
             // would evaluate a LIMIT subquery again as the update goes).
             Backend::Sqlite => {
-                let ids: Vec<String> = sqlx::query_scalar(
-                    "SELECT id FROM agent_run WHERE status = $1 ORDER BY queued_at_ms, id LIMIT $2",
-                )
+                let ids: Vec<String> = sqlx::query_scalar(&format!(
+                    "SELECT id FROM agent_run WHERE status = $1 AND {} \
+                     ORDER BY queued_at_ms, id LIMIT $4",
+                    takeable(2, 3)
+                ))
                 .bind(RunStatus::Queued.as_str())
+                .bind(&*self.owner)
+                .bind(now_ms)
                 .bind(i64::from(limit))
                 .fetch_all(&mut *tx)
                 .await
@@ -114,6 +123,42 @@ impl LeaseStore for SqlRunStore {
 
     async fn expired_leases(&self, now_ms: i64, limit: u32) -> Result<Vec<Uuid>, StoreError> {
         self.overdue(Sweep::Leases, now_ms, limit).await
+    }
+
+    async fn renew_holds(&self, now_ms: i64) -> Result<u64, StoreError> {
+        // Holding nothing is the common case: a read answers it without a write.
+        let any: Option<String> =
+            sqlx::query_scalar("SELECT id FROM agent_run WHERE held_by = $1 LIMIT 1")
+                .bind(&*self.owner)
+                .fetch_optional(self.db.pool())
+                .await
+                .map_err(backend)?;
+        if any.is_none() {
+            return Ok(0);
+        }
+        let renewed = sqlx::query(
+            "UPDATE agent_run SET held_until_ms = $1 WHERE held_by = $2 AND status IN ($3, $4)",
+        )
+        .bind(now_ms + self.lease_ms)
+        .bind(&*self.owner)
+        .bind(RunStatus::WaitingForInput.as_str())
+        .bind(RunStatus::Queued.as_str())
+        .execute(self.db.pool())
+        .await
+        .map_err(backend)?;
+        Ok(renewed.rows_affected())
+    }
+
+    async fn release_holds(&self) -> Result<u64, StoreError> {
+        let released = sqlx::query(
+            "UPDATE agent_run SET held_by = NULL, held_until_ms = NULL \
+             WHERE held_by IS NOT NULL AND held_by <> $1",
+        )
+        .bind(&*self.owner)
+        .execute(self.db.pool())
+        .await
+        .map_err(backend)?;
+        Ok(released.rows_affected())
     }
 
     async fn take_lease(&self, id: Uuid, now_ms: i64, force: bool) -> Result<bool, StoreError> {

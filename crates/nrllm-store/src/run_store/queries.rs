@@ -53,14 +53,23 @@ pub(super) const RUN_COLUMNS: &str =
     approval_deadline_ms, queued_at_ms, approved_bases, cancel_by, cancel_reason, unreported_usage, \
     cached_input_tokens, cache_write_tokens, reasoning_tokens, approvals_required";
 
+/// The queued runs this instance (parameter `owner`, at parameter `now`) may take: all but those
+/// whose server's call another instance still holds open for them (`held_by`, renewed by its
+/// heartbeat until `held_until_ms`).
+pub(super) fn takeable(owner: u8, now: u8) -> String {
+    format!("(held_by IS NULL OR held_by = ${owner} OR held_until_ms < ${now})")
+}
+
 /// The update that takes the queued runs matching `which` for this instance ($1–$5: see
-/// [`SqlRunStore::bind_take`]), returning them.
+/// [`SqlRunStore::bind_take`]), returning them; a hold ends as its run is taken.
 pub(super) fn take_sql(which: &str) -> String {
     format!(
         "UPDATE agent_run SET status = $1, lease_owner = $2, lease_until_ms = $3, \
          version = version + 1, updated_at_ms = $4, \
-         started_at_ms = COALESCE(started_at_ms, $4), queued_at_ms = NULL \
-         WHERE status = $5 AND {which} RETURNING {RUN_COLUMNS}"
+         started_at_ms = COALESCE(started_at_ms, $4), queued_at_ms = NULL, \
+         held_by = NULL, held_until_ms = NULL \
+         WHERE status = $5 AND {} AND {which} RETURNING {RUN_COLUMNS}",
+        takeable(2, 4)
     )
 }
 

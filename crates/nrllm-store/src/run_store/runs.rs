@@ -77,6 +77,10 @@ impl RunStore for SqlRunStore {
         deadline_ms: Option<i64>,
     ) -> Result<RunRecord, StoreError> {
         let state = kept.state;
+        let held = state
+            .elicited
+            .as_ref()
+            .is_some_and(|wait| wait.asked.held_until_ms.is_some());
         let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, suspended_state = $2, iterations = $3, tool_calls = $4, \
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, \
@@ -85,7 +89,7 @@ impl RunStore for SqlRunStore {
              decided_by = NULL, decided_at_ms = NULL, decision = NULL, decision_record = NULL, \
              lease_owner = NULL, lease_until_ms = 0, approval_deadline_ms = $15, \
              unreported_usage = $16, cached_input_tokens = $17, cache_write_tokens = $18, \
-             reasoning_tokens = $19, approvals_required = $20 \
+             reasoning_tokens = $19, approvals_required = $20, held_by = $21, held_until_ms = $22 \
              WHERE id = $10 AND status = $11 AND version = $12 AND lease_owner = $14 \
              AND cancel_by IS NULL RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
         ))
@@ -106,7 +110,11 @@ impl RunStore for SqlRunStore {
         .bind(deadline_ms)
         .bind(i64::from(state.counters.usage.unreported))
         .bind_usage_parts(&state.counters.usage)
-        .bind(i64::from(state.approvals_required.max(1)));
+        .bind(i64::from(state.approvals_required.max(1)))
+        // A server's call held open here for the question it asked: only this instance can
+        // answer through it, so the run is held for it (renewed by its heartbeat).
+        .bind(held.then(|| self.owner.to_string()))
+        .bind(held.then_some(now_ms + self.lease_ms));
         let mut transition = self.transition(fence, id, events)?;
         transition.before_commit = Some(match state.budget {
             Some(_) => "during_budget_suspend_commit",
