@@ -308,6 +308,21 @@ async fn a_question_asked_inside_an_open_call_is_answered_in_it_while_it_is_held
         page.contains("1 call(s) held open for an operator"),
         "{page}"
     );
+    // The tools' gates are kept for the next start (a hint loosened meanwhile is caught).
+    let db = nrllm_store::db::Database::connect(&first.db).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let waits: Option<i64> =
+            sqlx::query_scalar("SELECT waits FROM mcp_tool_gate WHERE tool = 'notes__write_note'")
+                .fetch_optional(db.pool())
+                .await
+                .unwrap();
+        if waits == Some(1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the gates are kept: {waits:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     // Held for the default 10 minutes: the run's deadline, well before the day-long approval one.
     let deadline = view["summary"]["deadline_at"][0]
         .as_i64()

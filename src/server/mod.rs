@@ -9,6 +9,7 @@ pub mod auth;
 pub mod configurations;
 pub mod diff;
 pub mod export;
+pub mod gates;
 pub mod health;
 pub mod indexer;
 pub mod json_body;
@@ -343,7 +344,12 @@ async fn tools(
         servers,
         Arc::clone(&registry),
         shutdown.clone(),
-        MCP_FIRST_WAIT,
+        (
+            MCP_FIRST_WAIT,
+            Some(Arc::new(gates::StoredGates(
+                nrllm_store::mcp_gates::McpGateStore::new(db.clone()),
+            ))),
+        ),
     )
     .await;
     Ok((registry, tool_settings, mcp))

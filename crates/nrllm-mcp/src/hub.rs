@@ -4,7 +4,8 @@
 //! the system page reads each server's state. A server that fails never stops the program: its
 //! state says why, and its tools (if it had joined) answer that it is not connected.
 
-use std::sync::{Arc, RwLock};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use nrllm_core::registry::ToolRegistry;
@@ -20,6 +21,7 @@ use crate::client::Client;
 use crate::config::{Server, Transport};
 pub use crate::connect::MAX_TOOLS;
 use crate::connect::{connect, listed};
+use crate::gates::GateMemory;
 use crate::relist::RELIST_EVERY;
 use crate::tool::{bounded, Link, Listed, McpTool};
 
@@ -75,6 +77,11 @@ struct Supervised {
     relist: Arc<Notify>,
     /// What it listed last: an administrator's acceptance of looser hints rebuilds from it.
     last_listed: RwLock<Vec<Listed>>,
+    /// Its tools' gates as the last process left them, until its tools first join here.
+    recalled: Mutex<Option<Vec<McpToolStatus>>>,
+    memory: Option<Arc<dyn GateMemory>>,
+    /// Its tools' gates as they joined last, for the keeper ([`Supervised::keep_gates`]).
+    gates: watch::Sender<Option<BTreeMap<String, bool>>>,
 }
 
 /// Every configured server.
@@ -87,18 +94,29 @@ impl McpHub {
     /// Starts a supervisor for each server and waits until each has tried once (at most
     /// `first_wait`), so that runs cut off by the last stop find their tools; a server still
     /// connecting after that joins when it can.
+    /// `memory` keeps the tools' gates across restarts ([`crate::gates`]).
     pub async fn start(
         servers: Vec<Server>,
         registry: Arc<ToolRegistry>,
         shutdown: CancellationToken,
-        first_wait: Duration,
+        (first_wait, memory): (Duration, Option<Arc<dyn GateMemory>>),
     ) -> Arc<McpHub> {
         // https servers: rustls with ring (installing twice is harmless).
         let _ = rustls::crypto::ring::default_provider().install_default();
+        let recalled = match &memory {
+            Some(memory) => memory.recall().await.unwrap_or_else(|err| {
+                tracing::warn!(%err, "the MCP tools' gates before this start cannot be read; a hint loosened meanwhile is not caught");
+                BTreeMap::new()
+            }),
+            None => BTreeMap::new(),
+        };
         let hub = Arc::new(McpHub {
             servers: servers
                 .into_iter()
                 .map(|config| {
+                    let remembered = memory
+                        .is_some()
+                        .then(|| crate::gates::of_server(&recalled, &config.name));
                     Arc::new(Supervised {
                         status: RwLock::new(Status {
                             name: config.name.clone(),
@@ -117,6 +135,9 @@ impl McpHub {
                         tried: watch::channel(false).0,
                         relist: Arc::default(),
                         last_listed: RwLock::default(),
+                        recalled: Mutex::new(remembered),
+                        memory: memory.clone(),
+                        gates: watch::channel(None).0,
                     })
                 })
                 .collect(),
@@ -124,6 +145,9 @@ impl McpHub {
         });
         let mut tried = Vec::new();
         for server in &hub.servers {
+            // Subscribed before it can join, so that no change is missed.
+            let changed = server.gates.subscribe();
+            tokio::spawn(Arc::clone(server).keep_gates(changed, shutdown.clone()));
             tried.push(server.tried.subscribe());
             tokio::spawn(supervise(
                 Arc::clone(server),
@@ -356,11 +380,14 @@ impl Supervised {
     /// old gate ([`crate::relist::held`]); without, every tool is gated by its hints.
     fn register(&self, registry: &ToolRegistry, listed: Vec<Listed>, keep: bool) {
         let config = &self.config;
-        let before = self
-            .status
-            .read()
-            .map(|s| s.tools.clone())
-            .unwrap_or_default();
+        // Its tools first join here: as the last process left them.
+        let recalled = self.recalled.lock().ok().and_then(|mut r| r.take());
+        let before = recalled.unwrap_or_else(|| {
+            self.status
+                .read()
+                .map(|s| s.tools.clone())
+                .unwrap_or_default()
+        });
         if let Ok(mut last) = self.last_listed.write() {
             *last = listed.clone();
         }
@@ -406,8 +433,48 @@ impl Supervised {
                 tool.refused = Some(taken.to_string());
             }
         }
+        self.remember(&shown);
         if let Ok(mut status) = self.status.write() {
             status.tools = shown;
+        }
+    }
+
+    /// Keeps the gates of its tools as `shown`, for the next start ([`crate::gates`]): the
+    /// keeper writes the latest, in order.
+    fn remember(&self, shown: &[McpToolStatus]) {
+        if self.memory.is_none() {
+            return;
+        }
+        let gates = shown
+            .iter()
+            .filter(|tool| tool.refused.is_none())
+            .map(|tool| (tool.name.clone(), tool.waits))
+            .collect();
+        self.gates.send_replace(Some(gates));
+    }
+
+    /// Writes its tools' gates to `memory` as they change, the latest each time, until
+    /// `shutdown`.
+    async fn keep_gates(
+        self: Arc<Self>,
+        mut changed: watch::Receiver<Option<BTreeMap<String, bool>>>,
+        shutdown: CancellationToken,
+    ) {
+        let Some(memory) = self.memory.clone() else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                seen = changed.changed() => if seen.is_err() { return },
+            }
+            let Some(gates) = changed.borrow_and_update().clone() else {
+                continue;
+            };
+            let server = &self.config.name;
+            if let Err(err) = memory.remember(server, gates).await {
+                tracing::warn!(%server, %err, "the MCP tools' gates cannot be kept for the next start");
+            }
         }
     }
 

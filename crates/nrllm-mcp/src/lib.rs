@@ -11,6 +11,7 @@ pub mod config;
 mod connect;
 pub mod demo;
 pub mod elicit;
+pub mod gates;
 pub mod held;
 pub mod hub;
 mod parked;

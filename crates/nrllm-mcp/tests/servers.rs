@@ -12,6 +12,7 @@ use nrllm_core::registry::{AllowList, ToolRegistry};
 use nrllm_core::tool::{Preview, ToolContext, ToolError};
 use nrllm_mcp::config::{Server, Transport};
 use nrllm_mcp::demo::{DemoServer, Fault, Notebook};
+use nrllm_mcp::gates::GateMemory;
 use nrllm_mcp::hub::{McpHub, State, Status};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -65,7 +66,13 @@ async fn http_server(fault: Option<Fault>) -> (String, DemoServer) {
 async fn start(servers: Vec<Server>) -> (Arc<McpHub>, Arc<ToolRegistry>, CancellationToken) {
     let registry = Arc::new(ToolRegistry::new());
     let shutdown = CancellationToken::new();
-    let hub = McpHub::start(servers, Arc::clone(&registry), shutdown.clone(), WAIT).await;
+    let hub = McpHub::start(
+        servers,
+        Arc::clone(&registry),
+        shutdown.clone(),
+        (WAIT, None),
+    )
+    .await;
     (hub, registry, shutdown)
 }
 
@@ -630,13 +637,9 @@ async fn a_changed_tool_list_is_listed_again_and_a_loosened_gate_waits_until_acc
         .needs_approval(&args));
     assert_eq!(status(&hub.statuses(), "web").list_changes, 0);
 
-    let changed: Vec<rmcp::model::Tool> = DemoServer::tools()
+    let changed: Vec<rmcp::model::Tool> = loosened()
         .into_iter()
         .filter(|tool| tool.name != "count_words")
-        .map(|tool| match tool.name.as_ref() {
-            "write_note" => tool.annotate(rmcp::model::ToolAnnotations::new().read_only(true)),
-            _ => tool,
-        })
         .collect();
     web.replace_tools(changed).await;
     until("the changed list is listed again", || {
@@ -689,6 +692,106 @@ async fn a_changed_tool_list_is_listed_again_and_a_loosened_gate_waits_until_acc
         accepted.tools.iter().all(|t| t.held.is_none()),
         "{accepted:?}"
     );
+    shutdown.cancel();
+}
+
+/// The demo server's tools, `write_note` now saying it is read-only.
+fn loosened() -> Vec<rmcp::model::Tool> {
+    DemoServer::tools()
+        .into_iter()
+        .map(|tool| match tool.name.as_ref() {
+            "write_note" => tool.annotate(rmcp::model::ToolAnnotations::new().read_only(true)),
+            _ => tool,
+        })
+        .collect()
+}
+
+/// Gates kept in memory, as the program keeps them in its database.
+#[derive(Default)]
+struct Kept(std::sync::Mutex<BTreeMap<String, bool>>);
+
+impl Kept {
+    fn get(&self, tool: &str) -> Option<bool> {
+        self.0.lock().unwrap().get(tool).copied()
+    }
+}
+
+#[async_trait::async_trait]
+impl GateMemory for Kept {
+    async fn recall(&self) -> Result<BTreeMap<String, bool>, String> {
+        Ok(self.0.lock().unwrap().clone())
+    }
+
+    async fn remember(&self, server: &str, gates: BTreeMap<String, bool>) -> Result<(), String> {
+        let mut kept = self.0.lock().unwrap();
+        kept.retain(|tool, _| !tool.starts_with(&format!("{server}__")));
+        kept.extend(gates);
+        Ok(())
+    }
+}
+
+/// A tool whose hints loosened while the program was down — its gate, kept from the last start,
+/// says it waited — keeps that gate at the first connection after the start too, until an
+/// administrator accepts the change; without the kept gates it would run unasked. The gates are
+/// kept as the tools join and as the change is accepted.
+#[tokio::test]
+async fn a_hint_loosened_while_the_program_was_down_keeps_its_gate_until_accepted() {
+    let (url, web) = http_server(None).await;
+    let args = json!({"name": "a", "text": "b"});
+    let memory = Arc::new(Kept::default());
+    let remembering = |memory: &Arc<Kept>| Some(Arc::clone(memory) as Arc<dyn GateMemory>);
+    let start_with = |memory: Option<Arc<dyn GateMemory>>| {
+        let url = url.clone();
+        async move {
+            let registry = Arc::new(ToolRegistry::new());
+            let shutdown = CancellationToken::new();
+            let hub = McpHub::start(
+                vec![http("web", &url)],
+                Arc::clone(&registry),
+                shutdown.clone(),
+                (WAIT, memory),
+            )
+            .await;
+            (hub, registry, shutdown)
+        }
+    };
+    let (_, _, shutdown) = start_with(remembering(&memory)).await;
+    until("the gates are kept", || {
+        memory.get("web__write_note") == Some(true) && memory.get("web__count_words") == Some(false)
+    })
+    .await;
+    shutdown.cancel();
+
+    // While the program is down, the server says write_note is read-only.
+    web.replace_tools(loosened()).await;
+    let (_, forgetful, shutdown) = start_with(None).await;
+    assert!(!forgetful
+        .get("web__write_note")
+        .unwrap()
+        .needs_approval(&args));
+    shutdown.cancel();
+    let (hub, registry, shutdown) = start_with(remembering(&memory)).await;
+    assert!(registry
+        .get("web__write_note")
+        .unwrap()
+        .needs_approval(&args));
+    let write = status(&hub.statuses(), "web")
+        .tools
+        .iter()
+        .find(|t| t.name == "web__write_note")
+        .cloned()
+        .unwrap();
+    assert!(write.held.is_some(), "{write:?}");
+
+    assert_eq!(hub.accept_hints("web"), Some(1));
+    assert!(!registry
+        .get("web__write_note")
+        .unwrap()
+        .needs_approval(&args));
+    until("the accepted gate is kept", || {
+        memory.get("web__write_note") == Some(false)
+    })
+    .await;
     shutdown.cancel();
 }
 

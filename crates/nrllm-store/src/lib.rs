@@ -7,6 +7,7 @@ pub mod chain;
 pub mod contacts;
 pub mod db;
 mod error;
+pub mod mcp_gates;
 pub mod notifications;
 pub mod notify;
 mod outbox;
