@@ -475,3 +475,37 @@ async fn a_reply_given_through_another_instance_reaches_the_call_held_open_there
     drop((a, b));
     pg.cleanup().await;
 }
+
+/// A call held open keeps its run's running slot: with `max_running_runs = 1`, a run started
+/// meanwhile stays queued; the reply is still taken (the held call's slot is its own), and once
+/// its call is done the queued run goes on.
+#[tokio::test]
+async fn a_call_held_open_keeps_its_runs_running_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes.json");
+    let server = start(&older_notes(&notes), &[("NRLLM_MAX_RUNNING_RUNS", "1")]).await;
+    let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
+    let (held, _) = held_question(&server, &admin, "Write a note saying slot").await;
+    let queued = start_run(
+        &server,
+        &admin,
+        json!({ "prompt": "Rename the home page to \"Later\"" }),
+    )
+    .await;
+    // The queue is looked at every 500 ms: three looks, and the run is still queued.
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    let view = wait_for(&server, &admin, &queued, "queued").await;
+    assert_eq!(view["summary"]["status"], "queued", "{view}");
+    let (status, body) = call(
+        &server,
+        &admin,
+        "nrllm_input_answer",
+        json!({ "run_id": held, "fields": {"name": "slot"} }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let view = wait_for(&server, &admin, &held, "completed").await;
+    assert!(view.to_string().contains("Wrote note slot"), "{view}");
+    wait_for(&server, &admin, &queued, "waiting_for_approval").await;
+    assert_eq!(Notebook::load(&notes).unwrap().writes, 1);
+}

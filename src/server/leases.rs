@@ -103,6 +103,9 @@ pub struct Leases {
     bell: Notify,
     /// Each held lease's deadline by this process's clock.
     clock: Arc<LeaseClock>,
+    /// How many calls this process holds open for an operator's reply to the question their
+    /// server asked inside them: each keeps its run's running slot.
+    held_calls: Box<dyn Fn() -> usize + Send + Sync>,
 }
 
 /// Holds a run in [`Leases::driving`] while its task lives; dropping it (the task ended, or
@@ -148,13 +151,30 @@ impl Leases {
             peak: Default::default(),
             bell: Notify::new(),
             clock,
+            held_calls: Box::new(|| 0),
         }
+    }
+
+    /// The same leases, counting the calls `held_calls` says are held open here against the
+    /// running slots ([`Leases::free`]).
+    pub fn with_held_calls(
+        mut self,
+        held_calls: impl Fn() -> usize + Send + Sync + 'static,
+    ) -> Leases {
+        self.held_calls = Box::new(held_calls);
+        self
+    }
+
+    /// How many calls this process holds open now for a question their server asked inside
+    /// them.
+    pub fn held_calls(&self) -> usize {
+        (self.held_calls)()
     }
 
     /// How many more runs this instance may drive now.
     pub fn free(&self) -> usize {
         let busy: usize = self.lock().values().sum();
-        self.capacity.saturating_sub(busy)
+        self.capacity.saturating_sub(busy + self.held_calls())
     }
 
     /// The most runs this instance drove at once since start.

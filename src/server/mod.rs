@@ -156,8 +156,8 @@ impl AppState {
         let (webhook_store, webhooks, notify) =
             announcers(&db, &accounts, &runs, bells, (settings, &configurations)).await?;
         let tasks = TaskTracker::new();
-        let (leases, queue) = workers(&store, &runs, &tasks, (lease, lease_clock), &live, settings);
-        tracing::info!(%instance, lease_secs = settings.lease_secs, max_running_runs = settings.max_running_runs, "this instance");
+        let lease = (lease, lease_clock);
+        let (leases, queue) = workers((&store, &runs, &tasks), lease, (&live, &mcp), settings);
         recovery::recover_cut_off_runs(&store, &leases, db.backend())
             .await
             .map_err(|err| format!("cannot recover the runs the last stop cut off: {err}"))?;
@@ -292,6 +292,7 @@ async fn run_store(
         key = sql_store.database().audit_key().id(),
         "runs' logs are chained by the audit key with this id"
     );
+    tracing::info!(%instance, lease_secs = settings.lease_secs, max_running_runs = settings.max_running_runs, "this instance");
     Ok((instance, lease, sql_store))
 }
 
@@ -468,23 +469,26 @@ fn webhooks(
     Ok(Some(Arc::new(webhooks)))
 }
 
-/// The leases this instance holds (with their heartbeat and reaper) and the queue's worker.
+/// The leases this instance holds (with their heartbeat and reaper; the calls its MCP servers
+/// hold open count against its running slots) and the queue's worker.
 fn workers(
-    store: &Arc<dyn RunStore>,
-    runs: &Arc<RunService>,
-    tasks: &TaskTracker,
+    (store, runs, tasks): (&Arc<dyn RunStore>, &Arc<RunService>, &TaskTracker),
     lease: (std::time::Duration, Arc<leases::LeaseClock>),
-    live: &Arc<LiveHub>,
+    (live, mcp): (&Arc<LiveHub>, &Arc<nrllm_mcp::hub::McpHub>),
     settings: &Settings,
 ) -> (Arc<leases::Leases>, Arc<queue::Queue>) {
-    let leases = Arc::new(leases::Leases::new(
-        Arc::clone(store),
-        Arc::clone(runs),
-        tasks.clone(),
-        lease,
-        live.clone(),
-        settings.max_running_runs as usize,
-    ));
+    let mcp = Arc::clone(mcp);
+    let leases = Arc::new(
+        leases::Leases::new(
+            Arc::clone(store),
+            Arc::clone(runs),
+            tasks.clone(),
+            lease,
+            live.clone(),
+            settings.max_running_runs as usize,
+        )
+        .with_held_calls(move || mcp.held_calls()),
+    );
     let queue = Arc::new(queue::Queue::new(
         Arc::clone(runs),
         Arc::clone(store),

@@ -55,14 +55,25 @@ impl Queue {
     pub async fn fill(&self) -> Result<usize, StoreError> {
         let mut total = 0;
         loop {
+            // Runs answered through a call held open here first: each has its slot already, the
+            // held call's (so a full instance still takes the replies that free its slots).
+            let held = self.leases.held_calls();
+            let mut work = match held {
+                0 => Vec::new(),
+                held => {
+                    self.runs
+                        .take_held(u32::try_from(held).unwrap_or(u32::MAX))
+                        .await?
+                }
+            };
             let free = self.leases.free();
-            if free == 0 {
-                return Ok(total);
+            if free > 0 {
+                let more = self
+                    .runs
+                    .take_next(u32::try_from(free).unwrap_or(u32::MAX))
+                    .await?;
+                work.extend(more);
             }
-            let work = self
-                .runs
-                .take_next(u32::try_from(free).unwrap_or(u32::MAX))
-                .await?;
             if work.is_empty() {
                 return Ok(total);
             }

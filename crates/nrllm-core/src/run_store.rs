@@ -429,6 +429,9 @@ pub trait LeaseStore: Send + Sync {
     /// under its lease, at a new version. Runs another instance is taking at the same moment are
     /// skipped, never taken twice.
     async fn take_queued(&self, now_ms: i64, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
+    /// [`LeaseStore::take_queued`], of only the runs held for this instance (answered through a
+    /// call it holds open: each has its running slot already, the held call's).
+    async fn take_held(&self, now_ms: i64, limit: u32) -> Result<Vec<RunRecord>, StoreError>;
     /// Takes queued run `id` for this instance (`None`: not queued, or taken by someone else).
     async fn take_run(&self, id: Uuid, now_ms: i64) -> Result<Option<RunRecord>, StoreError>;
     /// Extends this instance's lease on a running run it drives, and says whether someone asked

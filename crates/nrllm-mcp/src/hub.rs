@@ -203,6 +203,12 @@ impl McpHub {
         }
     }
 
+    /// How many calls of every server are held open now, each for an operator's reply to the
+    /// question its server asked inside it: each keeps its run's running slot here.
+    pub fn held_calls(&self) -> usize {
+        self.servers.iter().map(|server| server.link.parked()).sum()
+    }
+
     /// How many calls of the server named `name` are held open now, each waiting for the
     /// operator's reply to a question the server asked inside it ([`crate::held`]).
     pub fn parked(&self, name: &str) -> usize {

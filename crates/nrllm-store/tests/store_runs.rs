@@ -1400,8 +1400,9 @@ async fn a_claimed_decision_waits_queued_and_any_instance_carries_it_out_once() 
 }
 
 /// A run whose server asked inside a call instance "one" holds open: once answered (queued),
-/// only "one" takes it while its hold lasts; the hold is renewed like a lease, lapses when not,
-/// and is released at a lone instance's start.
+/// only "one" takes it while its hold lasts (and can take only such runs, for the slots its
+/// held calls keep); the hold is renewed like a lease, lapses when not, and is released at a
+/// lone instance's start.
 #[tokio::test]
 async fn a_run_waiting_on_a_call_held_open_is_taken_only_by_the_instance_that_holds_it() {
     for db in backends().await {
@@ -1502,13 +1503,18 @@ async fn a_run_waiting_on_a_call_held_open_is_taken_only_by_the_instance_that_ho
         // Its holder takes such a run at once; a lone instance's start releases the holds of the
         // process before it.
         let mine = waiting(true).await;
+        let anyones = waiting(false).await;
+        assert!(two.take_held(now, 10).await.unwrap().is_empty());
+        let taken = one.take_held(now, 10).await.unwrap();
         assert_eq!(
-            one.take_queued(now, 10).await.unwrap().len(),
-            1,
+            taken.iter().map(|r| r.id).collect::<Vec<_>>(),
+            [mine],
             "{}",
             db.name
         );
         assert_eq!(hold(mine).await, (None, None));
+        let taken = one.take_queued(now, 10).await.unwrap();
+        assert_eq!(taken.iter().map(|r| r.id).collect::<Vec<_>>(), [anyones]);
         let orphan = waiting(true).await;
         assert_eq!(one.release_holds().await.unwrap(), 0, "its own holds stay");
         assert_eq!(two.release_holds().await.unwrap(), 1);

@@ -73,6 +73,17 @@ impl RunService {
     /// claimed decisions to carry out ([`RunService::work`]).
     pub async fn take_next(&self, limit: u32) -> Result<Vec<Work>, StoreError> {
         let taken = self.store.take_queued(self.clock.now_ms(), limit).await?;
+        self.work_taken(taken).await
+    }
+
+    /// [`RunService::take_next`] of only the runs held for this instance: answered through a
+    /// call it holds open, each has its running slot already (the held call's).
+    pub async fn take_held(&self, limit: u32) -> Result<Vec<Work>, StoreError> {
+        let taken = self.store.take_held(self.clock.now_ms(), limit).await?;
+        self.work_taken(taken).await
+    }
+
+    async fn work_taken(&self, taken: Vec<RunRecord>) -> Result<Vec<Work>, StoreError> {
         let mut work = Vec::with_capacity(taken.len());
         for run in taken {
             self.notify_status(run.id, RunStatus::Running);

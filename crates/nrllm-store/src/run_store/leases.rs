@@ -14,80 +14,11 @@ use super::*;
 #[async_trait]
 impl LeaseStore for SqlRunStore {
     async fn take_queued(&self, now_ms: i64, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        // An idle queue is the common case: a read answers it without a write transaction.
-        let any: Option<String> = sqlx::query_scalar(&format!(
-            "SELECT id FROM agent_run WHERE status = $1 AND {} LIMIT 1",
-            takeable(2, 3)
-        ))
-        .bind(RunStatus::Queued.as_str())
-        .bind(&*self.owner)
-        .bind(now_ms)
-        .fetch_optional(self.db.pool())
-        .await
-        .map_err(backend)?;
-        if any.is_none() {
-            return Ok(Vec::new());
-        }
-        let mut tx = self.write_tx().await.map_err(backend)?;
-        let rows = match self.db.backend() {
-            // One statement; rows another instance is taking right now are skipped, not waited
-            // for.
-            Backend::Postgres => {
-                // The pick is a CTE so that it runs once: as a plain `IN (…)` subquery the
-                // planner may run it again for every row, and each run skips the rows just
-                // taken — taking them all.
-                let sql = format!(
-                    "WITH next AS (SELECT id FROM agent_run WHERE status = $5 AND {} \
-                     ORDER BY queued_at_ms, id LIMIT $6 FOR UPDATE SKIP LOCKED) {}",
-                    takeable(2, 4),
-                    take_sql("id IN (SELECT id FROM next)")
-                );
-                self.bind_take(&sql, now_ms)
-                    .bind(i64::from(limit))
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(backend)?
-            }
-            // The immediate transaction lets one taker in at a time: pick, then take each (SQLite
-            // would evaluate a LIMIT subquery again as the update goes).
-            Backend::Sqlite => {
-                let ids: Vec<String> = sqlx::query_scalar(&format!(
-                    "SELECT id FROM agent_run WHERE status = $1 AND {} \
-                     ORDER BY queued_at_ms, id LIMIT $4",
-                    takeable(2, 3)
-                ))
-                .bind(RunStatus::Queued.as_str())
-                .bind(&*self.owner)
-                .bind(now_ms)
-                .bind(i64::from(limit))
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(backend)?;
-                let sql = take_sql("id = $6");
-                let mut rows = Vec::with_capacity(ids.len());
-                for id in ids {
-                    if let Some(row) = self
-                        .bind_take(&sql, now_ms)
-                        .bind(id)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(backend)?
-                    {
-                        rows.push(row);
-                    }
-                }
-                rows
-            }
-        };
-        let runs = rows.iter().map(read_run).collect::<Result<Vec<_>, _>>()?;
-        tx.commit().await.map_err(backend)?;
-        if !runs.is_empty() {
-            self.committed();
-        }
-        Ok(runs)
+        self.take(now_ms, limit, false).await
+    }
+
+    async fn take_held(&self, now_ms: i64, limit: u32) -> Result<Vec<RunRecord>, StoreError> {
+        self.take(now_ms, limit, true).await
     }
 
     async fn take_run(&self, id: Uuid, now_ms: i64) -> Result<Option<RunRecord>, StoreError> {
@@ -182,5 +113,90 @@ impl LeaseStore for SqlRunStore {
             self.committed();
         }
         Ok(taken.rows_affected() == 1)
+    }
+}
+
+impl SqlRunStore {
+    /// Takes up to `limit` queued runs for this instance, oldest first: any it may take, or
+    /// (`held_here`) only those held for it.
+    async fn take(
+        &self,
+        now: i64,
+        limit: u32,
+        held_here: bool,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // An idle queue is the common case: a read answers it without a write transaction.
+        let any: Option<String> = sqlx::query_scalar(&format!(
+            "SELECT id FROM agent_run WHERE status = $1 AND {} LIMIT 1",
+            picked(held_here, 2, 3)
+        ))
+        .bind(RunStatus::Queued.as_str())
+        .bind(&*self.owner)
+        .bind(now)
+        .fetch_optional(self.db.pool())
+        .await
+        .map_err(backend)?;
+        if any.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.write_tx().await.map_err(backend)?;
+        let rows = match self.db.backend() {
+            // One statement; rows another instance is taking now are skipped, not waited for.
+            Backend::Postgres => {
+                // The pick is a CTE so that it runs once: as a plain `IN (…)` subquery the
+                // planner may run it again for every row, and each run skips the rows just
+                // taken — taking them all.
+                let sql = format!(
+                    "WITH next AS (SELECT id FROM agent_run WHERE status = $5 AND {} \
+                     ORDER BY queued_at_ms, id LIMIT $6 FOR UPDATE SKIP LOCKED) {}",
+                    picked(held_here, 2, 4),
+                    take_sql("id IN (SELECT id FROM next)")
+                );
+                self.bind_take(&sql, now)
+                    .bind(i64::from(limit))
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(backend)?
+            }
+            // The immediate transaction lets one taker in at a time: pick, then take each (SQLite
+            // would evaluate a LIMIT subquery again as the update goes).
+            Backend::Sqlite => {
+                let ids: Vec<String> = sqlx::query_scalar(&format!(
+                    "SELECT id FROM agent_run WHERE status = $1 AND {} \
+                     ORDER BY queued_at_ms, id LIMIT $4",
+                    picked(held_here, 2, 3)
+                ))
+                .bind(RunStatus::Queued.as_str())
+                .bind(&*self.owner)
+                .bind(now)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(backend)?;
+                let sql = take_sql("id = $6");
+                let mut rows = Vec::with_capacity(ids.len());
+                for id in ids {
+                    if let Some(row) = self
+                        .bind_take(&sql, now)
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(backend)?
+                    {
+                        rows.push(row);
+                    }
+                }
+                rows
+            }
+        };
+        let runs = rows.iter().map(read_run).collect::<Result<Vec<_>, _>>()?;
+        tx.commit().await.map_err(backend)?;
+        if !runs.is_empty() {
+            self.committed();
+        }
+        Ok(runs)
     }
 }

@@ -60,6 +60,14 @@ pub(super) fn takeable(owner: u8, now: u8) -> String {
     format!("(held_by IS NULL OR held_by = ${owner} OR held_until_ms < ${now})")
 }
 
+/// [`takeable`], or (`held_here`) only the runs held for this instance.
+pub(super) fn picked(held_here: bool, owner: u8, now: u8) -> String {
+    match held_here {
+        true => format!("(held_by = ${owner} AND held_until_ms >= ${now})"),
+        false => takeable(owner, now),
+    }
+}
+
 /// The update that takes the queued runs matching `which` for this instance ($1–$5: see
 /// [`SqlRunStore::bind_take`]), returning them; a hold ends as its run is taken.
 pub(super) fn take_sql(which: &str) -> String {
