@@ -509,3 +509,54 @@ async fn a_call_held_open_keeps_its_runs_running_slot() {
     wait_for(&server, &admin, &queued, "waiting_for_approval").await;
     assert_eq!(Notebook::load(&notes).unwrap().writes, 1);
 }
+
+/// A tool list that changes mid-run: while a run waits for approval of a call to the demo
+/// server's `write_note` (served over HTTP here), the server drops that tool; the system page
+/// says the list changed, and the approved call is answered that the tool is no longer
+/// available — nothing is written.
+#[tokio::test]
+async fn a_tool_dropped_while_a_run_waits_is_refused_when_its_turn_is_decided() {
+    use nrllm_mcp::demo::DemoServer;
+    let web = DemoServer::open(None).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let router = nrllm_mcp::demo::router(web.clone());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let settings = format!("[[mcp_servers]]\nname = \"web\"\nurl = \"{url}\"\n");
+    let server = start(&settings, &[]).await;
+    let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
+    let run = start_run(
+        &server,
+        &admin,
+        json!({ "prompt": "Write the note todo saying \"Buy milk\"" }),
+    )
+    .await;
+    let view = wait_for(&server, &admin, &run, "waiting_for_approval").await;
+    assert!(view.to_string().contains("web__write_note"), "{view}");
+
+    let kept = DemoServer::tools()
+        .into_iter()
+        .filter(|tool| tool.name != "write_note")
+        .collect();
+    web.replace_tools(kept).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let page = html(&server, &admin.cookies, "/system").await;
+        if page.contains("tool list changed 1 time(s)") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the list change is seen: {page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, body) = call(
+        &server,
+        &admin,
+        "nrllm_tool_resume",
+        json!({ "run_id": run, "decision": "approve_all" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let view = wait_for(&server, &admin, &run, "completed").await;
+    assert!(view.to_string().contains("no longer available"), "{view}");
+    assert_eq!(web.notebook().writes, 0);
+}
