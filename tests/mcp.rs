@@ -3,7 +3,8 @@
 //! the server to cancel the call, and a server that cannot start is shown failed, with its
 //! reason, while the rest of the program works; without any, the system page says so. A
 //! server's question waits across a restart; one asked inside an open call is answered in it,
-//! also when the reply is given through another instance (Postgres).
+//! also when the reply is given through another instance (Postgres), and keeps its run's slot;
+//! a tool dropped while a run waits is refused when the turn is decided.
 
 #![cfg(feature = "ssr")]
 
