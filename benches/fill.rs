@@ -215,6 +215,7 @@ async fn fill(store: &Arc<SqlRunStore>, template: &Arc<Template>, count: usize) 
                         configuration,
                         requested_by: "bench".into(),
                         copied: template.events.clone(),
+                        trace: nrllm_core::trace::RunTrace::start(None),
                     };
                     let created = store.create(&run, now, true).await.expect("create");
                     store

@@ -69,6 +69,7 @@ async fn purge_deletes_runs_past_the_retention_windows_and_expired_sessions_and_
             configuration: configuration.clone(),
             requested_by: "test".into(),
             copied: Vec::new(),
+            trace: nrllm_core::trace::RunTrace::start(None),
         };
         let at = now - age_days * day;
         let record = store.create(&run, at, true).await.unwrap();

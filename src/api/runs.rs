@@ -54,7 +54,12 @@ pub async fn nrllm_tool_run(
     crate::api::checks::accepting(&state)?;
     let configuration = form.validate(&state)?;
     crate::api::checks::run_start_allowed(&state, &who)?;
-    let run = state.runs.create(configuration, &who.name).await?;
+    // A caller's trace context makes the run a child in the caller's trace.
+    let trace = nrllm_core::trace::RunTrace::start(crate::server::request::trace_parent());
+    let run = state
+        .runs
+        .create_traced(configuration, &who.name, trace)
+        .await?;
     state.queue.wake();
     let id = run.id.to_string();
     if wants_html() {
@@ -125,6 +130,10 @@ pub async fn nrllm_run_get(
             .await
             .map_err(|err| AppError::internal("reading a run's place in the queue", err))?;
     }
+    view.trace = run
+        .trace
+        .as_ref()
+        .map(|trace| present::trace_view(trace, state.trace_url_template.as_deref()));
     view.webhooks = crate::server::webhook::run_webhooks(&state.webhook_store, id)
         .await
         .map_err(|err| AppError::internal("reading a run's webhook deliveries", err))?;

@@ -377,6 +377,20 @@ pub struct RunView {
     /// While its turn waits for several people's approvals: where they stand.
     #[serde(default)]
     pub approvals: Option<ApprovalsView>,
+    /// Its place in a distributed trace (OpenTelemetry), for runs that have one.
+    #[serde(default)]
+    pub trace: Option<TraceView>,
+}
+
+/// A run's trace: its ids (lower-case hex), the trace it is linked to (a fork's or retry's
+/// parent run's), and where to look at it when `trace_url_template` is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceView {
+    pub trace_id: String,
+    pub span_id: String,
+    pub parent_span_id: Option<String>,
+    pub linked_trace_id: Option<String>,
+    pub url: Option<String>,
 }
 
 /// Where a turn that needs several people's approvals stands (M-of-N).

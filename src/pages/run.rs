@@ -140,6 +140,7 @@ fn run_notes(run: &RunView) -> AnyView {
             {format!(": {note}.")}
         </p>
     })}
+    {run.trace.clone().map(trace_line)}
     {(!run.children.is_empty()).then(|| view! {
         <section class="mt-2 text-sm" data-testid="children">
             <h2 class="font-semibold">"Runs that go on from this one"</h2>
@@ -381,5 +382,20 @@ fn SummaryStrip(summary: RunSummary) -> impl IntoView {
                 {format!(" by {}", summary.requested_by)}
             </p>
         </header>
+    }
+}
+
+/// Where the run stands in its distributed trace, with a link to it where one is configured.
+fn trace_line(trace: crate::page_data::TraceView) -> impl IntoView {
+    view! {
+        <p class="mt-2 text-xs text-slate-500 dark:text-slate-400" data-testid="trace">
+            "Trace " <code>{trace.trace_id.clone()}</code>
+            {trace.url.clone().map(|url| view! {
+                " (" <a href=url class="underline" target="_blank" rel="noopener noreferrer">"open in your tracing tool"</a> ")"
+            })}
+            {trace.linked_trace_id.clone().map(|linked| view! {
+                ", linked to trace " <code>{linked}</code>
+            })}
+        </p>
     }
 }

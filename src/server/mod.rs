@@ -90,6 +90,8 @@ pub struct AppState {
     pub session_ms: i64,
     /// Where users reach the server (links in webhooks and login links).
     pub public_url: String,
+    /// Where a run's trace is shown (`{trace_id}` in it), if set.
+    pub trace_url_template: Option<String>,
     /// The webhook deliveries (shown on the run page).
     pub webhook_store: WebhookStore,
     /// Sends them, if any configuration has a webhook ([`AppState::start_background`]).
@@ -186,6 +188,7 @@ impl AppState {
             banner_key: Arc::new(banner_key.into_bytes()),
             session_ms: i64::from(settings.session_hours) * 3600 * 1000,
             public_url: settings.public_url.clone(),
+            trace_url_template: settings.trace_url_template.clone(),
             webhook_store,
             webhooks,
             notify,

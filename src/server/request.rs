@@ -47,3 +47,27 @@ fn article(role: nrllm_types::Role) -> &'static str {
         nrllm_types::Role::Viewer => "a",
     }
 }
+
+/// The caller's trace context: its `traceparent`, parsed strictly, with its `tracestate` if that
+/// is small and well formed; `None` when absent or malformed (then ignored, never half-read).
+/// Only for a caller [`require`] let in.
+pub fn trace_parent() -> Option<(nrllm_core::trace::TraceParent, Option<String>)> {
+    use nrllm_core::trace::{bounded_tracestate, TraceParent};
+    let parts = use_context::<http::request::Parts>()?;
+    let header = parts.headers.get_all("traceparent");
+    let mut values = header.iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return None;
+    };
+    let parent = TraceParent::parse(value.to_str().ok()?)?;
+    let state: Vec<&str> = parts
+        .headers
+        .get_all("tracestate")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect();
+    let state = (!state.is_empty())
+        .then(|| bounded_tracestate(&state.join(",")))
+        .flatten();
+    Some((parent, state))
+}

@@ -139,7 +139,7 @@ const fn text(
 }
 
 /// Every setting read by a row, in the order they are checked.
-pub(super) const SETTINGS: [Setting; 26] = [
+pub(super) const SETTINGS: [Setting; 27] = [
     text(
         "site_addr",
         "NRLLM_SITE_ADDR",
@@ -379,5 +379,26 @@ pub(super) const SETTINGS: [Setting; 26] = [
         1..=86_400,
         "seconds",
         |s| &mut s.mcp_elicitation_timeout_secs,
+    ),
+    text(
+        "trace_url_template",
+        "NRLLM_TRACE_URL_TEMPLATE",
+        |f| f.trace_url_template.clone(),
+        |s, v| {
+            let scheme = v.starts_with("https://") || v.starts_with("http://");
+            if !scheme
+                || !v.contains("{trace_id}")
+                || v.len() > 500
+                || v.contains(['"', '<', '>', ' '])
+            {
+                return Err(
+                    "it must be an http:// or https:// URL of at most 500 characters with \
+                     {trace_id} in it, such as https://tempo.example/trace/{trace_id}"
+                        .to_owned(),
+                );
+            }
+            s.trace_url_template = Some(v);
+            Ok(())
+        },
     ),
 ];

@@ -80,6 +80,9 @@ pub struct Settings {
     /// How long a question an MCP server (before 2026-07-28) asks inside an open call is held
     /// open for the operator's reply before it is answered `cancel`.
     pub mcp_elicitation_timeout_secs: u32,
+    /// Where a run's trace is shown in the operators' tracing tool: an `http(s)` URL with
+    /// `{trace_id}` in it (the run page links to it); none by default.
+    pub trace_url_template: Option<String>,
     /// The budget every run gets unless its configuration or its form says otherwise
     /// (`[limits]`; none by default).
     pub limits: BudgetLimits,
@@ -355,6 +358,7 @@ impl Default for Settings {
             mcp_servers: Vec::new(),
             mcp_call_timeout_secs: 60,
             mcp_elicitation_timeout_secs: 600,
+            trace_url_template: None,
             limits: BudgetLimits::default(),
             spend_caps: SpendCapSettings::default(),
             notifications: super::notify::Notifications::default(),

@@ -41,6 +41,7 @@ pub(super) struct SettingsFile {
     pub(super) mcp_servers: Option<Vec<nrllm_mcp::config::ServerConfig>>,
     pub(super) mcp_call_timeout_secs: Option<i64>,
     pub(super) mcp_elicitation_timeout_secs: Option<i64>,
+    pub(super) trace_url_template: Option<String>,
     pub(super) limits: Option<BudgetLimits>,
     pub(super) spend_caps: Option<SpendCapSettings>,
     pub(super) notifications: Option<NotificationsFile>,

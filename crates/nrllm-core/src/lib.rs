@@ -39,6 +39,7 @@ pub mod submit;
 pub mod testing;
 pub mod tool;
 pub mod tool_loop;
+pub mod trace;
 pub mod transcript;
 pub mod turn_verdict;
 

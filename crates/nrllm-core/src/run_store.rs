@@ -70,6 +70,8 @@ pub struct NewRun {
     /// Steps copied from the run it goes on from (a fork: the parent's steps up to the fork
     /// point, with their sequence numbers), stored with it; the run's own steps follow them.
     pub copied: Vec<SequencedEvent>,
+    /// Its place in a distributed trace ([`crate::trace`]).
+    pub trace: crate::trace::RunTrace,
 }
 
 /// One stored run.
@@ -111,6 +113,8 @@ pub struct RunRecord {
     /// While it runs: a cancel asked for, which the instance driving it carries out at its next
     /// step.
     pub cancel_requested: Option<CancelRequest>,
+    /// Its place in a distributed trace; `None` for a run created before runs had one.
+    pub trace: Option<crate::trace::RunTrace>,
 }
 
 /// Who asked to cancel a run, and why.

@@ -172,6 +172,7 @@ pub async fn completed_run(
         configuration: demo_configuration("p"),
         requested_by: "operator".into(),
         copied: Vec::new(),
+        trace: nrllm_core::trace::RunTrace::start(None),
     };
     let created = store.create(&run, now_ms, true).await.unwrap();
     let events: Vec<SequencedEvent> = (1..=steps)

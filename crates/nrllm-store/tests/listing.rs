@@ -26,6 +26,7 @@ async fn finished(store: &SqlRunStore, prompt: &str, answer: &str, who: &str, at
         configuration: demo_configuration(prompt),
         requested_by: who.into(),
         copied: Vec::new(),
+        trace: nrllm_core::trace::RunTrace::start(None),
     };
     let created = store.create(&run, at_ms, true).await.unwrap();
     let finish = Finish {

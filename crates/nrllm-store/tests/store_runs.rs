@@ -968,6 +968,7 @@ async fn a_lease_is_held_by_one_instance_and_a_lost_lease_writes_nothing() {
                     configuration: configuration("lease"),
                     requested_by: "alice".into(),
                     copied: Vec::new(),
+                    trace: nrllm_core::trace::RunTrace::start(None),
                 },
                 now,
                 true,
@@ -1297,6 +1298,7 @@ fn new_run(prompt: &str) -> nrllm_core::run_store::NewRun {
         configuration: configuration(prompt),
         requested_by: "alice".into(),
         copied: Vec::new(),
+        trace: nrllm_core::trace::RunTrace::start(None),
     }
 }
 
@@ -1307,7 +1309,12 @@ async fn queued_runs_are_taken_oldest_first_each_by_exactly_one_of_two_takers() 
         let two = SqlRunStore::new(db.db.clone()).with_lease("two", 30_000);
         let mut ids = Vec::new();
         for n in 0..30 {
-            let run = one.create(&new_run("q"), 1_000 + n, false).await.unwrap();
+            let new = new_run("q");
+            let run = one.create(&new, 1_000 + n, false).await.unwrap();
+            // Its trace is stored as created, and read back.
+            assert_eq!(run.trace.as_ref(), Some(&new.trace), "{}", db.name);
+            let read = one.get(run.id).await.unwrap().unwrap();
+            assert_eq!(read.trace, Some(new.trace));
             assert_eq!(
                 (run.status, run.queued_at_ms, run.started_at_ms),
                 (RunStatus::Queued, Some(1_000 + n), None)

@@ -30,6 +30,7 @@ async fn new_run(store: &SqlRunStore, running: bool) -> Uuid {
         configuration: nrllm_store::testing::demo_configuration("p"),
         requested_by: "operator".into(),
         copied: Vec::new(),
+        trace: nrllm_core::trace::RunTrace::start(None),
     };
     store.create(&run, 1, running).await.unwrap().id
 }
@@ -100,6 +101,7 @@ async fn a_running_run_replays_its_stored_steps_in_pages_then_follows_live() {
         configuration: nrllm_store::testing::demo_configuration("p"),
         requested_by: "operator".into(),
         copied: (1..=7).map(step).collect(),
+        trace: nrllm_core::trace::RunTrace::start(None),
     };
     let id = store.create(&run, 1, true).await.unwrap().id;
     let last = Arc::new(AtomicI64::new(2));

@@ -206,6 +206,7 @@ pub fn run_view(
         budget: Vec::new(),
         budget_stop: None,
         approvals: None,
+        trace: None,
     }
 }
 
@@ -291,5 +292,19 @@ pub fn child_view(run: &RunRecord) -> ChildView {
         requested_by: run.requested_by.clone(),
         created_at: format_utc(run.created_at_ms),
         created_at_ms: run.created_at_ms,
+    }
+}
+
+/// A run's trace as its page shows it, with the link `template` makes (`{trace_id}` replaced).
+pub fn trace_view(
+    trace: &nrllm_core::trace::RunTrace,
+    template: Option<&str>,
+) -> crate::page_data::TraceView {
+    crate::page_data::TraceView {
+        trace_id: trace.trace_id.clone(),
+        span_id: trace.span_id.clone(),
+        parent_span_id: trace.parent_span_id.clone(),
+        linked_trace_id: trace.link.as_ref().map(|link| link.trace_id.clone()),
+        url: template.map(|template| template.replace("{trace_id}", &trace.trace_id)),
     }
 }

@@ -46,6 +46,7 @@ pub(super) fn record(last_sequence: i64) -> RunRecord {
         queued_at_ms: None,
         approved_bases: None,
         cancel_requested: None,
+        trace: None,
     }
 }
 

@@ -51,7 +51,9 @@ impl RunService {
             note: "the model call that failed is asked again".to_owned(),
             inherited: Vec::new(),
         });
-        let retried = self.create(configuration, requested_by).await?;
+        let retried = self
+            .create_traced(configuration, requested_by, linked_trace(&run))
+            .await?;
         Ok(retried)
     }
 
@@ -133,8 +135,9 @@ impl RunService {
             note,
             inherited,
         });
+        let origin = (requested_by, linked_trace(&parent));
         Ok(self
-            .insert_copying(configuration, requested_by, drive_here, copied)
+            .insert_copying(configuration, origin, drive_here, copied)
             .await?)
     }
 
@@ -168,4 +171,12 @@ impl RunService {
             })
             .collect())
     }
+}
+
+/// The trace of a run that goes on from `from` (a fork or a retry): its own, linked to `from`'s.
+fn linked_trace(from: &RunRecord) -> crate::trace::RunTrace {
+    from.trace.as_ref().map_or_else(
+        || crate::trace::RunTrace::start(None),
+        crate::trace::RunTrace::linked_to,
+    )
 }

@@ -13,6 +13,7 @@ use crate::run_store::{
 };
 use crate::state::{Counters, SuspendedState};
 use crate::tool_loop::{RunContext, RunInput};
+use crate::trace::RunTrace;
 use crate::transcript::Message;
 
 impl RunService {
@@ -22,7 +23,19 @@ impl RunService {
         configuration: RunConfiguration,
         requested_by: &str,
     ) -> Result<RunRecord, ServiceError> {
-        self.insert(configuration, requested_by, false).await
+        self.create_traced(configuration, requested_by, RunTrace::start(None))
+            .await
+    }
+
+    /// [`RunService::create`] in trace `trace` (a caller's, joined; or a parent run's, linked).
+    pub async fn create_traced(
+        &self,
+        configuration: RunConfiguration,
+        requested_by: &str,
+        trace: RunTrace,
+    ) -> Result<RunRecord, ServiceError> {
+        self.insert_copying(configuration, (requested_by, trace), false, Vec::new())
+            .await
     }
 
     pub(super) async fn insert(
@@ -31,14 +44,17 @@ impl RunService {
         requested_by: &str,
         drive_here: bool,
     ) -> Result<RunRecord, ServiceError> {
-        self.insert_copying(configuration, requested_by, drive_here, Vec::new())
+        let origin = (requested_by, RunTrace::start(None));
+        self.insert_copying(configuration, origin, drive_here, Vec::new())
             .await
     }
 
+    /// Stores a new run asked for by `requested_by`, in trace `trace`, with the steps `copied`
+    /// from the run it goes on from.
     pub(super) async fn insert_copying(
         &self,
         configuration: RunConfiguration,
-        requested_by: &str,
+        (requested_by, trace): (&str, RunTrace),
         drive_here: bool,
         copied: Vec<SequencedEvent>,
     ) -> Result<RunRecord, ServiceError> {
@@ -51,6 +67,7 @@ impl RunService {
             configuration,
             requested_by: requested_by.to_owned(),
             copied,
+            trace,
         };
         Ok(self
             .store

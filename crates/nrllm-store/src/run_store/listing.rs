@@ -387,6 +387,7 @@ mod tests {
                     configuration: crate::testing::demo_configuration(&format!("a {word} run")),
                     requested_by: "alice".into(),
                     copied: Vec::new(),
+                    trace: nrllm_core::trace::RunTrace::start(None),
                 };
                 store.create(&run, t + n, true).await.unwrap();
             }

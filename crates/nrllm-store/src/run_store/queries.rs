@@ -51,7 +51,7 @@ pub(super) const RUN_COLUMNS: &str =
     final_answer, suspended_state, decided_by, decided_at_ms, decision, decision_record, version, \
     last_sequence, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms, \
     approval_deadline_ms, queued_at_ms, approved_bases, cancel_by, cancel_reason, unreported_usage, \
-    cached_input_tokens, cache_write_tokens, reasoning_tokens, approvals_required";
+    cached_input_tokens, cache_write_tokens, reasoning_tokens, approvals_required, trace";
 
 /// The queued runs this instance (parameter `owner`, at parameter `now`) may take: all but those
 /// whose server's call another instance still holds open for them (`held_by`, renewed by its
@@ -178,5 +178,9 @@ pub(super) fn read_run(row: &impl Cells) -> Result<RunRecord, StoreError> {
         queued_at_ms: row.int("queued_at_ms")?,
         approved_bases: row.text("approved_bases")?,
         cancel_requested: cancel_request(row)?,
+        trace: row
+            .text("trace")?
+            .as_deref()
+            .and_then(nrllm_core::trace::RunTrace::from_json),
     })
 }

@@ -33,8 +33,8 @@ impl RunStore for SqlRunStore {
         let insert = Statement::new(format!(
             "INSERT INTO agent_run (id, status, configuration, requested_by, truncated, version, last_sequence, \
              created_at_ms, updated_at_ms, started_at_ms, provider, lease_owner, lease_until_ms, queued_at_ms, \
-             parent_id) \
-             VALUES ($1, $2, $3, $4, 0, 0, $12, $5, $5, $9, $6, $7, $8, $10, $11) \
+             parent_id, trace) \
+             VALUES ($1, $2, $3, $4, 0, 0, $12, $5, $5, $9, $6, $7, $8, $10, $11, $13) \
              RETURNING {RUN_COLUMNS}"
         ))
         .bind(run.id.to_string())
@@ -53,7 +53,8 @@ impl RunStore for SqlRunStore {
                 .as_ref()
                 .map(|c| c.parent.to_string()),
         )
-        .bind(last_sequence(&run.copied).unwrap_or(0));
+        .bind(last_sequence(&run.copied).unwrap_or(0))
+        .bind(run.trace.to_json());
         let mut transition = Transition::new(insert, run.id.to_string());
         if !run.copied.is_empty() {
             self.add_steps(&mut transition, run.id, &run.copied)?;
