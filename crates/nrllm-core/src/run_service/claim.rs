@@ -414,6 +414,7 @@ impl RunService {
         failpoint::reach("after_claim_commit");
         Some(Ok(ClaimedRun {
             id,
+            trace: run.trace.clone(),
             version,
             last_sequence: run.last_sequence + 1,
             state: taking.state,

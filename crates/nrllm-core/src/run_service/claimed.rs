@@ -15,6 +15,8 @@ use crate::tool_loop::ToolLoopService;
 /// A waiting run claimed by one caller, ready to continue.
 pub struct ClaimedRun {
     pub id: Uuid,
+    /// The run's trace, for the log lines of carrying it out ([`super::run_span`]).
+    pub(super) trace: Option<crate::trace::RunTrace>,
     pub(super) version: i64,
     pub(super) last_sequence: i64,
     pub(super) state: SuspendedState,
@@ -58,6 +60,7 @@ impl ClaimedRun {
         };
         ClaimedRun {
             id: run.id,
+            trace: run.trace.clone(),
             version: run.version,
             last_sequence: run.last_sequence,
             state,

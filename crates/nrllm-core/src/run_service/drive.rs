@@ -268,6 +268,8 @@ impl RunService {
             failpoint::reach("after_automatic_decision");
             let claimed = ClaimedRun {
                 id: segment.id,
+                // Carried out within the segment's own span.
+                trace: None,
                 version,
                 last_sequence: last_sequence_of(&claim.events),
                 state,

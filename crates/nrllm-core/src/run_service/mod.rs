@@ -184,6 +184,34 @@ fn wait_deadline(
     }
 }
 
+/// The span a run's work runs in here: its log lines carry the run's id and, for a run that
+/// has one, its trace id and root span id ([`crate::trace`]), whether or not traces are exported.
+fn run_span(id: Uuid, trace: Option<&crate::trace::RunTrace>) -> tracing::Span {
+    tracing::info_span!(
+        "run",
+        run_id = %id,
+        trace_id = %trace.map_or("", |t| t.trace_id.as_str()),
+        span_id = %trace.map_or("", |t| t.span_id.as_str()),
+    )
+}
+
+/// Does `work` on run `id` in its span ([`run_span`]), and logs where the run stands after it.
+pub(crate) async fn in_run_span<E>(
+    id: Uuid,
+    trace: Option<&crate::trace::RunTrace>,
+    work: impl std::future::Future<Output = Result<RunRecord, E>>,
+) -> Result<RunRecord, E> {
+    use tracing::Instrument;
+    let logged = async move {
+        let done = work.await;
+        if let Ok(run) = &done {
+            tracing::info!(status = %run.status, "a segment of the run ended here");
+        }
+        done
+    };
+    logged.instrument(run_span(id, trace)).await
+}
+
 impl RunService {
     /// A service over `store`, building loops with `loops`.
     pub fn new(store: Arc<dyn RunStore>, loops: Arc<dyn LoopFactory>) -> RunService {

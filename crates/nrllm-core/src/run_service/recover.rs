@@ -25,6 +25,12 @@ impl RunService {
     /// The run as it is afterwards.
     pub async fn recover(&self, id: Uuid) -> Result<RunRecord, ServiceError> {
         let run = self.store.get(id).await?.ok_or(StoreError::NotFound(id))?;
+        let trace = run.trace.clone();
+        super::in_run_span(id, trace.as_ref(), self.recover_run(run)).await
+    }
+
+    async fn recover_run(&self, run: RunRecord) -> Result<RunRecord, ServiceError> {
+        let id = run.id;
         if run.status != RunStatus::Running {
             return Ok(run);
         }

@@ -156,17 +156,22 @@ impl RunService {
     }
 
     /// Does work taken from the queue, until the run completes, fails or suspends.
+    /// Its log lines carry the run's id and trace ([`super::run_span`]).
     pub async fn work(&self, work: Work) -> Result<RunRecord, ServiceError> {
         match work {
             Work::Start(run) => self.drive(*run).await,
-            Work::Decided(claimed) => Ok(self.carry_out_here(*claimed).await?),
+            Work::Decided(claimed) => {
+                let (id, trace) = (claimed.id, claimed.trace.clone());
+                Ok(super::in_run_span(id, trace.as_ref(), self.carry_out_here(*claimed)).await?)
+            }
         }
     }
 
     /// Drives a run from its first round (or, for a continuation, from the transcript it
     /// continues) until it completes or suspends.
     pub async fn drive(&self, run: RunRecord) -> Result<RunRecord, ServiceError> {
-        self.drive_from_start(run, None).await
+        let (id, trace) = (run.id, run.trace.clone());
+        super::in_run_span(id, trace.as_ref(), self.drive_from_start(run, None)).await
     }
 
     pub(super) async fn drive_from_start(
