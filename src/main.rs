@@ -86,8 +86,10 @@ async fn main() -> std::process::ExitCode {
 #[cfg(feature = "ssr")]
 fn load_settings() -> Result<nrllm_playground::settings::Settings, String> {
     let settings = nrllm_playground::settings::Settings::load().map_err(|err| err.to_string())?;
+    // Colours for a terminal; plain text for a file or a log collector.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log_level))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     Ok(settings)
 }

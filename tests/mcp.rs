@@ -195,15 +195,7 @@ async fn a_servers_question_waits_across_a_restart_and_the_reply_goes_back_with_
         view["pending"][0]["question"]["asked_by"]["server"],
         "notes"
     );
-    let (status, body) = call(
-        &second,
-        &admin,
-        "nrllm_input_answer",
-        json!({ "run_id": run, "fields": {"name": "milk"} }),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let view = wait_for(&second, &admin, &run, "completed").await;
+    let view = name_note(&second, &admin, &run, "milk").await;
     let book = Notebook::load(&notes).unwrap();
     assert_eq!(
         book.notes.get("milk").map(String::as_str),
@@ -270,6 +262,25 @@ async fn held_question(
     (run, view)
 }
 
+/// Names the note that run `run` waits for (the server's question) `name`, through `server`;
+/// the run as it completed.
+async fn name_note(
+    server: &common::Server,
+    admin: &common::Session,
+    run: &str,
+    name: &str,
+) -> serde_json::Value {
+    let (status, body) = call(
+        server,
+        admin,
+        "nrllm_input_answer",
+        json!({ "run_id": run, "fields": {"name": name} }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    wait_for(server, admin, run, "completed").await
+}
+
 /// Settings with the demo notebook server on `notes`, speaking only the versions before MCP
 /// 2026-07-28 (so it asks inside its open call).
 fn older_notes(notes: &std::path::Path) -> String {
@@ -332,15 +343,7 @@ async fn a_question_asked_inside_an_open_call_is_answered_in_it_while_it_is_held
         (before + 590_000..before + 700_000).contains(&deadline),
         "{deadline} {before}"
     );
-    let (status, body) = call(
-        &first,
-        &admin,
-        "nrllm_input_answer",
-        json!({ "run_id": run, "fields": {"name": "milk"} }),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let view = wait_for(&first, &admin, &run, "completed").await;
+    let view = name_note(&first, &admin, &run, "milk").await;
     assert!(view.to_string().contains("Wrote note milk"), "{view}");
     assert_eq!(Notebook::load(&notes).unwrap().writes, 1);
 
@@ -358,15 +361,7 @@ async fn a_question_asked_inside_an_open_call_is_answered_in_it_while_it_is_held
     .await;
     let admin = log_in(&second, "admin", ADMIN_PASSWORD).await;
     wait_for(&second, &admin, &lost, "waiting_for_input").await;
-    let (status, body) = call(
-        &second,
-        &admin,
-        "nrllm_input_answer",
-        json!({ "run_id": lost, "fields": {"name": "lost"} }),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let view = wait_for(&second, &admin, &lost, "completed").await;
+    let view = name_note(&second, &admin, &lost, "lost").await;
     let steps = view["steps"].to_string();
     assert!(
         steps.contains("the reply goes to the call held open"),
@@ -436,15 +431,7 @@ async fn a_reply_given_through_another_instance_reaches_the_call_held_open_there
     for n in 1..=3u64 {
         let (run, _) = held_question(&a, &admin, &format!("Write a note saying n{n}")).await;
         let (_, other) = holder(run.clone()).await;
-        let (status, body) = call(
-            other,
-            &admin,
-            "nrllm_input_answer",
-            json!({ "run_id": run, "fields": {"name": format!("n{n}")} }),
-        )
-        .await;
-        assert_eq!(status, 200, "{body}");
-        let view = wait_for(other, &admin, &run, "completed").await;
+        let view = name_note(other, &admin, &run, &format!("n{n}")).await;
         assert!(
             view.to_string().contains(&format!("Wrote note n{n}")),
             "{view}"
@@ -457,15 +444,7 @@ async fn a_reply_given_through_another_instance_reaches_the_call_held_open_there
     let (lost, _) = held_question(&a, &admin, "Write a note saying lost").await;
     let (holding, survivor) = holder(lost.clone()).await;
     holding.signal("KILL");
-    let (status, body) = call(
-        survivor,
-        &admin,
-        "nrllm_input_answer",
-        json!({ "run_id": lost, "fields": {"name": "lost"} }),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let view = wait_for(survivor, &admin, &lost, "completed").await;
+    let view = name_note(survivor, &admin, &lost, "lost").await;
     assert!(
         view["summary"]["final_answer"]
             .to_string()
@@ -497,15 +476,7 @@ async fn a_call_held_open_keeps_its_runs_running_slot() {
     tokio::time::sleep(Duration::from_millis(1_600)).await;
     let view = wait_for(&server, &admin, &queued, "queued").await;
     assert_eq!(view["summary"]["status"], "queued", "{view}");
-    let (status, body) = call(
-        &server,
-        &admin,
-        "nrllm_input_answer",
-        json!({ "run_id": held, "fields": {"name": "slot"} }),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    let view = wait_for(&server, &admin, &held, "completed").await;
+    let view = name_note(&server, &admin, &held, "slot").await;
     assert!(view.to_string().contains("Wrote note slot"), "{view}");
     wait_for(&server, &admin, &queued, "waiting_for_approval").await;
     assert_eq!(Notebook::load(&notes).unwrap().writes, 1);

@@ -11,19 +11,6 @@ use common::{call, client, html, log_in, wait_for, ADMIN_PASSWORD};
 use reqwest::header::COOKIE;
 use serde_json::{json, Value};
 
-/// `text` without its terminal colours.
-fn plain(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find('\x1b') {
-        out.push_str(&rest[..start]);
-        rest = &rest[start..];
-        rest = rest.find('m').map_or("", |end| &rest[end + 1..]);
-    }
-    out.push_str(rest);
-    out
-}
-
 const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 /// Starts a run as `admin` with the headers `trace`; its id.
@@ -85,7 +72,7 @@ async fn a_run_joins_its_callers_trace_and_a_fork_links_back_to_it() {
         "https://tempo.example/trace/4bf92f3577b34da6a3ce929d0e0e4736?from=nrllm"
     );
     // The log lines of driving it carry its trace, with export off.
-    let log = plain(&server.log_text());
+    let log = server.log_text();
     assert!(
         log.lines().any(|line| {
             line.contains("trace_id=4bf92f3577b34da6a3ce929d0e0e4736")

@@ -287,9 +287,12 @@ impl Leases {
                 Err(err) => tracing::warn!(run_id = %id, %err, "renewing a run's lease failed"),
             }
         }
-        // The runs waiting for a reply that goes through a call held open here.
-        if let Err(err) = self.store.renew_holds(now).await {
-            tracing::warn!(%err, "renewing the holds of calls held open here failed");
+        // The runs waiting for a reply that goes through a call held open here (none held:
+        // nothing to renew, and a hold whose call is gone lapses).
+        if self.held_calls() > 0 {
+            if let Err(err) = self.store.renew_holds(now).await {
+                tracing::warn!(%err, "renewing the holds of calls held open here failed");
+            }
         }
     }
 

@@ -66,8 +66,5 @@ pub fn trace_parent() -> Option<(nrllm_core::trace::TraceParent, Option<String>)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .collect();
-    let state = (!state.is_empty())
-        .then(|| bounded_tracestate(&state.join(",")))
-        .flatten();
-    Some((parent, state))
+    Some((parent, bounded_tracestate(&state.join(","))))
 }

@@ -385,11 +385,10 @@ pub(super) const SETTINGS: [Setting; 27] = [
         "NRLLM_TRACE_URL_TEMPLATE",
         |f| f.trace_url_template.clone(),
         |s, v| {
-            let scheme = v.starts_with("https://") || v.starts_with("http://");
-            if !scheme
+            if web_url(&v).is_err()
                 || !v.contains("{trace_id}")
                 || v.len() > 500
-                || v.contains(['"', '<', '>', ' '])
+                || v.contains(['"', '<', '>'])
             {
                 return Err(
                     "it must be an http:// or https:// URL of at most 500 characters with \

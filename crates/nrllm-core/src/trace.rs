@@ -50,8 +50,8 @@ impl TraceParent {
     pub fn header(&self) -> String {
         format!(
             "00-{}-{}-{:02x}",
-            hex(&self.trace_id),
-            hex(&self.span_id),
+            const_hex::encode(self.trace_id),
+            const_hex::encode(self.span_id),
             u8::from(self.sampled)
         )
     }
@@ -121,18 +121,18 @@ impl RunTrace {
     /// A new run's trace: under `parent` (the caller's span, with its `tracestate`), or a trace
     /// of its own.
     pub fn start(parent: Option<(TraceParent, Option<String>)>) -> RunTrace {
-        let span_id = hex(&random_span_id());
+        let span_id = const_hex::encode(random_span_id());
         match parent {
             Some((parent, tracestate)) => RunTrace {
-                trace_id: hex(&parent.trace_id),
+                trace_id: const_hex::encode(parent.trace_id),
                 span_id,
                 sampled: parent.sampled,
-                parent_span_id: Some(hex(&parent.span_id)),
+                parent_span_id: Some(const_hex::encode(parent.span_id)),
                 tracestate,
                 link: None,
             },
             None => RunTrace {
-                trace_id: hex(&random_trace_id()),
+                trace_id: const_hex::encode(random_trace_id()),
                 span_id,
                 sampled: true,
                 parent_span_id: None,
@@ -197,24 +197,13 @@ fn random_span_id() -> [u8; 8] {
     }
 }
 
-/// `text` as exactly `N` bytes of lower-case hex.
+/// `text` as exactly `N` bytes of lower-case hex (W3C forbids upper case).
 fn lower_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
-    if text.len() != N * 2
-        || !text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
+    // Exactly two digits a byte: `const_hex` would also take a `0x` before them.
+    if text.len() != N * 2 || text.bytes().any(|b| b.is_ascii_uppercase()) {
         return None;
     }
-    let mut out = [0; N];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[i * 2..i * 2 + 2], 16).ok()?;
-    }
-    Some(out)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const_hex::decode_to_array(text).ok()
 }
 
 #[cfg(test)]
@@ -247,6 +236,7 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902bz-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
             "00-+bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-0x4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         ] {
             assert_eq!(TraceParent::parse(bad), None, "{bad:?}");
         }

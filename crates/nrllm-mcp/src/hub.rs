@@ -208,15 +208,6 @@ impl McpHub {
     pub fn held_calls(&self) -> usize {
         self.servers.iter().map(|server| server.link.parked()).sum()
     }
-
-    /// How many calls of the server named `name` are held open now, each waiting for the
-    /// operator's reply to a question the server asked inside it ([`crate::held`]).
-    pub fn parked(&self, name: &str) -> usize {
-        self.servers
-            .iter()
-            .find(|s| s.config.name == name)
-            .map_or(0, |server| server.link.parked())
-    }
 }
 
 /// Why a supervisor's wait ended.

@@ -930,7 +930,7 @@ async fn a_server_that_asks_inside_its_call_is_answered_in_that_call() {
     assert_eq!(asked.server, "tickets");
     assert_eq!(asked.message, "What is the <i>ticket</i> called?");
     assert_eq!(asked.schema["required"], json!(["title"]));
-    assert_eq!(hub.parked("tickets"), 1);
+    assert_eq!(status(&hub.statuses(), "tickets").held_calls, 1);
     // Longer than the call's own second: that limit waits while the operator does.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(
@@ -980,6 +980,6 @@ async fn a_server_that_asks_inside_its_call_is_answered_in_that_call() {
         .await
         .unwrap();
     assert!(outside.contains("it asked outside a run"), "{outside}");
-    assert_eq!(hub.parked("tickets"), 0);
+    assert_eq!(status(&hub.statuses(), "tickets").held_calls, 0);
     shutdown.cancel();
 }

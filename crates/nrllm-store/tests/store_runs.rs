@@ -774,10 +774,7 @@ async fn cancel_list_and_the_inbox_follow_the_status_rules() {
             })
             .await
             .unwrap();
-        assert_eq!(
-            all.iter().map(|r| r.id).collect::<Vec<_>>(),
-            [third.id, second.id, first.id]
-        );
+        assert_eq!(ids(&all), [third.id, second.id, first.id]);
         let waiting = s
             .store
             .list(&RunFilter {
@@ -787,10 +784,7 @@ async fn cancel_list_and_the_inbox_follow_the_status_rules() {
             })
             .await
             .unwrap();
-        assert_eq!(
-            waiting.iter().map(|r| r.id).collect::<Vec<_>>(),
-            [second.id]
-        );
+        assert_eq!(ids(&waiting), [second.id]);
         db.cleanup().await;
     }
 }
@@ -1292,6 +1286,11 @@ fn held(renewal: nrllm_core::run_store::Renewal) -> bool {
     matches!(renewal, nrllm_core::run_store::Renewal::Held(_))
 }
 
+/// The runs' ids, in order.
+fn ids(runs: &[RunRecord]) -> Vec<uuid::Uuid> {
+    runs.iter().map(|run| run.id).collect()
+}
+
 fn new_run(prompt: &str) -> nrllm_core::run_store::NewRun {
     nrllm_core::run_store::NewRun {
         id: uuid::Uuid::now_v7(),
@@ -1481,12 +1480,7 @@ async fn a_run_waiting_on_a_call_held_open_is_taken_only_by_the_instance_that_ho
 
         // The other instance takes only the run nobody holds, even asked by id.
         let taken = two.take_queued(now, 10).await.unwrap();
-        assert_eq!(
-            taken.iter().map(|r| r.id).collect::<Vec<_>>(),
-            [free],
-            "{}",
-            db.name
-        );
+        assert_eq!(ids(&taken), [free], "{}", db.name);
         assert!(two.take_run(held, now).await.unwrap().is_none());
         // Renewed by its holder, the hold outlasts the first lease.
         assert_eq!(one.renew_holds(now + 900).await.unwrap(), 1);
@@ -1499,12 +1493,7 @@ async fn a_run_waiting_on_a_call_held_open_is_taken_only_by_the_instance_that_ho
         // Not renewed, it lapses: anyone takes the run, and the hold ends with the take.
         let later = now + 900 + lease_ms + 1;
         let taken = two.take_queued(later, 10).await.unwrap();
-        assert_eq!(
-            taken.iter().map(|r| r.id).collect::<Vec<_>>(),
-            [held],
-            "{}",
-            db.name
-        );
+        assert_eq!(ids(&taken), [held], "{}", db.name);
         assert_eq!(hold(held).await, (None, None));
 
         // Its holder takes such a run at once; a lone instance's start releases the holds of the
@@ -1513,15 +1502,10 @@ async fn a_run_waiting_on_a_call_held_open_is_taken_only_by_the_instance_that_ho
         let anyones = waiting(false).await;
         assert!(two.take_held(now, 10).await.unwrap().is_empty());
         let taken = one.take_held(now, 10).await.unwrap();
-        assert_eq!(
-            taken.iter().map(|r| r.id).collect::<Vec<_>>(),
-            [mine],
-            "{}",
-            db.name
-        );
+        assert_eq!(ids(&taken), [mine], "{}", db.name);
         assert_eq!(hold(mine).await, (None, None));
         let taken = one.take_queued(now, 10).await.unwrap();
-        assert_eq!(taken.iter().map(|r| r.id).collect::<Vec<_>>(), [anyones]);
+        assert_eq!(ids(&taken), [anyones]);
         let orphan = waiting(true).await;
         assert_eq!(one.release_holds().await.unwrap(), 0, "its own holds stay");
         assert_eq!(two.release_holds().await.unwrap(), 1);
@@ -1941,7 +1925,7 @@ async fn a_fork_copies_the_steps_before_it_reruns_none_of_them_and_goes_its_own_
         assert_eq!(s.probe.count("write_note"), 1);
         // The parent lists what came of it; the fork names its parent.
         let children = s.store.children(parent.id, 10).await.unwrap();
-        assert_eq!(children.iter().map(|r| r.id).collect::<Vec<_>>(), [fork.id]);
+        assert_eq!(ids(&children), [fork.id]);
         assert_eq!(
             fork.configuration.unwrap().continues.unwrap().parent,
             parent.id
