@@ -85,13 +85,44 @@ async fn main() -> std::process::ExitCode {
 /// Settings and logging, shared by every command.
 #[cfg(feature = "ssr")]
 fn load_settings() -> Result<nrllm_playground::settings::Settings, String> {
+    Ok(load_traced(false)?.0)
+}
+
+/// Settings and logging, and for the server (`export`) the spans' export over OTLP when the
+/// settings or OpenTelemetry's variables name an endpoint.
+#[cfg(feature = "ssr")]
+fn load_traced(
+    export: bool,
+) -> Result<
+    (
+        nrllm_playground::settings::Settings,
+        Option<nrllm_telemetry::Telemetry>,
+    ),
+    String,
+> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let settings = nrllm_playground::settings::Settings::load().map_err(|err| err.to_string())?;
+    let telemetry = match export {
+        true => nrllm_telemetry::Telemetry::install(&nrllm_telemetry::Config {
+            endpoint: settings.otlp_endpoint.clone(),
+            protocol: settings.otlp_protocol,
+            message_contents: settings.trace_message_contents,
+            service_name: "nrllm-playground".to_owned(),
+        })
+        .map_err(|err| format!("setting `otlp_endpoint`: {err}"))?,
+        false => None,
+    };
     // Colours for a terminal; plain text for a file or a log collector.
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log_level))
+    let log = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .with_filter(tracing_subscriber::EnvFilter::new(&settings.log_level));
+    tracing_subscriber::registry()
+        .with(log)
+        .with(telemetry.as_ref().map(|telemetry| telemetry.layer()))
         .init();
-    Ok(settings)
+    Ok((settings, telemetry))
 }
 
 /// `nrllm-playground mcp-demo`: the demo MCP server. Its log goes to stderr (stdout carries the
@@ -223,7 +254,7 @@ async fn serve() -> Result<(), String> {
     use leptos::prelude::*;
     use nrllm_playground::server::{retention, routes, AppState};
 
-    let settings = load_settings()?;
+    let (settings, telemetry) = load_traced(true)?;
     install_failpoint();
 
     let conf = get_configuration(None).map_err(|err| format!("Leptos configuration: {err}"))?;
@@ -274,6 +305,9 @@ async fn serve() -> Result<(), String> {
             runs = state.tasks.len(),
             "runs still running after the grace period; they go on at the next start"
         );
+    }
+    if let Some(telemetry) = telemetry {
+        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     }
     served
 }

@@ -505,13 +505,25 @@ impl Webhooks {
         Ok(())
     }
 
+    /// The `traceparent` of a delivery about run `id`, when spans are exported: the run's root
+    /// span (the delivery is about the run, not about a step of it).
+    async fn traceparent(&self, id: uuid::Uuid) -> Option<String> {
+        if !nrllm_core::spans::exporting() {
+            return None;
+        }
+        let run = self.runs.store().get(id).await.ok().flatten()?;
+        Some(run.trace?.traceparent())
+    }
+
     /// One POST: the answer's status, and what went wrong (in our words: a receiver's body, an
     /// error's text that could hold the URL, never reach the page or the log).
     async fn post(&self, target: &Target, delivery: &Delivery) -> (Option<i64>, Option<String>) {
         let timestamp = now_ms() / 1000;
-        let response = self
-            .client
-            .post(&target.url)
+        let mut request = self.client.post(&target.url);
+        if let Some(traceparent) = self.traceparent(delivery.run_id).await {
+            request = request.header("traceparent", traceparent);
+        }
+        let response = request
             .header("content-type", "application/json")
             .header("x-nrllm-event", event_of(&delivery.body))
             .header("x-nrllm-delivery", delivery.id.to_string())

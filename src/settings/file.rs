@@ -56,7 +56,18 @@ impl Settings {
         }
         settings.allowed_hosts = allowed_hosts(&sources, &file, &settings)?;
         settings.public_url = public_url(&sources, &file, &settings)?;
-        settings.four_eyes = four_eyes(&sources, &file, settings.four_eyes)?;
+        settings.four_eyes = flag(
+            &sources,
+            ("four_eyes", "NRLLM_FOUR_EYES"),
+            file.four_eyes,
+            settings.four_eyes,
+        )?;
+        settings.trace_message_contents = flag(
+            &sources,
+            ("trace_message_contents", "NRLLM_TRACE_MESSAGE_CONTENTS"),
+            file.trace_message_contents,
+            false,
+        )?;
         let invalid = |setting: &'static str| {
             let source_name = sources.file_name.clone();
             move |message: String| SettingsError::Invalid {
@@ -152,19 +163,21 @@ fn public_url(
     }
 }
 
-/// Four-eyes: `NRLLM_FOUR_EYES` (`true`, `1`, `false`, `0`), else the file's, else the default.
-fn four_eyes(
+/// A yes-or-no setting `key`: its environment variable `env_name` (`true`, `1`, `false`,
+/// `0`), else the file's `from_file`, else `default`.
+fn flag(
     sources: &Sources<'_>,
-    file: &SettingsFile,
+    (key, env_name): (&'static str, &str),
+    from_file: Option<bool>,
     default: bool,
 ) -> Result<bool, SettingsError> {
-    match ((sources.env)("NRLLM_FOUR_EYES"), file.four_eyes) {
+    match ((sources.env)(env_name), from_file) {
         (Some(value), _) => match value.trim() {
             "true" | "1" => Ok(true),
             "false" | "0" => Ok(false),
             other => Err(SettingsError::Invalid {
-                setting: "four_eyes",
-                source_name: "environment variable NRLLM_FOUR_EYES".to_owned(),
+                setting: key,
+                source_name: format!("environment variable {env_name}"),
                 message: format!("`{other}` is not true or false"),
             }),
         },

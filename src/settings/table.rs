@@ -139,7 +139,7 @@ const fn text(
 }
 
 /// Every setting read by a row, in the order they are checked.
-pub(super) const SETTINGS: [Setting; 27] = [
+pub(super) const SETTINGS: [Setting; 29] = [
     text(
         "site_addr",
         "NRLLM_SITE_ADDR",
@@ -397,6 +397,31 @@ pub(super) const SETTINGS: [Setting; 27] = [
                 );
             }
             s.trace_url_template = Some(v);
+            Ok(())
+        },
+    ),
+    text(
+        "otlp_endpoint",
+        "NRLLM_OTLP_ENDPOINT",
+        |f| f.otlp_endpoint.clone(),
+        |s, v| {
+            if web_url(&v).is_err() || v.len() > 500 {
+                return Err(
+                    "it must be the http:// or https:// URL of an OTLP receiver, such as \
+                     http://127.0.0.1:4318 (http/protobuf) or http://127.0.0.1:4317 (grpc)"
+                        .to_owned(),
+                );
+            }
+            s.otlp_endpoint = Some(v);
+            Ok(())
+        },
+    ),
+    text(
+        "otlp_protocol",
+        "NRLLM_OTLP_PROTOCOL",
+        |f| f.otlp_protocol.clone(),
+        |s, v| {
+            s.otlp_protocol = Some(nrllm_telemetry::OtlpProtocol::parse(&v)?);
             Ok(())
         },
     ),

@@ -83,6 +83,13 @@ pub struct Settings {
     /// Where a run's trace is shown in the operators' tracing tool: an `http(s)` URL with
     /// `{trace_id}` in it (the run page links to it); none by default.
     pub trace_url_template: Option<String>,
+    /// Where spans are exported over OTLP (a base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT`); none:
+    /// OpenTelemetry's own variables decide, and without them nothing is exported.
+    pub otlp_endpoint: Option<String>,
+    /// How spans travel (`http/protobuf` or `grpc`); none: OpenTelemetry's variables, else HTTP.
+    pub otlp_protocol: Option<nrllm_telemetry::OtlpProtocol>,
+    /// Whether exported spans carry message contents (off by default).
+    pub trace_message_contents: bool,
     /// The budget every run gets unless its configuration or its form says otherwise
     /// (`[limits]`; none by default).
     pub limits: BudgetLimits,
@@ -359,6 +366,9 @@ impl Default for Settings {
             mcp_call_timeout_secs: 60,
             mcp_elicitation_timeout_secs: 600,
             trace_url_template: None,
+            otlp_endpoint: None,
+            otlp_protocol: None,
+            trace_message_contents: false,
             limits: BudgetLimits::default(),
             spend_caps: SpendCapSettings::default(),
             notifications: super::notify::Notifications::default(),

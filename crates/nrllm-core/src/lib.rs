@@ -31,6 +31,7 @@ pub mod retry;
 pub mod rules;
 pub mod run_service;
 pub mod run_store;
+pub mod spans;
 pub mod spend;
 pub mod state;
 pub mod step_machine;

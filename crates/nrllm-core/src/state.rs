@@ -272,6 +272,10 @@ pub struct SuspendedState {
     /// waits for the reply, then goes on with the turn as it was decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elicited: Option<crate::elicit::Elicited>,
+    /// When the run began to wait in this state (stamped as it is kept; none in states saved
+    /// before it was): where the span of the wait starts ([`crate::spans`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_since_ms: Option<i64>,
 }
 
 /// A call decided without an operator, and what its step says about it.
@@ -459,6 +463,7 @@ mod tests {
             budget: None,
             approvals_required: 1,
             elicited: None,
+            waiting_since_ms: None,
         }
     }
 

@@ -206,6 +206,7 @@ impl Machine {
             budget: Some(stop),
             approvals_required: 1,
             elicited: None,
+            waiting_since_ms: None,
         }
     }
 
@@ -234,6 +235,7 @@ impl Machine {
             budget: None,
             approvals_required: 1,
             elicited: Some(elicited),
+            waiting_since_ms: None,
         }
     }
 
@@ -382,6 +384,7 @@ impl Machine {
                 budget: None,
                 approvals_required: 1,
                 elicited: None,
+                waiting_since_ms: None,
             };
             return match ask_anyone {
                 true => Next::Suspend(state),

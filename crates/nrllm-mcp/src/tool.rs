@@ -28,6 +28,9 @@ pub const EFFECT_KEY_META: &str = "io.nrllm/effectKey";
 /// The `_meta` key of the basis the operator approved the call against (from the tool's
 /// `__preview`), for a server that checks its target did not change since.
 pub const APPROVED_BASIS_META: &str = "io.nrllm/approvedBasis";
+/// The `_meta` key of the W3C `traceparent` naming the call's span (as MCP's trace context
+/// proposal spells it), when spans are exported.
+pub const TRACEPARENT_META: &str = "traceparent";
 /// A tool `<tool>__preview` on the same server is the dry run of `<tool>`: it takes the same
 /// arguments, changes nothing, and answers what the call would do.
 pub const PREVIEW_SUFFIX: &str = "__preview";
@@ -204,6 +207,10 @@ impl McpTool {
         }
         if let Some(basis) = &ctx.approved_basis {
             meta.insert(APPROVED_BASIS_META.to_owned(), Value::from(basis.clone()));
+        }
+        // The call's own span (`execute_tool`), when spans are exported.
+        if let Some(traceparent) = nrllm_core::spans::outbound_traceparent() {
+            meta.insert(TRACEPARENT_META.to_owned(), Value::from(traceparent));
         }
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = args.as_object().cloned();

@@ -327,6 +327,10 @@ impl Engine {
         for (name, value) in headers {
             request = request.header(*name, value);
         }
+        // The request's own span (`chat`), when spans are exported.
+        if let Some(traceparent) = nrllm_core::spans::outbound_traceparent() {
+            request = request.header("traceparent", traceparent);
+        }
         let response = request
             .send()
             .await

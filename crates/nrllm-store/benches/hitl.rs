@@ -9,6 +9,10 @@
 //! cargo bench -p nrllm-store --bench hitl -- --runs 1000 --synchronous full --concurrency 8
 //! cargo bench -p nrllm-store --bench hitl -- --runs 1000 --db postgres://postgres@127.0.0.1/test
 //! cargo bench -p nrllm-store --bench hitl -- --runs 50 --state-kb 1024   (a 1 MB suspended state)
+//! cargo bench -p nrllm-store --bench hitl -- --runs 2000 --synchronous normal --otlp
+//!
+//! `--otlp` installs the server's span export (`nrllm-telemetry`, batched OTLP/HTTP) to a local
+//! OTLP receiver in the same process, and checks that every cycle's spans arrived.
 //!
 //! On Postgres the bench makes a scratch database (`nrllm_hitl_bench`) on the URL's server, and
 //! drops it at the end.
@@ -41,6 +45,8 @@ struct Args {
     sync: SqliteSync,
     /// Size of the gated call's argument text, in KiB: the suspended state is about this large.
     state_kb: usize,
+    /// Export the spans over OTLP to a local receiver, as the server does.
+    otlp: bool,
 }
 
 fn number(value: Option<String>, flag: &str) -> Result<usize, String> {
@@ -56,6 +62,7 @@ fn parse_args() -> Result<Args, String> {
         db: "sqlite:target/hitl-bench/hitl.db".into(),
         sync: SqliteSync::Full,
         state_kb: 0,
+        otlp: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -71,6 +78,7 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--state-kb" => args.state_kb = number(it.next(), "--state-kb")?,
+            "--otlp" => args.otlp = true,
             // cargo bench passes --bench to every bench binary.
             "--bench" => {}
             other => return Err(format!("unknown flag `{other}`")),
@@ -229,6 +237,10 @@ async fn bench(args: Args) -> Result<(), String> {
     .await
     .map_err(|err| err.to_string())?;
     let store = Arc::new(SqlRunStore::new(db.clone()));
+    let export = match args.otlp {
+        true => Some(Export::install().await?),
+        false => None,
+    };
     let probe = Probe::default();
     let service = service(&store, &probe, args.state_kb);
 
@@ -252,6 +264,9 @@ async fn bench(args: Args) -> Result<(), String> {
         commits_per_cycle,
         fsyncs,
     );
+    if let Some(export) = export {
+        export.check(total).await?;
+    }
     db.pool().close().await;
     if let Some(scratch) = scratch {
         scratch
@@ -392,6 +407,64 @@ fn report(
             "disk fsyncs_per_s={fsyncs:.0} (several clients' transitions share commits: the \
              one-client limit does not apply)"
         );
+    }
+}
+
+/// The server's span export, to a receiver of the bench's own.
+struct Export {
+    receiver: nrllm_telemetry::receiver::Receiver,
+    telemetry: nrllm_telemetry::Telemetry,
+}
+
+/// The spans of one cycle: the root, two segments, two model requests, the call, the wait.
+const SPANS_PER_CYCLE: usize = 7;
+
+impl Export {
+    async fn install() -> Result<Export, String> {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let receiver = nrllm_telemetry::receiver::Receiver::http()
+            .await
+            .map_err(|err| format!("the OTLP receiver: {err}"))?;
+        let telemetry = nrllm_telemetry::Telemetry::install(&nrllm_telemetry::Config {
+            endpoint: Some(receiver.endpoint()),
+            protocol: Some(nrllm_telemetry::OtlpProtocol::HttpProtobuf),
+            message_contents: false,
+            service_name: "hitl-bench".to_owned(),
+        })?
+        .ok_or("the OTLP export did not install")?;
+        tracing_subscriber::registry()
+            .with(telemetry.layer())
+            .init();
+        Ok(Export {
+            receiver,
+            telemetry,
+        })
+    }
+
+    /// Flushes the export and checks that every cycle's spans arrived; prints what came.
+    async fn check(self, cycles: usize) -> Result<(), String> {
+        let telemetry = self.telemetry;
+        tokio::task::spawn_blocking(move || telemetry.shutdown())
+            .await
+            .map_err(|err| err.to_string())?;
+        let expected = cycles * SPANS_PER_CYCLE;
+        let spans = self
+            .receiver
+            .wait_for(|spans| spans.len() >= expected, Duration::from_secs(10))
+            .await;
+        let (_, batches) = self.receiver.counts();
+        println!(
+            "otlp spans_received={} expected={expected} batches={batches}",
+            spans.len()
+        );
+        match spans.len() >= expected {
+            true => Ok(()),
+            false => Err(format!(
+                "{} spans of {expected} reached the receiver",
+                spans.len()
+            )),
+        }
     }
 }
 

@@ -1279,6 +1279,7 @@ fn empty_state() -> nrllm_core::state::SuspendedState {
         budget: None,
         approvals_required: 1,
         elicited: None,
+        waiting_since_ms: None,
     }
 }
 

@@ -159,6 +159,7 @@ mod tests {
             budget: None,
             approvals_required: 1,
             elicited: None,
+            waiting_since_ms: None,
         };
         let mut run = super::super::tests::record(3);
         run.status = RunStatus::WaitingForApproval;

@@ -2,14 +2,15 @@
 //! that does not complete it is recorded with its step and the run keeps waiting; the one that
 //! completes it claims the run, with every approver named.
 
-use super::claim::{Asked, Attempt, Checked};
+use super::claim::{Asked, Attempt, Checked, Claiming, Taking};
 use super::errors::ResumeError;
 use super::RunService;
 use crate::decision::{Choice, DecisionError};
 use crate::events::Event;
 use crate::moves::TurnMove;
 use crate::quorum::{fingerprint, needs_quorum, Tally, Vote};
-use crate::run_store::{RunRecord, SequencedEvent, Verdict};
+use crate::run_store::{ClaimRecord, RunRecord, SequencedEvent, Verdict};
+use crate::spans::{self, WaitEnded};
 use crate::state::SuspendedState;
 use crate::tool_loop::call_choices;
 
@@ -90,7 +91,26 @@ impl RunService {
             // Whatever the wait: nobody decided in time.
             claim.verdict = Verdict::Expired;
         }
-        self.take_claim(&run, claim, claiming, taking).await
+        self.take_traced(&run, claim, (claiming, asked.digest), taking)
+            .await
+    }
+
+    /// [`RunService::take_claim`], and once it is taken, the span of the wait it ended.
+    async fn take_traced(
+        &self,
+        run: &RunRecord,
+        claim: ClaimRecord,
+        (claiming, digest): (Claiming, Option<&str>),
+        taking: Taking,
+    ) -> Attempt {
+        let wait = spans::wait_span(run, |kind| {
+            claimed_wait(run, (&claim, &taking.state), kind, digest)
+        });
+        let taken = self.take_claim(run, claim, claiming, taking).await;
+        if let (Some(Ok(_)), Some((trace, wait))) = (&taken, wait) {
+            spans::wait_ended(trace, &wait);
+        }
+        taken
     }
 
     /// Records `vote`, which does not complete `tally`, with its step: the run keeps waiting.
@@ -129,5 +149,29 @@ impl RunService {
             Ok(false) => None,
             Err(err) => Some(Err(err.into())),
         }
+    }
+}
+
+/// The span of the wait that `claim` ends on `run` (waiting in `state`, for `kind`), with the
+/// digest the decider saw.
+fn claimed_wait(
+    run: &RunRecord,
+    (claim, state): (&ClaimRecord, &SuspendedState),
+    kind: &'static str,
+    digest: Option<&str>,
+) -> WaitEnded {
+    WaitEnded {
+        run_id: run.id,
+        kind,
+        started_ms: state.waiting_since_ms.unwrap_or(run.updated_at_ms),
+        ended_ms: claim.events[0].created_at_ms,
+        decision: claim.verdict.as_str().to_owned(),
+        decided_by: claim.decided_by.clone(),
+        rules: claim
+            .rules
+            .iter()
+            .map(|rule| format!("{} {}", rule.effect.as_str(), rule.tool))
+            .collect(),
+        digest: digest.map(str::to_owned),
     }
 }

@@ -37,7 +37,8 @@ impl RunService {
         self.carry_out_here(claimed).await
     }
 
-    /// Carries out a claimed decision that this instance holds.
+    /// Carries out a claimed decision that this instance holds, in the run's span
+    /// ([`super::in_run_span`]).
     pub(super) async fn carry_out_here(
         &self,
         claimed: ClaimedRun,
@@ -48,7 +49,8 @@ impl RunService {
             claimed.last_sequence,
             &claimed.configuration,
         );
-        self.carry_out(claimed, &sink).await
+        let (id, trace) = (claimed.id, claimed.trace.clone());
+        super::in_run_span(id, trace.as_ref(), self.carry_out(claimed, &sink)).await
     }
 
     /// Carries out a claimed decision in `sink`'s segment, and persists how the segment ends.
@@ -124,7 +126,10 @@ impl RunService {
                 let events = segment.sink.take();
                 self.end_cancelled(&segment, events, request).await
             }
-            (Ok(Ok(outcome)), None) => {
+            (Ok(Ok(mut outcome)), None) => {
+                if let LoopOutcome::Suspended(state) = &mut outcome {
+                    state.waiting_since_ms = Some(self.clock.now_ms());
+                }
                 // A state to keep is serialized once: measured, then kept as measured.
                 let json = match &outcome {
                     LoopOutcome::Suspended(state) | LoopOutcome::Decided(state) => {

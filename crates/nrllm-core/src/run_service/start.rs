@@ -160,10 +160,7 @@ impl RunService {
     pub async fn work(&self, work: Work) -> Result<RunRecord, ServiceError> {
         match work {
             Work::Start(run) => self.drive(*run).await,
-            Work::Decided(claimed) => {
-                let (id, trace) = (claimed.id, claimed.trace.clone());
-                Ok(super::in_run_span(id, trace.as_ref(), self.carry_out_here(*claimed)).await?)
-            }
+            Work::Decided(claimed) => Ok(self.carry_out_here(*claimed).await?),
         }
     }
 

@@ -10,6 +10,7 @@ use crate::elicit::Asked;
 use crate::events::{Event, EventSink};
 use crate::failpoint;
 use crate::registry::Gate;
+use crate::spans;
 use crate::state::Answer;
 use crate::state::SuspendedState;
 use crate::step_machine::CallPlan;
@@ -18,6 +19,7 @@ use crate::tool::{ToolContext, ToolError};
 use crate::transcript::{ToolCall, ToolOutcome};
 use serde_json::Value;
 use std::time::Instant;
+use tracing::Instrument;
 
 /// Tool results and error texts longer than this many bytes are cut (on a UTF-8 boundary) with a
 /// marker.
@@ -208,14 +210,26 @@ impl ToolLoop {
         if on_resume {
             failpoint::reach("before_approved_tool");
         }
+        let span = spans::tool_span(&call.name, &call.id, tool_ctx.effect_key.as_deref());
         let ran = match arguments {
-            Ok(arguments) => tool.execute(&arguments, &tool_ctx).await,
+            Ok(arguments) => {
+                spans::contents(&span, "gen_ai.tool.call.arguments", || {
+                    arguments.to_string()
+                });
+                tool.execute(&arguments, &tool_ctx)
+                    .instrument(span.clone())
+                    .await
+            }
             Err(err) => Err(err),
         };
         match ran {
-            Ok(text) => Ok((cap_result(text), ToolOutcome::Ok, true)),
+            Ok(text) => {
+                spans::contents(&span, "gen_ai.tool.call.result", || text.clone());
+                Ok((cap_result(text), ToolOutcome::Ok, true))
+            }
             Err(ToolError::Asks(asked)) => Err(asked),
             Err(err) => {
+                spans::tool_failed(&span, "tool_error");
                 if let ToolError::Internal(detail) = &err {
                     tracing::error!(tool = %call.name, call_id = %call.id, run_id = %ctx.run_id, %detail, "tool failed");
                 }

@@ -12,12 +12,14 @@ use crate::events::{Event, EventSink};
 use crate::failpoint;
 use crate::preview::{preview_pending, CallPreview};
 use crate::provider::{ChatResponse, Delta, ProviderError, RetryNotice, ToolChoice, Usage};
+use crate::spans;
 use crate::state::Answer;
 use crate::state::SuspendedState;
 use crate::step_machine::{Ask, CallPlan, Machine, Next};
 use crate::transcript::{Message, ToolCall};
 use async_trait::async_trait;
 use std::time::Instant;
+use tracing::Instrument;
 
 impl ToolLoop {
     /// Performs the machine's steps — asks the model, answers calls — until it finishes or
@@ -235,10 +237,7 @@ impl ToolLoop {
             sink.delta(round, delta)
         };
         failpoint::reach("during_model_call");
-        let answer = self
-            .provider
-            .stream(&ask.request, &on_retry, &on_delta)
-            .await;
+        let answer = self.streamed(&ask.request, &on_retry, &on_delta).await;
         let mut spent = spent.into_inner().unwrap_or_default();
         let answer = match answer {
             Ok(response) => {
@@ -268,6 +267,37 @@ impl ToolLoop {
             }
         };
         (answer, spent)
+    }
+
+    /// The provider's answer to `request`, streamed, in its `chat` span ([`spans`]).
+    async fn streamed(
+        &self,
+        request: &crate::provider::ChatRequest,
+        on_retry: crate::provider::RetryObserver<'_>,
+        on_delta: crate::provider::DeltaObserver<'_>,
+    ) -> Result<ChatResponse, ProviderError> {
+        let model = self.provider.model();
+        let span = spans::chat_span(self.provider.name(), model, &request.options);
+        spans::contents(&span, "gen_ai.input.messages", || {
+            serde_json::to_string(&request.messages).unwrap_or_default()
+        });
+        let answer = self
+            .provider
+            .stream(request, on_retry, on_delta)
+            .instrument(span.clone())
+            .await;
+        spans::chat_answered(&span, model, answer.as_ref());
+        if let Ok(response) = &answer {
+            spans::contents(&span, "gen_ai.output.messages", || {
+                serde_json::json!([{
+                    "role": "assistant",
+                    "content": response.content,
+                    "tool_calls": response.tool_calls,
+                }])
+                .to_string()
+            });
+        }
+        answer
     }
 }
 

@@ -1,0 +1,239 @@
+//! Traces for the operators' tracing tools: the runs' spans ([`nrllm_core::spans`]) exported
+//! over OTLP, HTTP/protobuf or gRPC, in batches, when an endpoint is set (the `otlp_endpoint`
+//! setting, or OpenTelemetry's own `OTEL_EXPORTER_OTLP_ENDPOINT` and friends); nothing is
+//! installed otherwise, so export off costs nothing.
+//!
+//! The server and the `hitl` benchmark install the same exporter through [`Telemetry::install`].
+//! With the `receiver` feature, [`receiver`] is a small OTLP receiver that keeps what it is
+//! sent, for tests and benchmarks.
+
+mod export;
+#[cfg(feature = "receiver")]
+pub mod receiver;
+
+use std::sync::Arc;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::Resource;
+use tracing_subscriber::registry::LookupSpan;
+
+pub use export::OtelSpans;
+
+/// How spans travel to the endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// OTLP/HTTP with protobuf bodies (`POST <endpoint>/v1/traces`).
+    HttpProtobuf,
+    /// OTLP/gRPC.
+    Grpc,
+}
+
+impl OtlpProtocol {
+    /// The protocol as OpenTelemetry's settings spell it (`http/protobuf`, `grpc`).
+    pub fn parse(text: &str) -> Result<OtlpProtocol, String> {
+        match text.trim() {
+            "http/protobuf" | "http" => Ok(OtlpProtocol::HttpProtobuf),
+            "grpc" => Ok(OtlpProtocol::Grpc),
+            other => Err(format!(
+                "`{}` is not an OTLP protocol this server speaks: use http/protobuf or grpc",
+                other.chars().take(40).collect::<String>()
+            )),
+        }
+    }
+}
+
+/// What to export, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The OTLP endpoint's base URL (as `OTEL_EXPORTER_OTLP_ENDPOINT`: `/v1/traces` is added for
+    /// HTTP). None: OpenTelemetry's environment variables decide, and without them nothing is
+    /// exported.
+    pub endpoint: Option<String>,
+    /// None: `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` or `OTEL_EXPORTER_OTLP_PROTOCOL`, else HTTP.
+    pub protocol: Option<OtlpProtocol>,
+    /// Whether message contents go on spans (off by default, as the GenAI conventions advise).
+    pub message_contents: bool,
+    /// The `service.name` of the spans (unless `OTEL_SERVICE_NAME` says otherwise).
+    pub service_name: String,
+}
+
+/// The environment variables that turn export on without the `otlp_endpoint` setting.
+const ENDPOINT_VARIABLES: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+];
+
+impl Config {
+    /// Whether spans are exported, with `env` the process's environment.
+    pub fn enabled(&self, env: &dyn Fn(&str) -> Option<String>) -> bool {
+        self.endpoint.is_some()
+            || ENDPOINT_VARIABLES
+                .iter()
+                .any(|name| env(name).is_some_and(|value| !value.trim().is_empty()))
+    }
+
+    /// The protocol in force, with `env` the process's environment.
+    pub fn protocol(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<OtlpProtocol, String> {
+        if let Some(protocol) = self.protocol {
+            return Ok(protocol);
+        }
+        [
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ]
+        .iter()
+        .find_map(|name| env(name).filter(|value| !value.trim().is_empty()))
+        .map_or(Ok(OtlpProtocol::HttpProtobuf), |value| {
+            OtlpProtocol::parse(&value)
+        })
+    }
+}
+
+/// Spans being exported: flush with [`Telemetry::shutdown`] before the process ends.
+pub struct Telemetry {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+}
+
+impl Telemetry {
+    /// Builds the exporter `config` asks for and installs the core's span export; `None` when
+    /// export is off. Call inside the Tokio runtime, once per process.
+    pub fn install(config: &Config) -> Result<Option<Telemetry>, String> {
+        let env = |name: &str| std::env::var(name).ok();
+        if !config.enabled(&env) {
+            return Ok(None);
+        }
+        let exporter = match config.protocol(&env)? {
+            OtlpProtocol::HttpProtobuf => {
+                let mut builder = opentelemetry_otlp::SpanExporter::builder()
+                    .with_http()
+                    .with_protocol(Protocol::HttpBinary);
+                if let Some(endpoint) = &config.endpoint {
+                    builder = builder
+                        .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')));
+                }
+                builder.build()
+            }
+            OtlpProtocol::Grpc => {
+                let mut builder = opentelemetry_otlp::SpanExporter::builder()
+                    .with_tonic()
+                    .with_protocol(Protocol::Grpc);
+                if let Some(endpoint) = &config.endpoint {
+                    builder = builder.with_endpoint(endpoint.clone());
+                }
+                builder.build()
+            }
+        }
+        .map_err(|err| format!("the OTLP exporter could not be set up: {err}"))?;
+        let resource = Resource::builder()
+            .with_service_name(config.service_name.clone())
+            .build();
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_id_generator(export::StoredIds::default())
+            .with_resource(resource)
+            .build();
+        let tracer = provider.tracer("nrllm");
+        nrllm_core::spans::install(Arc::new(OtelSpans {
+            tracer: tracer.clone(),
+            message_contents: config.message_contents,
+        }));
+        Ok(Some(Telemetry { provider, tracer }))
+    }
+
+    /// The `tracing` layer that turns the core's spans into exported spans. Only the core's
+    /// spans go through it (`nrllm_core` targets): a request's or a library's do not, and no
+    /// log line becomes a span event.
+    pub fn layer<S>(&self) -> impl tracing_subscriber::Layer<S>
+    where
+        S: tracing::Subscriber + for<'span> LookupSpan<'span>,
+    {
+        use tracing_subscriber::Layer as _;
+        tracing_opentelemetry::layer()
+            .with_tracer(self.tracer.clone())
+            // The attributes the conventions ask for, not the layer's own (where in the code,
+            // which thread, how long busy).
+            .with_location(false)
+            .with_threads(false)
+            .with_target(false)
+            .with_tracked_inactivity(false)
+            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                meta.is_span() && meta.target().starts_with("nrllm_core")
+            }))
+    }
+
+    /// Sends what is still buffered, and stops.
+    pub fn shutdown(&self) {
+        if let Err(err) = self.provider.shutdown() {
+            tracing::warn!(%err, "the OTLP exporter did not flush its last spans");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| (*value).to_owned())
+        }
+    }
+
+    fn config() -> Config {
+        Config {
+            endpoint: None,
+            protocol: None,
+            message_contents: false,
+            service_name: "test".into(),
+        }
+    }
+
+    #[test]
+    fn export_is_on_by_the_setting_or_opentelemetrys_own_variables_only() {
+        assert!(!config().enabled(&env_of(&[])));
+        assert!(!config().enabled(&env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")])));
+        assert!(config().enabled(&env_of(&[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://127.0.0.1:4318"
+        )])));
+        assert!(config().enabled(&env_of(&[(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "http://127.0.0.1:4318/v1/traces"
+        )])));
+        let set = Config {
+            endpoint: Some("http://127.0.0.1:4318".into()),
+            ..config()
+        };
+        assert!(set.enabled(&env_of(&[])));
+    }
+
+    #[test]
+    fn the_protocol_is_the_settings_else_the_environments_else_http() {
+        assert_eq!(
+            config().protocol(&env_of(&[])),
+            Ok(OtlpProtocol::HttpProtobuf)
+        );
+        assert_eq!(
+            config().protocol(&env_of(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")])),
+            Ok(OtlpProtocol::Grpc)
+        );
+        let set = Config {
+            protocol: Some(OtlpProtocol::HttpProtobuf),
+            ..config()
+        };
+        assert_eq!(
+            set.protocol(&env_of(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")])),
+            Ok(OtlpProtocol::HttpProtobuf)
+        );
+        let refused = config()
+            .protocol(&env_of(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")]))
+            .unwrap_err();
+        assert!(refused.contains("http/json"), "{refused}");
+    }
+}
