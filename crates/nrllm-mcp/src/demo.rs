@@ -21,7 +21,7 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::tool::{bounded, EFFECT_KEY_META};
+use crate::tool::{bounded, EFFECT_KEY_META, TRACEPARENT_META};
 
 mod name;
 use name::{ask_for_name, ask_inside, checked_name, named, Named, UNNAMED};
@@ -101,7 +101,13 @@ pub struct DemoServer {
     /// It speaks only the versions before MCP 2026-07-28 (`--protocol 2025-11-25`), and asks
     /// for a note's name inside the open call.
     older: bool,
+    /// The `traceparent`s the calls carried in `_meta`, latest last (at most
+    /// [`MAX_TRACEPARENTS`]).
+    traceparents: Arc<Mutex<Vec<String>>>,
 }
+
+/// How many `traceparent`s the demo server keeps.
+const MAX_TRACEPARENTS: usize = 100;
 
 impl DemoServer {
     /// A server over the notebook in `data` (in memory only if `None`).
@@ -118,6 +124,7 @@ impl DemoServer {
             listeners: Arc::default(),
             listings: Arc::default(),
             older: false,
+            traceparents: Arc::default(),
         })
     }
 
@@ -153,6 +160,28 @@ impl DemoServer {
     /// How many times a client listed the tools (tests of how often a client asks).
     pub fn listings(&self) -> u32 {
         self.listings.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The `traceparent`s its calls carried in `_meta` (the caller's span of each call), latest
+    /// last.
+    pub fn traceparents(&self) -> Vec<String> {
+        self.traceparents
+            .lock()
+            .map(|seen| seen.clone())
+            .unwrap_or_default()
+    }
+
+    fn saw_traceparent(&self, meta: Option<&Value>) {
+        let Some(traceparent) = meta.and_then(Value::as_str) else {
+            return;
+        };
+        if let Ok(mut seen) = self.traceparents.lock() {
+            if seen.len() == MAX_TRACEPARENTS {
+                seen.remove(0);
+            }
+            // A header's length (55); anything longer is not one.
+            seen.push(traceparent.chars().take(64).collect());
+        }
     }
 
     /// The same server with `fault` (tests).
@@ -440,6 +469,12 @@ impl ServerHandler for DemoServer {
             })
             .and_then(Value::as_str)
             .map(str::to_owned);
+        self.saw_traceparent(context.meta.get(TRACEPARENT_META).or_else(|| {
+            request
+                .meta
+                .as_ref()
+                .and_then(|meta| meta.get(TRACEPARENT_META))
+        }));
         let result = match request.name.as_ref() {
             "read_note" => self.read(&args)?,
             "count_words" => {
