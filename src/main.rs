@@ -137,8 +137,8 @@ async fn mcp_demo(
         .with_writer(std::io::stderr)
         .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
         .init();
-    let server = nrllm_mcp::demo::speaking(data, protocol.as_deref())?;
-    nrllm_mcp::demo::serve(server, http.as_deref()).await
+    let server = nrllm_mcp::demo::serving::speaking(data, protocol.as_deref())?;
+    nrllm_mcp::demo::serving::serve(server, http.as_deref()).await
 }
 
 /// Opens the database named by the settings.

@@ -17,13 +17,14 @@ use rmcp::model::{
     ProtocolVersion, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use rmcp::{ErrorData, ServerHandler};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::tool::{bounded, EFFECT_KEY_META, TRACEPARENT_META};
 
 mod name;
+pub mod serving;
 use name::{ask_for_name, ask_inside, checked_name, named, Named, UNNAMED};
 
 /// The longest note the demo keeps.
@@ -171,8 +172,8 @@ impl DemoServer {
             .unwrap_or_default()
     }
 
-    fn saw_traceparent(&self, meta: Option<&Value>) {
-        let Some(traceparent) = meta.and_then(Value::as_str) else {
+    fn saw_traceparent(&self, traceparent: Option<&str>) {
+        let Some(traceparent) = traceparent else {
             return;
         };
         if let Ok(mut seen) = self.traceparents.lock() {
@@ -392,6 +393,19 @@ impl DemoServer {
     }
 }
 
+/// Text under `key` in a call's `_meta` (the SDK hands it to the handler in its context).
+fn meta<'a>(
+    context: &'a RequestContext<RoleServer>,
+    request: &'a CallToolRequestParams,
+    key: &str,
+) -> Option<&'a str> {
+    context
+        .meta
+        .get(key)
+        .or_else(|| request.meta.as_ref().and_then(|meta| meta.get(key)))
+        .and_then(Value::as_str)
+}
+
 fn text(text: impl Into<String>) -> CallToolResult {
     CallToolResult::success(vec![ContentBlock::text(text.into())])
 }
@@ -453,28 +467,13 @@ impl ServerHandler for DemoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let args: Args = serde_json::from_value(Value::Object(
-            request.arguments.unwrap_or_default(),
-        ))
-        .map_err(|err| ErrorData::invalid_params(format!("invalid arguments: {err}"), None))?;
-        // The SDK hands a request's `_meta` to the handler in its context.
-        let key = context
-            .meta
-            .get(EFFECT_KEY_META)
-            .or_else(|| {
-                request
-                    .meta
-                    .as_ref()
-                    .and_then(|meta| meta.get(EFFECT_KEY_META))
-            })
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        self.saw_traceparent(context.meta.get(TRACEPARENT_META).or_else(|| {
-            request
-                .meta
-                .as_ref()
-                .and_then(|meta| meta.get(TRACEPARENT_META))
-        }));
+        let key = meta(&context, &request, EFFECT_KEY_META).map(str::to_owned);
+        self.saw_traceparent(meta(&context, &request, TRACEPARENT_META));
+        let args: Args =
+            serde_json::from_value(Value::Object(request.arguments.clone().unwrap_or_default()))
+                .map_err(|err| {
+                    ErrorData::invalid_params(format!("invalid arguments: {err}"), None)
+                })?;
         let result = match request.name.as_ref() {
             "read_note" => self.read(&args)?,
             "count_words" => {
@@ -528,87 +527,5 @@ impl ServerHandler for DemoServer {
             }
         };
         Ok(result.into())
-    }
-}
-
-/// Serves `server` on this process's stdin and stdout until the client goes away.
-pub async fn serve_stdio(server: DemoServer) -> Result<(), String> {
-    let running = server
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|err| format!("the MCP handshake failed: {err}"))?;
-    running
-        .waiting()
-        .await
-        .map_err(|err| format!("the server stopped: {err}"))?;
-    Ok(())
-}
-
-/// The server over Streamable HTTP, at `/mcp`.
-pub fn router(server: DemoServer) -> axum::Router {
-    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-    use rmcp::transport::streamable_http_server::{
-        StreamableHttpServerConfig, StreamableHttpService,
-    };
-    let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default(),
-    );
-    axum::Router::new().nest_service("/mcp", service)
-}
-
-/// The command line of `mcp-demo`: `[--data FILE] [--http ADDR]`.
-pub async fn main_with_args(args: &[String]) -> Result<(), String> {
-    let mut data = None;
-    let mut http = None;
-    let mut protocol = None;
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--data" => data = Some(PathBuf::from(args.next().ok_or("--data needs a file")?)),
-            "--http" => http = Some(args.next().ok_or("--http needs an address")?.clone()),
-            "--protocol" => protocol = Some(args.next().ok_or("--protocol needs a version")?),
-            other => {
-                return Err(format!(
-                    "unknown argument `{other}` (use --data FILE, --http ADDR, --protocol VERSION)"
-                ))
-            }
-        }
-    }
-    serve(
-        speaking(data, protocol.map(String::as_str))?,
-        http.as_deref(),
-    )
-    .await
-}
-
-/// The server over the notebook in `data`, speaking `protocol`: `2026-07-28` (the default, and
-/// the versions before) or `2025-11-25` (only the versions before 2026-07-28).
-pub fn speaking(data: Option<PathBuf>, protocol: Option<&str>) -> Result<DemoServer, String> {
-    let server = DemoServer::open(data)?;
-    match protocol {
-        None | Some("2026-07-28") => Ok(server),
-        Some("2025-11-25") => Ok(server.older()),
-        Some(_) => Err("--protocol is 2026-07-28 (the default) or 2025-11-25".to_owned()),
-    }
-}
-
-/// Serves `server` on stdio, or over Streamable HTTP at `http` when given.
-pub async fn serve(server: DemoServer, http: Option<&str>) -> Result<(), String> {
-    match http {
-        None => serve_stdio(server).await,
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|err| format!("cannot listen on {addr}: {err}"))?;
-            eprintln!(
-                "nrllm-notes MCP server at http://{}/mcp",
-                listener.local_addr().map_err(|e| e.to_string())?
-            );
-            axum::serve(listener, router(server))
-                .await
-                .map_err(|err| format!("the server stopped: {err}"))
-        }
     }
 }

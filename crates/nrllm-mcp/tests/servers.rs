@@ -58,7 +58,7 @@ async fn http_server(fault: Option<Fault>) -> (String, DemoServer) {
     let server = DemoServer::open(None).unwrap().with_fault(fault);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let router = nrllm_mcp::demo::router(server.clone());
+    let router = nrllm_mcp::demo::serving::router(server.clone());
     tokio::spawn(async move { axum::serve(listener, router).await });
     (url, server)
 }

@@ -73,7 +73,7 @@ async fn demo_tools() -> (
     let demo = DemoServer::open(None).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let router = nrllm_mcp::demo::router(demo.clone());
+    let router = nrllm_mcp::demo::serving::router(demo.clone());
     tokio::spawn(async move { axum::serve(listener, router).await });
     let registry = Arc::new(ToolRegistry::new());
     let shutdown = tokio_util::sync::CancellationToken::new();

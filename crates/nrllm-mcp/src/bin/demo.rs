@@ -4,7 +4,7 @@
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match nrllm_mcp::demo::main_with_args(&args).await {
+    match nrllm_mcp::demo::serving::main_with_args(&args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("nrllm-mcp-demo: {message}");
