@@ -199,6 +199,10 @@ pub struct ChatResponse {
     /// The provider's raw response body, when captured (never containing credentials).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<Value>,
+    /// The model that answered, as the provider names it (a dated version of the one asked
+    /// for, say); none when it does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl ChatResponse {
@@ -210,6 +214,7 @@ impl ChatResponse {
             usage,
             finish_reason: FinishReason::Stop,
             raw: None,
+            model: None,
         }
     }
 
@@ -226,7 +231,16 @@ impl ChatResponse {
             usage,
             finish_reason,
             raw: None,
+            model: None,
         }
+    }
+
+    /// The same turn, answered by `model` (as the provider named it; cut to 200 characters).
+    pub fn answered_by(mut self, model: Option<String>) -> ChatResponse {
+        self.model = model
+            .filter(|model| !model.is_empty())
+            .map(|model| model.chars().take(200).collect());
+        self
     }
 
     /// A turn of tool calls.
@@ -237,6 +251,7 @@ impl ChatResponse {
             usage,
             finish_reason: FinishReason::ToolCalls,
             raw: None,
+            model: None,
         }
     }
 }

@@ -214,7 +214,8 @@ pub(crate) fn chat_answered(
 ) {
     match answer {
         Ok(response) => {
-            span.record("gen_ai.response.model", model);
+            let answered_by = response.model.as_deref().unwrap_or(model);
+            span.record("gen_ai.response.model", answered_by);
             // As signed numbers: an unsigned one is exported as text.
             let count = |tokens: u64| i64::try_from(tokens).unwrap_or(i64::MAX);
             span.record(

@@ -86,6 +86,8 @@ struct WireToolChoice {
 /// A Messages response.
 #[derive(Debug, Deserialize)]
 pub struct Response {
+    #[serde(default)]
+    model: Option<String>,
     content: Option<Vec<ResponseBlock>>,
     stop_reason: Option<String>,
     #[serde(default)]
@@ -268,7 +270,7 @@ impl WireFormat for Anthropic {
             Some(other) => FinishReason::Other(other.to_owned()),
         };
         let usage = response.usage.map_or(Usage::unreported(), Usage::from);
-        Ok(ChatResponse::turn(text, tool_calls, usage, finish_reason))
+        Ok(ChatResponse::turn(text, tool_calls, usage, finish_reason).answered_by(response.model))
     }
 }
 

@@ -140,6 +140,8 @@ struct GenerationConfig {
 #[serde(rename_all = "camelCase")]
 pub struct Response {
     #[serde(default)]
+    model_version: Option<String>,
+    #[serde(default)]
     candidates: Vec<Candidate>,
     prompt_feedback: Option<PromptFeedback>,
     usage_metadata: Option<UsageMetadata>,
@@ -396,7 +398,8 @@ impl WireFormat for Gemini {
         let usage = response
             .usage_metadata
             .map_or(Usage::unreported(), Usage::from);
-        Ok(ChatResponse::turn(text, tool_calls, usage, finish_reason))
+        Ok(ChatResponse::turn(text, tool_calls, usage, finish_reason)
+            .answered_by(response.model_version))
     }
 
     /// Gemini's 429 carries `RetryInfo` in `error.details`: `{"retryDelay": "2s"}`.

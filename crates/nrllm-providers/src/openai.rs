@@ -110,6 +110,8 @@ struct WireFunction {
 #[derive(Debug, Deserialize)]
 pub struct Response {
     #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
     choices: Vec<Choice>,
     #[serde(default)]
     usage: Option<WireUsage>,
@@ -299,6 +301,7 @@ impl WireFormat for OpenAi {
             tool_calls,
             usage,
             finish_reason,
-        ))
+        )
+        .answered_by(response.model))
     }
 }

@@ -68,6 +68,7 @@ async fn a_plain_answer_lifts_the_system_prompt_and_maps_usage() {
         .await
         .unwrap();
     assert_eq!(response.content.as_deref(), Some("Hello."));
+    assert_eq!(response.model.as_deref(), Some("claude-test"));
     assert_eq!(
         (
             response.usage.prompt_tokens,

@@ -42,7 +42,7 @@ fn provider(server: &WireServer, model: &str) -> GeminiProvider {
 fn text(text: &str) -> Value {
     json!({"candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
         "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 8,
-        "candidatesTokenCount": 3, "thoughtsTokenCount": 5}})
+        "candidatesTokenCount": 3, "thoughtsTokenCount": 5}, "modelVersion": "gemini-test-001"})
 }
 
 #[tokio::test]
@@ -72,6 +72,7 @@ async fn a_plain_answer_sends_the_exact_request() {
         .await
         .unwrap();
     assert_eq!(response.content.as_deref(), Some("Hello."));
+    assert_eq!(response.model.as_deref(), Some("gemini-test-001"));
     // Thinking tokens are billed as output.
     assert_eq!(response.usage.completion_tokens, 8);
     let sent = &server.requests().await[0];

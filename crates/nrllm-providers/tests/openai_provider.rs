@@ -80,6 +80,7 @@ async fn a_plain_answer_sends_the_exact_request_and_reads_usage() {
         .await
         .unwrap();
     assert_eq!(response.content.as_deref(), Some("Hello."));
+    assert_eq!(response.model.as_deref(), Some("gpt-test"));
     assert_eq!(
         (
             response.usage.prompt_tokens,

@@ -375,7 +375,7 @@ async fn reasoning_text_is_shown_live_and_never_kept() {
         .iter()
         .map(String::as_str),
     );
-    let whole = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "Done.",
+    let whole = json!({"model": "gpt-test", "choices": [{"index": 0, "message": {"role": "assistant", "content": "Done.",
         "reasoning_content": "Think first."}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 3, "completion_tokens": 2}});
     let server = MockServer::start(vec![Reply::Stream(pieces(&stream, 9)), Reply::ok(whole)]).await;
@@ -394,6 +394,8 @@ async fn reasoning_text_is_shown_live_and_never_kept() {
         .await
         .unwrap();
     assert_eq!(journaled(&streamed), journaled(&read_whole));
+    // The model that answered, as the chunks name it.
+    assert_eq!(streamed.model.as_deref(), Some("gpt-test"));
     for raw in [streamed.raw.unwrap(), read_whole.raw.unwrap()] {
         assert!(!raw.to_string().contains("Think first"), "{raw}");
     }

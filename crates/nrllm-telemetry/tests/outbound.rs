@@ -29,7 +29,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 async fn model() -> MockServer {
     let server = MockServer::start().await;
     let replies = [
-        json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+        json!({"model": "gpt-test-2026-12-01", "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
             "tool_calls": [{"id": "r1", "type": "function", "function": {
                 "name": "web__read_note", "arguments": "{\"name\":\"home\"}"}}]},
             "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 20, "completion_tokens": 9}}),
@@ -172,6 +172,19 @@ async fn requests_for_a_run_name_their_own_spans() {
         sent[0].headers.get("traceparent"),
         sent[1].headers.get("traceparent")
     );
+    // The model that answered, as the provider named it; the one asked for when it did not.
+    let answered: Vec<_> = chats
+        .iter()
+        .map(|chat| {
+            assert_eq!(chat.text("gen_ai.request.model"), Some("gpt-test"));
+            chat.text("gen_ai.response.model")
+        })
+        .collect();
+    assert!(
+        answered.contains(&Some("gpt-test-2026-12-01")),
+        "{chats:#?}"
+    );
+    assert!(answered.contains(&Some("gpt-test")), "{chats:#?}");
 
     // The MCP call names its execute_tool span in `_meta`.
     let tools = named("execute_tool web__read_note");

@@ -171,6 +171,7 @@ fn response(next: Next, prompt_tokens: u64, round: usize) -> ChatResponse {
                 tool_calls: Vec::new(),
                 finish_reason: FinishReason::Stop,
                 raw: None,
+                model: None,
             }
         }
         Next::Call(calls) => calls
@@ -194,5 +195,6 @@ fn response(next: Next, prompt_tokens: u64, round: usize) -> ChatResponse {
         tool_calls,
         finish_reason: FinishReason::ToolCalls,
         raw: None,
+        model: None,
     }
 }
