@@ -100,9 +100,6 @@ fn load_traced(
     ),
     String,
 > {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::Layer;
     let settings = nrllm_playground::settings::Settings::load().map_err(|err| err.to_string())?;
     let telemetry = match export {
         true => nrllm_telemetry::Telemetry::install(&nrllm_telemetry::Config {
@@ -115,12 +112,9 @@ fn load_traced(
         false => None,
     };
     // Colours for a terminal; plain text for a file or a log collector.
-    let log = tracing_subscriber::fmt::layer()
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log_level))
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .with_filter(tracing_subscriber::EnvFilter::new(&settings.log_level));
-    tracing_subscriber::registry()
-        .with(log)
-        .with(telemetry.as_ref().map(|telemetry| telemetry.layer()))
         .init();
     Ok((settings, telemetry))
 }

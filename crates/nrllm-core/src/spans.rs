@@ -1,116 +1,79 @@
 //! The spans of a run, for the operators' tracing tools (OpenTelemetry's GenAI conventions).
 //!
-//! The core only makes `tracing` spans and says when a wait or a run ended; it knows nothing of
-//! OpenTelemetry. A process that exports spans installs a [`SpanExport`] once, at start (as it
-//! installs its `tracing` subscriber): the export makes each segment's span a child of the run's
-//! stored root span ([`RunTrace`]), names spans in outgoing `traceparent` headers, and emits the
-//! root span (when the run ends) and each wait's span (when its decision is made) with their
-//! stored ids and start times, so that one run is one trace across suspends, processes and
-//! instances. Without an export, nothing here costs more than a `tracing` span.
-//!
-//! Spans made here:
-//! - `chat` around each model request: `gen_ai.provider.name`, `gen_ai.request.model`,
-//!   temperature and max tokens, and once answered `gen_ai.usage.*` and
+//! The core knows nothing of OpenTelemetry: it makes each span as a value ([`SpanRecord`]: its
+//! ids, times, attributes) and hands it, finished, to the process's [`SpanExport`], installed
+//! once at start (the app's exports over OTLP). A run is one trace across suspends, processes
+//! and instances because every span's ids derive from the run's stored trace ([`RunTrace`]):
+//! - `invoke_agent <agent>`, the root, with the stored root span id and the run's start, made
+//!   when the run ends;
+//! - `chat <model>` for each model request: `gen_ai.provider.name`, `gen_ai.request.model`,
+//!   temperature and max tokens, `gen_ai.response.model`, `gen_ai.usage.*`,
 //!   `gen_ai.response.finish_reasons`;
-//! - `execute_tool` around each tool call that runs: `gen_ai.tool.name`, `gen_ai.tool.call.id`
-//!   and, for a call that runs on a decision, `nrllm.effect_key`.
+//! - `execute_tool <tool>` for each call that runs: `gen_ai.tool.name`, `gen_ai.tool.call.id`
+//!   and, for a call run on a decision, `nrllm.effect_key`;
+//! - `nrllm.wait <approval|input|budget>` from the step that began a wait to its decision:
+//!   `nrllm.approval.decision`, `decided_by`, `rule`, `digest`, `waited_ms`.
 //!
-//! Message contents (the messages sent, the answer, a call's arguments and result) go on those
-//! spans only when the export asks for them ([`SpanExport::message_contents`]), each cut to
-//! [`MAX_CONTENT_BYTES`], and never into the log.
+//! Requests made inside a `chat` or `execute_tool` span (to the provider, to a tool's server)
+//! carry a `traceparent` naming it ([`outbound_traceparent`]). Message contents go on spans only
+//! when the export asks for them ([`SpanExport::message_contents`]), each cut to
+//! [`MAX_CONTENT_BYTES`]. Without an export nothing here is made: a check of a `OnceLock`.
 
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tracing::field::Empty;
 use uuid::Uuid;
 
-use crate::provider::{ChatResponse, FinishReason, ModelOptions};
+use crate::provider::{ChatResponse, FinishReason, ModelOptions, ProviderError};
 use crate::run_store::RunRecord;
+use crate::tool::ToolError;
 use crate::trace::RunTrace;
 use nrllm_types::RunStatus;
 
 /// The most of one message content put on a span, in bytes (the rest is cut, marked `…`).
 pub const MAX_CONTENT_BYTES: usize = 16 * 1024;
+/// The longest text of ours (a name, a summary) put on a span, in bytes.
+const MAX_TEXT_BYTES: usize = 1024;
 
-/// A wait for a person that ended: from the step that began it to the decision.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WaitEnded {
-    pub run_id: Uuid,
-    /// `approval`, `input` or `budget`.
-    pub kind: &'static str,
-    pub started_ms: i64,
-    pub ended_ms: i64,
-    /// The decision's verdict (`approved`, `denied`, `mixed`, `expired`, …).
-    pub decision: String,
-    /// Who decided (an operator's name, a token's, or the deadline).
-    pub decided_by: String,
-    /// The rules added with the decision (their scopes), if any.
-    pub rules: Vec<String>,
-    /// The digest of the turn the decider saw, when the decision carried one.
-    pub digest: Option<String>,
+/// An attribute's value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attr {
+    /// Text known when the program was built (no allocation).
+    Static(&'static str),
+    Text(String),
+    Int(i64),
+    Float(f64),
+    Texts(Vec<String>),
 }
 
-impl WaitEnded {
-    /// How long the run waited.
-    pub fn waited_ms(&self) -> i64 {
-        (self.ended_ms - self.started_ms).max(0)
-    }
+/// A finished span, as the export receives it (ids in lower-case hex, as stored).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanRecord {
+    pub name: String,
+    pub trace_id: String,
+    pub span_id: String,
+    /// None: a root (its trace begins here).
+    pub parent_span_id: Option<String>,
+    /// Whether the trace is sampled (the caller's flag, for a run started under a caller).
+    pub sampled: bool,
+    /// A request to another service (a model): `client`; else `internal`.
+    pub client: bool,
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub attributes: Vec<(&'static str, Attr)>,
+    /// A span of another trace it points to: (trace id, span id).
+    pub link: Option<(String, String)>,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
 }
 
-/// A run that ended: what its root span (`invoke_agent`) says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunEnded {
-    pub run_id: Uuid,
-    /// The name of the run's configuration (the agent).
-    pub agent: String,
-    /// The model its configuration names, if any.
-    pub model: Option<String>,
-    pub status: RunStatus,
-    pub started_ms: i64,
-    pub ended_ms: i64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Why it failed or stopped, as the operator reads it.
-    pub summary: Option<String>,
-}
-
-impl RunEnded {
-    /// What `run` (ended) says of itself.
-    pub fn of(run: &RunRecord) -> RunEnded {
-        let configuration = run.configuration.as_ref();
-        RunEnded {
-            run_id: run.id,
-            agent: configuration.map_or_else(String::new, |c| c.provider.clone()),
-            model: configuration
-                .map(|c| c.model.clone())
-                .filter(|model| !model.is_empty()),
-            status: run.status,
-            started_ms: run.created_at_ms,
-            ended_ms: run.finished_at_ms.unwrap_or(run.updated_at_ms),
-            input_tokens: run.counters.usage.prompt_tokens,
-            output_tokens: run.counters.usage.completion_tokens,
-            summary: run.error_summary.clone(),
-        }
-    }
-}
-
-/// Where a process's spans go. Implemented by the app over OpenTelemetry; see the module.
+/// Where a process's finished spans go. Implemented by the app over OpenTelemetry.
 pub trait SpanExport: Send + Sync {
-    /// Makes `span` (a segment of the run: its work in this process) a child of the run's
-    /// root span in the run's trace.
-    fn adopt(&self, span: &tracing::Span, trace: &RunTrace);
-    /// A `traceparent` naming `span` as exported, for a request made inside it.
-    fn traceparent(&self, span: &tracing::Span) -> Option<String>;
+    /// Sends `span` on (batched: this must not wait).
+    fn export(&self, span: SpanRecord);
     /// Whether message contents go on spans (off unless an operator turned them on).
     fn message_contents(&self) -> bool;
-    /// Puts `value` on `span` as attribute `key` (message contents: never logged).
-    fn attribute(&self, span: &tracing::Span, key: &'static str, value: String);
-    /// Puts `values` on `span` as the string-array attribute `key`.
-    fn attribute_list(&self, span: &tracing::Span, key: &'static str, values: Vec<String>);
-    /// Emits the span of a wait that ended, under the run's root span.
-    fn wait_ended(&self, trace: &RunTrace, wait: &WaitEnded);
-    /// Emits the run's root span, with its stored ids and start time.
-    fn run_ended(&self, trace: &RunTrace, run: &RunEnded);
 }
 
 static EXPORT: OnceLock<Arc<dyn SpanExport>> = OnceLock::new();
@@ -129,28 +92,254 @@ pub fn exporting() -> bool {
     export().is_some()
 }
 
-/// The `traceparent` an outgoing request made now (for a model, a tool's server, a webhook)
-/// carries: the current span as exported; none when spans are not exported.
+tokio::task_local! {
+    /// The `traceparent` of the span the task is in (a model request, a tool call).
+    static OUTBOUND: String;
+}
+
+/// The `traceparent` an outgoing request made now (to a model, to a tool's server) carries:
+/// the `chat` or `execute_tool` span it is made in; none outside them or without an export.
 pub fn outbound_traceparent() -> Option<String> {
-    export()?.traceparent(&tracing::Span::current())
+    OUTBOUND.try_with(Clone::clone).ok()
 }
 
-/// Makes `span` a child of the run's root span, when spans are exported.
-pub(crate) fn adopt(span: &tracing::Span, trace: Option<&RunTrace>) {
-    if let (Some(export), Some(trace)) = (export(), trace) {
-        export.adopt(span, trace);
+/// A span being timed: finished by [`OpenSpan::end`].
+pub(crate) struct OpenSpan {
+    record: SpanRecord,
+}
+
+impl OpenSpan {
+    /// A span named `name` under the run's root span, starting now; none without an export or
+    /// a trace.
+    fn under(trace: Option<&RunTrace>, name: String, client: bool) -> Option<OpenSpan> {
+        export()?;
+        let trace = trace?;
+        let now = SystemTime::now();
+        Some(OpenSpan {
+            record: SpanRecord {
+                name,
+                trace_id: trace.trace_id.clone(),
+                span_id: const_hex::encode(crate::trace::random_span_id()),
+                parent_span_id: Some(trace.span_id.clone()),
+                sampled: trace.sampled,
+                client,
+                start: now,
+                end: now,
+                attributes: Vec::with_capacity(10),
+                link: None,
+                error: None,
+            },
+        })
+    }
+
+    fn set(&mut self, key: &'static str, value: Attr) {
+        self.record.attributes.push((key, value));
+    }
+
+    fn text(&mut self, key: &'static str, value: &str) {
+        self.set(key, Attr::Text(bounded(value.to_owned(), MAX_TEXT_BYTES)));
+    }
+
+    fn traceparent(&self) -> String {
+        format!(
+            "00-{}-{}-{:02x}",
+            self.record.trace_id,
+            self.record.span_id,
+            u8::from(self.record.sampled)
+        )
+    }
+
+    fn failed(&mut self, kind: &str) {
+        self.text("error.type", kind);
+        self.record.error = Some(kind.to_owned());
+    }
+
+    /// Puts message contents on the span as `key`, when the export asks for them; `contents`
+    /// is made only then.
+    fn contents(&mut self, key: &'static str, contents: impl FnOnce() -> String) {
+        if export().is_some_and(|export| export.message_contents()) {
+            self.set(key, Attr::Text(bounded(contents(), MAX_CONTENT_BYTES)));
+        }
+    }
+
+    fn end(mut self) {
+        self.record.end = SystemTime::now();
+        if let Some(export) = export() {
+            export.export(self.record);
+        }
     }
 }
 
-/// Emits the root span of `run`, which ended.
-pub(crate) fn run_ended(run: &RunRecord) {
-    if let (Some(export), Some(trace), true) = (export(), &run.trace, run.status.is_terminal()) {
-        export.run_ended(trace, &RunEnded::of(run));
+/// Runs `work` inside `span` (its requests name it), if there is one.
+async fn within<F: Future>(span: Option<&OpenSpan>, work: F) -> F::Output {
+    match span {
+        Some(span) => OUTBOUND.scope(span.traceparent(), work).await,
+        None => work.await,
     }
 }
 
-/// What the span of `run`'s wait will say once its claim commits (`wait` fills it in for the
-/// kind of wait), with the run's trace; none when spans are not exported.
+/// The name the GenAI conventions give a provider.
+fn provider_name(provider: &str) -> &str {
+    match provider {
+        "gemini" => "gcp.gemini",
+        other => other,
+    }
+}
+
+/// What a model request is asked with, for its span.
+pub(crate) struct ChatAsked<'a> {
+    pub(crate) trace: Option<&'a RunTrace>,
+    pub(crate) provider: &'a str,
+    pub(crate) model: &'a str,
+    pub(crate) options: &'a ModelOptions,
+    pub(crate) messages: &'a (dyn Fn() -> String + Sync),
+}
+
+/// Makes a model request (`work`) in its `chat` span.
+pub(crate) async fn chat<F>(asked: ChatAsked<'_>, work: F) -> Result<ChatResponse, ProviderError>
+where
+    F: Future<Output = Result<ChatResponse, ProviderError>>,
+{
+    let mut span = OpenSpan::under(asked.trace, format!("chat {}", asked.model), true);
+    if let Some(span) = &mut span {
+        span.set("gen_ai.operation.name", Attr::Static("chat"));
+        span.text("gen_ai.provider.name", provider_name(asked.provider));
+        span.text("gen_ai.request.model", asked.model);
+        if let Some(temperature) = asked.options.temperature {
+            span.set("gen_ai.request.temperature", Attr::Float(temperature));
+        }
+        if let Some(max_tokens) = asked.options.max_tokens {
+            span.set(
+                "gen_ai.request.max_tokens",
+                Attr::Int(i64::from(max_tokens)),
+            );
+        }
+        span.contents("gen_ai.input.messages", asked.messages);
+    }
+    let answer = within(span.as_ref(), work).await;
+    if let Some(mut span) = span {
+        chat_answered(&mut span, asked.model, answer.as_ref());
+        span.end();
+    }
+    answer
+}
+
+fn chat_answered(span: &mut OpenSpan, model: &str, answer: Result<&ChatResponse, &ProviderError>) {
+    let response = match answer {
+        Ok(response) => response,
+        Err(error) => {
+            span.failed(match error.kind {
+                crate::provider::ProviderErrorKind::Transient => "transient",
+                crate::provider::ProviderErrorKind::Permanent => "permanent",
+                crate::provider::ProviderErrorKind::ContextLength => "context_length",
+            });
+            return;
+        }
+    };
+    span.text(
+        "gen_ai.response.model",
+        response.model.as_deref().unwrap_or(model),
+    );
+    let count = |tokens: u64| Attr::Int(i64::try_from(tokens).unwrap_or(i64::MAX));
+    span.set(
+        "gen_ai.usage.input_tokens",
+        count(response.usage.prompt_tokens),
+    );
+    span.set(
+        "gen_ai.usage.output_tokens",
+        count(response.usage.completion_tokens),
+    );
+    let reason = match &response.finish_reason {
+        FinishReason::Stop => "stop",
+        FinishReason::ToolCalls => "tool_calls",
+        FinishReason::Length => "length",
+        FinishReason::ContentFilter => "content_filter",
+        FinishReason::Other(other) => other.as_str(),
+    };
+    span.set(
+        "gen_ai.response.finish_reasons",
+        Attr::Texts(vec![bounded(reason.to_owned(), 64)]),
+    );
+    span.contents("gen_ai.output.messages", || {
+        serde_json::json!([{
+            "role": "assistant",
+            "content": response.content,
+            "tool_calls": response.tool_calls,
+        }])
+        .to_string()
+    });
+}
+
+/// What a tool call is run with, for its span.
+pub(crate) struct ToolCalled<'a> {
+    pub(crate) trace: Option<&'a RunTrace>,
+    pub(crate) name: &'a str,
+    pub(crate) call_id: &'a str,
+    pub(crate) effect_key: Option<&'a str>,
+    pub(crate) arguments: &'a serde_json::Value,
+}
+
+/// Runs a tool call (`work`) in its `execute_tool` span (a question for the operator is not
+/// a failure).
+pub(crate) async fn tool<F>(called: ToolCalled<'_>, work: F) -> Result<String, ToolError>
+where
+    F: Future<Output = Result<String, ToolError>>,
+{
+    let mut span = OpenSpan::under(called.trace, format!("execute_tool {}", called.name), false);
+    if let Some(span) = &mut span {
+        span.set("gen_ai.operation.name", Attr::Static("execute_tool"));
+        span.set("gen_ai.tool.type", Attr::Static("function"));
+        span.text("gen_ai.tool.name", called.name);
+        span.text("gen_ai.tool.call.id", called.call_id);
+        if let Some(key) = called.effect_key {
+            span.text("nrllm.effect_key", key);
+        }
+        span.contents("gen_ai.tool.call.arguments", || {
+            called.arguments.to_string()
+        });
+    }
+    let outcome = within(span.as_ref(), work).await;
+    if let Some(mut span) = span {
+        match &outcome {
+            Ok(text) => span.contents("gen_ai.tool.call.result", || text.clone()),
+            Err(ToolError::Asks(_)) => {}
+            Err(_) => span.failed("tool_error"),
+        }
+        span.end();
+    }
+    outcome
+}
+
+/// A wait for a person that ended: from the step that began it to the decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitEnded {
+    pub run_id: Uuid,
+    /// `approval`, `input` or `budget`.
+    pub kind: &'static str,
+    pub started_ms: i64,
+    pub ended_ms: i64,
+    /// The decision's verdict (`approved`, `denied`, `mixed`, `expired`, `cancelled`).
+    pub decision: String,
+    /// Who decided (an operator's name, a token's, the deadline).
+    pub decided_by: String,
+    /// The rules added with the decision, if any.
+    pub rules: Vec<String>,
+    /// The digest of the turn the decider saw, when the decision carried one.
+    pub digest: Option<String>,
+}
+
+impl WaitEnded {
+    /// How long the run waited.
+    pub fn waited_ms(&self) -> i64 {
+        (self.ended_ms - self.started_ms).max(0)
+    }
+}
+
+fn time(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// The kind of wait `run` is in, and its trace, when spans are exported.
 pub(crate) fn wait_span(
     run: &RunRecord,
     wait: impl FnOnce(&'static str) -> WaitEnded,
@@ -165,127 +354,89 @@ pub(crate) fn wait_span(
     Some((run.trace.as_ref()?, wait(kind)))
 }
 
-/// Emits the span of a wait that ended.
+/// Exports the span of a wait that ended, under the run's root span.
 pub(crate) fn wait_ended(trace: &RunTrace, wait: &WaitEnded) {
+    let Some(mut span) = OpenSpan::under(Some(trace), format!("nrllm.wait {}", wait.kind), false)
+    else {
+        return;
+    };
+    span.record.start = time(wait.started_ms);
+    span.set("nrllm.approval.kind", Attr::Static(wait.kind));
+    span.text("nrllm.approval.decision", &wait.decision);
+    span.text("nrllm.approval.decided_by", &wait.decided_by);
+    span.set("nrllm.approval.waited_ms", Attr::Int(wait.waited_ms()));
+    if !wait.rules.is_empty() {
+        let rules = wait
+            .rules
+            .iter()
+            .map(|r| bounded(r.clone(), MAX_TEXT_BYTES));
+        span.set("nrllm.approval.rule", Attr::Texts(rules.collect()));
+    }
+    if let Some(digest) = &wait.digest {
+        span.text("nrllm.approval.digest", digest);
+    }
+    span.record.end = time(wait.ended_ms);
     if let Some(export) = export() {
-        export.wait_ended(trace, wait);
+        export.export(span.record);
     }
 }
 
-/// The name the GenAI conventions give a provider.
-fn provider_name(provider: &str) -> &str {
-    match provider {
-        "gemini" => "gcp.gemini",
-        other => other,
+/// Exports the root span of `run`, which ended: its stored id, under the caller's span when it
+/// was started under one, from the run's start until now (the segment that ended it closes
+/// first), linked to the run it was forked or retried from.
+pub(crate) fn run_ended(run: &RunRecord) {
+    let (Some(export), Some(trace), true) = (export(), &run.trace, run.status.is_terminal()) else {
+        return;
+    };
+    let configuration = run.configuration.as_ref();
+    let agent = configuration.map_or("", |c| c.provider.as_str());
+    let mut attributes = vec![
+        ("gen_ai.operation.name", Attr::Static("invoke_agent")),
+        (
+            "gen_ai.agent.name",
+            Attr::Text(bounded(agent.to_owned(), MAX_TEXT_BYTES)),
+        ),
+        ("nrllm.run.id", Attr::Text(run.id.to_string())),
+        ("nrllm.run.status", Attr::Static(run.status.as_str())),
+    ];
+    let usage = run.counters.usage;
+    for (key, tokens) in [
+        ("gen_ai.usage.input_tokens", usage.prompt_tokens),
+        ("gen_ai.usage.output_tokens", usage.completion_tokens),
+    ] {
+        attributes.push((key, Attr::Int(i64::try_from(tokens).unwrap_or(i64::MAX))));
     }
-}
-
-/// The span of one model request.
-pub(crate) fn chat_span(provider: &str, model: &str, options: &ModelOptions) -> tracing::Span {
-    let span = tracing::info_span!(
-        "chat",
-        otel.name = %format_args!("chat {model}"),
-        otel.kind = "client",
-        otel.status_code = Empty,
-        gen_ai.operation.name = "chat",
-        gen_ai.provider.name = %provider_name(provider),
-        gen_ai.request.model = %model,
-        gen_ai.request.temperature = Empty,
-        gen_ai.request.max_tokens = Empty,
-        gen_ai.response.model = Empty,
-        gen_ai.usage.input_tokens = Empty,
-        gen_ai.usage.output_tokens = Empty,
-        error.type = Empty,
-    );
-    if let Some(temperature) = options.temperature {
-        span.record("gen_ai.request.temperature", temperature);
+    if let Some(model) = configuration
+        .map(|c| c.model.as_str())
+        .filter(|m| !m.is_empty())
+    {
+        attributes.push((
+            "gen_ai.request.model",
+            Attr::Text(bounded(model.to_owned(), MAX_TEXT_BYTES)),
+        ));
     }
-    if let Some(max_tokens) = options.max_tokens {
-        span.record("gen_ai.request.max_tokens", i64::from(max_tokens));
-    }
-    span
-}
-
-/// Records on `span` how its model request went.
-pub(crate) fn chat_answered(
-    span: &tracing::Span,
-    model: &str,
-    answer: Result<&ChatResponse, &crate::provider::ProviderError>,
-) {
-    match answer {
-        Ok(response) => {
-            let answered_by = response.model.as_deref().unwrap_or(model);
-            span.record("gen_ai.response.model", answered_by);
-            // As signed numbers: an unsigned one is exported as text.
-            let count = |tokens: u64| i64::try_from(tokens).unwrap_or(i64::MAX);
-            span.record(
-                "gen_ai.usage.input_tokens",
-                count(response.usage.prompt_tokens),
-            );
-            span.record(
-                "gen_ai.usage.output_tokens",
-                count(response.usage.completion_tokens),
-            );
-            if let Some(export) = export() {
-                let reason = match &response.finish_reason {
-                    FinishReason::Stop => "stop",
-                    FinishReason::ToolCalls => "tool_calls",
-                    FinishReason::Length => "length",
-                    FinishReason::ContentFilter => "content_filter",
-                    FinishReason::Other(other) => other.as_str(),
-                };
-                export.attribute_list(
-                    span,
-                    "gen_ai.response.finish_reasons",
-                    vec![bounded(reason.to_owned(), 64)],
-                );
-            }
-        }
-        Err(error) => {
-            span.record("otel.status_code", "ERROR");
-            span.record(
-                "error.type",
-                match error.kind {
-                    crate::provider::ProviderErrorKind::Transient => "transient",
-                    crate::provider::ProviderErrorKind::Permanent => "permanent",
-                    crate::provider::ProviderErrorKind::ContextLength => "context_length",
-                },
-            );
-        }
-    }
-}
-
-/// The span of one tool call that runs (`effect_key`: a call run on a decision).
-pub(crate) fn tool_span(name: &str, call_id: &str, effect_key: Option<&str>) -> tracing::Span {
-    let span = tracing::info_span!(
-        "execute_tool",
-        otel.name = %format_args!("execute_tool {name}"),
-        otel.status_code = Empty,
-        gen_ai.operation.name = "execute_tool",
-        gen_ai.tool.type = "function",
-        gen_ai.tool.name = %name,
-        gen_ai.tool.call.id = %call_id,
-        nrllm.effect_key = Empty,
-        error.type = Empty,
-    );
-    if let Some(key) = effect_key {
-        span.record("nrllm.effect_key", key);
-    }
-    span
-}
-
-/// Records on `span` that its call failed.
-pub(crate) fn tool_failed(span: &tracing::Span, kind: &'static str) {
-    span.record("otel.status_code", "ERROR");
-    span.record("error.type", kind);
-}
-
-/// Puts message contents on `span` (`key`: a GenAI attribute), when the export asks for them;
-/// `contents` is made only then.
-pub(crate) fn contents(span: &tracing::Span, key: &'static str, contents: impl FnOnce() -> String) {
-    if let Some(export) = export().filter(|export| export.message_contents()) {
-        export.attribute(span, key, bounded(contents(), MAX_CONTENT_BYTES));
-    }
+    let ended = time(run.finished_at_ms.unwrap_or(run.updated_at_ms));
+    export.export(SpanRecord {
+        name: bounded(format!("invoke_agent {agent}"), MAX_TEXT_BYTES),
+        trace_id: trace.trace_id.clone(),
+        span_id: trace.span_id.clone(),
+        parent_span_id: trace.parent_span_id.clone(),
+        sampled: trace.sampled,
+        client: false,
+        start: time(run.created_at_ms),
+        end: ended.max(SystemTime::now()),
+        attributes,
+        link: trace
+            .link
+            .as_ref()
+            .map(|link| (link.trace_id.clone(), link.span_id.clone())),
+        error: (run.status == RunStatus::Failed).then(|| {
+            bounded(
+                run.error_summary.clone().unwrap_or_else(|| "failed".into()),
+                MAX_TEXT_BYTES,
+            )
+        }),
+    });
 }
 
 /// `text` cut to at most `max` bytes (on a character boundary), marked `…` when cut.
@@ -336,5 +487,14 @@ mod tests {
             .waited_ms(),
             3_250
         );
+    }
+
+    #[tokio::test]
+    async fn a_request_outside_a_span_names_none_and_inside_names_it() {
+        assert_eq!(outbound_traceparent(), None);
+        let named = OUTBOUND
+            .scope("00-ab-cd-01".to_owned(), async { outbound_traceparent() })
+            .await;
+        assert_eq!(named.as_deref(), Some("00-ab-cd-01"));
     }
 }

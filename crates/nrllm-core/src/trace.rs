@@ -186,11 +186,16 @@ fn random_trace_id() -> [u8; 16] {
     }
 }
 
-fn random_span_id() -> [u8; 8] {
+pub(crate) fn random_span_id() -> [u8; 8] {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    // SipHash under this thread's random keys (drawn once; each `RandomState` after that takes
+    // the next key): unpredictable ids without a system call for each.
+    static DRAWN: AtomicU64 = AtomicU64::new(0);
     loop {
-        let bytes = uuid::Uuid::new_v4();
-        let mut id = [0; 8];
-        id.copy_from_slice(&bytes.as_bytes()[8..]);
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(DRAWN.fetch_add(1, Ordering::Relaxed));
+        let id = hasher.finish().to_be_bytes();
         if id != [0; 8] {
             return id;
         }

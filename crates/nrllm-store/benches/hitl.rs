@@ -416,15 +416,12 @@ struct Export {
     telemetry: nrllm_telemetry::Telemetry,
 }
 
-/// The spans of one cycle: the root, two segments, two model requests, the call, the wait.
-const SPANS_PER_CYCLE: usize = 7;
+/// The spans of one cycle: the root, two model requests, the call, the wait.
+const SPANS_PER_CYCLE: usize = 5;
 
 impl Export {
     async fn install() -> Result<Export, String> {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        let receiver = nrllm_telemetry::receiver::Receiver::http()
-            .await
+        let receiver = nrllm_telemetry::receiver::Receiver::http_counting()
             .map_err(|err| format!("the OTLP receiver: {err}"))?;
         let telemetry = nrllm_telemetry::Telemetry::install(&nrllm_telemetry::Config {
             endpoint: Some(receiver.endpoint()),
@@ -433,9 +430,6 @@ impl Export {
             service_name: "hitl-bench".to_owned(),
         })?
         .ok_or("the OTLP export did not install")?;
-        tracing_subscriber::registry()
-            .with(telemetry.layer())
-            .init();
         Ok(Export {
             receiver,
             telemetry,
@@ -451,19 +445,13 @@ impl Export {
         let expected = cycles * SPANS_PER_CYCLE;
         let spans = self
             .receiver
-            .wait_for(|spans| spans.len() >= expected, Duration::from_secs(10))
+            .wait_for_count(expected, Duration::from_secs(10))
             .await;
         let (_, batches) = self.receiver.counts();
-        println!(
-            "otlp spans_received={} expected={expected} batches={batches}",
-            spans.len()
-        );
-        match spans.len() >= expected {
+        println!("otlp spans_received={spans} expected={expected} batches={batches}");
+        match spans >= expected {
             true => Ok(()),
-            false => Err(format!(
-                "{} spans of {expected} reached the receiver",
-                spans.len()
-            )),
+            false => Err(format!("{spans} spans of {expected} reached the receiver")),
         }
     }
 }

@@ -15,9 +15,8 @@ use std::sync::Arc;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
-use tracing_subscriber::registry::LookupSpan;
 
 pub use export::OtelSpans;
 
@@ -94,7 +93,6 @@ impl Config {
 /// Spans being exported: flush with [`Telemetry::shutdown`] before the process ends.
 pub struct Telemetry {
     provider: SdkTracerProvider,
-    tracer: SdkTracer,
 }
 
 impl Telemetry {
@@ -127,8 +125,13 @@ impl Telemetry {
             }
         }
         .map_err(|err| format!("the OTLP exporter could not be set up: {err}"))?;
+        // Each process is its own instance: a trace shows which one did what.
         let resource = Resource::builder()
             .with_service_name(config.service_name.clone())
+            .with_attribute(opentelemetry::KeyValue::new(
+                "service.instance.id",
+                format!("{}-{}", hostname(), std::process::id()),
+            ))
             .build();
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
@@ -137,31 +140,10 @@ impl Telemetry {
             .build();
         let tracer = provider.tracer("nrllm");
         nrllm_core::spans::install(Arc::new(OtelSpans {
-            tracer: tracer.clone(),
+            tracer,
             message_contents: config.message_contents,
         }));
-        Ok(Some(Telemetry { provider, tracer }))
-    }
-
-    /// The `tracing` layer that turns the core's spans into exported spans. Only the core's
-    /// spans go through it (`nrllm_core` targets): a request's or a library's do not, and no
-    /// log line becomes a span event.
-    pub fn layer<S>(&self) -> impl tracing_subscriber::Layer<S>
-    where
-        S: tracing::Subscriber + for<'span> LookupSpan<'span>,
-    {
-        use tracing_subscriber::Layer as _;
-        tracing_opentelemetry::layer()
-            .with_tracer(self.tracer.clone())
-            // The attributes the conventions ask for, not the layer's own (where in the code,
-            // which thread, how long busy).
-            .with_location(false)
-            .with_threads(false)
-            .with_target(false)
-            .with_tracked_inactivity(false)
-            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
-                meta.is_span() && meta.target().starts_with("nrllm_core")
-            }))
+        Ok(Some(Telemetry { provider }))
     }
 
     /// Sends what is still buffered, and stops.
@@ -170,6 +152,13 @@ impl Telemetry {
             tracing::warn!(%err, "the OTLP exporter did not flush its last spans");
         }
     }
+}
+
+/// This machine's name, as the kernel has it (empty if it cannot be read).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().chars().take(64).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

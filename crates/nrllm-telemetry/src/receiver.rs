@@ -26,6 +26,8 @@ use tokio::sync::Notify;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Received {
     pub service: String,
+    /// The process that sent it (`service.instance.id`).
+    pub instance: String,
     pub trace_id: String,
     pub span_id: String,
     pub parent_span_id: String,
@@ -51,22 +53,74 @@ impl Received {
     }
 }
 
+/// An export request as far as counting its spans needs: each span's bytes are skipped, not
+/// read (the same wire format: fields 1, 2 and 2 of the request, resource and scope).
+#[derive(Clone, PartialEq, prost::Message)]
+struct Counted {
+    #[prost(message, repeated, tag = "1")]
+    resource_spans: Vec<CountedResource>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct CountedResource {
+    #[prost(message, repeated, tag = "2")]
+    scope_spans: Vec<CountedScope>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct CountedScope {
+    #[prost(bytes = "bytes", repeated, tag = "2")]
+    spans: Vec<prost::bytes::Bytes>,
+}
+
 #[derive(Default)]
 struct Kept {
     spans: Mutex<Vec<Received>>,
-    /// Export requests received (each a batch).
-    requests: Mutex<u64>,
+    /// Spans and export requests (each a batch) received.
+    counts: Mutex<(usize, u64)>,
+    /// Only count the spans (a benchmark's receiver: what it keeps would grow without end).
+    count_only: bool,
     arrived: Notify,
 }
 
 impl Kept {
+    /// Keeps (or only counts) the spans of an export request's `body`; `false` if it is not one.
+    fn body(&self, body: Bytes) -> bool {
+        if self.count_only {
+            let Ok(counted) = Counted::decode(body) else {
+                return false;
+            };
+            let count = counted
+                .resource_spans
+                .iter()
+                .flat_map(|resource| &resource.scope_spans)
+                .map(|scope| scope.spans.len())
+                .sum();
+            self.counted(count);
+            return true;
+        }
+        match ExportTraceServiceRequest::decode(body) {
+            Ok(request) => {
+                self.keep(request);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     fn keep(&self, request: ExportTraceServiceRequest) {
         let received = flatten(request);
+        let count = received.len();
         if let Ok(mut spans) = self.spans.lock() {
             spans.extend(received);
         }
-        if let Ok(mut requests) = self.requests.lock() {
-            *requests += 1;
+        self.counted(count);
+    }
+
+    fn counted(&self, spans: usize) {
+        if let Ok(mut counts) = self.counts.lock() {
+            counts.0 += spans;
+            counts.1 += 1;
         }
         self.arrived.notify_waiters();
     }
@@ -83,10 +137,38 @@ pub struct Receiver {
 impl Receiver {
     /// A receiver of OTLP/HTTP with protobuf bodies.
     pub async fn http() -> std::io::Result<Receiver> {
+        Receiver::http_keeping(true).await
+    }
+
+    /// A receiver of OTLP/HTTP that only counts what it is sent ([`Receiver::counts`]), on a
+    /// thread and runtime of its own, as a collector elsewhere would be: for a benchmark (its
+    /// spans would fill the memory, and its work is not the measured server's).
+    pub fn http_counting() -> std::io::Result<Receiver> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (started, receiver) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("otlp-receiver".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let _ = started.send(Receiver::http_keeping(false).await);
+                    std::future::pending::<()>().await;
+                })
+            })?;
+        receiver
+            .recv()
+            .map_err(|_| std::io::Error::other("the receiver's thread ended"))?
+    }
+
+    async fn http_keeping(keep: bool) -> std::io::Result<Receiver> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let receiver = Receiver {
             addr: listener.local_addr()?,
-            kept: Arc::default(),
+            kept: Arc::new(Kept {
+                count_only: !keep,
+                ..Kept::default()
+            }),
         };
         let kept = Arc::clone(&receiver.kept);
         let app = axum::Router::new().route(
@@ -94,17 +176,13 @@ impl Receiver {
             axum::routing::post(move |body: Bytes| {
                 let kept = Arc::clone(&kept);
                 async move {
-                    match ExportTraceServiceRequest::decode(body) {
-                        Ok(request) => {
-                            kept.keep(request);
-                            let response = ExportTraceServiceResponse::default().encode_to_vec();
-                            (
-                                StatusCode::OK,
-                                [("content-type", "application/x-protobuf")],
-                                response,
-                            )
-                        }
-                        Err(_) => (
+                    match kept.body(body) {
+                        true => (
+                            StatusCode::OK,
+                            [("content-type", "application/x-protobuf")],
+                            ExportTraceServiceResponse::default().encode_to_vec(),
+                        ),
+                        false => (
                             StatusCode::BAD_REQUEST,
                             [("content-type", "text/plain")],
                             b"not an ExportTraceServiceRequest".to_vec(),
@@ -153,9 +231,24 @@ impl Receiver {
 
     /// How many spans, and how many export requests, came so far.
     pub fn counts(&self) -> (usize, u64) {
-        let spans = self.kept.spans.lock().map(|s| s.len()).unwrap_or(0);
-        let requests = self.kept.requests.lock().map(|r| *r).unwrap_or(0);
-        (spans, requests)
+        self.kept
+            .counts
+            .lock()
+            .map(|counts| *counts)
+            .unwrap_or((0, 0))
+    }
+
+    /// Waits until `spans` spans came, or `limit` passed: how many came.
+    pub async fn wait_for_count(&self, spans: usize, limit: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let arrived = self.kept.arrived.notified();
+            let (count, _) = self.counts();
+            if count >= spans || tokio::time::Instant::now() >= deadline {
+                return count;
+            }
+            let _ = tokio::time::timeout_at(deadline, arrived).await;
+        }
     }
 
     /// The spans once `done` holds of them, or those there are after `limit`.
@@ -192,21 +285,20 @@ impl TraceService for Grpc {
 fn flatten(request: ExportTraceServiceRequest) -> Vec<Received> {
     let mut received = Vec::new();
     for resource_spans in request.resource_spans {
-        let service = resource_spans
-            .resource
-            .as_ref()
-            .and_then(|resource| {
-                resource
-                    .attributes
-                    .iter()
-                    .find(|kv| kv.key == "service.name")
-            })
-            .and_then(|kv| value(kv).as_str().map(str::to_owned))
-            .unwrap_or_default();
+        let resource = |key: &str| {
+            resource_spans
+                .resource
+                .as_ref()
+                .and_then(|resource| resource.attributes.iter().find(|kv| kv.key == key))
+                .and_then(|kv| value(kv).as_str().map(str::to_owned))
+                .unwrap_or_default()
+        };
+        let (service, instance) = (resource("service.name"), resource("service.instance.id"));
         for scope_spans in resource_spans.scope_spans {
             for span in scope_spans.spans {
                 received.push(Received {
                     service: service.clone(),
+                    instance: instance.clone(),
                     trace_id: const_hex::encode(&span.trace_id),
                     span_id: const_hex::encode(&span.span_id),
                     parent_span_id: const_hex::encode(&span.parent_span_id),

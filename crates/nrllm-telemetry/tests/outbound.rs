@@ -21,8 +21,6 @@ use nrllm_providers::ProviderConfig;
 use nrllm_telemetry::receiver::{Received, Receiver};
 use nrllm_telemetry::{Config, OtlpProtocol, Telemetry};
 use serde_json::json;
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 /// A provider that answers a call to `web__read_note`, then the answer.
@@ -119,9 +117,6 @@ async fn requests_for_a_run_name_their_own_spans() {
     })
     .unwrap()
     .expect("export is on");
-    tracing_subscriber::registry()
-        .with(telemetry.layer())
-        .init();
 
     let model = model().await;
     let (demo, registry, shutdown) = demo_tools().await;
@@ -130,10 +125,12 @@ async fn requests_for_a_run_name_their_own_spans() {
         messages: vec![Message::user("read the home note")],
         ..RunInput::default()
     };
-    let outcome = tool_loop
-        .run(input, &RunContext::default(), &NullSink)
-        .await
-        .unwrap();
+    let trace = nrllm_core::trace::RunTrace::start(None);
+    let ctx = RunContext {
+        trace: Some(trace.clone()),
+        ..RunContext::default()
+    };
+    let outcome = tool_loop.run(input, &ctx, &NullSink).await.unwrap();
     assert!(matches!(outcome, LoopOutcome::Completed(_)), "{outcome:?}");
     shutdown.cancel();
     tokio::task::spawn_blocking(move || telemetry.shutdown())
@@ -149,12 +146,16 @@ async fn requests_for_a_run_name_their_own_spans() {
             .collect()
     };
 
-    // Each model request names its own chat span.
+    // Each model request names its own chat span, a child of the run's root.
     let chats = named("chat gpt-test");
     assert_eq!(chats.len(), 2, "{spans:#?}");
+    for span in chats.iter().chain(&named("execute_tool")) {
+        assert_eq!(span.trace_id, trace.trace_id, "{span:#?}");
+        assert_eq!(span.parent_span_id, trace.span_id, "{span:#?}");
+    }
     let sent = model.received_requests().await.unwrap();
     assert_eq!(sent.len(), 2);
-    for (request, chat) in sent.iter().zip(&chats) {
+    for request in &sent {
         let header = request
             .headers
             .get("traceparent")
@@ -162,7 +163,7 @@ async fn requests_for_a_run_name_their_own_spans() {
             .to_str()
             .unwrap();
         assert!(header.ends_with("-01"), "{header}");
-        let named = span_of(header, &chat.trace_id);
+        let named = span_of(header, &trace.trace_id);
         assert!(
             chats.iter().any(|c| c.span_id == named),
             "{header} names a chat span: {chats:#?}"

@@ -186,21 +186,17 @@ fn wait_deadline(
 
 /// The span a run's work runs in here: its log lines carry the run's id and, for a run that
 /// has one, its trace id and root span id ([`crate::trace`]), whether or not traces are exported.
-/// Exported, it is the segment's span under the run's root span ([`crate::spans`]).
 fn run_span(id: Uuid, trace: Option<&crate::trace::RunTrace>) -> tracing::Span {
-    let span = tracing::info_span!(
+    tracing::info_span!(
         "run",
-        otel.name = "nrllm.segment",
         run_id = %id,
         trace_id = %trace.map_or("", |t| t.trace_id.as_str()),
         span_id = %trace.map_or("", |t| t.span_id.as_str()),
-    );
-    crate::spans::adopt(&span, trace);
-    span
+    )
 }
 
 /// Does `work` on run `id` in its span ([`run_span`]), and logs where the run stands after it;
-/// a run that ended here emits its root span.
+/// a run that ended here exports its root span ([`crate::spans`]).
 pub(crate) async fn in_run_span<E>(
     id: Uuid,
     trace: Option<&crate::trace::RunTrace>,

@@ -19,7 +19,6 @@ use crate::tool::{ToolContext, ToolError};
 use crate::transcript::{ToolCall, ToolOutcome};
 use serde_json::Value;
 use std::time::Instant;
-use tracing::Instrument;
 
 /// Tool results and error texts longer than this many bytes are cut (on a UTF-8 boundary) with a
 /// marker.
@@ -210,26 +209,24 @@ impl ToolLoop {
         if on_resume {
             failpoint::reach("before_approved_tool");
         }
-        let span = spans::tool_span(&call.name, &call.id, tool_ctx.effect_key.as_deref());
         let ran = match arguments {
             Ok(arguments) => {
-                spans::contents(&span, "gen_ai.tool.call.arguments", || {
-                    arguments.to_string()
-                });
-                tool.execute(&arguments, &tool_ctx)
-                    .instrument(span.clone())
-                    .await
+                let called = spans::ToolCalled {
+                    trace: ctx.trace.as_ref(),
+                    name: &call.name,
+                    call_id: &call.id,
+                    effect_key: tool_ctx.effect_key.as_deref(),
+                    arguments: &arguments,
+                };
+                let work = tool.execute(&arguments, &tool_ctx);
+                spans::tool(called, work).await
             }
             Err(err) => Err(err),
         };
         match ran {
-            Ok(text) => {
-                spans::contents(&span, "gen_ai.tool.call.result", || text.clone());
-                Ok((cap_result(text), ToolOutcome::Ok, true))
-            }
+            Ok(text) => Ok((cap_result(text), ToolOutcome::Ok, true)),
             Err(ToolError::Asks(asked)) => Err(asked),
             Err(err) => {
-                spans::tool_failed(&span, "tool_error");
                 if let ToolError::Internal(detail) = &err {
                     tracing::error!(tool = %call.name, call_id = %call.id, run_id = %ctx.run_id, %detail, "tool failed");
                 }

@@ -19,7 +19,6 @@ use crate::step_machine::{Ask, CallPlan, Machine, Next};
 use crate::transcript::{Message, ToolCall};
 use async_trait::async_trait;
 use std::time::Instant;
-use tracing::Instrument;
 
 impl ToolLoop {
     /// Performs the machine's steps — asks the model, answers calls — until it finishes or
@@ -166,7 +165,7 @@ impl ToolLoop {
         if !ctx.lease_held() {
             return Err(LoopError::LeaseLost);
         }
-        let (answer, spent) = self.ask(&ask, sink).await;
+        let (answer, spent) = self.ask(&ask, ctx.trace.as_ref(), sink).await;
         if let Some(watch) = &ctx.spend {
             let mut usage = spent;
             if let Ok(response) = &answer {
@@ -195,6 +194,7 @@ impl ToolLoop {
     pub(super) async fn ask(
         &self,
         ask: &Ask,
+        trace: Option<&crate::trace::RunTrace>,
         sink: &dyn EventSink,
     ) -> (Result<ChatResponse, ProviderError>, Usage) {
         let round = ask.round;
@@ -237,7 +237,9 @@ impl ToolLoop {
             sink.delta(round, delta)
         };
         failpoint::reach("during_model_call");
-        let answer = self.streamed(&ask.request, &on_retry, &on_delta).await;
+        let answer = self
+            .streamed(&ask.request, trace, (&on_retry, &on_delta))
+            .await;
         let mut spent = spent.into_inner().unwrap_or_default();
         let answer = match answer {
             Ok(response) => {
@@ -273,31 +275,21 @@ impl ToolLoop {
     async fn streamed(
         &self,
         request: &crate::provider::ChatRequest,
-        on_retry: crate::provider::RetryObserver<'_>,
-        on_delta: crate::provider::DeltaObserver<'_>,
+        trace: Option<&crate::trace::RunTrace>,
+        (on_retry, on_delta): (
+            crate::provider::RetryObserver<'_>,
+            crate::provider::DeltaObserver<'_>,
+        ),
     ) -> Result<ChatResponse, ProviderError> {
-        let model = self.provider.model();
-        let span = spans::chat_span(self.provider.name(), model, &request.options);
-        spans::contents(&span, "gen_ai.input.messages", || {
-            serde_json::to_string(&request.messages).unwrap_or_default()
-        });
-        let answer = self
-            .provider
-            .stream(request, on_retry, on_delta)
-            .instrument(span.clone())
-            .await;
-        spans::chat_answered(&span, model, answer.as_ref());
-        if let Ok(response) = &answer {
-            spans::contents(&span, "gen_ai.output.messages", || {
-                serde_json::json!([{
-                    "role": "assistant",
-                    "content": response.content,
-                    "tool_calls": response.tool_calls,
-                }])
-                .to_string()
-            });
-        }
-        answer
+        let messages = || serde_json::to_string(&request.messages).unwrap_or_default();
+        let asked = spans::ChatAsked {
+            trace,
+            provider: self.provider.name(),
+            model: self.provider.model(),
+            options: &request.options,
+            messages: &messages,
+        };
+        spans::chat(asked, self.provider.stream(request, on_retry, on_delta)).await
     }
 }
 

@@ -68,6 +68,9 @@ pub struct RunContext {
     /// On `resume` of a turn whose call's server asked the operator: the call and the reply it
     /// is sent again with ([`crate::elicit`]).
     pub reply: Option<(String, crate::elicit::Replied)>,
+    /// The run's trace: the spans of its model requests and tool calls are children of its
+    /// root span ([`crate::spans`]); none: no spans.
+    pub trace: Option<crate::trace::RunTrace>,
 }
 
 impl RunContext {
