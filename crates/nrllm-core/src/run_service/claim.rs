@@ -480,6 +480,12 @@ impl RunService {
             .fail_corrupted(run.id, run.version, summary, &event, self.clock.now_ms())
             .await?;
         self.notify_status(run.id, RunStatus::Failed);
+        // The run ended here: its root span (read again only when spans are exported).
+        if crate::spans::exporting() {
+            if let Ok(Some(ended)) = self.store.get(run.id).await {
+                crate::spans::run_ended(&ended);
+            }
+        }
         Ok(())
     }
 
