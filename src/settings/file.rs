@@ -66,7 +66,7 @@ impl Settings {
             &sources,
             ("trace_message_contents", "NRLLM_TRACE_MESSAGE_CONTENTS"),
             file.trace_message_contents,
-            false,
+            settings.trace_message_contents,
         )?;
         let invalid = |setting: &'static str| {
             let source_name = sources.file_name.clone();

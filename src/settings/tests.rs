@@ -385,3 +385,38 @@ fn a_configuration_says_how_many_people_approve_its_turns_from_one_to_ten() {
         );
     }
 }
+
+#[test]
+fn span_export_settings_are_checked_and_named_when_wrong() {
+    let settings = load(
+        Some("otlp_endpoint = \"http://127.0.0.1:4318\"\ntrace_message_contents = true\n"),
+        &[("NRLLM_OTLP_PROTOCOL", "grpc")],
+    )
+    .unwrap();
+    assert_eq!(
+        settings.otlp_endpoint.as_deref(),
+        Some("http://127.0.0.1:4318")
+    );
+    assert_eq!(
+        settings.otlp_protocol,
+        Some(nrllm_telemetry::OtlpProtocol::Grpc)
+    );
+    assert!(settings.trace_message_contents);
+    let defaults = load(None, &[]).unwrap();
+    assert_eq!(
+        (defaults.otlp_endpoint, defaults.otlp_protocol),
+        (None, None)
+    );
+    assert!(!defaults.trace_message_contents);
+    for (env, key) in [
+        (("NRLLM_OTLP_ENDPOINT", "collector:4318"), "`otlp_endpoint`"),
+        (("NRLLM_OTLP_PROTOCOL", "http/json"), "`otlp_protocol`"),
+        (
+            ("NRLLM_TRACE_MESSAGE_CONTENTS", "yes"),
+            "`trace_message_contents`",
+        ),
+    ] {
+        let err = load(None, &[env]).unwrap_err().to_string();
+        assert!(err.contains(key) && err.contains(env.0), "{err}");
+    }
+}

@@ -23,8 +23,6 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use uuid::Uuid;
-
 use crate::provider::{ChatResponse, FinishReason, ModelOptions, ProviderError};
 use crate::run_store::RunRecord;
 use crate::tool::ToolError;
@@ -109,6 +107,18 @@ pub(crate) struct OpenSpan {
 }
 
 impl OpenSpan {
+    /// A span of GenAI operation `operation` on `subject` (`chat gpt-4o`) under the run's root
+    /// span, starting now; none without an export or a trace.
+    fn operation(
+        trace: Option<&RunTrace>,
+        (operation, subject): (&'static str, &str),
+        client: bool,
+    ) -> Option<OpenSpan> {
+        let mut span = OpenSpan::under(trace, format!("{operation} {subject}"), client)?;
+        span.set("gen_ai.operation.name", Attr::Static(operation));
+        Some(span)
+    }
+
     /// A span named `name` under the run's root span, starting now; none without an export or
     /// a trace.
     fn under(trace: Option<&RunTrace>, name: String, client: bool) -> Option<OpenSpan> {
@@ -141,12 +151,8 @@ impl OpenSpan {
     }
 
     fn traceparent(&self) -> String {
-        format!(
-            "00-{}-{}-{:02x}",
-            self.record.trace_id,
-            self.record.span_id,
-            u8::from(self.record.sampled)
-        )
+        let record = &self.record;
+        crate::trace::traceparent(&record.trace_id, &record.span_id, record.sampled)
     }
 
     fn failed(&mut self, kind: &str) {
@@ -162,8 +168,12 @@ impl OpenSpan {
         }
     }
 
-    fn end(mut self) {
-        self.record.end = SystemTime::now();
+    fn end(self) {
+        self.end_at(SystemTime::now());
+    }
+
+    fn end_at(mut self, end: SystemTime) {
+        self.record.end = end;
         if let Some(export) = export() {
             export.export(self.record);
         }
@@ -200,9 +210,8 @@ pub(crate) async fn chat<F>(asked: ChatAsked<'_>, work: F) -> Result<ChatRespons
 where
     F: Future<Output = Result<ChatResponse, ProviderError>>,
 {
-    let mut span = OpenSpan::under(asked.trace, format!("chat {}", asked.model), true);
+    let mut span = OpenSpan::operation(asked.trace, ("chat", asked.model), true);
     if let Some(span) = &mut span {
-        span.set("gen_ai.operation.name", Attr::Static("chat"));
         span.text("gen_ai.provider.name", provider_name(asked.provider));
         span.text("gen_ai.request.model", asked.model);
         if let Some(temperature) = asked.options.temperature {
@@ -285,9 +294,8 @@ pub(crate) async fn tool<F>(called: ToolCalled<'_>, work: F) -> Result<String, T
 where
     F: Future<Output = Result<String, ToolError>>,
 {
-    let mut span = OpenSpan::under(called.trace, format!("execute_tool {}", called.name), false);
+    let mut span = OpenSpan::operation(called.trace, ("execute_tool", called.name), false);
     if let Some(span) = &mut span {
-        span.set("gen_ai.operation.name", Attr::Static("execute_tool"));
         span.set("gen_ai.tool.type", Attr::Static("function"));
         span.text("gen_ai.tool.name", called.name);
         span.text("gen_ai.tool.call.id", called.call_id);
@@ -313,7 +321,6 @@ where
 /// A wait for a person that ended: from the step that began it to the decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WaitEnded {
-    pub run_id: Uuid,
     /// `approval`, `input` or `budget`.
     pub kind: &'static str,
     pub started_ms: i64,
@@ -375,10 +382,7 @@ pub(crate) fn wait_ended(trace: &RunTrace, wait: &WaitEnded) {
     if let Some(digest) = &wait.digest {
         span.text("nrllm.approval.digest", digest);
     }
-    span.record.end = time(wait.ended_ms);
-    if let Some(export) = export() {
-        export.export(span.record);
-    }
+    span.end_at(time(wait.ended_ms));
 }
 
 /// Exports the root span of `run`, which ended: its stored id, under the caller's span when it
@@ -442,14 +446,16 @@ pub(crate) fn run_ended(run: &RunRecord) {
 /// `text` cut to at most `max` bytes (on a character boundary), marked `…` when cut.
 fn bounded(mut text: String, max: usize) -> String {
     if text.len() > max {
-        let mut end = max.saturating_sub('…'.len_utf8());
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
+        text.truncate(text.floor_char_boundary(max.saturating_sub('…'.len_utf8())));
         text.push('…');
     }
     text
+}
+
+/// The trace a run's model requests and tool calls make their spans under
+/// ([`crate::tool_loop::RunContext::trace`]): none, and nothing copied, without an export.
+pub(crate) fn carried(trace: Option<&RunTrace>) -> Option<RunTrace> {
+    export().and(trace).cloned()
 }
 
 #[cfg(test)]
@@ -469,7 +475,6 @@ mod tests {
     #[test]
     fn a_wait_never_lasts_less_than_nothing() {
         let wait = WaitEnded {
-            run_id: Uuid::nil(),
             kind: "approval",
             started_ms: 2_000,
             ended_ms: 1_500,

@@ -48,13 +48,17 @@ impl TraceParent {
 
     /// As a `traceparent` header.
     pub fn header(&self) -> String {
-        format!(
-            "00-{}-{}-{:02x}",
-            const_hex::encode(self.trace_id),
-            const_hex::encode(self.span_id),
-            u8::from(self.sampled)
+        traceparent(
+            &const_hex::encode(self.trace_id),
+            &const_hex::encode(self.span_id),
+            self.sampled,
         )
     }
+}
+
+/// A version-00 `traceparent` header naming span `span_id` (lower-case hex) of trace `trace_id`.
+pub fn traceparent(trace_id: &str, span_id: &str, sampled: bool) -> String {
+    format!("00-{trace_id}-{span_id}-{:02x}", u8::from(sampled))
 }
 
 /// `raw` as a `tracestate` worth passing on: at most [`MAX_TRACESTATE_BYTES`] and
@@ -155,12 +159,7 @@ impl RunTrace {
 
     /// The run's root span as a `traceparent` header (for requests made for the run).
     pub fn traceparent(&self) -> String {
-        format!(
-            "00-{}-{}-{:02x}",
-            self.trace_id,
-            self.span_id,
-            u8::from(self.sampled)
-        )
+        traceparent(&self.trace_id, &self.span_id, self.sampled)
     }
 
     /// The stored form.

@@ -240,15 +240,8 @@ impl Receiver {
 
     /// Waits until `spans` spans came, or `limit` passed: how many came.
     pub async fn wait_for_count(&self, spans: usize, limit: Duration) -> usize {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let arrived = self.kept.arrived.notified();
-            let (count, _) = self.counts();
-            if count >= spans || tokio::time::Instant::now() >= deadline {
-                return count;
-            }
-            let _ = tokio::time::timeout_at(deadline, arrived).await;
-        }
+        self.until(limit, || self.counts().0, |count| *count >= spans)
+            .await
     }
 
     /// The spans once `done` holds of them, or those there are after `limit`.
@@ -257,12 +250,24 @@ impl Receiver {
         done: impl Fn(&[Received]) -> bool,
         limit: Duration,
     ) -> Vec<Received> {
+        self.until(limit, || self.spans(), |spans| done(spans))
+            .await
+    }
+
+    /// What `look` sees once `done` holds of it (looked at again as each request arrives), or
+    /// after `limit`.
+    async fn until<T>(
+        &self,
+        limit: Duration,
+        look: impl Fn() -> T,
+        done: impl Fn(&T) -> bool,
+    ) -> T {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let arrived = self.kept.arrived.notified();
-            let spans = self.spans();
-            if done(&spans) || tokio::time::Instant::now() >= deadline {
-                return spans;
+            let seen = look();
+            if done(&seen) || tokio::time::Instant::now() >= deadline {
+                return seen;
             }
             let _ = tokio::time::timeout_at(deadline, arrived).await;
         }

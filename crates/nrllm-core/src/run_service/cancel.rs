@@ -43,34 +43,10 @@ impl RunService {
             }
             _ => {
                 self.notify_status(id, RunStatus::Cancelled);
-                self.cancelled_spans(&before, &run, &actor.name);
+                cancelled_spans(&before, &run, &actor.name);
             }
         }
         Ok(run)
-    }
-
-    /// The spans of `before`, cancelled by `by` as it waited or was queued (now `run`): its
-    /// wait's, if it waited, and its root span.
-    fn cancelled_spans(&self, before: &RunRecord, run: &RunRecord, by: &str) {
-        let wait = crate::spans::wait_span(before, |kind| crate::spans::WaitEnded {
-            run_id: run.id,
-            kind,
-            started_ms: crate::state::SuspendedState::from_json(
-                before.suspended_state.as_deref().unwrap_or_default(),
-            )
-            .ok()
-            .and_then(|state| state.waiting_since_ms)
-            .unwrap_or(before.updated_at_ms),
-            ended_ms: run.updated_at_ms,
-            decision: "cancelled".to_owned(),
-            decided_by: by.to_owned(),
-            rules: Vec::new(),
-            digest: None,
-        });
-        if let Some((trace, wait)) = wait {
-            crate::spans::wait_ended(trace, &wait);
-        }
-        crate::spans::run_ended(run);
     }
 
     /// Stops the segment of run `id` that runs here, if one does, at its next step; `false` if
@@ -84,4 +60,27 @@ impl RunService {
     pub fn abandon(&self, id: Uuid) -> bool {
         self.interrupts.interrupt(id, Stop::LeaseLost)
     }
+}
+
+/// The spans of `before`, cancelled by `by` as it waited or was queued (now `run`): its
+/// wait's, if it waited, and its root span.
+fn cancelled_spans(before: &RunRecord, run: &RunRecord, by: &str) {
+    let wait = crate::spans::wait_span(before, |kind| crate::spans::WaitEnded {
+        kind,
+        started_ms: crate::state::SuspendedState::from_json(
+            before.suspended_state.as_deref().unwrap_or_default(),
+        )
+        .ok()
+        .and_then(|state| state.waiting_since_ms)
+        .unwrap_or(before.updated_at_ms),
+        ended_ms: run.updated_at_ms,
+        decision: "cancelled".to_owned(),
+        decided_by: by.to_owned(),
+        rules: Vec::new(),
+        digest: None,
+    });
+    if let Some((trace, wait)) = wait {
+        crate::spans::wait_ended(trace, &wait);
+    }
+    crate::spans::run_ended(run);
 }

@@ -161,7 +161,6 @@ fn claimed_wait(
     digest: Option<&str>,
 ) -> WaitEnded {
     WaitEnded {
-        run_id: run.id,
         kind,
         started_ms: state.waiting_since_ms.unwrap_or(run.updated_at_ms),
         ended_ms: claim.events[0].created_at_ms,

@@ -76,7 +76,7 @@ impl RunService {
             spend: self.spend_watch(&claimed.configuration, &claimed.requested_by),
             quorum: self.loops.quorum(&claimed.configuration),
             progress: self.progress_hook(id),
-            trace: claimed.trace.clone(),
+            trace: crate::spans::carried(claimed.trace.as_ref()),
             ..RunContext::default()
         };
         let work = claimed

@@ -210,7 +210,7 @@ impl RunService {
             spend: self.spend_watch(&configuration, &run.requested_by),
             quorum: self.loops.quorum(&configuration),
             progress: self.progress_hook(run.id),
-            trace: run.trace.clone(),
+            trace: crate::spans::carried(run.trace.as_ref()),
             ..RunContext::default()
         };
         let tool_loop = self.loops.tool_loop(&configuration);
