@@ -247,9 +247,10 @@ async fn bench(args: Args) -> Result<(), String> {
     let per_client = args.runs.div_ceil(args.concurrency);
     let total = per_client * args.concurrency;
     let commits_before = store.commits();
-    let started = Instant::now();
+    let (started, cpu_before) = (Instant::now(), cpu_ms());
     let cycles = run_clients(&service, per_client, args.concurrency).await?;
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu_per_cycle_us = (cpu_ms() - cpu_before) * 1000.0 / total as f64;
     if probe.count("write_note") != total {
         return Err(format!(
             "{} approved calls ran, expected exactly {total}",
@@ -264,6 +265,9 @@ async fn bench(args: Args) -> Result<(), String> {
         commits_per_cycle,
         fsyncs,
     );
+    // What a cycle costs the machine, whatever else runs on it (a neighbour's load slows the
+    // cycles but takes none of this process's CPU time); with --otlp, the receiver's included.
+    println!("cpu_us_per_cycle={cpu_per_cycle_us:.1}");
     if let Some(export) = export {
         export.check(total).await?;
     }
@@ -275,6 +279,22 @@ async fn bench(args: Args) -> Result<(), String> {
             .map_err(|err| format!("dropping the scratch database: {err}"))?;
     }
     Ok(())
+}
+
+/// This process's CPU time so far (user + system, every thread), in milliseconds.
+fn cpu_ms() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return f64::NAN;
+    };
+    // After the command's closing parenthesis, utime and stime are the 12th and 13th fields, in
+    // clock ticks (100 a second on Linux).
+    let after = &stat[stat.rfind(')').map_or(0, |at| at + 2)..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => (user + system) * 10.0,
+        _ => f64::NAN,
+    }
 }
 
 /// A fresh SQLite file at `path` (so runs do not measure a growing table), and the disk's fsyncs

@@ -13,9 +13,9 @@ pub mod receiver;
 
 use std::sync::Arc;
 
-use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::InstrumentationScope;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{BatchSpanProcessor, SpanProcessor as _};
 use opentelemetry_sdk::Resource;
 
 pub use export::OtelSpans;
@@ -92,7 +92,7 @@ impl Config {
 
 /// Spans being exported: flush with [`Telemetry::shutdown`] before the process ends.
 pub struct Telemetry {
-    provider: SdkTracerProvider,
+    spans: Arc<OtelSpans>,
 }
 
 impl Telemetry {
@@ -133,22 +133,20 @@ impl Telemetry {
                 format!("{}-{}", hostname(), std::process::id()),
             ))
             .build();
-        let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
-            .with_id_generator(export::StoredIds::default())
-            .with_resource(resource)
-            .build();
-        let tracer = provider.tracer("nrllm");
-        nrllm_core::spans::install(Arc::new(OtelSpans {
-            tracer,
+        let mut processor = BatchSpanProcessor::builder(exporter).build();
+        processor.set_resource(&resource);
+        let spans = Arc::new(OtelSpans {
+            processor,
+            scope: InstrumentationScope::builder("nrllm").build(),
             message_contents: config.message_contents,
-        }));
-        Ok(Some(Telemetry { provider }))
+        });
+        nrllm_core::spans::install(spans.clone());
+        Ok(Some(Telemetry { spans }))
     }
 
     /// Sends what is still buffered, and stops.
     pub fn shutdown(&self) {
-        if let Err(err) = self.provider.shutdown() {
+        if let Err(err) = self.spans.processor.shutdown() {
             tracing::warn!(%err, "the OTLP exporter did not flush its last spans");
         }
     }
