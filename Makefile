@@ -9,7 +9,7 @@ export TEST_DATABASE_URL
 # Playwright's server gets a database of its own, new for every run.
 E2E_DB_DIR := target/e2e
 
-.PHONY: run test setup setup-test lint structure unit e2e size abuse bench-long-run crash-test bench-hitl bench-peers bench-fill bench-deltas bench-smoke
+.PHONY: run test setup setup-test lint structure unit e2e size abuse bench-long-run crash-test bench-hitl bench-peers bench-fill bench-deltas bench-http bench-smoke
 
 setup:
 	scripts/setup.sh
@@ -91,6 +91,24 @@ bench-fill:
 bench-deltas:
 	cargo bench -p nrllm-playground --features ssr --bench deltas
 
+## The approve cycle through the whole server (release build): HTTP_RUNS runs waiting for approval,
+## approved over HTTP by 1 and 32 API clients with tokens and digests while browsers follow live
+## streams, on SQLite NORMAL and FULL and Postgres; decisions/s, HTTP p50/p99/p99.9, approve -> effect,
+## approve -> completed and step commit -> browser. The store's
+## own cycle (hitl) at 32 clients runs in the same sitting, for the ratio BENCHMARKS.md reports.
+HTTP_RUNS ?= 300
+bench-http:
+	cargo bench -p nrllm-playground --features ssr --bench http --no-run
+	cargo bench -p nrllm-store --bench hitl --no-run
+	for db in normal full postgres; do \
+	  for c in 1 32; do \
+	    cargo bench -p nrllm-playground --features ssr --bench http --quiet -- --runs $(HTTP_RUNS) --clients $$c --db $$db || exit 1; \
+	  done; \
+	done
+	cargo bench -p nrllm-store --bench hitl --quiet -- --runs 5000 --concurrency 32 --synchronous normal
+	cargo bench -p nrllm-store --bench hitl --quiet -- --runs 2000 --concurrency 32 --synchronous full
+	cargo bench -p nrllm-store --bench hitl --quiet -- --runs 5000 --concurrency 32 --db $(TEST_DATABASE_URL)
+
 ## Short runs of the long benchmarks (debug build, figures not checked): they must run through.
 bench-smoke:
 	cargo test -p nrllm-store --bench hitl -- --runs 64 --concurrency 8 --synchronous normal
@@ -99,3 +117,5 @@ bench-smoke:
 	cargo test -p nrllm-playground --features ssr --bench fill -- --sizes 20,200
 	cargo test -p nrllm-playground --features ssr --bench long_run
 	cargo test -p nrllm-playground --features ssr --bench deltas -- --runs 2 --chunks 20
+	cargo test -p nrllm-playground --features ssr --bench http -- --runs 24 --clients 4 --db normal
+	cargo test -p nrllm-playground --features ssr --bench http -- --runs 16 --clients 4 --db postgres

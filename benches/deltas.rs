@@ -29,7 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 mod support;
 
-use support::Server;
+use support::{percentile, Server};
 
 const ADDR: &str = "127.0.0.1:3099";
 
@@ -182,12 +182,8 @@ async fn start(binary: &str, provider: &str) -> (Server, String) {
          name = \"fake\"\nkind = \"openai\"\nmodel = \"fake-1\"\nbase_url = \"{provider}\"\n\
          api_key_env = \"\"\n"
     );
-    let server = Server::start(binary, dir, &settings, (ADDR, &url), &[]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(ADDR).await.is_err() {
-        assert!(Instant::now() < deadline, "the server never listened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut server = Server::start(binary, dir, &settings, (ADDR, &url), &[]);
+    server.listening(ADDR).await;
     (server, token)
 }
 
@@ -247,14 +243,6 @@ async fn follow(
     }
     written.lock().expect("the record").clear();
     (delays, messages)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
 }
 
 #[tokio::main]

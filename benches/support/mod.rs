@@ -62,6 +62,30 @@ impl Server {
     pub fn dir(&self) -> &Path {
         self._dir.path()
     }
+
+    /// Waits until it listens on `addr` (a minute at most); fails at once if it stopped.
+    pub async fn listening(&mut self, addr: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while tokio::net::TcpStream::connect(addr).await.is_err() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the server stopped before it listened ({status}); its log says why, above");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server never listened"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The `p`th percentile (0–100) of `sorted`, by nearest rank; NaN when it is empty.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
 }
 
 impl Drop for Server {

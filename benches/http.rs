@@ -1,0 +1,512 @@
+//! The approve cycle through the whole server, as an integrator's program drives it: `--runs`
+//! runs wait for approval (each creating its own page of the demo site, so no decision changes
+//! another's target), and `--clients` API clients approve them over HTTP with a token, each
+//! decision with the digest its client read (`nrllm_run_get`), as fast as the server answers.
+//!
+//! Reported: decisions a second (a decision is a claim answered `200`), the HTTP latency of a
+//! decision (p50, p99, p99.9, in an HDR histogram), and, from the database once every run has
+//! ended (nothing polls the server while it works), approve → effect applied (the page's history
+//! row, written in the tool's transaction) and approve → run completed. Those two compare the
+//! client's clock when it sent the decision with the server's milliseconds on the same machine,
+//! so they are good to a millisecond. A browser follows each of the first `--follow` runs'
+//! live stream from the moment its decision is answered: step commit → browser is the step's
+//! stored time against the moment its event arrived.
+//!
+//! The bench fails unless every decision was answered `200`, every run completed, and every
+//! approved call's effect was applied exactly once (one history row and one effect key a run).
+//!
+//! make bench-http      (release build; SQLite NORMAL and FULL, Postgres; 1 and 32 clients)
+//! cargo bench -p nrllm-playground --features ssr --bench http -- [--runs 300] [--clients 32] [--db normal|full|postgres] [binary]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+use nrllm_store::testing::TestDb;
+use serde_json::{json, Value};
+
+mod support;
+
+use support::{percentile, Server};
+
+const ADDR: &str = "127.0.0.1:3098";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Db {
+    Normal,
+    Full,
+    Postgres,
+}
+
+struct Args {
+    binary: String,
+    runs: usize,
+    clients: usize,
+    db: Db,
+    /// How many of the runs a browser follows on the live stream.
+    follow: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        binary: String::new(),
+        runs: 300,
+        clients: 32,
+        db: Db::Normal,
+        follow: 100,
+    };
+    let mut it = std::env::args().skip(1);
+    let number = |flag: &str, value: Option<String>| -> Result<usize, String> {
+        value
+            .and_then(|v| v.parse().ok())
+            .filter(|n| *n > 0)
+            .ok_or(format!("{flag} takes a number above 0"))
+    };
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--runs" => args.runs = number("--runs", it.next())?,
+            "--clients" => args.clients = number("--clients", it.next())?,
+            "--follow" => args.follow = number("--follow", it.next())?,
+            "--db" => {
+                args.db = match it.next().as_deref() {
+                    Some("normal") => Db::Normal,
+                    Some("full") => Db::Full,
+                    Some("postgres") => Db::Postgres,
+                    _ => return Err("--db takes normal, full or postgres".into()),
+                }
+            }
+            "--bench" => {}
+            other if other.starts_with("--") => return Err(format!("unknown flag `{other}`")),
+            binary => args.binary = binary.to_owned(),
+        }
+    }
+    args.binary = support::binary_or_own(args.binary);
+    Ok(args)
+}
+
+/// The bench's database: a fresh SQLite file, or a scratch schema on `TEST_DATABASE_URL`.
+async fn database(db: Db) -> TestDb {
+    match db {
+        Db::Normal => nrllm_store::testing::sqlite_with(nrllm_store::db::SqliteSync::Normal).await,
+        Db::Full => nrllm_store::testing::sqlite_with(nrllm_store::db::SqliteSync::Full).await,
+        Db::Postgres => nrllm_store::testing::postgres_from_env().await,
+    }
+}
+
+/// The server binary on `db`, with runs that never pause to think and no limit on starts.
+async fn start(binary: &str, db: &TestDb, sync: Db) -> Server {
+    let sync = match sync {
+        Db::Full => "full",
+        _ => "normal",
+    };
+    let settings = format!(
+        "log_level = \"warn\"\nrun_starts_per_minute = 100000\ndemo_think_ms = 0\n\
+         sqlite_synchronous = \"{sync}\"\nmax_running_runs = 64\nstream_limit_total = 5000\n"
+    );
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let mut server = Server::start(binary, dir, &settings, (ADDR, &db.url), &[]);
+    server.listening(ADDR).await;
+    server
+}
+
+/// A JSON call to `endpoint` with the bench's token: the status and the body.
+async fn call(
+    client: &reqwest::Client,
+    token: &str,
+    endpoint: &str,
+    body: &Value,
+) -> Result<(u16, Value), String> {
+    let response = client
+        .post(format!("http://{ADDR}/api/{endpoint}"))
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .await
+        .map_err(|err| format!("{endpoint}: {err}"))?;
+    let status = response.status().as_u16();
+    Ok((status, response.json().await.unwrap_or(Value::Null)))
+}
+
+/// How many runs of `db` are in `status`.
+async fn count(db: &TestDb, status: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM agent_run WHERE status = $1")
+        .bind(status)
+        .fetch_one(db.db.pool())
+        .await
+        .expect("counting runs")
+}
+
+/// Waits (reading the database) until `n` runs are in `status`; fails on a failed run.
+async fn until(db: &TestDb, status: &str, n: usize, within: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let reached = count(db, status).await;
+        if reached as usize >= n {
+            return Ok(());
+        }
+        let failed = count(db, "failed").await;
+        if failed > 0 || Instant::now() > deadline {
+            return Err(format!(
+                "{reached} of {n} runs reached {status} ({failed} failed) within {within:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A run waiting for approval, and the digest of its pending turn.
+struct Waiting {
+    id: String,
+    digest: String,
+}
+
+/// Starts `runs` runs, each creating its own page, and waits until every one waits for
+/// approval; then reads each one's digest, as a client deciding would.
+async fn waiting_runs(
+    client: &reqwest::Client,
+    token: &str,
+    db: &TestDb,
+    runs: usize,
+) -> Result<Vec<Waiting>, String> {
+    let mut ids = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let prompt = format!("Create a page bench-{i} titled \"Bench {i}\"");
+        let (status, body) = call(
+            client,
+            token,
+            "nrllm_tool_run",
+            &json!({ "prompt": prompt }),
+        )
+        .await?;
+        match (status, body.as_str()) {
+            (200, Some(id)) => ids.push(id.to_owned()),
+            _ => return Err(format!("starting a run: {status} {body}")),
+        }
+    }
+    until(db, "waiting_for_approval", runs, Duration::from_secs(300)).await?;
+    let mut waiting = Vec::with_capacity(runs);
+    for id in ids {
+        let (status, view) = call(client, token, "nrllm_run_get", &json!({ "run_id": id })).await?;
+        let digest = view["digest"].as_str().map(str::to_owned);
+        match (status, digest) {
+            (200, Some(digest)) => waiting.push(Waiting { id, digest }),
+            _ => return Err(format!("reading run {id}: {status}, no digest")),
+        }
+    }
+    Ok(waiting)
+}
+
+/// One client's decisions: the HTTP latency of each (µs), when each was sent (µs since the
+/// epoch, by run id), and the answers that were not `200`.
+#[derive(Default)]
+struct Decided {
+    latency_us: Option<Histogram<u64>>,
+    sent_us: Vec<(String, u64)>,
+    refused: Vec<String>,
+    /// The browsers following the first runs decided, from their answers on.
+    followers: Vec<tokio::task::JoinHandle<Arrivals>>,
+}
+
+fn unix_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// A client: approves the runs left in `waiting`, one after the other, until none is left; a
+/// browser follows each of the first `follow` runs' live stream once its decision is answered.
+async fn approver(
+    client: reqwest::Client,
+    token: Arc<String>,
+    (waiting, next, follow): (Arc<Vec<Waiting>>, Arc<AtomicUsize>, usize),
+) -> Decided {
+    let mut decided = Decided {
+        latency_us: Some(Histogram::new(3).expect("a histogram")),
+        ..Decided::default()
+    };
+    loop {
+        let index = next.fetch_add(1, Ordering::Relaxed);
+        let Some(run) = waiting.get(index) else {
+            return decided;
+        };
+        let body = json!({ "run_id": run.id, "decision": "approve_all", "digest": run.digest });
+        let sent = unix_us();
+        let asked = Instant::now();
+        let answer = call(&client, &token, "nrllm_tool_resume", &body).await;
+        let took = asked.elapsed().as_micros() as u64;
+        match answer {
+            Ok((200, _)) => {
+                let histogram = decided.latency_us.as_mut().expect("a histogram");
+                histogram.record(took.max(1)).expect("a latency in range");
+                decided.sent_us.push((run.id.clone(), sent));
+                if index < follow {
+                    let follower = follower(token.clone(), run.id.clone());
+                    decided.followers.push(tokio::spawn(follower));
+                }
+            }
+            Ok((status, body)) => decided.refused.push(format!("{}: {status} {body}", run.id)),
+            Err(err) => decided.refused.push(format!("{}: {err}", run.id)),
+        }
+    }
+}
+
+/// Every client's decisions together, and how long they took from the first sent to the last
+/// answered.
+async fn approve_all(
+    token: &str,
+    waiting: Vec<Waiting>,
+    (clients, follow): (usize, usize),
+) -> (Decided, Duration) {
+    let (waiting, next, token) = (
+        Arc::new(waiting),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(token.to_owned()),
+    );
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            // A client of its own each, as separate programs would be.
+            let client = reqwest::Client::new();
+            let shared = (waiting.clone(), next.clone(), follow);
+            tokio::spawn(approver(client, token.clone(), shared))
+        })
+        .collect();
+    let mut all = Decided {
+        latency_us: Some(Histogram::new(3).expect("a histogram")),
+        ..Decided::default()
+    };
+    for task in tasks {
+        let one = task.await.expect("a client");
+        if let (Some(all), Some(one)) = (all.latency_us.as_mut(), one.latency_us.as_ref()) {
+            all.add(one).expect("histograms that add");
+        }
+        all.sent_us.extend(one.sent_us);
+        all.refused.extend(one.refused);
+        all.followers.extend(one.followers);
+    }
+    (all, started.elapsed())
+}
+
+/// Milliseconds from each decision's sending to `at` (the server's milliseconds, by run id).
+fn since_sent(sent_us: &[(String, u64)], at: &std::collections::HashMap<String, i64>) -> Vec<f64> {
+    let mut delays: Vec<f64> = sent_us
+        .iter()
+        .filter_map(|(id, sent)| at.get(id).map(|ms| *ms as f64 - *sent as f64 / 1000.0))
+        .collect();
+    delays.sort_by(f64::total_cmp);
+    delays
+}
+
+/// When each run's effect was applied and when each run completed (server milliseconds, by
+/// run id), after checking that every run completed and applied its effect exactly once.
+async fn effects_and_ends(
+    db: &TestDb,
+    runs: usize,
+) -> Result<
+    (
+        std::collections::HashMap<String, i64>,
+        std::collections::HashMap<String, i64>,
+    ),
+    String,
+> {
+    let pool = db.db.pool();
+    let history: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT run_id, created_at_ms FROM site_page_history WHERE run_id IS NOT NULL",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(|err| format!("reading the site's history: {err}"))?;
+    let keys: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT effect_key) FROM site_effect")
+        .fetch_one(pool)
+        .await
+        .map_err(|err| format!("reading the effect keys: {err}"))?;
+    let effects: std::collections::HashMap<String, i64> = history.iter().cloned().collect();
+    if history.len() != runs || effects.len() != runs || keys as usize != runs {
+        return Err(format!(
+            "{} history rows for {} runs and {keys} effect keys, expected exactly {runs} each",
+            history.len(),
+            effects.len()
+        ));
+    }
+    let ended: Vec<(String, String, Option<i64>)> =
+        sqlx::query_as("SELECT id, status, finished_at_ms FROM agent_run")
+            .fetch_all(pool)
+            .await
+            .map_err(|err| format!("reading the runs: {err}"))?;
+    let mut completed = std::collections::HashMap::new();
+    for (id, status, finished) in ended {
+        match (status.as_str(), finished) {
+            ("completed", Some(ms)) => {
+                completed.insert(id, ms);
+            }
+            _ => return Err(format!("run {id} ended {status}, not completed")),
+        }
+    }
+    Ok((effects, completed))
+}
+
+/// When each step of a followed run reached its browser: (run id, sequence, µs since the epoch
+/// it arrived, µs since the epoch its stream was asked for).
+type Arrivals = Vec<(String, i64, u64, u64)>;
+
+/// A browser following run `id`'s live stream from the moment its decision was answered (as the
+/// run page does once it is back), until the run ends.
+async fn follower(token: Arc<String>, id: String) -> Arrivals {
+    let opened = unix_us();
+    let response = reqwest::Client::new()
+        .get(format!("http://{ADDR}/api/runs/{id}/events"))
+        .bearer_auth(token.as_str())
+        .header("accept", "text/event-stream")
+        .send()
+        .await;
+    let mut arrived = Vec::new();
+    let Ok(response) = response else {
+        return arrived;
+    };
+    let mut events = response.bytes_stream().eventsource();
+    while let Some(Ok(event)) = events.next().await {
+        match event.event.as_str() {
+            "step" => {
+                if let Ok(sequence) = event.id.parse::<i64>() {
+                    arrived.push((id.clone(), sequence, unix_us(), opened));
+                }
+            }
+            "status" if matches!(event.data.as_str(), "completed" | "failed" | "cancelled") => {
+                break
+            }
+            _ => {}
+        }
+    }
+    arrived
+}
+
+/// Milliseconds from each step's commit (its stored time) to its arrival at a browser, for the
+/// steps committed after their stream was asked for (not those it sends as it opens).
+async fn live_delays(db: &TestDb, arrivals: &Arrivals) -> Result<Vec<f64>, String> {
+    let stored: Vec<(String, i64, i64)> =
+        sqlx::query_as("SELECT run_id, sequence, created_at_ms FROM agent_run_event")
+            .fetch_all(db.db.pool())
+            .await
+            .map_err(|err| format!("reading the steps: {err}"))?;
+    let at: std::collections::HashMap<(String, i64), i64> = stored
+        .into_iter()
+        .map(|(run, sequence, ms)| ((run, sequence), ms))
+        .collect();
+    let mut delays: Vec<f64> = arrivals
+        .iter()
+        .filter_map(|(run, sequence, arrived, opened)| {
+            let ms = *at.get(&(run.clone(), *sequence))?;
+            (ms as u64 * 1000 >= *opened).then(|| *arrived as f64 / 1000.0 - ms as f64)
+        })
+        .collect();
+    delays.sort_by(f64::total_cmp);
+    Ok(delays)
+}
+
+/// What one case measured.
+struct Measured {
+    decided: Decided,
+    took: Duration,
+    to_effect: Vec<f64>,
+    to_completed: Vec<f64>,
+    live: Vec<f64>,
+}
+
+fn report(args: &Args, measured: &Measured) {
+    let latency = measured.decided.latency_us.as_ref().expect("a histogram");
+    let ms = |us: u64| us as f64 / 1000.0;
+    println!(
+        "db={:?} clients={} runs={} decisions_per_s={:.1}",
+        args.db,
+        args.clients,
+        args.runs,
+        measured.decided.sent_us.len() as f64 / measured.took.as_secs_f64()
+    );
+    println!(
+        "decision_http_ms p50={:.2} p99={:.2} p99.9={:.2} max={:.2}",
+        ms(latency.value_at_quantile(0.5)),
+        ms(latency.value_at_quantile(0.99)),
+        ms(latency.value_at_quantile(0.999)),
+        ms(latency.max())
+    );
+    for (name, delays) in [
+        ("approve_to_effect_ms", &measured.to_effect),
+        ("approve_to_completed_ms", &measured.to_completed),
+        ("live_step_ms", &measured.live),
+    ] {
+        println!(
+            "{name} p50={:.1} p99={:.1} max={:.1} n={}",
+            percentile(delays, 50.0),
+            percentile(delays, 99.0),
+            percentile(delays, 100.0),
+            delays.len()
+        );
+    }
+}
+
+/// Runs waiting, some followed by browsers, approved by the clients; measured from the
+/// database once every run has ended.
+async fn measure(args: &Args, db: &TestDb, token: &str) -> Result<Measured, String> {
+    let client = reqwest::Client::new();
+    let waiting = waiting_runs(&client, token, db, args.runs).await?;
+    let (mut decided, took) = approve_all(token, waiting, (args.clients, args.follow)).await;
+    if let Some(first) = decided.refused.first() {
+        let refused = decided.refused.len();
+        return Err(format!(
+            "{refused} decisions were not answered 200, first: {first}"
+        ));
+    }
+    until(db, "completed", args.runs, Duration::from_secs(300)).await?;
+    let mut arrivals = Arrivals::new();
+    for follower in std::mem::take(&mut decided.followers) {
+        let arrived = tokio::time::timeout(Duration::from_secs(30), follower)
+            .await
+            .map_err(|_| "a live stream did not end with its run".to_owned())?
+            .expect("a follower");
+        arrivals.extend(arrived);
+    }
+    let (effects, completed) = effects_and_ends(db, args.runs).await?;
+    Ok(Measured {
+        to_effect: since_sent(&decided.sent_us, &effects),
+        to_completed: since_sent(&decided.sent_us, &completed),
+        live: live_delays(db, &arrivals).await?,
+        decided,
+        took,
+    })
+}
+
+async fn bench(args: Args) -> Result<(), String> {
+    let db = database(args.db).await;
+    let token = support::token(&db.url, nrllm_types::Role::Approver, "http-bench").await;
+    let server = start(&args.binary, &db, args.db).await;
+    let measured = measure(&args, &db, &token).await;
+    drop(server);
+    if let Ok(measured) = &measured {
+        report(&args, measured);
+        println!(
+            "checked: {} effects applied once each, every run completed, no refusal",
+            measured.to_effect.len()
+        );
+    }
+    // The scratch database goes, whatever the outcome.
+    db.cleanup().await;
+    measured.map(|_| ())
+}
+
+#[tokio::main]
+async fn main() {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("http: {message}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(message) = bench(args).await {
+        eprintln!("http: {message}");
+        std::process::exit(1);
+    }
+}
