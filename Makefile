@@ -92,7 +92,8 @@ bench-deltas:
 	cargo bench -p nrllm-playground --features ssr --bench deltas
 
 ## The approve cycle through the whole server (release build): HTTP_RUNS runs waiting for approval,
-## approved over HTTP by 1 and 32 API clients with tokens and digests while browsers follow live
+## approved over HTTP by one client deciding every 10 ms (latency), then by 1 and 32 clients as fast
+## as answered (capacity), with tokens and digests while browsers follow live
 ## streams, on SQLite NORMAL and FULL and Postgres; decisions/s, HTTP p50/p99/p99.9, approve -> effect,
 ## approve -> completed and step commit -> browser. The store's
 ## own cycle (hitl) at 32 clients runs in the same sitting, for the ratio BENCHMARKS.md reports.
@@ -101,6 +102,7 @@ bench-http:
 	cargo bench -p nrllm-playground --features ssr --bench http --no-run
 	cargo bench -p nrllm-store --bench hitl --no-run
 	for db in normal full postgres; do \
+	  cargo bench -p nrllm-playground --features ssr --bench http --quiet -- --runs $(HTTP_RUNS) --clients 1 --every-ms 10 --db $$db || exit 1; \
 	  for c in 1 32; do \
 	    cargo bench -p nrllm-playground --features ssr --bench http --quiet -- --runs $(HTTP_RUNS) --clients $$c --db $$db || exit 1; \
 	  done; \

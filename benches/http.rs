@@ -16,7 +16,12 @@
 //! approved call's effect was applied exactly once (one history row and one effect key a run).
 //!
 //! make bench-http      (release build; SQLite NORMAL and FULL, Postgres; 1 and 32 clients)
-//! cargo bench -p nrllm-playground --features ssr --bench http -- [--runs 300] [--clients 32] [--db normal|full|postgres] [binary]
+//! cargo bench -p nrllm-playground --features ssr --bench http -- [--runs 300] [--clients 32] [--db normal|full|postgres] [--follow 100] [--every-ms N] [binary]
+//!
+//! Without `--every-ms` the clients decide as fast as they are answered, which measures the
+//! server's capacity: the runs decided queue up for its workers, and approve → effect includes
+//! that wait. With it, each client decides at that pace (one client every 10 ms: an operator
+//! far faster than any person, far below capacity), which measures the latency of one decision.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -48,6 +53,9 @@ struct Args {
     db: Db,
     /// How many of the runs a browser follows on the live stream.
     follow: usize,
+    /// Each client's decisions at most one every this long (open loop: the k-th is due k of
+    /// them after the start, and one that is late goes at once); none: as fast as answered.
+    every: Option<Duration>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -57,6 +65,7 @@ fn parse_args() -> Result<Args, String> {
         clients: 32,
         db: Db::Normal,
         follow: 100,
+        every: None,
     };
     let mut it = std::env::args().skip(1);
     let number = |flag: &str, value: Option<String>| -> Result<usize, String> {
@@ -70,6 +79,11 @@ fn parse_args() -> Result<Args, String> {
             "--runs" => args.runs = number("--runs", it.next())?,
             "--clients" => args.clients = number("--clients", it.next())?,
             "--follow" => args.follow = number("--follow", it.next())?,
+            "--every-ms" => {
+                args.every = Some(Duration::from_millis(
+                    number("--every-ms", it.next())? as u64
+                ))
+            }
             "--db" => {
                 args.db = match it.next().as_deref() {
                     Some("normal") => Db::Normal,
@@ -221,13 +235,21 @@ fn unix_us() -> u64 {
 async fn approver(
     client: reqwest::Client,
     token: Arc<String>,
-    (waiting, next, follow): (Arc<Vec<Waiting>>, Arc<AtomicUsize>, usize),
+    (waiting, next, (follow, every)): (
+        Arc<Vec<Waiting>>,
+        Arc<AtomicUsize>,
+        (usize, Option<Duration>),
+    ),
 ) -> Decided {
     let mut decided = Decided {
         latency_us: Some(Histogram::new(3).expect("a histogram")),
         ..Decided::default()
     };
-    loop {
+    let started = tokio::time::Instant::now();
+    for due in 0.. {
+        if let Some(every) = every {
+            tokio::time::sleep_until(started + every * due).await;
+        }
         let index = next.fetch_add(1, Ordering::Relaxed);
         let Some(run) = waiting.get(index) else {
             return decided;
@@ -251,6 +273,7 @@ async fn approver(
             Err(err) => decided.refused.push(format!("{}: {err}", run.id)),
         }
     }
+    decided
 }
 
 /// Every client's decisions together, and how long they took from the first sent to the last
@@ -258,7 +281,7 @@ async fn approver(
 async fn approve_all(
     token: &str,
     waiting: Vec<Waiting>,
-    (clients, follow): (usize, usize),
+    (clients, follow, every): (usize, usize, Option<Duration>),
 ) -> (Decided, Duration) {
     let (waiting, next, token) = (
         Arc::new(waiting),
@@ -270,7 +293,7 @@ async fn approve_all(
         .map(|_| {
             // A client of its own each, as separate programs would be.
             let client = reqwest::Client::new();
-            let shared = (waiting.clone(), next.clone(), follow);
+            let shared = (waiting.clone(), next.clone(), (follow, every));
             tokio::spawn(approver(client, token.clone(), shared))
         })
         .collect();
@@ -419,10 +442,12 @@ fn report(args: &Args, measured: &Measured) {
     let latency = measured.decided.latency_us.as_ref().expect("a histogram");
     let ms = |us: u64| us as f64 / 1000.0;
     println!(
-        "db={:?} clients={} runs={} decisions_per_s={:.1}",
+        "db={:?} clients={} runs={} every_ms={} decisions_per_s={:.1}",
         args.db,
         args.clients,
         args.runs,
+        args.every
+            .map_or("none".to_owned(), |every| every.as_millis().to_string()),
         measured.decided.sent_us.len() as f64 / measured.took.as_secs_f64()
     );
     println!(
@@ -452,7 +477,8 @@ fn report(args: &Args, measured: &Measured) {
 async fn measure(args: &Args, db: &TestDb, token: &str) -> Result<Measured, String> {
     let client = reqwest::Client::new();
     let waiting = waiting_runs(&client, token, db, args.runs).await?;
-    let (mut decided, took) = approve_all(token, waiting, (args.clients, args.follow)).await;
+    let (mut decided, took) =
+        approve_all(token, waiting, (args.clients, args.follow, args.every)).await;
     if let Some(first) = decided.refused.first() {
         let refused = decided.refused.len();
         return Err(format!(

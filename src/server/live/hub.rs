@@ -239,13 +239,21 @@ impl LiveHub {
     /// [`LiveHub::subscribe`], allowing a run the store says is running `grace` to start running
     /// here: a worker's take commits before the worker tells the hub, and a stream that came in
     /// between would otherwise follow the run as one driven elsewhere (and miss its response as
-    /// it is written).
-    pub async fn subscribe_soon(
+    /// it is written). A run that ended meanwhile (`still_running` says no: it was quick, and
+    /// ran here before the stream looked) is not waited for: its steps are in the store.
+    pub async fn subscribe_soon<F, Fut>(
         self: &Arc<Self>,
         id: Uuid,
         grace: std::time::Duration,
-    ) -> Result<Subscription, Refused> {
+        still_running: F,
+    ) -> Result<Subscription, Refused>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
         let until = tokio::time::Instant::now() + grace;
+        // Looks at the store after 5 ms, then twice as long each time: a few reads at most.
+        let mut look_in = std::time::Duration::from_millis(5);
         loop {
             // Made before the look, so that a start in between wakes it.
             let started = self.started.notified();
@@ -253,9 +261,15 @@ impl LiveHub {
                 Err(Refused::NotRunningHere) if tokio::time::Instant::now() < until => {}
                 other => return other,
             }
+            let look = (tokio::time::Instant::now() + look_in).min(until);
             tokio::select! {
                 _ = started => {}
-                _ = tokio::time::sleep_until(until) => {}
+                _ = tokio::time::sleep_until(look) => {
+                    look_in *= 2;
+                    if !still_running().await {
+                        return Err(Refused::NotRunningHere);
+                    }
+                }
             }
         }
     }

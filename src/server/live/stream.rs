@@ -77,7 +77,14 @@ pub fn event_stream(
         }
         // Subscribe before reading the events: nothing emitted in between is missed. A run
         // running elsewhere is followed through the commits that instance announces (Postgres).
-        let subscription = match hub.subscribe_soon(id, START_GRACE).await {
+        let still_running = || {
+            let store = Arc::clone(&store);
+            async move {
+                // Only a status read as not running ends the wait (an error keeps it).
+                !matches!(store.get(id).await, Ok(Some(run)) if run.status != RunStatus::Running)
+            }
+        };
+        let subscription = match hub.subscribe_soon(id, START_GRACE, still_running).await {
             Ok(subscription) => Some(subscription),
             Err(Refused::Full) => return Err(StreamError::Full),
             Err(Refused::NotRunningHere) => None,

@@ -539,3 +539,33 @@ async fn a_calls_progress_reaches_subscribers_coalesced_and_bounded() {
     );
     assert!(Progress::bounded(f64::NAN, None, None).is_none());
 }
+
+#[tokio::test]
+async fn a_stream_that_looks_as_a_quick_run_ends_here_does_not_wait_out_the_grace() {
+    let hub = Arc::new(LiveHub::default());
+    let id = Uuid::now_v7();
+    let long = std::time::Duration::from_secs(5);
+    // The store said running, but the run ended before the stream could subscribe: the wait
+    // ends at the store's next look, long before the grace.
+    let began = std::time::Instant::now();
+    let ended = hub.subscribe_soon(id, long, || async { false }).await;
+    assert!(matches!(ended, Err(Refused::NotRunningHere)));
+    assert!(began.elapsed() < long / 5, "{:?}", began.elapsed());
+    // Still running (elsewhere, say): the grace is waited out, as before.
+    let short = std::time::Duration::from_millis(200);
+    let began = std::time::Instant::now();
+    let elsewhere = hub.subscribe_soon(id, short, || async { true }).await;
+    assert!(matches!(elsewhere, Err(Refused::NotRunningHere)));
+    assert!(began.elapsed() >= short);
+    // One that starts here within the grace is followed here.
+    let waiting = {
+        let hub = hub.clone();
+        tokio::spawn(async move { hub.subscribe_soon(id, long, || async { true }).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    hub.status(id, RunStatus::Running);
+    assert!(
+        waiting.await.unwrap().is_ok(),
+        "a run that started here is subscribed to"
+    );
+}
