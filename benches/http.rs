@@ -230,17 +230,25 @@ fn unix_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// A client: approves the runs left in `waiting`, one after the other, until none is left; a
-/// browser follows each of the first `follow` runs' live stream once its decision is answered.
-async fn approver(
-    client: reqwest::Client,
-    token: Arc<String>,
-    (waiting, next, (follow, every)): (
-        Arc<Vec<Waiting>>,
-        Arc<AtomicUsize>,
-        (usize, Option<Duration>),
-    ),
-) -> Decided {
+/// What the clients share: the runs to decide, the next one to take, how many of the first
+/// are followed by a browser, and each client's pace (none: as fast as answered).
+#[derive(Clone)]
+struct Shared {
+    waiting: Arc<Vec<Waiting>>,
+    next: Arc<AtomicUsize>,
+    follow: usize,
+    every: Option<Duration>,
+}
+
+/// A client: approves the runs left, one after the other, until none is left; a browser
+/// follows each of the first `follow` runs' live stream once its decision is answered.
+async fn approver(client: reqwest::Client, token: Arc<String>, shared: Shared) -> Decided {
+    let Shared {
+        waiting,
+        next,
+        follow,
+        every,
+    } = shared;
     let mut decided = Decided {
         latency_us: Some(Histogram::new(3).expect("a histogram")),
         ..Decided::default()
@@ -283,18 +291,19 @@ async fn approve_all(
     waiting: Vec<Waiting>,
     (clients, follow, every): (usize, usize, Option<Duration>),
 ) -> (Decided, Duration) {
-    let (waiting, next, token) = (
-        Arc::new(waiting),
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(token.to_owned()),
-    );
+    let token = Arc::new(token.to_owned());
+    let shared = Shared {
+        waiting: Arc::new(waiting),
+        next: Arc::new(AtomicUsize::new(0)),
+        follow,
+        every,
+    };
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
             // A client of its own each, as separate programs would be.
             let client = reqwest::Client::new();
-            let shared = (waiting.clone(), next.clone(), (follow, every));
-            tokio::spawn(approver(client, token.clone(), shared))
+            tokio::spawn(approver(client, token.clone(), shared.clone()))
         })
         .collect();
     let mut all = Decided {
