@@ -64,7 +64,7 @@ async fn one_trace_across_a_suspend_a_restart_and_a_resume_in_another_process() 
     let db = format!("sqlite:{}", dir.path().join("shared.db").display());
 
     // The first process: the run starts under the caller's span and waits for an approval.
-    let first = common::start("", &exporting(&endpoint, &db, "http/protobuf")).await;
+    let mut first = common::start("", &exporting(&endpoint, &db, "http/protobuf")).await;
     let admin = log_in(&first, "admin", ADMIN_PASSWORD).await;
     let run_id = start_traced(&first, &admin, "Create a page traced titled \"Traced\"").await;
     let waiting = wait_for(&first, &admin, &run_id, "waiting_for_approval").await;
@@ -74,8 +74,14 @@ async fn one_trace_across_a_suspend_a_restart_and_a_resume_in_another_process() 
         trace["span_id"].as_str().unwrap().to_owned(),
     );
     assert_eq!(trace_id, CALLER_TRACE);
-    // Stopped between the suspend and the decision (its last spans flushed as it stops).
+    // Stopped between the suspend and the decision: its last spans are flushed as it stops,
+    // so it is given the time to stop (dropped at once, it would be killed mid-flush).
     first.signal("TERM");
+    let stopped = first.exited_within(Duration::from_secs(30));
+    assert!(
+        stopped.is_some_and(|status| status.success()),
+        "{stopped:?}"
+    );
     drop(first);
 
     // The second process, on the same database: the decision, the resume, the end.

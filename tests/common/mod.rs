@@ -42,6 +42,21 @@ impl Server {
         assert!(status.success(), "kill -{signal}");
     }
 
+    /// Waits (at most `within`) for the process to exit, as it does after `TERM` once it has
+    /// stopped gracefully; its exit status, or `None` if it is still running.
+    pub fn exited_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Whether `owner` (a lease owner) is this server process.
     pub fn owns(&self, owner: &str) -> bool {
         owner.starts_with(&format!("{}-", self.child.id()))
