@@ -29,7 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 mod support;
 
-use support::{percentile, Server};
+use support::{number, percentile, Server};
 
 const ADDR: &str = "127.0.0.1:3099";
 
@@ -48,12 +48,6 @@ fn parse_args() -> Result<Args, String> {
         every_ms: 10,
     };
     let mut it = std::env::args().skip(1);
-    let number = |flag: &str, value: Option<String>| -> Result<u64, String> {
-        value
-            .and_then(|v| v.parse().ok())
-            .filter(|n| *n > 0)
-            .ok_or(format!("{flag} takes a number above 0"))
-    };
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--runs" => args.runs = number("--runs", it.next())? as usize,
@@ -162,15 +156,8 @@ async fn answer(mut socket: TcpStream, every: Duration, written: Written) {
 
 /// The server's CPU time so far (user + system), in milliseconds.
 fn cpu_ms(server: &Server) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", server.child.id()))
-        .expect("the server's /proc stat");
-    // The fields after the command's closing parenthesis: utime and stime are the 12th and 13th
-    // of them, in clock ticks (100 a second on Linux).
-    let after = &stat[stat.rfind(')').expect("a stat line") + 2..];
-    let fields: Vec<&str> = after.split(' ').collect();
-    let ticks: f64 =
-        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
-    ticks * 10.0
+    nrllm_store::testing::process_cpu_ms(&server.child.id().to_string())
+        .expect("the server's /proc stat")
 }
 
 async fn start(binary: &str, provider: &str) -> (Server, String) {

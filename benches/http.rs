@@ -1,11 +1,12 @@
 //! The approve cycle through the whole server, as an integrator's program drives it: `--runs`
 //! runs wait for approval (each creating its own page of the demo site, so no decision changes
 //! another's target), and `--clients` API clients approve them over HTTP with a token, each
-//! decision with the digest its client read (`nrllm_run_get`), as fast as the server answers.
+//! decision with the digest its client read (`nrllm_run_get`).
 //!
 //! Reported: decisions a second (a decision is a claim answered `200`), the HTTP latency of a
 //! decision (p50, p99, p99.9, in an HDR histogram), and, from the database once every run has
-//! ended (nothing polls the server while it works), approve → effect applied (the page's history
+//! ended (nothing asks the server while it works; the bench counts the runs in the database
+//! every 25 ms to know when they have), approve → effect applied (the page's history
 //! row, written in the tool's transaction) and approve → run completed. Those two compare the
 //! client's clock when it sent the decision with the server's milliseconds on the same machine,
 //! so they are good to a millisecond. A browser follows each of the first `--follow` runs'
@@ -35,7 +36,7 @@ use serde_json::{json, Value};
 
 mod support;
 
-use support::{percentile, Server};
+use support::{number, percentile, Server};
 
 const ADDR: &str = "127.0.0.1:3098";
 
@@ -68,21 +69,13 @@ fn parse_args() -> Result<Args, String> {
         every: None,
     };
     let mut it = std::env::args().skip(1);
-    let number = |flag: &str, value: Option<String>| -> Result<usize, String> {
-        value
-            .and_then(|v| v.parse().ok())
-            .filter(|n| *n > 0)
-            .ok_or(format!("{flag} takes a number above 0"))
-    };
     while let Some(arg) = it.next() {
         match arg.as_str() {
-            "--runs" => args.runs = number("--runs", it.next())?,
-            "--clients" => args.clients = number("--clients", it.next())?,
-            "--follow" => args.follow = number("--follow", it.next())?,
+            "--runs" => args.runs = number("--runs", it.next())? as usize,
+            "--clients" => args.clients = number("--clients", it.next())? as usize,
+            "--follow" => args.follow = number("--follow", it.next())? as usize,
             "--every-ms" => {
-                args.every = Some(Duration::from_millis(
-                    number("--every-ms", it.next())? as u64
-                ))
+                args.every = Some(Duration::from_millis(number("--every-ms", it.next())?))
             }
             "--db" => {
                 args.db = match it.next().as_deref() {
@@ -144,24 +137,27 @@ async fn call(
     Ok((status, response.json().await.unwrap_or(Value::Null)))
 }
 
-/// How many runs of `db` are in `status`.
-async fn count(db: &TestDb, status: &str) -> i64 {
-    sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM agent_run WHERE status = $1")
-        .bind(status)
-        .fetch_one(db.db.pool())
-        .await
-        .expect("counting runs")
+/// How many runs of `db` are in `status`, and how many failed (one read).
+async fn count(db: &TestDb, status: &str) -> (i64, i64) {
+    sqlx::query_as::<_, (i64, i64)>(
+        "SELECT COALESCE(SUM(CASE WHEN status = $1 THEN 1 ELSE 0 END), 0), \
+         COALESCE(SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), 0) FROM agent_run",
+    )
+    .bind(status)
+    .fetch_one(db.db.pool())
+    .await
+    .expect("counting runs")
 }
 
-/// Waits (reading the database) until `n` runs are in `status`; fails on a failed run.
+/// Waits (reading the database every 25 ms, never asking the server) until `n` runs are in
+/// `status`; fails on a failed run.
 async fn until(db: &TestDb, status: &str, n: usize, within: Duration) -> Result<(), String> {
     let deadline = Instant::now() + within;
     loop {
-        let reached = count(db, status).await;
+        let (reached, failed) = count(db, status).await;
         if reached as usize >= n {
             return Ok(());
         }
-        let failed = count(db, "failed").await;
         if failed > 0 || Instant::now() > deadline {
             return Err(format!(
                 "{reached} of {n} runs reached {status} ({failed} failed) within {within:?}"
@@ -215,13 +211,23 @@ async fn waiting_runs(
 
 /// One client's decisions: the HTTP latency of each (µs), when each was sent (µs since the
 /// epoch, by run id), and the answers that were not `200`.
-#[derive(Default)]
 struct Decided {
-    latency_us: Option<Histogram<u64>>,
+    latency_us: Histogram<u64>,
     sent_us: Vec<(String, u64)>,
     refused: Vec<String>,
     /// The browsers following the first runs decided, from their answers on.
     followers: Vec<tokio::task::JoinHandle<Arrivals>>,
+}
+
+impl Decided {
+    fn new() -> Decided {
+        Decided {
+            latency_us: Histogram::new(3).expect("a histogram of 3 significant digits"),
+            sent_us: Vec::new(),
+            refused: Vec::new(),
+            followers: Vec::new(),
+        }
+    }
 }
 
 fn unix_us() -> u64 {
@@ -249,10 +255,7 @@ async fn approver(client: reqwest::Client, token: Arc<String>, shared: Shared) -
         follow,
         every,
     } = shared;
-    let mut decided = Decided {
-        latency_us: Some(Histogram::new(3).expect("a histogram")),
-        ..Decided::default()
-    };
+    let mut decided = Decided::new();
     let started = tokio::time::Instant::now();
     for due in 0.. {
         if let Some(every) = every {
@@ -269,8 +272,10 @@ async fn approver(client: reqwest::Client, token: Arc<String>, shared: Shared) -
         let took = asked.elapsed().as_micros() as u64;
         match answer {
             Ok((200, _)) => {
-                let histogram = decided.latency_us.as_mut().expect("a histogram");
-                histogram.record(took.max(1)).expect("a latency in range");
+                decided
+                    .latency_us
+                    .record(took.max(1))
+                    .expect("a latency in range");
                 decided.sent_us.push((run.id.clone(), sent));
                 if index < follow {
                     let follower = follower(token.clone(), run.id.clone());
@@ -306,15 +311,12 @@ async fn approve_all(
             tokio::spawn(approver(client, token.clone(), shared.clone()))
         })
         .collect();
-    let mut all = Decided {
-        latency_us: Some(Histogram::new(3).expect("a histogram")),
-        ..Decided::default()
-    };
+    let mut all = Decided::new();
     for task in tasks {
         let one = task.await.expect("a client");
-        if let (Some(all), Some(one)) = (all.latency_us.as_mut(), one.latency_us.as_ref()) {
-            all.add(one).expect("histograms that add");
-        }
+        all.latency_us
+            .add(&one.latency_us)
+            .expect("histograms that add");
         all.sent_us.extend(one.sent_us);
         all.refused.extend(one.refused);
         all.followers.extend(one.followers);
@@ -448,7 +450,7 @@ struct Measured {
 }
 
 fn report(args: &Args, measured: &Measured) {
-    let latency = measured.decided.latency_us.as_ref().expect("a histogram");
+    let latency = &measured.decided.latency_us;
     let ms = |us: u64| us as f64 / 1000.0;
     println!(
         "db={:?} clients={} runs={} every_ms={} decisions_per_s={:.1}",

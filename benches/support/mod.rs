@@ -79,6 +79,14 @@ impl Server {
     }
 }
 
+/// The number a flag was given: a whole number above 0, or a message naming the flag.
+pub fn number(flag: &str, value: Option<String>) -> Result<u64, String> {
+    value
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .ok_or(format!("{flag} takes a number above 0"))
+}
+
 /// The `p`th percentile (0–100) of `sorted`, by nearest rank; NaN when it is empty.
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {

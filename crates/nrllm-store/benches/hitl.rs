@@ -211,6 +211,11 @@ fn main() {
     }
 }
 
+/// This process's CPU time so far, in milliseconds (NaN where `/proc` cannot be read).
+fn cpu_ms() -> f64 {
+    nrllm_store::testing::process_cpu_ms("self").unwrap_or(f64::NAN)
+}
+
 async fn bench(args: Args) -> Result<(), String> {
     let sqlite_path = args.db.strip_prefix("sqlite:").map(str::to_owned);
     let fsyncs = match &sqlite_path {
@@ -279,22 +284,6 @@ async fn bench(args: Args) -> Result<(), String> {
             .map_err(|err| format!("dropping the scratch database: {err}"))?;
     }
     Ok(())
-}
-
-/// This process's CPU time so far (user + system, every thread), in milliseconds.
-fn cpu_ms() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return f64::NAN;
-    };
-    // After the command's closing parenthesis, utime and stime are the 12th and 13th fields, in
-    // clock ticks (100 a second on Linux).
-    let after = &stat[stat.rfind(')').map_or(0, |at| at + 2)..];
-    let fields: Vec<&str> = after.split(' ').collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
-    match (ticks(11), ticks(12)) {
-        (Some(user), Some(system)) => (user + system) * 10.0,
-        _ => f64::NAN,
-    }
 }
 
 /// A fresh SQLite file at `path` (so runs do not measure a growing table), and the disk's fsyncs

@@ -5,6 +5,19 @@
 use crate::db::{Backend, Database, DbOptions, SqliteSync};
 use sqlx::Executor;
 
+/// The CPU time (user + system, every thread) process `pid` has used so far, in milliseconds,
+/// from Linux's `/proc/<pid>/stat` (`self`: this process); none where it cannot be read. For
+/// the benchmarks that count what a cycle or a streamed piece costs.
+pub fn process_cpu_ms(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's closing parenthesis, utime and stime are the 12th and 13th fields, in
+    // clock ticks (100 a second on Linux).
+    let after = stat.get(stat.rfind(')')? + 2..)?;
+    let mut fields = after.split(' ').skip(11);
+    let mut ticks = || fields.next()?.parse::<f64>().ok();
+    Some((ticks()? + ticks()?) * 10.0)
+}
+
 /// One backend's database for one test.
 pub struct TestDb {
     pub name: &'static str,
@@ -197,4 +210,24 @@ pub async fn completed_run(
         .finish(run.id, created.version, &finish, &events, now_ms)
         .await
         .unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_process_cpu_time_is_read_and_grows_with_work() {
+        let before = super::process_cpu_ms("self").expect("this process's /proc stat");
+        // Work until the kernel has counted a tick more (5 s at most, on a busy machine).
+        let started = std::time::Instant::now();
+        let mut spin = 0_u64;
+        let mut after = before;
+        while after <= before && started.elapsed() < std::time::Duration::from_secs(5) {
+            for _ in 0..100_000 {
+                spin = std::hint::black_box(spin.wrapping_add(1));
+            }
+            after = super::process_cpu_ms("self").expect("this process's /proc stat");
+        }
+        assert!(after > before, "{before} ms, then {after} ms");
+        assert_eq!(super::process_cpu_ms("not-a-process"), None);
+    }
 }
