@@ -266,14 +266,12 @@ async fn serve() -> Result<(), String> {
 
     let app = routes::router(state.clone(), &settings);
 
-    let listener = tokio::net::TcpListener::bind(settings.site_addr)
-        .await
-        .map_err(|err| {
-            format!(
-                "setting `site_addr`: cannot listen on {}: {err}",
-                settings.site_addr
-            )
-        })?;
+    let listener = routes::listen(settings.site_addr).await.map_err(|err| {
+        format!(
+            "setting `site_addr`: cannot listen on {}: {err}",
+            settings.site_addr
+        )
+    })?;
     tracing::info!("listening on http://{}", settings.site_addr);
     let shutdown = state.shutdown.clone();
     let served = axum::serve(

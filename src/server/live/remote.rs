@@ -250,6 +250,11 @@ impl RemoteFeed {
         Some((self.sender.subscribe(), slot, watching))
     }
 
+    /// Every commit announced from now on, for a wait (not counted as a stream).
+    pub(super) fn commits(&self) -> broadcast::Receiver<Remote> {
+        self.sender.subscribe()
+    }
+
     /// Waits until the tool settings may have changed (another instance changed them, or the
     /// listening connection was made again).
     pub async fn tool_settings_changed(&self) {

@@ -117,6 +117,8 @@ async fn once_taken(
     id: Uuid,
     (last, slot): (Arc<AtomicI64>, Slot),
 ) -> Steps {
+    // Another instance's worker may take it: its first commit says so.
+    let mut commits = remote.as_ref().map(|feed| feed.commits());
     loop {
         // Made before the look, so that a run started meanwhile wakes it.
         let started = hub.started.notified();
@@ -127,9 +129,10 @@ async fn once_taken(
             _ => return futures::stream::empty().boxed(),
         }
         // A run taken here says so at once (its response may be written within the wait);
-        // one taken by another instance is seen at the next look.
+        // one taken by another instance at its first commit, or at the next look.
         tokio::select! {
             _ = started => {}
+            _ = committed_elsewhere(&mut commits, id) => {}
             _ = tokio::time::sleep(QUEUE_RECHECK) => {}
         }
     }
@@ -139,6 +142,26 @@ async fn once_taken(
         // Without the reconnection hint it sent already.
         Ok(stream) => stream.skip(1).boxed(),
         Err(_) => futures::stream::empty().boxed(),
+    }
+}
+
+/// Until a commit of run `id` is announced (never without a feed; at once if announcements
+/// were missed).
+pub(super) async fn committed_elsewhere(
+    commits: &mut Option<tokio::sync::broadcast::Receiver<Remote>>,
+    id: Uuid,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let Some(receiver) = commits else {
+        return std::future::pending().await;
+    };
+    loop {
+        match receiver.recv().await {
+            Ok(Remote::Committed(run)) if run == id => return,
+            Ok(_) => {}
+            Err(RecvError::Lagged(_)) => return,
+            Err(RecvError::Closed) => return std::future::pending().await,
+        }
     }
 }
 

@@ -1,4 +1,5 @@
 use super::hub::*;
+use super::remote::Remote;
 use super::stream::*;
 use axum::response::sse::Event as SseEvent;
 use futures::StreamExt;
@@ -568,4 +569,21 @@ async fn a_stream_that_looks_as_a_quick_run_ends_here_does_not_wait_out_the_grac
         waiting.await.unwrap().is_ok(),
         "a run that started here is subscribed to"
     );
+}
+
+#[tokio::test]
+async fn a_queued_runs_stream_wakes_at_another_instances_commit_of_that_run() {
+    let (feed, _) = tokio::sync::broadcast::channel(8);
+    let id = Uuid::now_v7();
+    let mut commits = Some(feed.subscribe());
+    let within = |ms| std::time::Duration::from_millis(ms);
+    feed.send(Remote::Committed(Uuid::now_v7())).unwrap();
+    let other = tokio::time::timeout(within(50), committed_elsewhere(&mut commits, id)).await;
+    assert!(other.is_err(), "another run's commit woke it");
+    feed.send(Remote::Committed(id)).unwrap();
+    tokio::time::timeout(within(1000), committed_elsewhere(&mut commits, id))
+        .await
+        .expect("woken by its run's commit");
+    let alone = tokio::time::timeout(within(50), committed_elsewhere(&mut None, id)).await;
+    assert!(alone.is_err(), "without a feed nothing announces commits");
 }
