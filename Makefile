@@ -9,7 +9,7 @@ export TEST_DATABASE_URL
 # Playwright's server gets a database of its own, new for every run.
 E2E_DB_DIR := target/e2e
 
-.PHONY: run test setup setup-test lint structure unit e2e size abuse bench-long-run crash-test bench-hitl bench-peers bench-fill bench-deltas bench-http bench-smoke
+.PHONY: run test setup setup-test lint structure unit e2e size abuse bench-long-run crash-test bench-hitl bench-peers bench-fill bench-deltas bench-http bench-restart bench-mix bench-smoke
 
 setup:
 	scripts/setup.sh
@@ -94,7 +94,8 @@ bench-deltas:
 ## The approve cycle through the whole server (release build): HTTP_RUNS runs waiting for approval,
 ## approved over HTTP by one client deciding every 10 ms (latency), then by 1 and 32 clients as fast
 ## as answered (capacity), with tokens and digests while browsers follow live
-## streams, on SQLite NORMAL and FULL and Postgres; decisions/s, HTTP p50/p99/p99.9, approve -> effect,
+## streams, on SQLite NORMAL and FULL and Postgres (and there with the browsers on a second
+## instance); decisions/s, HTTP p50/p99/p99.9, approve -> effect,
 ## approve -> completed and step commit -> browser. The store's
 ## own cycle (hitl) at 32 clients runs in the same sitting, for the ratio BENCHMARKS.md reports.
 HTTP_RUNS ?= 300
@@ -107,9 +108,30 @@ bench-http:
 	    cargo bench -p nrllm-playground --features ssr --bench http --quiet -- --runs $(HTTP_RUNS) --clients $$c --db $$db || exit 1; \
 	  done; \
 	done
+	cargo bench -p nrllm-playground --features ssr --bench http --quiet -- --runs $(HTTP_RUNS) --clients 1 --every-ms 10 --db postgres --follow-on-other
+	cargo bench -p nrllm-playground --features ssr --bench http --quiet -- --runs $(HTTP_RUNS) --clients 32 --db postgres --follow-on-other
 	cargo bench -p nrllm-store --bench hitl --quiet -- --runs 5000 --concurrency 32 --synchronous normal
 	cargo bench -p nrllm-store --bench hitl --quiet -- --runs 2000 --concurrency 32 --synchronous full
 	cargo bench -p nrllm-store --bench hitl --quiet -- --runs 5000 --concurrency 32 --db $(TEST_DATABASE_URL)
+
+## Restart and handoff against the release server (benches/restart.rs): SIGKILL with runs running,
+## as many queued and 1,000 waiting, then a start at once (SQLite, 16 and 64 running); on Postgres,
+## an instance killed and the other taking its runs over, at the default lease and at 5 s.
+bench-restart:
+	cargo bench -p nrllm-playground --features ssr --bench restart --no-run
+	for n in 16 64; do \
+	  cargo bench -p nrllm-playground --features ssr --bench restart --quiet -- --db sqlite --running $$n --waiting 1000 || exit 1; \
+	done
+	cargo bench -p nrllm-playground --features ssr --bench restart --quiet -- --db postgres --running 16 --waiting 1000
+	cargo bench -p nrllm-playground --features ssr --bench restart --quiet -- --db postgres --running 16 --waiting 1000 --lease-secs 5
+
+## The mix against the release server (benches/mix.rs): clients start runs, follow them live,
+## approve them with their digests, for SECS seconds (an hour by default), on SQLite NORMAL; the
+## server's RSS where it settled after the first minute against the end.
+SECS ?= 3600
+bench-mix:
+	cargo bench -p nrllm-playground --features ssr --bench mix --no-run
+	cargo bench -p nrllm-playground --features ssr --bench mix --quiet -- --secs $(SECS) --clients 8 --db normal
 
 ## Short runs of the long benchmarks (debug build, figures not checked): they must run through.
 bench-smoke:
@@ -120,4 +142,7 @@ bench-smoke:
 	cargo test -p nrllm-playground --features ssr --bench long_run
 	cargo test -p nrllm-playground --features ssr --bench deltas -- --runs 2 --chunks 20
 	cargo test -p nrllm-playground --features ssr --bench http -- --runs 24 --clients 4 --db normal
-	cargo test -p nrllm-playground --features ssr --bench http -- --runs 16 --clients 4 --db postgres
+	cargo test -p nrllm-playground --features ssr --bench restart -- --db sqlite --running 4 --waiting 20
+	cargo test -p nrllm-playground --features ssr --bench mix -- --secs 8 --clients 4 --db normal
+	cargo test -p nrllm-playground --features ssr --bench http -- --runs 16 --clients 4 --db postgres --follow-on-other
+	cargo test -p nrllm-playground --features ssr --bench restart -- --db postgres --running 4 --waiting 10 --lease-secs 2

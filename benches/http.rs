@@ -11,13 +11,16 @@
 //! client's clock when it sent the decision with the server's milliseconds on the same machine,
 //! so they are good to a millisecond. A browser follows each of the first `--follow` runs'
 //! live stream from the moment its decision is answered: step commit → browser is the step's
-//! stored time against the moment its event arrived.
+//! stored time against the moment its event arrived. With `--follow-on-other` (Postgres) the
+//! browsers follow through a second instance on the same database, which hears of the first
+//! one's commits by `NOTIFY`: either instance's worker may drive a decided run, so the bench
+//! reports how many the second one drove (their steps reached its browsers in-process).
 //!
 //! The bench fails unless every decision was answered `200`, every run completed, and every
 //! approved call's effect was applied exactly once (one history row and one effect key a run).
 //!
 //! make bench-http      (release build; SQLite NORMAL and FULL, Postgres; 1 and 32 clients)
-//! cargo bench -p nrllm-playground --features ssr --bench http -- [--runs 300] [--clients 32] [--db normal|full|postgres] [--follow 100] [--every-ms N] [binary]
+//! cargo bench -p nrllm-playground --features ssr --bench http -- [--runs 300] [--clients 32] [--db normal|full|postgres] [--follow 100] [--every-ms N] [--follow-on-other] [binary]
 //!
 //! Without `--every-ms` the clients decide as fast as they are answered, which measures the
 //! server's capacity: the runs decided queue up for its workers, and approve → effect includes
@@ -32,20 +35,16 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use nrllm_store::testing::TestDb;
-use serde_json::{json, Value};
+use serde_json::json;
 
 mod support;
 
-use support::{number, percentile, Server};
+use support::load::{effects_and_ends, serve, Db};
+use support::{number, percentile, until};
 
 const ADDR: &str = "127.0.0.1:3098";
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Db {
-    Normal,
-    Full,
-    Postgres,
-}
+/// Where the second instance listens, when the browsers follow the runs on another instance.
+const ADDR_OTHER: &str = "127.0.0.1:3095";
 
 struct Args {
     binary: String,
@@ -57,6 +56,8 @@ struct Args {
     /// Each client's decisions at most one every this long (open loop: the k-th is due k of
     /// them after the start, and one that is late goes at once); none: as fast as answered.
     every: Option<Duration>,
+    /// The browsers follow the runs through a second instance on the same Postgres database.
+    follow_other: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -67,6 +68,7 @@ fn parse_args() -> Result<Args, String> {
         db: Db::Normal,
         follow: 100,
         every: None,
+        follow_other: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -77,94 +79,18 @@ fn parse_args() -> Result<Args, String> {
             "--every-ms" => {
                 args.every = Some(Duration::from_millis(number("--every-ms", it.next())?))
             }
-            "--db" => {
-                args.db = match it.next().as_deref() {
-                    Some("normal") => Db::Normal,
-                    Some("full") => Db::Full,
-                    Some("postgres") => Db::Postgres,
-                    _ => return Err("--db takes normal, full or postgres".into()),
-                }
-            }
+            "--db" => args.db = Db::parse(it.next())?,
+            "--follow-on-other" => args.follow_other = true,
             "--bench" => {}
             other if other.starts_with("--") => return Err(format!("unknown flag `{other}`")),
             binary => args.binary = binary.to_owned(),
         }
     }
     args.binary = support::binary_or_own(args.binary);
+    if args.follow_other && args.db != Db::Postgres {
+        return Err("--follow-on-other needs --db postgres (instances share Postgres)".into());
+    }
     Ok(args)
-}
-
-/// The bench's database: a fresh SQLite file, or a scratch schema on `TEST_DATABASE_URL`.
-async fn database(db: Db) -> TestDb {
-    match db {
-        Db::Normal => nrllm_store::testing::sqlite_with(nrllm_store::db::SqliteSync::Normal).await,
-        Db::Full => nrllm_store::testing::sqlite_with(nrllm_store::db::SqliteSync::Full).await,
-        Db::Postgres => nrllm_store::testing::postgres_from_env().await,
-    }
-}
-
-/// The server binary on `db`, with runs that never pause to think and no limit on starts.
-async fn start(binary: &str, db: &TestDb, sync: Db) -> Server {
-    let sync = match sync {
-        Db::Full => "full",
-        _ => "normal",
-    };
-    let settings = format!(
-        "log_level = \"warn\"\nrun_starts_per_minute = 100000\ndemo_think_ms = 0\n\
-         sqlite_synchronous = \"{sync}\"\nmax_running_runs = 64\nstream_limit_total = 5000\n"
-    );
-    let dir = tempfile::tempdir().expect("a temporary folder");
-    let mut server = Server::start(binary, dir, &settings, (ADDR, &db.url), &[]);
-    server.listening(ADDR).await;
-    server
-}
-
-/// A JSON call to `endpoint` with the bench's token: the status and the body.
-async fn call(
-    client: &reqwest::Client,
-    token: &str,
-    endpoint: &str,
-    body: &Value,
-) -> Result<(u16, Value), String> {
-    let response = client
-        .post(format!("http://{ADDR}/api/{endpoint}"))
-        .bearer_auth(token)
-        .json(body)
-        .send()
-        .await
-        .map_err(|err| format!("{endpoint}: {err}"))?;
-    let status = response.status().as_u16();
-    Ok((status, response.json().await.unwrap_or(Value::Null)))
-}
-
-/// How many runs of `db` are in `status`, and how many failed (one read).
-async fn count(db: &TestDb, status: &str) -> (i64, i64) {
-    sqlx::query_as::<_, (i64, i64)>(
-        "SELECT COALESCE(SUM(CASE WHEN status = $1 THEN 1 ELSE 0 END), 0), \
-         COALESCE(SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), 0) FROM agent_run",
-    )
-    .bind(status)
-    .fetch_one(db.db.pool())
-    .await
-    .expect("counting runs")
-}
-
-/// Waits (reading the database every 25 ms, never asking the server) until `n` runs are in
-/// `status`; fails on a failed run.
-async fn until(db: &TestDb, status: &str, n: usize, within: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + within;
-    loop {
-        let (reached, failed) = count(db, status).await;
-        if reached as usize >= n {
-            return Ok(());
-        }
-        if failed > 0 || Instant::now() > deadline {
-            return Err(format!(
-                "{reached} of {n} runs reached {status} ({failed} failed) within {within:?}"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// A run waiting for approval, and the digest of its pending turn.
@@ -184,9 +110,9 @@ async fn waiting_runs(
     let mut ids = Vec::with_capacity(runs);
     for i in 0..runs {
         let prompt = format!("Create a page bench-{i} titled \"Bench {i}\"");
-        let (status, body) = call(
+        let (status, body) = support::call(
             client,
-            token,
+            (ADDR, token),
             "nrllm_tool_run",
             &json!({ "prompt": prompt }),
         )
@@ -199,7 +125,13 @@ async fn waiting_runs(
     until(db, "waiting_for_approval", runs, Duration::from_secs(300)).await?;
     let mut waiting = Vec::with_capacity(runs);
     for id in ids {
-        let (status, view) = call(client, token, "nrllm_run_get", &json!({ "run_id": id })).await?;
+        let (status, view) = support::call(
+            client,
+            (ADDR, token),
+            "nrllm_run_get",
+            &json!({ "run_id": id }),
+        )
+        .await?;
         let digest = view["digest"].as_str().map(str::to_owned);
         match (status, digest) {
             (200, Some(digest)) => waiting.push(Waiting { id, digest }),
@@ -237,12 +169,13 @@ fn unix_us() -> u64 {
 }
 
 /// What the clients share: the runs to decide, the next one to take, how many of the first
-/// are followed by a browser, and each client's pace (none: as fast as answered).
+/// are followed by a browser and through which instance, and each client's pace (none: as fast
+/// as answered).
 #[derive(Clone)]
 struct Shared {
     waiting: Arc<Vec<Waiting>>,
     next: Arc<AtomicUsize>,
-    follow: usize,
+    follow: (usize, &'static str),
     every: Option<Duration>,
 }
 
@@ -268,7 +201,7 @@ async fn approver(client: reqwest::Client, token: Arc<String>, shared: Shared) -
         let body = json!({ "run_id": run.id, "decision": "approve_all", "digest": run.digest });
         let sent = unix_us();
         let asked = Instant::now();
-        let answer = call(&client, &token, "nrllm_tool_resume", &body).await;
+        let answer = support::call(&client, (ADDR, &token), "nrllm_tool_resume", &body).await;
         let took = asked.elapsed().as_micros() as u64;
         match answer {
             Ok((200, _)) => {
@@ -277,8 +210,8 @@ async fn approver(client: reqwest::Client, token: Arc<String>, shared: Shared) -
                     .record(took.max(1))
                     .expect("a latency in range");
                 decided.sent_us.push((run.id.clone(), sent));
-                if index < follow {
-                    let follower = follower(token.clone(), run.id.clone());
+                if index < follow.0 {
+                    let follower = follower(follow.1, token.clone(), run.id.clone());
                     decided.followers.push(tokio::spawn(follower));
                 }
             }
@@ -294,7 +227,7 @@ async fn approver(client: reqwest::Client, token: Arc<String>, shared: Shared) -
 async fn approve_all(
     token: &str,
     waiting: Vec<Waiting>,
-    (clients, follow, every): (usize, usize, Option<Duration>),
+    (clients, follow, every): (usize, (usize, &'static str), Option<Duration>),
 ) -> (Decided, Duration) {
     let token = Arc::new(token.to_owned());
     let shared = Shared {
@@ -334,64 +267,16 @@ fn since_sent(sent_us: &[(String, u64)], at: &std::collections::HashMap<String, 
     delays
 }
 
-/// When each run's effect was applied and when each run completed (server milliseconds, by
-/// run id), after checking that every run completed and applied its effect exactly once.
-async fn effects_and_ends(
-    db: &TestDb,
-    runs: usize,
-) -> Result<
-    (
-        std::collections::HashMap<String, i64>,
-        std::collections::HashMap<String, i64>,
-    ),
-    String,
-> {
-    let pool = db.db.pool();
-    let history: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT run_id, created_at_ms FROM site_page_history WHERE run_id IS NOT NULL",
-    )
-    .fetch_all(pool)
-    .await
-    .map_err(|err| format!("reading the site's history: {err}"))?;
-    let keys: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT effect_key) FROM site_effect")
-        .fetch_one(pool)
-        .await
-        .map_err(|err| format!("reading the effect keys: {err}"))?;
-    let effects: std::collections::HashMap<String, i64> = history.iter().cloned().collect();
-    if history.len() != runs || effects.len() != runs || keys as usize != runs {
-        return Err(format!(
-            "{} history rows for {} runs and {keys} effect keys, expected exactly {runs} each",
-            history.len(),
-            effects.len()
-        ));
-    }
-    let ended: Vec<(String, String, Option<i64>)> =
-        sqlx::query_as("SELECT id, status, finished_at_ms FROM agent_run")
-            .fetch_all(pool)
-            .await
-            .map_err(|err| format!("reading the runs: {err}"))?;
-    let mut completed = std::collections::HashMap::new();
-    for (id, status, finished) in ended {
-        match (status.as_str(), finished) {
-            ("completed", Some(ms)) => {
-                completed.insert(id, ms);
-            }
-            _ => return Err(format!("run {id} ended {status}, not completed")),
-        }
-    }
-    Ok((effects, completed))
-}
-
 /// When each step of a followed run reached its browser: (run id, sequence, µs since the epoch
 /// it arrived, µs since the epoch its stream was asked for).
 type Arrivals = Vec<(String, i64, u64, u64)>;
 
-/// A browser following run `id`'s live stream from the moment its decision was answered (as the
-/// run page does once it is back), until the run ends.
-async fn follower(token: Arc<String>, id: String) -> Arrivals {
+/// A browser following run `id`'s live stream through the instance at `addr` from the moment
+/// its decision was answered (as the run page does once it is back), until the run ends.
+async fn follower(addr: &str, token: Arc<String>, id: String) -> Arrivals {
     let opened = unix_us();
     let response = reqwest::Client::new()
-        .get(format!("http://{ADDR}/api/runs/{id}/events"))
+        .get(format!("http://{addr}/api/runs/{id}/events"))
         .bearer_auth(token.as_str())
         .header("accept", "text/event-stream")
         .send()
@@ -447,18 +332,22 @@ struct Measured {
     to_effect: Vec<f64>,
     to_completed: Vec<f64>,
     live: Vec<f64>,
+    /// With the browsers on a second instance: how many runs that instance drove (its steps
+    /// reached its browsers in-process, not from the other instance).
+    other_drove: u64,
 }
 
 fn report(args: &Args, measured: &Measured) {
     let latency = &measured.decided.latency_us;
     let ms = |us: u64| us as f64 / 1000.0;
     println!(
-        "db={:?} clients={} runs={} every_ms={} decisions_per_s={:.1}",
+        "db={:?} clients={} runs={} every_ms={} follow_on={} decisions_per_s={:.1}",
         args.db,
         args.clients,
         args.runs,
         args.every
             .map_or("none".to_owned(), |every| every.as_millis().to_string()),
+        if args.follow_other { "other" } else { "same" },
         measured.decided.sent_us.len() as f64 / measured.took.as_secs_f64()
     );
     println!(
@@ -481,6 +370,12 @@ fn report(args: &Args, measured: &Measured) {
             delays.len()
         );
     }
+    if args.follow_other {
+        println!(
+            "live steps read through the other instance: it drove {} of the {} runs itself",
+            measured.other_drove, args.runs
+        );
+    }
 }
 
 /// Runs waiting, some followed by browsers, approved by the clients; measured from the
@@ -488,8 +383,22 @@ fn report(args: &Args, measured: &Measured) {
 async fn measure(args: &Args, db: &TestDb, token: &str) -> Result<Measured, String> {
     let client = reqwest::Client::new();
     let waiting = waiting_runs(&client, token, db, args.runs).await?;
-    let (mut decided, took) =
-        approve_all(token, waiting, (args.clients, args.follow, args.every)).await;
+    let follow_on = if args.follow_other { ADDR_OTHER } else { ADDR };
+    let other_took = || async {
+        match args.follow_other {
+            true => support::metric((ADDR_OTHER, token), "nrllm_queue_taken_total").await,
+            false => Ok(0),
+        }
+    };
+    // The other instance's worker took some of the new runs; what it takes from now on are
+    // decided runs.
+    let other_before = other_took().await?;
+    let (mut decided, took) = approve_all(
+        token,
+        waiting,
+        (args.clients, (args.follow, follow_on), args.every),
+    )
+    .await;
     if let Some(first) = decided.refused.first() {
         let refused = decided.refused.len();
         return Err(format!(
@@ -506,21 +415,27 @@ async fn measure(args: &Args, db: &TestDb, token: &str) -> Result<Measured, Stri
         arrivals.extend(arrived);
     }
     let (effects, completed) = effects_and_ends(db, args.runs).await?;
+    let other_drove = other_took().await? - other_before;
     Ok(Measured {
         to_effect: since_sent(&decided.sent_us, &effects),
         to_completed: since_sent(&decided.sent_us, &completed),
         live: live_delays(db, &arrivals).await?,
+        other_drove,
         decided,
         took,
     })
 }
 
 async fn bench(args: Args) -> Result<(), String> {
-    let db = database(args.db).await;
+    let db = args.db.database().await;
     let token = support::token(&db.url, nrllm_types::Role::Approver, "http-bench").await;
-    let server = start(&args.binary, &db, args.db).await;
+    let server = serve(&args.binary, &db, (args.db, ADDR)).await;
+    let other = match args.follow_other {
+        true => Some(serve(&args.binary, &db, (args.db, ADDR_OTHER)).await),
+        false => None,
+    };
     let measured = measure(&args, &db, &token).await;
-    drop(server);
+    drop((server, other));
     if let Ok(measured) = &measured {
         report(&args, measured);
         println!(

@@ -3,8 +3,14 @@
 
 #![allow(dead_code)]
 
+pub mod load;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nrllm_store::testing::TestDb;
+use serde_json::Value;
 
 /// The server binary a bench was told to run, or (none named) the one cargo built with it.
 pub fn binary_or_own(named: String) -> String {
@@ -101,4 +107,70 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A JSON call to `endpoint` of the server at `addr` with `token`: the status and the body.
+pub async fn call(
+    client: &reqwest::Client,
+    (addr, token): (&str, &str),
+    endpoint: &str,
+    body: &Value,
+) -> Result<(u16, Value), String> {
+    let response = client
+        .post(format!("http://{addr}/api/{endpoint}"))
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .await
+        .map_err(|err| format!("{endpoint}: {err}"))?;
+    let status = response.status().as_u16();
+    Ok((status, response.json().await.unwrap_or(Value::Null)))
+}
+
+/// How many runs of `db` are in `status`, and how many failed (one read).
+pub async fn count(db: &TestDb, status: &str) -> (i64, i64) {
+    sqlx::query_as::<_, (i64, i64)>(
+        "SELECT COALESCE(SUM(CASE WHEN status = $1 THEN 1 ELSE 0 END), 0), \
+         COALESCE(SUM(CASE WHEN status = 'failed' THEN 1 ELSE 0 END), 0) FROM agent_run",
+    )
+    .bind(status)
+    .fetch_one(db.db.pool())
+    .await
+    .expect("counting runs")
+}
+
+/// Waits (reading the database every 25 ms, never asking the server) until `n` runs are in
+/// `status`; fails on a failed run.
+pub async fn until(db: &TestDb, status: &str, n: usize, within: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let (reached, failed) = count(db, status).await;
+        if reached as usize >= n {
+            return Ok(());
+        }
+        if failed > 0 || Instant::now() > deadline {
+            return Err(format!(
+                "{reached} of {n} runs reached {status} ({failed} failed) within {within:?}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// One number of the `/metrics` of the server at `addr` (`name` with its labels, as printed).
+pub async fn metric((addr, token): (&str, &str), name: &str) -> Result<u64, String> {
+    let text = reqwest::Client::new()
+        .get(format!("http://{addr}/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|err| format!("reading {addr}'s metrics: {err}"))?
+        .text()
+        .await
+        .map_err(|err| format!("reading {addr}'s metrics: {err}"))?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name} ")))
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| format!("{addr}'s metrics have no {name}"))
 }
