@@ -30,7 +30,12 @@ mod support;
 use support::load::{effects_and_ends, serve, ByRun, Db};
 use support::{number, percentile, until};
 
-const ADDR: &str = "127.0.0.1:3094";
+/// Where the server listens: a port free when the bench starts (a soak may run for an hour
+/// beside other benches).
+fn addr() -> &'static str {
+    static ADDR: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ADDR.get_or_init(support::free_addr)
+}
 
 /// How far the RSS at the end may be above where it settled.
 const GOAL_MB: f64 = 20.0;
@@ -125,7 +130,10 @@ async fn follow(
     after: i64,
 ) -> Result<(i64, String), String> {
     let response = client
-        .get(format!("http://{ADDR}/api/runs/{id}/events?after={after}"))
+        .get(format!(
+            "http://{}/api/runs/{id}/events?after={after}",
+            addr()
+        ))
         .bearer_auth(token)
         .header("accept", "text/event-stream")
         .send()
@@ -161,7 +169,7 @@ async fn one_run(
     let asked = Instant::now();
     let id = match support::call(
         client,
-        (ADDR, token),
+        (addr(), token),
         "nrllm_tool_run",
         &json!({ "prompt": prompt }),
     )
@@ -181,7 +189,7 @@ async fn one_run(
     record(&mut measured.to_waiting_us, asked);
     let view = support::call(
         client,
-        (ADDR, token),
+        (addr(), token),
         "nrllm_run_get",
         &json!({ "run_id": id }),
     )
@@ -192,7 +200,7 @@ async fn one_run(
     let body = json!({ "run_id": id, "decision": "approve_all", "digest": digest });
     let decided = Instant::now();
     let sent_ms = unix_ms();
-    match support::call(client, (ADDR, token), "nrllm_tool_resume", &body).await? {
+    match support::call(client, (addr(), token), "nrllm_tool_resume", &body).await? {
         (200, _) => record(&mut measured.decide_us, decided),
         (status, body) => return Err(format!("approving {id}: {status} {body}")),
     }
@@ -331,7 +339,7 @@ fn report(args: &Args, all: &Client, samples: &[(f64, f64)]) {
 async fn bench(args: Args) -> Result<(), String> {
     let db = args.db.database().await;
     let token = support::token(&db.url, nrllm_types::Role::Approver, "mix-bench").await;
-    let server = serve(&args.binary, &db, (args.db, ADDR)).await;
+    let server = serve(&args.binary, &db, (args.db, addr())).await;
     let until_at = Instant::now() + Duration::from_secs(args.secs);
     let samples = Arc::new(Mutex::new(Vec::new()));
     let sampler = tokio::spawn(sample_rss(server.child.id(), until_at, samples.clone()));

@@ -50,6 +50,10 @@ impl Server {
         (addr, url): (&str, &str),
         env: &[(&str, &str)],
     ) -> Server {
+        // A server already there would answer in its place: say so rather than measure it.
+        if let Err(err) = std::net::TcpListener::bind(addr) {
+            panic!("cannot start the server on {addr} ({err}): is another bench running?");
+        }
         let config = dir.path().join("bench.toml");
         std::fs::write(&config, settings).expect("the settings file");
         let child = Command::new(binary)
@@ -83,6 +87,12 @@ impl Server {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
+}
+
+/// An address on this machine with a port free now, for a server to listen on.
+pub fn free_addr() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free local port");
+    listener.local_addr().expect("its address").to_string()
 }
 
 /// The number a flag was given: a whole number above 0, or a message naming the flag.
