@@ -322,6 +322,15 @@ fn report(args: &Args, all: &Client, samples: &[(f64, f64)]) {
         return;
     };
     let max = samples.iter().map(|(_, mb)| *mb).fold(0.0, f64::max);
+    // The curve, at each tenth of the run: a leak climbs to the end, a cache levels off.
+    let curve: Vec<String> = (1..=10)
+        .filter_map(|tenth| {
+            let at = args.secs as f64 * f64::from(tenth) / 10.0;
+            let (_, mb) = samples.iter().take_while(|(t, _)| *t <= at).last()?;
+            Some(format!("{at:.0}s={mb:.1}"))
+        })
+        .collect();
+    println!("rss_mb_curve {}", curve.join(" "));
     println!(
         "rss_mb settled={settled:.1} (at {settle_at:.0} s) end={end:.1} max={max:.1} growth={:.1}",
         end - settled
