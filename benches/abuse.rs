@@ -53,14 +53,9 @@ async fn start(binary: &str) -> Server {
 
 /// The server's resident memory, in bytes.
 fn rss(server: &Server) -> i64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id()))
+    let kb = nrllm_store::testing::process_rss_kb(&server.child.id().to_string())
         .expect("the server's /proc status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
-        .expect("VmRSS")
-        * 1024
+    kb as i64 * 1024
 }
 
 /// Sends `head` (and `body`), reads the status line, returns the status and the open connection.

@@ -109,14 +109,9 @@ impl Server {
     }
 
     fn rss_mb(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+        let kb = nrllm_store::testing::process_rss_kb(&self.child.id().to_string())
             .expect("the server's /proc status");
-        let kb: f64 = status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS");
-        kb / 1024.0
+        kb as f64 / 1024.0
     }
 }
 

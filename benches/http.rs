@@ -29,7 +29,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
@@ -39,8 +39,8 @@ use serde_json::json;
 
 mod support;
 
-use support::load::{effects_and_ends, serve, Db};
-use support::{number, percentile, until};
+use support::load::{digest, effects_and_ends, serve, start_run, Db};
+use support::{number, percentile, unix_us, until};
 
 const ADDR: &str = "127.0.0.1:3098";
 /// Where the second instance listens, when the browsers follow the runs on another instance.
@@ -109,34 +109,13 @@ async fn waiting_runs(
 ) -> Result<Vec<Waiting>, String> {
     let mut ids = Vec::with_capacity(runs);
     for i in 0..runs {
-        let prompt = format!("Create a page bench-{i} titled \"Bench {i}\"");
-        let (status, body) = support::call(
-            client,
-            (ADDR, token),
-            "nrllm_tool_run",
-            &json!({ "prompt": prompt }),
-        )
-        .await?;
-        match (status, body.as_str()) {
-            (200, Some(id)) => ids.push(id.to_owned()),
-            _ => return Err(format!("starting a run: {status} {body}")),
-        }
+        ids.push(start_run(client, (ADDR, token), &format!("bench-{i}")).await?);
     }
     until(db, "waiting_for_approval", runs, Duration::from_secs(300)).await?;
     let mut waiting = Vec::with_capacity(runs);
     for id in ids {
-        let (status, view) = support::call(
-            client,
-            (ADDR, token),
-            "nrllm_run_get",
-            &json!({ "run_id": id }),
-        )
-        .await?;
-        let digest = view["digest"].as_str().map(str::to_owned);
-        match (status, digest) {
-            (200, Some(digest)) => waiting.push(Waiting { id, digest }),
-            _ => return Err(format!("reading run {id}: {status}, no digest")),
-        }
+        let digest = digest(client, (ADDR, token), &id).await?;
+        waiting.push(Waiting { id, digest });
     }
     Ok(waiting)
 }
@@ -160,12 +139,6 @@ impl Decided {
             followers: Vec::new(),
         }
     }
-}
-
-fn unix_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// What the clients share: the runs to decide, the next one to take, how many of the first

@@ -23,11 +23,11 @@ use std::time::{Duration, Instant};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use hdrhistogram::Histogram;
-use serde_json::{json, Value};
+use serde_json::json;
 
 mod support;
 
-use support::load::{effects_and_ends, serve, ByRun, Db};
+use support::load::{digest, effects_and_ends, serve, start_run, ByRun, Db};
 use support::{number, percentile, until};
 
 /// Where the server listens: a port free when the bench starts (a soak may run for an hour
@@ -165,19 +165,8 @@ async fn one_run(
     number: usize,
     measured: &mut Client,
 ) -> Result<(), String> {
-    let prompt = format!("Create a page mix-{number} titled \"Mix {number}\"");
     let asked = Instant::now();
-    let id = match support::call(
-        client,
-        (addr(), token),
-        "nrllm_tool_run",
-        &json!({ "prompt": prompt }),
-    )
-    .await?
-    {
-        (200, Value::String(id)) => id,
-        (status, body) => return Err(format!("starting a run: {status} {body}")),
-    };
+    let id = start_run(client, (addr(), token), &format!("mix-{number}")).await?;
     record(&mut measured.start_us, asked);
     let (mut last, mut status) = (0, String::new());
     while status != "waiting_for_approval" {
@@ -187,16 +176,7 @@ async fn one_run(
         }
     }
     record(&mut measured.to_waiting_us, asked);
-    let view = support::call(
-        client,
-        (addr(), token),
-        "nrllm_run_get",
-        &json!({ "run_id": id }),
-    )
-    .await?;
-    let Some(digest) = view.1["digest"].as_str() else {
-        return Err(format!("reading run {id}: {}, no digest", view.0));
-    };
+    let digest = digest(client, (addr(), token), &id).await?;
     let body = json!({ "run_id": id, "decision": "approve_all", "digest": digest });
     let decided = Instant::now();
     let sent_ms = unix_ms();
@@ -240,25 +220,12 @@ async fn client(
     measured
 }
 
-/// The server's resident memory in MB, from `/proc/<pid>/status`.
-fn rss_mb(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb / 1024.0)
-}
-
 /// The server's RSS every second (seconds since the start, MB) until `until`.
 async fn sample_rss(pid: u32, until: Instant, samples: Arc<Mutex<Vec<(f64, f64)>>>) {
     let started = Instant::now();
     while Instant::now() < until {
-        if let Some(mb) = rss_mb(pid) {
+        if let Some(kb) = nrllm_store::testing::process_rss_kb(&pid.to_string()) {
+            let mb = kb as f64 / 1024.0;
             let at = started.elapsed().as_secs_f64();
             samples.lock().expect("the samples").push((at, mb));
         }
@@ -267,9 +234,7 @@ async fn sample_rss(pid: u32, until: Instant, samples: Arc<Mutex<Vec<(f64, f64)>
 }
 
 fn unix_ms() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    support::unix_us() as f64 / 1000.0
 }
 
 /// Where approve → completed as the browser saw it went: approve → the server's completion

@@ -24,13 +24,13 @@
 //! cargo bench -p nrllm-playground --features ssr --bench restart -- [--db sqlite|postgres] [--running 16] [--waiting 1000] [--lease-secs N] [binary]
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nrllm_store::testing::TestDb;
-use serde_json::json;
 
 mod support;
 
+use support::load::start_run;
 use support::{count, number, percentile, until, Server};
 
 const ADDR_A: &str = "127.0.0.1:3096";
@@ -90,9 +90,7 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn unix_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    (support::unix_us() / 1000) as i64
 }
 
 /// The server binary on `db` at `addr`, its model calls taking `think_ms`, driving at most
@@ -117,12 +115,7 @@ async fn start_runs(addr: &str, token: &str, name: &str, n: usize) -> Result<Vec
     let client = reqwest::Client::new();
     let mut ids = Vec::with_capacity(n);
     for i in 0..n {
-        let prompt = format!("Create a page {name}-{i} titled \"{name} {i}\"");
-        let body = json!({ "prompt": prompt });
-        match support::call(&client, (addr, token), "nrllm_tool_run", &body).await? {
-            (200, id) if id.is_string() => ids.push(id.as_str().unwrap_or_default().to_owned()),
-            (status, body) => return Err(format!("starting a run: {status} {body}")),
-        }
+        ids.push(start_run(&client, (addr, token), &format!("{name}-{i}")).await?);
     }
     Ok(ids)
 }

@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 
 use nrllm_store::testing::TestDb;
+use serde_json::json;
 
-use super::Server;
+use super::{call, Server};
 
 /// Server milliseconds, by run id.
 pub type ByRun = HashMap<String, i64>;
@@ -56,6 +57,46 @@ pub async fn serve(binary: &str, db: &TestDb, (sync, addr): (Db, &str)) -> Serve
     let mut server = Server::start(binary, dir, &settings, (addr, &db.url), &[]);
     server.listening(addr).await;
     server
+}
+
+/// Starts a run through the server at `addr` that creates its own page of the demo site,
+/// `page` (so that no decision changes another's target): its id.
+pub async fn start_run(
+    client: &reqwest::Client,
+    (addr, token): (&str, &str),
+    page: &str,
+) -> Result<String, String> {
+    let prompt = format!("Create a page {page} titled \"Page {page}\"");
+    match call(
+        client,
+        (addr, token),
+        "nrllm_tool_run",
+        &json!({ "prompt": prompt }),
+    )
+    .await?
+    {
+        (200, serde_json::Value::String(id)) => Ok(id),
+        (status, body) => Err(format!("starting a run: {status} {body}")),
+    }
+}
+
+/// The digest of run `id`'s pending turn, read as a client deciding would (`nrllm_run_get`).
+pub async fn digest(
+    client: &reqwest::Client,
+    (addr, token): (&str, &str),
+    id: &str,
+) -> Result<String, String> {
+    let (status, view) = call(
+        client,
+        (addr, token),
+        "nrllm_run_get",
+        &json!({ "run_id": id }),
+    )
+    .await?;
+    match (status, view["digest"].as_str()) {
+        (200, Some(digest)) => Ok(digest.to_owned()),
+        _ => Err(format!("reading run {id}: {status}, no digest")),
+    }
 }
 
 /// When each run's effect was applied and when each run completed (server milliseconds, by

@@ -89,6 +89,14 @@ impl Server {
     }
 }
 
+/// Microseconds since the Unix epoch by this machine's clock (the clock the server stamps its
+/// rows with, in milliseconds).
+pub fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 /// An address on this machine with a port free now, for a server to listen on.
 pub fn free_addr() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free local port");

@@ -18,6 +18,21 @@ pub fn process_cpu_ms(pid: &str) -> Option<f64> {
     Some((ticks()? + ticks()?) * 10.0)
 }
 
+/// The resident memory (`VmRSS`) of process `pid` now, in kilobytes, from Linux's
+/// `/proc/<pid>/status`; none where it cannot be read. For the benchmarks that watch the
+/// server's memory.
+pub fn process_rss_kb(pid: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// One backend's database for one test.
 pub struct TestDb {
     pub name: &'static str,
@@ -229,5 +244,17 @@ mod tests {
         }
         assert!(after > before, "{before} ms, then {after} ms");
         assert_eq!(super::process_cpu_ms("not-a-process"), None);
+    }
+
+    #[test]
+    fn a_process_resident_memory_is_read_and_grows_with_what_it_touches() {
+        let before = super::process_rss_kb("self").expect("this process's /proc status");
+        // 64 MB written page by page is resident until it is dropped (half of it is asked for:
+        // the tests beside this one may free memory meanwhile).
+        let touched = std::hint::black_box(vec![1_u8; 64 << 20]);
+        let after = super::process_rss_kb("self").expect("this process's /proc status");
+        assert!(after >= before + 32 * 1024, "{before} kB, then {after} kB");
+        drop(touched);
+        assert_eq!(super::process_rss_kb("not-a-process"), None);
     }
 }
