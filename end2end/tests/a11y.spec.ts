@@ -18,6 +18,9 @@ async function violations(page: Page): Promise<string[]> {
 }
 
 test("no page has a serious or critical accessibility violation", async ({ page, request, browser }) => {
+  // Ten pages, each loaded and scanned by axe: 22 s on a quiet machine, over the default 30 s
+  // on a busy one (a ci-local run timed out twice in axe's scan).
+  test.setTimeout(90_000);
   const { runId } = await startWaiting(request, 'Change the body of the home page to "axe"');
   const found: string[] = [];
   for (const path of ["/", "/runs", `/runs/${runId}`, "/approvals", "/rules", "/system", "/account", "/admin"]) {
