@@ -514,3 +514,28 @@ async fn a_write_approved_against_a_page_that_changed_since_is_refused_and_write
     );
     s.db.cleanup().await;
 }
+
+#[tokio::test]
+async fn the_sites_writes_take_the_process_write_turn() {
+    let s = site().await;
+    // Another writer of this process holds the turn (as the run store's writer does while it
+    // commits): the tool's effect queues behind it instead of in SQLite's busy handler.
+    let holder = s.db.db.begin_write().await.unwrap();
+    let message = json!({"to": "team", "subject": "Hi", "body": "Queued"});
+    let send = {
+        let tool = s.registry.get("send_message").unwrap();
+        tokio::spawn(async move { tool.execute(&message, &ctx()).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    assert!(!send.is_finished(), "the effect did not wait for the turn");
+    assert!(s.site.outbox(10).await.unwrap().is_empty());
+    holder.commit().await.unwrap();
+    let sent = tokio::time::timeout(std::time::Duration::from_secs(5), send)
+        .await
+        .expect("the effect went on when the turn came")
+        .unwrap()
+        .unwrap();
+    assert!(sent.starts_with("Message #1 to team"), "{sent}");
+    assert_eq!(s.site.outbox(10).await.unwrap()[0].body, "Queued");
+    s.db.cleanup().await;
+}

@@ -175,17 +175,20 @@ impl AccountStore {
             Some(password) => Some(checked_hash(password).await?),
             None => None,
         };
-        let inserted = sqlx::query(
-            "INSERT INTO app_user (name, password_hash, role, disabled, created_at_ms) \
+        let inserted = self
+            .db
+            .write(
+                sqlx::query(
+                    "INSERT INTO app_user (name, password_hash, role, disabled, created_at_ms) \
              VALUES ($1, $2, $3, 0, $4) ON CONFLICT (name) DO NOTHING",
-        )
-        .bind(name)
-        .bind(hash)
-        .bind(role.as_str())
-        .bind(now_ms)
-        .execute(self.db.pool())
-        .await
-        .map_err(backend)?;
+                )
+                .bind(name)
+                .bind(hash)
+                .bind(role.as_str())
+                .bind(now_ms),
+            )
+            .await
+            .map_err(backend)?;
         if inserted.rows_affected() == 0 {
             return Err(AccountError::Exists(format!("a user named {name}")));
         }
@@ -212,7 +215,7 @@ impl AccountStore {
             Some(password) => Some(checked_hash(password).await?),
             None => None,
         };
-        let mut tx = self.db.pool().begin().await.map_err(backend)?;
+        let mut tx = self.db.begin_write().await.map_err(backend)?;
         let updated = sqlx::query(
             "UPDATE app_user SET role = $1, disabled = $2, \
              password_hash = COALESCE($3, password_hash) WHERE name = $4",
@@ -242,9 +245,12 @@ impl AccountStore {
     pub async fn purge_expired(&self, now_ms: i64) -> Result<(u64, u64), StoreError> {
         let mut counts = [0; 2];
         for (count, table) in counts.iter_mut().zip(["app_session", "login_link"]) {
-            *count = sqlx::query(&format!("DELETE FROM {table} WHERE expires_at_ms <= $1"))
-                .bind(now_ms)
-                .execute(self.db.pool())
+            *count = self
+                .db
+                .write(
+                    sqlx::query(&format!("DELETE FROM {table} WHERE expires_at_ms <= $1"))
+                        .bind(now_ms),
+                )
                 .await
                 .map_err(backend)?
                 .rows_affected();
@@ -293,7 +299,7 @@ impl AccountStore {
         lifetime_ms: i64,
     ) -> Result<String, StoreError> {
         let secret = new_secret();
-        sqlx::query(
+        self.db.write(sqlx::query(
             "INSERT INTO app_session (token_hash, user_name, created_at_ms, expires_at_ms) \
              VALUES ($1, $2, $3, $4)",
         )
@@ -301,7 +307,7 @@ impl AccountStore {
         .bind(name)
         .bind(now_ms)
         .bind(now_ms + lifetime_ms)
-        .execute(self.db.pool())
+        )
         .await
         .map_err(backend)?;
         Ok(secret)
@@ -333,9 +339,11 @@ impl AccountStore {
 
     /// Ends a session.
     pub async fn end_session(&self, secret: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM app_session WHERE token_hash = $1")
-            .bind(secret_hash(secret))
-            .execute(self.db.pool())
+        self.db
+            .write(
+                sqlx::query("DELETE FROM app_session WHERE token_hash = $1")
+                    .bind(secret_hash(secret)),
+            )
             .await
             .map_err(backend)?;
         Ok(())
@@ -358,7 +366,7 @@ impl AccountStore {
         })?;
         let secret = format!("nrllm_{}", new_secret());
         // Only for a user who exists; the insert says nothing when one does not.
-        let inserted = sqlx::query(
+        let inserted = self.db.write(sqlx::query(
             "INSERT INTO api_token (name, token_hash, role, user_name, created_by, created_at_ms) \
              SELECT $1, $2, $3, name, $5, $6 FROM app_user WHERE name = $4 \
              ON CONFLICT (name) DO NOTHING",
@@ -369,7 +377,7 @@ impl AccountStore {
         .bind(user)
         .bind(created_by)
         .bind(now_ms)
-        .execute(self.db.pool())
+        )
         .await
         .map_err(backend)?;
         if inserted.rows_affected() == 0 {
@@ -431,13 +439,17 @@ impl AccountStore {
 
     /// Revokes a token (`of`: only if it acts as this user); whether there was one.
     pub async fn revoke_token(&self, name: &str, of: Option<&str>) -> Result<bool, StoreError> {
-        let deleted =
-            sqlx::query("DELETE FROM api_token WHERE name = $1 AND ($2 IS NULL OR user_name = $2)")
+        let deleted = self
+            .db
+            .write(
+                sqlx::query(
+                    "DELETE FROM api_token WHERE name = $1 AND ($2 IS NULL OR user_name = $2)",
+                )
                 .bind(name)
-                .bind(of)
-                .execute(self.db.pool())
-                .await
-                .map_err(backend)?;
+                .bind(of),
+            )
+            .await
+            .map_err(backend)?;
         Ok(deleted.rows_affected() > 0)
     }
 
@@ -463,10 +475,12 @@ impl AccountStore {
             None => false,
         };
         if stale {
-            sqlx::query("UPDATE api_token SET last_used_at_ms = $1 WHERE token_hash = $2")
-                .bind(now_ms)
-                .bind(&hash)
-                .execute(self.db.pool())
+            self.db
+                .write(
+                    sqlx::query("UPDATE api_token SET last_used_at_ms = $1 WHERE token_hash = $2")
+                        .bind(now_ms)
+                        .bind(&hash),
+                )
                 .await
                 .map_err(backend)?;
         }
@@ -489,13 +503,13 @@ impl AccountStore {
         lifetime_ms: i64,
     ) -> Result<String, StoreError> {
         let secret = new_secret();
-        sqlx::query(
+        self.db.write(sqlx::query(
             "INSERT INTO login_link (token_hash, user_name, expires_at_ms) VALUES ($1, $2, $3)",
         )
         .bind(secret_hash(&secret))
         .bind(name)
         .bind(now_ms + lifetime_ms)
-        .execute(self.db.pool())
+        )
         .await
         .map_err(backend)?;
         Ok(secret)
@@ -523,12 +537,12 @@ impl AccountStore {
     /// The named server-wide secret, created at random the first time it is asked for (shared by
     /// every instance on the same database).
     pub async fn server_secret(&self, name: &str) -> Result<String, StoreError> {
-        sqlx::query(
+        self.db.write(sqlx::query(
             "INSERT INTO app_secret (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
         )
         .bind(name)
         .bind(new_secret())
-        .execute(self.db.pool())
+        )
         .await
         .map_err(backend)?;
         sqlx::query_scalar("SELECT value FROM app_secret WHERE name = $1")

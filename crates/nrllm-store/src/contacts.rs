@@ -115,14 +115,14 @@ impl ContactStore {
                 )));
             }
         }
-        let updated = sqlx::query(
+        let updated = self.db.write(sqlx::query(
             "UPDATE app_user SET email = $1, slack_team_id = $2, slack_user_id = $3 WHERE name = $4",
         )
         .bind(contact.email.as_deref())
         .bind(contact.slack.as_ref().map(|s| s.team.as_str()))
         .bind(contact.slack.as_ref().map(|s| s.user.as_str()))
         .bind(name)
-        .execute(self.db.pool())
+        )
         .await
         // Two administrators giving one Slack user to two people at once: the index refuses one.
         .map_err(|err| match err.as_database_error() {

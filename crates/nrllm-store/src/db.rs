@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nrllm_core::run_store::StoreError;
-use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::any::{AnyArguments, AnyConnectOptions, AnyPoolOptions, AnyQueryResult};
 use sqlx::migrate::Migrator;
-use sqlx::{AnyPool, Executor};
+use sqlx::{Any, AnyConnection, AnyPool, Executor, Transaction};
 use uuid::Uuid;
 
 use crate::chain::AuditKey;
@@ -24,6 +24,34 @@ use crate::postgres::Pipeline;
 pub use crate::sqlite::SqliteSync;
 use crate::sqlite::{Readers, Writer};
 use crate::transition::{Row, Statement, Transition};
+
+/// A write transaction through the pool ([`Database::begin_write`]) and, on SQLite, this
+/// process's turn to write, held until the transaction ends (committed, or rolled back when
+/// dropped).
+pub struct WriteTx {
+    tx: Transaction<'static, Any>,
+    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl WriteTx {
+    /// Commits the transaction, then gives up the turn.
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = AnyConnection;
+    fn deref(&self) -> &AnyConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        &mut self.tx
+    }
+}
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres");
@@ -229,13 +257,36 @@ impl Database {
     }
 
     /// This process's turn to write, on SQLite (which lets one writer in at a time): writers
-    /// queue here in order rather than in SQLite's busy handler, which sleeps and retries. `None`
-    /// on Postgres, where writers of different rows go ahead together.
+    /// queue here in order rather than in SQLite's busy handler, which sleeps and retries (up
+    /// to 100 ms a try), and in which the run store's own writer would otherwise wait for a
+    /// write of microseconds. `None` on Postgres, where writers of different rows go ahead
+    /// together.
     pub(crate) async fn write_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
         match &*self.direct {
             Direct::Sqlite { turn, .. } => Some(Arc::clone(turn).lock_owned().await),
             Direct::Postgres { .. } => None,
         }
+    }
+
+    /// Starts a write transaction through the pool, in this process's turn to write
+    /// ([`Database::write_turn`], held until it ends). On SQLite it takes the file's write lock
+    /// at once (`BEGIN IMMEDIATE`), so that it never fails for upgrading a read to a write.
+    pub async fn begin_write(&self) -> Result<WriteTx, sqlx::Error> {
+        let turn = self.write_turn().await;
+        let tx = match self.backend() {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        };
+        Ok(WriteTx { tx, _turn: turn })
+    }
+
+    /// Carries out one writing statement through the pool, in this process's turn to write.
+    pub async fn write<'q>(
+        &self,
+        statement: sqlx::query::Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<AnyQueryResult, sqlx::Error> {
+        let _turn = self.write_turn().await;
+        statement.execute(&self.pool).await
     }
 
     /// SQLite's writer, for tests of its paths.

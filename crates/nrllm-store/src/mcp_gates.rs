@@ -37,7 +37,7 @@ impl McpGateStore {
         gates: &BTreeMap<String, bool>,
     ) -> Result<(), sqlx::Error> {
         let now = now_ms();
-        let mut tx = self.db.pool().begin().await?;
+        let mut tx = self.db.begin_write().await?;
         sqlx::query("DELETE FROM mcp_tool_gate WHERE server = $1")
             .bind(server)
             .execute(&mut *tx)

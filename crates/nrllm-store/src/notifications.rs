@@ -220,7 +220,7 @@ impl NotificationStore {
         notifications: &[NewNotification],
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.db.pool().begin().await.map_err(backend)?;
+        let mut tx = self.db.begin_write().await.map_err(backend)?;
         let inserted = sqlx::query(
             "INSERT INTO notification_round (run_id, run_version, round, created_at_ms) \
              VALUES ($1, $2, $3, $4) ON CONFLICT (run_id, run_version, round) DO NOTHING",
@@ -297,24 +297,27 @@ impl NotificationStore {
             claimed.last_error.as_deref(),
             now_ms,
         );
-        let written = sqlx::query(
-            "UPDATE notification SET state = $1, attempts = $2, last_error = $3, \
+        let written = self
+            .db
+            .write(
+                sqlx::query(
+                    "UPDATE notification SET state = $1, attempts = $2, last_error = $3, \
              next_attempt_at_ms = $4, delivered_at_ms = $5, updated_at_ms = $6, \
              message_ref = COALESCE($7, message_ref), lease_until_ms = 0 \
              WHERE id = $8 AND lease_until_ms = $9",
-        )
-        .bind(outcome.state.as_str())
-        .bind(outcome.attempts)
-        .bind(outcome.error)
-        .bind(outcome.next_attempt_at_ms)
-        .bind(outcome.delivered_at_ms)
-        .bind(now_ms)
-        .bind(message_ref)
-        .bind(claimed.id.to_string())
-        .bind(claimed.lease_until_ms)
-        .execute(self.db.pool())
-        .await
-        .map_err(backend)?;
+                )
+                .bind(outcome.state.as_str())
+                .bind(outcome.attempts)
+                .bind(outcome.error)
+                .bind(outcome.next_attempt_at_ms)
+                .bind(outcome.delivered_at_ms)
+                .bind(now_ms)
+                .bind(message_ref)
+                .bind(claimed.id.to_string())
+                .bind(claimed.lease_until_ms),
+            )
+            .await
+            .map_err(backend)?;
         Ok(written.rows_affected() == 1)
     }
 
@@ -352,12 +355,12 @@ impl NotificationStore {
     /// Marks a posted message as updated after its turn was decided. `false` if another
     /// instance did first.
     pub async fn close(&self, id: Uuid, now_ms: i64) -> Result<bool, StoreError> {
-        let done = sqlx::query(
+        let done = self.db.write(sqlx::query(
             "UPDATE notification SET closed_at_ms = $1 WHERE id = $2 AND closed_at_ms IS NULL",
         )
         .bind(now_ms)
         .bind(id.to_string())
-        .execute(self.db.pool())
+        )
         .await
         .map_err(backend)?;
         Ok(done.rows_affected() == 1)
@@ -414,17 +417,20 @@ impl NotificationStore {
         used_by: &str,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let inserted = sqlx::query(
-            "INSERT INTO decision_link_use (link_id, run_id, used_by, used_at_ms) \
+        let inserted = self
+            .db
+            .write(
+                sqlx::query(
+                    "INSERT INTO decision_link_use (link_id, run_id, used_by, used_at_ms) \
              VALUES ($1, $2, $3, $4) ON CONFLICT (link_id) DO NOTHING",
-        )
-        .bind(link_id)
-        .bind(run_id.to_string())
-        .bind(used_by)
-        .bind(now_ms)
-        .execute(self.db.pool())
-        .await
-        .map_err(backend)?;
+                )
+                .bind(link_id)
+                .bind(run_id.to_string())
+                .bind(used_by)
+                .bind(now_ms),
+            )
+            .await
+            .map_err(backend)?;
         Ok(inserted.rows_affected() == 1)
     }
 

@@ -164,14 +164,14 @@ async fn take_lease(
     id: Uuid,
     (old, new): (i64, i64),
 ) -> Result<bool, StoreError> {
-    let taken = sqlx::query(&format!(
+    let taken = db.write(sqlx::query(&format!(
         "UPDATE {table} SET lease_until_ms = $1 WHERE id = $2 AND state = $3 AND lease_until_ms = $4"
     ))
     .bind(new)
     .bind(id.to_string())
     .bind(DeliveryState::Pending.as_str())
     .bind(old)
-    .execute(db.pool())
+    )
     .await
     .map_err(backend)?;
     Ok(taken.rows_affected() == 1)

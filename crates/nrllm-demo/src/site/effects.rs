@@ -13,7 +13,7 @@ impl SiteStore {
     /// applying instance holds it at (a takeover moved it on). On Postgres the run's row stays
     /// locked until the change commits, so a takeover waits for it and then finds its effect.
     pub(super) async fn still_holds(
-        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        tx: &mut sqlx::AnyConnection,
         backend: Backend,
         author: &Author,
     ) -> Result<(), SiteError> {
@@ -30,7 +30,7 @@ impl SiteStore {
         let version: Option<i64> = sqlx::query_scalar(sql)
             .bind(run)
             .bind(nrllm_core::run_store::RunStatus::Running.as_str())
-            .fetch_optional(&mut **tx)
+            .fetch_optional(&mut *tx)
             .await?;
         match version {
             Some(version) if version == epoch => Ok(()),
@@ -40,7 +40,7 @@ impl SiteStore {
 
     /// The result of the effect applied under `key` before, if one was.
     pub(super) async fn applied_before(
-        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        tx: &mut sqlx::AnyConnection,
         key: Option<&str>,
     ) -> Result<Option<String>, SiteError> {
         let Some(key) = key else {
@@ -48,14 +48,14 @@ impl SiteStore {
         };
         let row = sqlx::query("SELECT result FROM site_effect WHERE effect_key = $1")
             .bind(key)
-            .fetch_optional(&mut **tx)
+            .fetch_optional(&mut *tx)
             .await?;
         Ok(row.map(|row| row.try_get("result")).transpose()?)
     }
 
     /// Records that the effect under `key` was applied, with its result, in its transaction.
     pub(super) async fn record_effect(
-        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        tx: &mut sqlx::AnyConnection,
         key: Option<&str>,
         result: &str,
     ) -> Result<(), SiteError> {
@@ -66,7 +66,7 @@ impl SiteStore {
             .bind(key)
             .bind(result)
             .bind(now_ms())
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await?;
         }
         Ok(())
@@ -133,7 +133,7 @@ impl SiteStore {
 
     /// Writes the page as `change` left it: inserted, updated or deleted.
     async fn write_page(
-        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        tx: &mut sqlx::AnyConnection,
         slug: &str,
         before: &Option<Page>,
         after: &Option<Page>,
@@ -146,7 +146,7 @@ impl SiteStore {
                     .bind(&page.body)
                     .bind(page.status.as_str())
                     .bind(page.updated_at_ms)
-                    .execute(&mut **tx)
+                    .execute(&mut *tx)
                     .await?;
             }
             (Some(_), Some(page)) => {
@@ -156,13 +156,13 @@ impl SiteStore {
                     .bind(page.status.as_str())
                     .bind(page.updated_at_ms)
                     .bind(&page.slug)
-                    .execute(&mut **tx)
+                    .execute(&mut *tx)
                     .await?;
             }
             (Some(_), None) => {
                 sqlx::query("DELETE FROM site_page WHERE slug = $1")
                     .bind(slug)
-                    .execute(&mut **tx)
+                    .execute(&mut *tx)
                     .await?;
             }
             (None, None) => return Err(SiteError::NotFound(slug.to_owned())),

@@ -2,7 +2,7 @@
 
 use super::records::*;
 use nrllm_core::clock::now_ms;
-use nrllm_store::db::{Backend, Database};
+use nrllm_store::db::{Database, WriteTx};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
@@ -67,11 +67,10 @@ impl SiteStore {
         SiteStore { db }
     }
 
-    pub(super) async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
-        match self.db.backend() {
-            Backend::Sqlite => self.db.pool().begin_with("BEGIN IMMEDIATE").await,
-            Backend::Postgres => self.db.pool().begin().await,
-        }
+    /// A write transaction in this process's turn to write: on SQLite the run store's writer
+    /// and the site's effects take turns instead of meeting in SQLite's sleeping busy handler.
+    pub(super) async fn begin(&self) -> Result<WriteTx, sqlx::Error> {
+        self.db.begin_write().await
     }
 
     /// Seeds the demo pages the first time the database is used; later calls (also from other

@@ -79,16 +79,18 @@ impl SqlRunStore {
     /// (every instance calls this at start). A run that begins after it must be keyed.
     pub async fn anchor_audit_key(&self, now_ms: i64) -> Result<(), StoreError> {
         let key = self.db.audit_key();
-        sqlx::query(
-            "INSERT INTO audit_anchor (key_id, since_ms, mac) VALUES ($1, $2, $3) \
+        self.db
+            .write(
+                sqlx::query(
+                    "INSERT INTO audit_anchor (key_id, since_ms, mac) VALUES ($1, $2, $3) \
              ON CONFLICT (key_id) DO NOTHING",
-        )
-        .bind(key.id())
-        .bind(now_ms)
-        .bind(key.anchor_mac(now_ms))
-        .execute(self.db.pool())
-        .await
-        .map_err(backend)?;
+                )
+                .bind(key.id())
+                .bind(now_ms)
+                .bind(key.anchor_mac(now_ms)),
+            )
+            .await
+            .map_err(backend)?;
         Ok(())
     }
 

@@ -67,28 +67,31 @@ impl LeaseStore for SqlRunStore {
         if any.is_none() {
             return Ok(0);
         }
-        let renewed = sqlx::query(
+        let renewed = self.db.write(sqlx::query(
             "UPDATE agent_run SET held_until_ms = $1 WHERE held_by = $2 AND status IN ($3, $4)",
         )
         .bind(now_ms + self.lease_ms)
         .bind(&*self.owner)
         .bind(RunStatus::WaitingForInput.as_str())
         .bind(RunStatus::Queued.as_str())
-        .execute(self.db.pool())
+        )
         .await
         .map_err(backend)?;
         Ok(renewed.rows_affected())
     }
 
     async fn release_holds(&self) -> Result<u64, StoreError> {
-        let released = sqlx::query(
-            "UPDATE agent_run SET held_by = NULL, held_until_ms = NULL \
+        let released = self
+            .db
+            .write(
+                sqlx::query(
+                    "UPDATE agent_run SET held_by = NULL, held_until_ms = NULL \
              WHERE held_by IS NOT NULL AND held_by <> $1",
-        )
-        .bind(&*self.owner)
-        .execute(self.db.pool())
-        .await
-        .map_err(backend)?;
+                )
+                .bind(&*self.owner),
+            )
+            .await
+            .map_err(backend)?;
         Ok(released.rows_affected())
     }
 
@@ -96,7 +99,7 @@ impl LeaseStore for SqlRunStore {
         // One statement: of two reapers, exactly one update matches the expired lease. The
         // version moves on: it is the lease's epoch, so the instance that held the run before
         // can no longer write, nor apply an effect its tools fence on the epoch.
-        let taken = sqlx::query(
+        let taken = self.db.write(sqlx::query(
             "UPDATE agent_run SET lease_owner = $1, lease_until_ms = $2, version = version + 1 \
              WHERE id = $3 AND status = $4 AND (lease_until_ms <= $5 OR $6 = 1)",
         )
@@ -106,7 +109,7 @@ impl LeaseStore for SqlRunStore {
         .bind(RunStatus::Running.as_str())
         .bind(now_ms)
         .bind(i64::from(force))
-        .execute(self.db.pool())
+        )
         .await
         .map_err(backend)?;
         if taken.rows_affected() == 1 {

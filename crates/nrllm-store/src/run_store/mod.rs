@@ -17,35 +17,9 @@ mod write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use sqlx::{Any, AnyConnection, Transaction};
 use uuid::Uuid;
 
-use crate::db::Database;
-
-/// A write transaction and, on SQLite, this process's turn to write (held until it ends).
-struct WriteTx {
-    tx: Transaction<'static, Any>,
-    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
-}
-
-impl WriteTx {
-    async fn commit(self) -> Result<(), sqlx::Error> {
-        self.tx.commit().await
-    }
-}
-
-impl std::ops::Deref for WriteTx {
-    type Target = AnyConnection;
-    fn deref(&self) -> &AnyConnection {
-        &self.tx
-    }
-}
-
-impl std::ops::DerefMut for WriteTx {
-    fn deref_mut(&mut self) -> &mut AnyConnection {
-        &mut self.tx
-    }
-}
+use crate::db::{Database, WriteTx};
 
 /// [`RunStore`] on an SQLite or Postgres database.
 #[derive(Debug, Clone)]

@@ -51,7 +51,7 @@ pub(super) const RUN_COLUMNS: &str =
     final_answer, suspended_state, decided_by, decided_at_ms, decision, decision_record, version, \
     last_sequence, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms, \
     approval_deadline_ms, queued_at_ms, approved_bases, cancel_by, cancel_reason, unreported_usage, \
-    cached_input_tokens, cache_write_tokens, reasoning_tokens, approvals_required, trace";
+    cached_input_tokens, cache_write_tokens, reasoning_tokens, approvals_required, trace, lease_owner";
 
 /// The queued runs this instance (parameter `owner`, at parameter `now`) may take: all but those
 /// whose server's call another instance still holds open for them (`held_by`, renewed by its
@@ -182,5 +182,6 @@ pub(super) fn read_run(row: &impl Cells) -> Result<RunRecord, StoreError> {
             .text("trace")?
             .as_deref()
             .and_then(nrllm_core::trace::RunTrace::from_json),
+        lease_owner: row.text("lease_owner")?,
     })
 }

@@ -12,7 +12,6 @@ use sqlx::Row as _;
 use uuid::Uuid;
 
 use crate::chain::ChainRow;
-use crate::db::Backend;
 use crate::notify::Notice;
 use crate::transition::{Cells, Row, Statement, Transition};
 
@@ -20,18 +19,9 @@ use super::rules::*;
 use super::*;
 
 impl SqlRunStore {
-    /// Starts a write transaction. On SQLite it takes the write lock at once (`BEGIN IMMEDIATE`),
-    /// so concurrent writers wait their turn instead of failing when they upgrade a read.
-    ///
-    /// On SQLite the writers of this process first queue for their turn ([`Database::write_turn`]),
-    /// in order, instead of polling for the file's lock in SQLite's sleeping busy handler.
+    /// Starts a write transaction in this process's turn to write ([`Database::begin_write`]).
     pub(super) async fn write_tx(&self) -> Result<WriteTx, sqlx::Error> {
-        let turn = self.db.write_turn().await;
-        let tx = match self.db.backend() {
-            Backend::Sqlite => self.db.pool().begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.db.pool().begin().await?,
-        };
-        Ok(WriteTx { tx, _turn: turn })
+        self.db.begin_write().await
     }
 
     pub(super) async fn status_of(&self, id: Uuid) -> Result<RunRecord, StoreError> {

@@ -238,3 +238,46 @@ async fn a_write_lock_held_elsewhere_is_waited_for_off_the_callers_thread() {
         test.cleanup().await;
     }
 }
+
+#[tokio::test]
+async fn writes_through_the_pool_wait_for_the_process_write_turn() {
+    let test = crate::testing::sqlite().await;
+    let db = &test.db;
+    scratch::table(db, "turn_t", &["a"]).await;
+    let touch = |db: crate::db::Database| async move {
+        db.write(sqlx::query(
+            "UPDATE turn_t SET touched = touched + 1 WHERE id = 'a'",
+        ))
+        .await
+        .unwrap();
+        let mut tx = db.begin_write().await.unwrap();
+        sqlx::query("UPDATE turn_t SET touched = touched + 10 WHERE id = 'a'")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    };
+    // Without the turn, each write is done in a millisecond: the file's lock is free.
+    touch(db.clone()).await;
+    let turn = db.write_turn().await;
+    let waiting = tokio::spawn(touch(db.clone()));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a pool write went ahead of the turn's holder"
+    );
+    let touched = |db: crate::db::Database| async move {
+        sqlx::query_scalar::<_, i64>("SELECT touched FROM turn_t WHERE id = 'a'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(touched(db.clone()).await, 11);
+    drop(turn);
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the pool writes went on when the turn came")
+        .unwrap();
+    assert_eq!(touched(db.clone()).await, 22);
+    test.cleanup().await;
+}
