@@ -163,7 +163,7 @@ impl AppState {
         recovery::recover_cut_off_runs(&store, &leases, db.backend())
             .await
             .map_err(|err| format!("cannot recover the runs the last stop cut off: {err}"))?;
-        let remote = remote_feed(&db, &live, settings);
+        let remote = remote_feed(&db, &live, settings, &instance);
         Ok(AppState {
             leptos_options,
             db,
@@ -263,14 +263,18 @@ fn remote_feed(
     db: &Database,
     live: &Arc<LiveHub>,
     settings: &Settings,
+    instance: &str,
 ) -> Option<Arc<live::RemoteFeed>> {
     (db.backend() == nrllm_store::db::Backend::Postgres).then(|| {
-        Arc::new(live::RemoteFeed::new(
-            &settings.database_url,
-            settings.stream_limit_total as usize,
-            Arc::clone(live),
-            db.clone(),
-        ))
+        Arc::new(
+            live::RemoteFeed::new(
+                &settings.database_url,
+                settings.stream_limit_total as usize,
+                Arc::clone(live),
+                db.clone(),
+            )
+            .of_instance(instance),
+        )
     })
 }
 

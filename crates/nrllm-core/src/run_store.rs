@@ -115,6 +115,9 @@ pub struct RunRecord {
     pub cancel_requested: Option<CancelRequest>,
     /// Its place in a distributed trace; `None` for a run created before runs had one.
     pub trace: Option<crate::trace::RunTrace>,
+    /// While it runs: the instance that holds its lease (drives it), by the name that instance
+    /// gave its store.
+    pub lease_owner: Option<String>,
 }
 
 /// Who asked to cancel a run, and why.

@@ -7,7 +7,7 @@ use super::hub::*;
 use super::sse::*;
 use crate::page_data::{Forming, FORMING_BYTES, FORMING_CALLS};
 use axum::response::sse::Event as SseEvent;
-use nrllm_core::run_store::{RunStatus, RunStore};
+use nrllm_core::run_store::{RunRecord, RunStatus, RunStore};
 use nrllm_store::db::Database;
 use nrllm_store::notify::{Heard, Notice, Reassembly, RunNotifications};
 use std::collections::HashMap;
@@ -61,6 +61,8 @@ pub struct RemoteFeed {
     hub: Arc<LiveHub>,
     /// Where this instance announces what it follows, and what its runs' models write.
     db: Database,
+    /// This instance's name as the owner of the leases it takes (`None`: not known).
+    instance: Option<String>,
 }
 
 /// A stream's following of a run driven elsewhere; the last one dropped stops it.
@@ -111,6 +113,23 @@ impl RemoteFeed {
             following: Mutex::new(Some(following)),
             hub,
             db,
+            instance: None,
+        }
+    }
+
+    /// The feed of the instance named `instance` (the owner of the leases it takes): streams
+    /// here of a run it does not hold the lease of follow that run as driven elsewhere at once.
+    pub fn of_instance(mut self, instance: &str) -> RemoteFeed {
+        self.instance = Some(instance.to_owned());
+        self
+    }
+
+    /// Whether `run` runs under another instance's lease (as read; `false` when this
+    /// instance's name is not known).
+    pub(super) fn driven_elsewhere(&self, run: &RunRecord) -> bool {
+        match (&self.instance, &run.lease_owner) {
+            (Some(here), Some(owner)) => run.status == RunStatus::Running && owner != here,
+            _ => false,
         }
     }
 

@@ -21,7 +21,7 @@ pub struct After {
 }
 
 /// How long a stream gives a run the store says is running to start running here before it
-/// follows it as one driven elsewhere.
+/// follows it as one driven elsewhere (none for a run under another instance's lease).
 const START_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Why a stream could not be opened.
@@ -84,7 +84,13 @@ pub fn event_stream(
                 !matches!(store.get(id).await, Ok(Some(run)) if run.status != RunStatus::Running)
             }
         };
-        let subscription = match hub.subscribe_soon(id, START_GRACE, still_running).await {
+        // A run another instance holds the lease of will not start here: its steps are
+        // followed at once (under load, most runs a browser follows after a decision there).
+        let grace = match &remote {
+            Some(feed) if feed.driven_elsewhere(&run) => std::time::Duration::ZERO,
+            _ => START_GRACE,
+        };
+        let subscription = match hub.subscribe_soon(id, grace, still_running).await {
             Ok(subscription) => Some(subscription),
             Err(Refused::Full) => return Err(StreamError::Full),
             Err(Refused::NotRunningHere) => None,

@@ -466,6 +466,43 @@ async fn a_browser_on_another_instance_gets_the_response_so_far_then_what_follow
 }
 
 #[tokio::test]
+#[ignore = "needs Postgres (TEST_DATABASE_URL); make test runs it"]
+async fn a_stream_follows_a_run_another_instance_drives_without_waiting_for_it_here() {
+    use super::remote::RemoteFeed;
+    let test_db = nrllm_store::testing::postgres_from_env().await;
+    let store_a = SqlRunStore::new(test_db.db.clone()).with_lease("instance-a", 30_000);
+    let id = running_run(&store_a).await;
+    let run = <SqlRunStore as nrllm_core::run_store::RunReader>::get(&store_a, id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.lease_owner.as_deref(), Some("instance-a"));
+    let db_b = test_db.open(4).await;
+    let store_b: Arc<dyn RunStore> = Arc::new(SqlRunStore::new(db_b.clone()));
+    // How long instance `name` takes to open a stream of the run (nothing runs it there).
+    let opened_in = |name: &'static str| {
+        let (store_b, db_b, url) = (Arc::clone(&store_b), db_b.clone(), test_db.url.clone());
+        async move {
+            let hub = Arc::new(LiveHub::default());
+            let feed = RemoteFeed::new(&url, 10, Arc::clone(&hub), db_b).of_instance(name);
+            let started = std::time::Instant::now();
+            let stream = event_stream(store_b, hub, Some(Arc::new(feed)), id, 0).await;
+            assert!(stream.is_ok());
+            started.elapsed()
+        }
+    };
+    // Instance B knows the run is A's: it follows it as driven elsewhere at once.
+    let elsewhere = opened_in("instance-b").await;
+    assert!(
+        elsewhere < std::time::Duration::from_millis(250),
+        "{elsewhere:?}"
+    );
+    // The instance holding the lease gives its worker time to tell its hub (the grace).
+    let here = opened_in("instance-a").await;
+    assert!(here >= std::time::Duration::from_millis(400), "{here:?}");
+}
+
+#[tokio::test]
 async fn a_live_step_says_what_it_used_toward_the_budget_under_the_runs_prices() {
     let (_dir, store) = store().await;
     let hub =

@@ -47,6 +47,7 @@ pub(super) fn record(last_sequence: i64) -> RunRecord {
         approved_bases: None,
         cancel_requested: None,
         trace: None,
+        lease_owner: None,
     }
 }
 
