@@ -175,20 +175,15 @@ impl AccountStore {
             Some(password) => Some(checked_hash(password).await?),
             None => None,
         };
-        let inserted = self
-            .db
-            .write(
-                sqlx::query(
-                    "INSERT INTO app_user (name, password_hash, role, disabled, created_at_ms) \
+        let statement = sqlx::query(
+            "INSERT INTO app_user (name, password_hash, role, disabled, created_at_ms) \
              VALUES ($1, $2, $3, 0, $4) ON CONFLICT (name) DO NOTHING",
-                )
-                .bind(name)
-                .bind(hash)
-                .bind(role.as_str())
-                .bind(now_ms),
-            )
-            .await
-            .map_err(backend)?;
+        )
+        .bind(name)
+        .bind(hash)
+        .bind(role.as_str())
+        .bind(now_ms);
+        let inserted = self.db.write(statement).await.map_err(backend)?;
         if inserted.rows_affected() == 0 {
             return Err(AccountError::Exists(format!("a user named {name}")));
         }
@@ -245,12 +240,11 @@ impl AccountStore {
     pub async fn purge_expired(&self, now_ms: i64) -> Result<(u64, u64), StoreError> {
         let mut counts = [0; 2];
         for (count, table) in counts.iter_mut().zip(["app_session", "login_link"]) {
+            let sql = format!("DELETE FROM {table} WHERE expires_at_ms <= $1");
+            let statement = sqlx::query(&sql).bind(now_ms);
             *count = self
                 .db
-                .write(
-                    sqlx::query(&format!("DELETE FROM {table} WHERE expires_at_ms <= $1"))
-                        .bind(now_ms),
-                )
+                .write(statement)
                 .await
                 .map_err(backend)?
                 .rows_affected();
@@ -299,17 +293,15 @@ impl AccountStore {
         lifetime_ms: i64,
     ) -> Result<String, StoreError> {
         let secret = new_secret();
-        self.db.write(sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO app_session (token_hash, user_name, created_at_ms, expires_at_ms) \
              VALUES ($1, $2, $3, $4)",
         )
         .bind(secret_hash(&secret))
         .bind(name)
         .bind(now_ms)
-        .bind(now_ms + lifetime_ms)
-        )
-        .await
-        .map_err(backend)?;
+        .bind(now_ms + lifetime_ms);
+        self.db.write(statement).await.map_err(backend)?;
         Ok(secret)
     }
 
@@ -339,13 +331,9 @@ impl AccountStore {
 
     /// Ends a session.
     pub async fn end_session(&self, secret: &str) -> Result<(), StoreError> {
-        self.db
-            .write(
-                sqlx::query("DELETE FROM app_session WHERE token_hash = $1")
-                    .bind(secret_hash(secret)),
-            )
-            .await
-            .map_err(backend)?;
+        let statement =
+            sqlx::query("DELETE FROM app_session WHERE token_hash = $1").bind(secret_hash(secret));
+        self.db.write(statement).await.map_err(backend)?;
         Ok(())
     }
 
@@ -366,7 +354,7 @@ impl AccountStore {
         })?;
         let secret = format!("nrllm_{}", new_secret());
         // Only for a user who exists; the insert says nothing when one does not.
-        let inserted = self.db.write(sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO api_token (name, token_hash, role, user_name, created_by, created_at_ms) \
              SELECT $1, $2, $3, name, $5, $6 FROM app_user WHERE name = $4 \
              ON CONFLICT (name) DO NOTHING",
@@ -376,10 +364,8 @@ impl AccountStore {
         .bind(role.as_str())
         .bind(user)
         .bind(created_by)
-        .bind(now_ms)
-        )
-        .await
-        .map_err(backend)?;
+        .bind(now_ms);
+        let inserted = self.db.write(statement).await.map_err(backend)?;
         if inserted.rows_affected() == 0 {
             let users: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM app_user WHERE name = $1")
                 .bind(user)
@@ -439,17 +425,11 @@ impl AccountStore {
 
     /// Revokes a token (`of`: only if it acts as this user); whether there was one.
     pub async fn revoke_token(&self, name: &str, of: Option<&str>) -> Result<bool, StoreError> {
-        let deleted = self
-            .db
-            .write(
-                sqlx::query(
-                    "DELETE FROM api_token WHERE name = $1 AND ($2 IS NULL OR user_name = $2)",
-                )
+        let statement =
+            sqlx::query("DELETE FROM api_token WHERE name = $1 AND ($2 IS NULL OR user_name = $2)")
                 .bind(name)
-                .bind(of),
-            )
-            .await
-            .map_err(backend)?;
+                .bind(of);
+        let deleted = self.db.write(statement).await.map_err(backend)?;
         Ok(deleted.rows_affected() > 0)
     }
 
@@ -475,14 +455,11 @@ impl AccountStore {
             None => false,
         };
         if stale {
-            self.db
-                .write(
-                    sqlx::query("UPDATE api_token SET last_used_at_ms = $1 WHERE token_hash = $2")
-                        .bind(now_ms)
-                        .bind(&hash),
-                )
-                .await
-                .map_err(backend)?;
+            let statement =
+                sqlx::query("UPDATE api_token SET last_used_at_ms = $1 WHERE token_hash = $2")
+                    .bind(now_ms)
+                    .bind(&hash);
+            self.db.write(statement).await.map_err(backend)?;
         }
         let Some(row) = row else {
             return Ok(None);
@@ -503,15 +480,13 @@ impl AccountStore {
         lifetime_ms: i64,
     ) -> Result<String, StoreError> {
         let secret = new_secret();
-        self.db.write(sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO login_link (token_hash, user_name, expires_at_ms) VALUES ($1, $2, $3)",
         )
         .bind(secret_hash(&secret))
         .bind(name)
-        .bind(now_ms + lifetime_ms)
-        )
-        .await
-        .map_err(backend)?;
+        .bind(now_ms + lifetime_ms);
+        self.db.write(statement).await.map_err(backend)?;
         Ok(secret)
     }
 
@@ -537,14 +512,12 @@ impl AccountStore {
     /// The named server-wide secret, created at random the first time it is asked for (shared by
     /// every instance on the same database).
     pub async fn server_secret(&self, name: &str) -> Result<String, StoreError> {
-        self.db.write(sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO app_secret (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
         )
         .bind(name)
-        .bind(new_secret())
-        )
-        .await
-        .map_err(backend)?;
+        .bind(new_secret());
+        self.db.write(statement).await.map_err(backend)?;
         sqlx::query_scalar("SELECT value FROM app_secret WHERE name = $1")
             .bind(name)
             .fetch_one(self.db.pool())

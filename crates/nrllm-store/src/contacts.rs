@@ -115,22 +115,24 @@ impl ContactStore {
                 )));
             }
         }
-        let updated = self.db.write(sqlx::query(
+        let statement = sqlx::query(
             "UPDATE app_user SET email = $1, slack_team_id = $2, slack_user_id = $3 WHERE name = $4",
         )
         .bind(contact.email.as_deref())
         .bind(contact.slack.as_ref().map(|s| s.team.as_str()))
         .bind(contact.slack.as_ref().map(|s| s.user.as_str()))
-        .bind(name)
-        )
-        .await
-        // Two administrators giving one Slack user to two people at once: the index refuses one.
-        .map_err(|err| match err.as_database_error() {
-            Some(db) if db.is_unique_violation() => {
-                AccountError::Exists("that Slack user (another user's)".to_owned())
-            }
-            _ => AccountError::Store(backend(err)),
-        })?;
+        .bind(name);
+        let updated = self
+            .db
+            .write(statement)
+            .await
+            // Two administrators giving one Slack user to two people at once: the index refuses one.
+            .map_err(|err| match err.as_database_error() {
+                Some(db) if db.is_unique_violation() => {
+                    AccountError::Exists("that Slack user (another user's)".to_owned())
+                }
+                _ => AccountError::Store(backend(err)),
+            })?;
         if updated.rows_affected() == 0 {
             return Err(AccountError::NoUser(name.to_owned()));
         }

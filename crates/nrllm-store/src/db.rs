@@ -25,6 +25,9 @@ pub use crate::sqlite::SqliteSync;
 use crate::sqlite::{Readers, Writer};
 use crate::transition::{Row, Statement, Transition};
 
+/// A statement with its arguments bound, for sqlx's `Any` driver.
+pub type AnyQuery<'q> = sqlx::query::Query<'q, Any, AnyArguments<'q>>;
+
 /// A write transaction through the pool ([`Database::begin_write`]) and, on SQLite, this
 /// process's turn to write, held until the transaction ends (committed, or rolled back when
 /// dropped).
@@ -281,10 +284,7 @@ impl Database {
     }
 
     /// Carries out one writing statement through the pool, in this process's turn to write.
-    pub async fn write<'q>(
-        &self,
-        statement: sqlx::query::Query<'q, Any, AnyArguments<'q>>,
-    ) -> Result<AnyQueryResult, sqlx::Error> {
+    pub async fn write<'q>(&self, statement: AnyQuery<'q>) -> Result<AnyQueryResult, sqlx::Error> {
         let _turn = self.write_turn().await;
         statement.execute(&self.pool).await
     }

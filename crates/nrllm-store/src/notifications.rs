@@ -297,27 +297,22 @@ impl NotificationStore {
             claimed.last_error.as_deref(),
             now_ms,
         );
-        let written = self
-            .db
-            .write(
-                sqlx::query(
-                    "UPDATE notification SET state = $1, attempts = $2, last_error = $3, \
+        let statement = sqlx::query(
+            "UPDATE notification SET state = $1, attempts = $2, last_error = $3, \
              next_attempt_at_ms = $4, delivered_at_ms = $5, updated_at_ms = $6, \
              message_ref = COALESCE($7, message_ref), lease_until_ms = 0 \
              WHERE id = $8 AND lease_until_ms = $9",
-                )
-                .bind(outcome.state.as_str())
-                .bind(outcome.attempts)
-                .bind(outcome.error)
-                .bind(outcome.next_attempt_at_ms)
-                .bind(outcome.delivered_at_ms)
-                .bind(now_ms)
-                .bind(message_ref)
-                .bind(claimed.id.to_string())
-                .bind(claimed.lease_until_ms),
-            )
-            .await
-            .map_err(backend)?;
+        )
+        .bind(outcome.state.as_str())
+        .bind(outcome.attempts)
+        .bind(outcome.error)
+        .bind(outcome.next_attempt_at_ms)
+        .bind(outcome.delivered_at_ms)
+        .bind(now_ms)
+        .bind(message_ref)
+        .bind(claimed.id.to_string())
+        .bind(claimed.lease_until_ms);
+        let written = self.db.write(statement).await.map_err(backend)?;
         Ok(written.rows_affected() == 1)
     }
 
@@ -355,14 +350,12 @@ impl NotificationStore {
     /// Marks a posted message as updated after its turn was decided. `false` if another
     /// instance did first.
     pub async fn close(&self, id: Uuid, now_ms: i64) -> Result<bool, StoreError> {
-        let done = self.db.write(sqlx::query(
+        let statement = sqlx::query(
             "UPDATE notification SET closed_at_ms = $1 WHERE id = $2 AND closed_at_ms IS NULL",
         )
         .bind(now_ms)
-        .bind(id.to_string())
-        )
-        .await
-        .map_err(backend)?;
+        .bind(id.to_string());
+        let done = self.db.write(statement).await.map_err(backend)?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -417,20 +410,15 @@ impl NotificationStore {
         used_by: &str,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let inserted = self
-            .db
-            .write(
-                sqlx::query(
-                    "INSERT INTO decision_link_use (link_id, run_id, used_by, used_at_ms) \
+        let statement = sqlx::query(
+            "INSERT INTO decision_link_use (link_id, run_id, used_by, used_at_ms) \
              VALUES ($1, $2, $3, $4) ON CONFLICT (link_id) DO NOTHING",
-                )
-                .bind(link_id)
-                .bind(run_id.to_string())
-                .bind(used_by)
-                .bind(now_ms),
-            )
-            .await
-            .map_err(backend)?;
+        )
+        .bind(link_id)
+        .bind(run_id.to_string())
+        .bind(used_by)
+        .bind(now_ms);
+        let inserted = self.db.write(statement).await.map_err(backend)?;
         Ok(inserted.rows_affected() == 1)
     }
 

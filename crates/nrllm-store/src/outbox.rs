@@ -164,16 +164,15 @@ async fn take_lease(
     id: Uuid,
     (old, new): (i64, i64),
 ) -> Result<bool, StoreError> {
-    let taken = db.write(sqlx::query(&format!(
+    let sql = format!(
         "UPDATE {table} SET lease_until_ms = $1 WHERE id = $2 AND state = $3 AND lease_until_ms = $4"
-    ))
-    .bind(new)
-    .bind(id.to_string())
-    .bind(DeliveryState::Pending.as_str())
-    .bind(old)
-    )
-    .await
-    .map_err(backend)?;
+    );
+    let statement = sqlx::query(&sql)
+        .bind(new)
+        .bind(id.to_string())
+        .bind(DeliveryState::Pending.as_str())
+        .bind(old);
+    let taken = db.write(statement).await.map_err(backend)?;
     Ok(taken.rows_affected() == 1)
 }
 

@@ -40,15 +40,14 @@ impl ToolSettingsStore {
     }
 
     async fn save(&self, key: String, enabled: bool) -> Result<(), sqlx::Error> {
-        self.db.write(sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO tool_setting (key, enabled, updated_at_ms) VALUES ($1, $2, $3) \
              ON CONFLICT (key) DO UPDATE SET enabled = excluded.enabled, updated_at_ms = excluded.updated_at_ms",
         )
         .bind(key)
         .bind(i64::from(enabled))
-        .bind(now_ms())
-        )
-        .await?;
+        .bind(now_ms());
+        self.db.write(statement).await?;
         // Every other instance reads the settings again, now that this committed.
         self.db.announce(vec![crate::notify::Notice::ToolSettings]);
         Ok(())

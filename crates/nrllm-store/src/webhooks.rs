@@ -160,7 +160,7 @@ impl WebhookStore {
         state: DeliveryState,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
-        let inserted = self.db.write(sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO webhook_delivery (id, run_id, run_version, run_sequence, target, body, \
              state, attempts, next_attempt_at_ms, lease_until_ms, created_at_ms, updated_at_ms) \
              VALUES ($1, $2, $3, $8, $4, $5, $6, 0, $7, 0, $7, $7) \
@@ -173,10 +173,8 @@ impl WebhookStore {
         .bind(body)
         .bind(state.as_str())
         .bind(now_ms)
-        .bind(run.run_sequence)
-        )
-        .await
-        .map_err(backend)?;
+        .bind(run.run_sequence);
+        let inserted = self.db.write(statement).await.map_err(backend)?;
         Ok(inserted.rows_affected() == 1)
     }
 
@@ -222,26 +220,21 @@ impl WebhookStore {
             Attempt::Failed { status, .. } => *status,
             Attempt::Obsolete => claimed.last_status,
         };
-        let written = self
-            .db
-            .write(
-                sqlx::query(
-                    "UPDATE webhook_delivery SET state = $1, attempts = $2, last_status = $3, \
+        let statement = sqlx::query(
+            "UPDATE webhook_delivery SET state = $1, attempts = $2, last_status = $3, \
              last_error = $4, next_attempt_at_ms = $5, delivered_at_ms = $6, updated_at_ms = $7, \
              lease_until_ms = 0 WHERE id = $8 AND lease_until_ms = $9",
-                )
-                .bind(outcome.state.as_str())
-                .bind(outcome.attempts)
-                .bind(status)
-                .bind(outcome.error)
-                .bind(outcome.next_attempt_at_ms)
-                .bind(outcome.delivered_at_ms)
-                .bind(now_ms)
-                .bind(claimed.id.to_string())
-                .bind(claimed.lease_until_ms),
-            )
-            .await
-            .map_err(backend)?;
+        )
+        .bind(outcome.state.as_str())
+        .bind(outcome.attempts)
+        .bind(status)
+        .bind(outcome.error)
+        .bind(outcome.next_attempt_at_ms)
+        .bind(outcome.delivered_at_ms)
+        .bind(now_ms)
+        .bind(claimed.id.to_string())
+        .bind(claimed.lease_until_ms);
+        let written = self.db.write(statement).await.map_err(backend)?;
         Ok(written.rows_affected() == 1)
     }
 

@@ -86,7 +86,7 @@ impl SiteStore {
         describe: impl FnOnce(&Option<Page>, &Option<Page>) -> String,
     ) -> Result<String, SiteError> {
         let key = author.effect_key.as_deref();
-        let mut tx = self.begin().await?;
+        let mut tx = self.db.begin_write().await?;
         Self::still_holds(&mut tx, self.db.backend(), author).await?;
         if let Some(result) = Self::applied_before(&mut tx, key).await? {
             return Ok(result);
@@ -285,7 +285,7 @@ impl SiteStore {
         describe: impl FnOnce(&OutboxMessage) -> String,
     ) -> Result<String, SiteError> {
         let key = author.effect_key.as_deref();
-        let mut tx = self.begin().await?;
+        let mut tx = self.db.begin_write().await?;
         Self::still_holds(&mut tx, self.db.backend(), author).await?;
         if let Some(result) = Self::applied_before(&mut tx, key).await? {
             return Ok(result);

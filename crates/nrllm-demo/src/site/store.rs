@@ -2,7 +2,7 @@
 
 use super::records::*;
 use nrllm_core::clock::now_ms;
-use nrllm_store::db::{Database, WriteTx};
+use nrllm_store::db::Database;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
@@ -67,16 +67,10 @@ impl SiteStore {
         SiteStore { db }
     }
 
-    /// A write transaction in this process's turn to write: on SQLite the run store's writer
-    /// and the site's effects take turns instead of meeting in SQLite's sleeping busy handler.
-    pub(super) async fn begin(&self) -> Result<WriteTx, sqlx::Error> {
-        self.db.begin_write().await
-    }
-
     /// Seeds the demo pages the first time the database is used; later calls (also from other
     /// instances) change nothing, even after pages were deleted. Returns whether it seeded.
     pub async fn seed_once(&self) -> Result<bool, SiteError> {
-        let mut tx = self.begin().await?;
+        let mut tx = self.db.begin_write().await?;
         let marked = sqlx::query(
             "INSERT INTO site_meta (key, value) VALUES ('seeded', $1) ON CONFLICT (key) DO NOTHING",
         )

@@ -79,18 +79,14 @@ impl SqlRunStore {
     /// (every instance calls this at start). A run that begins after it must be keyed.
     pub async fn anchor_audit_key(&self, now_ms: i64) -> Result<(), StoreError> {
         let key = self.db.audit_key();
-        self.db
-            .write(
-                sqlx::query(
-                    "INSERT INTO audit_anchor (key_id, since_ms, mac) VALUES ($1, $2, $3) \
+        let statement = sqlx::query(
+            "INSERT INTO audit_anchor (key_id, since_ms, mac) VALUES ($1, $2, $3) \
              ON CONFLICT (key_id) DO NOTHING",
-                )
-                .bind(key.id())
-                .bind(now_ms)
-                .bind(key.anchor_mac(now_ms)),
-            )
-            .await
-            .map_err(backend)?;
+        )
+        .bind(key.id())
+        .bind(now_ms)
+        .bind(key.anchor_mac(now_ms));
+        self.db.write(statement).await.map_err(backend)?;
         Ok(())
     }
 

@@ -67,31 +67,24 @@ impl LeaseStore for SqlRunStore {
         if any.is_none() {
             return Ok(0);
         }
-        let renewed = self.db.write(sqlx::query(
+        let statement = sqlx::query(
             "UPDATE agent_run SET held_until_ms = $1 WHERE held_by = $2 AND status IN ($3, $4)",
         )
         .bind(now_ms + self.lease_ms)
         .bind(&*self.owner)
         .bind(RunStatus::WaitingForInput.as_str())
-        .bind(RunStatus::Queued.as_str())
-        )
-        .await
-        .map_err(backend)?;
+        .bind(RunStatus::Queued.as_str());
+        let renewed = self.db.write(statement).await.map_err(backend)?;
         Ok(renewed.rows_affected())
     }
 
     async fn release_holds(&self) -> Result<u64, StoreError> {
-        let released = self
-            .db
-            .write(
-                sqlx::query(
-                    "UPDATE agent_run SET held_by = NULL, held_until_ms = NULL \
+        let statement = sqlx::query(
+            "UPDATE agent_run SET held_by = NULL, held_until_ms = NULL \
              WHERE held_by IS NOT NULL AND held_by <> $1",
-                )
-                .bind(&*self.owner),
-            )
-            .await
-            .map_err(backend)?;
+        )
+        .bind(&*self.owner);
+        let released = self.db.write(statement).await.map_err(backend)?;
         Ok(released.rows_affected())
     }
 
@@ -99,7 +92,7 @@ impl LeaseStore for SqlRunStore {
         // One statement: of two reapers, exactly one update matches the expired lease. The
         // version moves on: it is the lease's epoch, so the instance that held the run before
         // can no longer write, nor apply an effect its tools fence on the epoch.
-        let taken = self.db.write(sqlx::query(
+        let statement = sqlx::query(
             "UPDATE agent_run SET lease_owner = $1, lease_until_ms = $2, version = version + 1 \
              WHERE id = $3 AND status = $4 AND (lease_until_ms <= $5 OR $6 = 1)",
         )
@@ -108,10 +101,8 @@ impl LeaseStore for SqlRunStore {
         .bind(id.to_string())
         .bind(RunStatus::Running.as_str())
         .bind(now_ms)
-        .bind(i64::from(force))
-        )
-        .await
-        .map_err(backend)?;
+        .bind(i64::from(force));
+        let taken = self.db.write(statement).await.map_err(backend)?;
         if taken.rows_affected() == 1 {
             self.committed();
         }
@@ -145,7 +136,7 @@ impl SqlRunStore {
         if any.is_none() {
             return Ok(Vec::new());
         }
-        let mut tx = self.write_tx().await.map_err(backend)?;
+        let mut tx = self.db.begin_write().await.map_err(backend)?;
         let rows = match self.db.backend() {
             // One statement; rows another instance is taking now are skipped, not waited for.
             Backend::Postgres => {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::db::{Database, WriteTx};
+use crate::db::Database;
 
 /// [`RunStore`] on an SQLite or Postgres database.
 #[derive(Debug, Clone)]

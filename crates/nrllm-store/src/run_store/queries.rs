@@ -3,7 +3,6 @@
 
 use nrllm_core::run_store::{RunRecord, RunStatus, StoreError};
 use nrllm_core::state::Counters;
-use sqlx::Any;
 use uuid::Uuid;
 
 use crate::db::Backend;
@@ -81,7 +80,7 @@ pub(super) fn take_sql(which: &str) -> String {
     )
 }
 
-pub(super) type AnyQuery<'q> = sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>;
+pub(super) use crate::db::AnyQuery;
 
 /// The clause that has SQLite read a query through `index` (SQLite keeps no statistics here, so
 /// its planner guesses); nothing on Postgres, whose planner has them.

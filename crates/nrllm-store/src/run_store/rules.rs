@@ -95,7 +95,7 @@ impl RuleStore for SqlRunStore {
         by: &str,
         now_ms: i64,
     ) -> Result<ApprovalRule, StoreError> {
-        let mut tx = self.write_tx().await.map_err(backend)?;
+        let mut tx = self.db.begin_write().await.map_err(backend)?;
         let id: i64 = rule_insert(draft, by, now_ms)
             .query()
             .fetch_one(&mut *tx)
@@ -126,7 +126,7 @@ impl RuleStore for SqlRunStore {
     }
 
     async fn remove_rule(&self, id: i64) -> Result<Option<ApprovalRule>, StoreError> {
-        let mut tx = self.write_tx().await.map_err(backend)?;
+        let mut tx = self.db.begin_write().await.map_err(backend)?;
         let row = sqlx::query(&format!(
             "DELETE FROM approval_rule WHERE id = $1 RETURNING {RULE_COLUMNS}"
         ))

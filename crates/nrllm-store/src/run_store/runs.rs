@@ -410,7 +410,7 @@ impl RunStore for SqlRunStore {
         let chunk = i64::from(chunk.max(1));
         let mut after = String::new();
         loop {
-            let mut tx = self.write_tx().await.map_err(backend)?;
+            let mut tx = self.db.begin_write().await.map_err(backend)?;
             // Which runs are due: checked again on each row, under its lock, just below.
             let due = format!(
                 "((status IN ({}) AND finished_at_ms < $1) OR (status IN ({}) AND updated_at_ms < $2))",

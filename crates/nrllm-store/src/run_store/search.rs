@@ -34,7 +34,7 @@ impl SqlRunStore {
         if queued.is_none() {
             return Ok(0);
         }
-        let mut tx = self.write_tx().await.map_err(backend)?;
+        let mut tx = self.db.begin_write().await.map_err(backend)?;
         let ids: Vec<String> = sqlx::query_scalar(
             "SELECT run_id FROM agent_run_search_queue ORDER BY run_id LIMIT $1",
         )

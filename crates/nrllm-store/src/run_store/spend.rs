@@ -28,7 +28,7 @@ fn count_from_row(row: &sqlx::any::AnyRow) -> Result<DaySpend, StoreError> {
 #[async_trait]
 impl SpendLedger for SqlRunStore {
     async fn add_spend(&self, day: i64, keys: &[SpendKey], micros: u64) -> Result<(), StoreError> {
-        let mut tx = self.write_tx().await.map_err(backend)?;
+        let mut tx = self.db.begin_write().await.map_err(backend)?;
         // In the keys' order (the configuration's, then the user's): two transactions that add
         // to the same rows lock them in the same order.
         let mut keys = keys.to_vec();
@@ -91,7 +91,7 @@ impl SpendLedger for SqlRunStore {
         micros: u64,
         by: &str,
     ) -> Result<DaySpend, StoreError> {
-        let mut tx = self.write_tx().await.map_err(backend)?;
+        let mut tx = self.db.begin_write().await.map_err(backend)?;
         let row = sqlx::query(
             "INSERT INTO spend_day (scope, name, day, raised_micros, raised_by, updated_at_ms) \
              VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope, name, day) DO UPDATE SET \

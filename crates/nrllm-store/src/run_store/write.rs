@@ -19,11 +19,6 @@ use super::rules::*;
 use super::*;
 
 impl SqlRunStore {
-    /// Starts a write transaction in this process's turn to write ([`Database::begin_write`]).
-    pub(super) async fn write_tx(&self) -> Result<WriteTx, sqlx::Error> {
-        self.db.begin_write().await
-    }
-
     pub(super) async fn status_of(&self, id: Uuid) -> Result<RunRecord, StoreError> {
         self.get(id).await?.ok_or(StoreError::NotFound(id))
     }

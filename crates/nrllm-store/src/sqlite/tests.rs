@@ -245,11 +245,8 @@ async fn writes_through_the_pool_wait_for_the_process_write_turn() {
     let db = &test.db;
     scratch::table(db, "turn_t", &["a"]).await;
     let touch = |db: crate::db::Database| async move {
-        db.write(sqlx::query(
-            "UPDATE turn_t SET touched = touched + 1 WHERE id = 'a'",
-        ))
-        .await
-        .unwrap();
+        let statement = sqlx::query("UPDATE turn_t SET touched = touched + 1 WHERE id = 'a'");
+        db.write(statement).await.unwrap();
         let mut tx = db.begin_write().await.unwrap();
         sqlx::query("UPDATE turn_t SET touched = touched + 10 WHERE id = 'a'")
             .execute(&mut *tx)
