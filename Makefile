@@ -95,7 +95,7 @@ bench-deltas:
 ## approved over HTTP by one client deciding every 10 ms (latency), then by 1 and 32 clients as fast
 ## as answered (capacity), with tokens and digests while browsers follow live
 ## streams, on SQLite NORMAL and FULL and Postgres (and there with the browsers on a second
-## instance); decisions/s, HTTP p50/p99/p99.9, approve -> effect,
+## instance, also with 32 clients each deciding every 100 ms: a load it sustains); decisions/s, HTTP p50/p99/p99.9, approve -> effect,
 ## approve -> completed and step commit -> browser. The store's
 ## own cycle (hitl) at 32 clients runs in the same sitting, for the ratio BENCHMARKS.md reports.
 HTTP_RUNS ?= 300
@@ -110,6 +110,7 @@ bench-http:
 	done
 	cargo bench -p nrllm-playground --features ssr --bench http --quiet -- --runs $(HTTP_RUNS) --clients 1 --every-ms 10 --db postgres --follow-on-other
 	cargo bench -p nrllm-playground --features ssr --bench http --quiet -- --runs $(HTTP_RUNS) --clients 32 --db postgres --follow-on-other
+	cargo bench -p nrllm-playground --features ssr --bench http --quiet -- --runs 1000 --follow 300 --clients 32 --every-ms 100 --db postgres --follow-on-other
 	cargo bench -p nrllm-store --bench hitl --quiet -- --runs 5000 --concurrency 32 --synchronous normal
 	cargo bench -p nrllm-store --bench hitl --quiet -- --runs 2000 --concurrency 32 --synchronous full
 	cargo bench -p nrllm-store --bench hitl --quiet -- --runs 5000 --concurrency 32 --db $(TEST_DATABASE_URL)

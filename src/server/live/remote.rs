@@ -30,20 +30,58 @@ pub const WATCHING_EVERY: Duration = Duration::from_secs(4);
 /// by [`FORMING_BYTES`] each; a JSON escape, `\u001f` at worst, is six bytes for one).
 const MAX_FORMING_MESSAGE: usize = 6 * (3 + FORMING_CALLS) * FORMING_BYTES;
 
-/// What the feed tells the streams of runs driven elsewhere.
+/// What the feed tells the streams of a run driven elsewhere.
 #[derive(Debug, Clone)]
 pub(super) enum Remote {
-    /// New steps of this run were committed.
-    Committed(Uuid),
-    /// What this run's model wrote, as its instance announced it.
-    Forming(Uuid, Arc<Forming>),
+    /// New steps of the run were committed.
+    Committed,
+    /// What the run's model wrote, as its instance announced it.
+    Forming(Arc<Forming>),
+}
+
+/// How many announcements of one run a stream may fall behind by before it reads the run again.
+const RUN_CHANNEL_CAPACITY: usize = 16;
+
+/// The channel of one run driven elsewhere, with how many listen to it.
+struct RunChannel {
+    sender: broadcast::Sender<Remote>,
+    listeners: usize,
+}
+
+/// What the feed announces of one run, to one listener: each listener hears only its run, so
+/// a commit wakes the streams of that run and no other. The last one dropped closes the channel.
+pub(super) struct RunFeed {
+    feed: Arc<RemoteFeed>,
+    id: Uuid,
+    receiver: broadcast::Receiver<Remote>,
+}
+
+impl RunFeed {
+    /// The next announcement of the run (`Err(Lagged)`: some were missed).
+    pub(super) async fn recv(&mut self) -> Result<Remote, broadcast::error::RecvError> {
+        self.receiver.recv().await
+    }
+}
+
+impl Drop for RunFeed {
+    fn drop(&mut self) {
+        let mut channels = self.feed.lock_channels();
+        if let Some(channel) = channels.get_mut(&self.id) {
+            channel.listeners -= 1;
+            if channel.listeners == 0 {
+                channels.remove(&self.id);
+            }
+        }
+    }
 }
 
 /// Commits of runs announced by any instance (Postgres `LISTEN/NOTIFY`), for the live streams of
-/// runs that another instance drives. Capped like the hub's streams.
+/// runs that another instance drives, each on its run's own channel. Capped like the hub's
+/// streams.
 pub struct RemoteFeed {
     pub(super) url: String,
-    pub(super) sender: broadcast::Sender<Remote>,
+    /// The channels of the runs someone here listens to.
+    channels: Mutex<HashMap<Uuid, RunChannel>>,
     pub(super) open: std::sync::atomic::AtomicUsize,
     pub(super) limit: usize,
     /// Rung when the tool settings may have changed.
@@ -102,7 +140,7 @@ impl RemoteFeed {
         let (follow, following) = mpsc::unbounded_channel();
         RemoteFeed {
             url: url.to_owned(),
-            sender: broadcast::channel(CHANNEL_CAPACITY).0,
+            channels: Mutex::default(),
             open: Default::default(),
             limit,
             tool_settings: tokio::sync::Notify::new(),
@@ -137,6 +175,42 @@ impl RemoteFeed {
         self.watched
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn lock_channels(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, RunChannel>> {
+        self.channels
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// What is announced of run `id` from now on.
+    pub(super) fn run_feed(self: &Arc<Self>, id: Uuid) -> RunFeed {
+        let mut channels = self.lock_channels();
+        let channel = channels.entry(id).or_insert_with(|| RunChannel {
+            sender: broadcast::channel(RUN_CHANNEL_CAPACITY).0,
+            listeners: 0,
+        });
+        channel.listeners += 1;
+        let receiver = channel.sender.subscribe();
+        drop(channels);
+        RunFeed {
+            feed: Arc::clone(self),
+            id,
+            receiver,
+        }
+    }
+
+    /// The runs with a channel now (someone here listens to them).
+    #[cfg(test)]
+    pub(super) fn channels(&self) -> usize {
+        self.lock_channels().len()
+    }
+
+    /// Tells the listeners of run `id`, if any, what was announced of it.
+    pub(super) fn deliver(&self, id: Uuid, remote: Remote) {
+        if let Some(channel) = self.lock_channels().get(&id) {
+            let _ = channel.sender.send(remote);
+        }
     }
 
     /// Listens for commits and forming responses until `shutdown`, reconnecting after a lost
@@ -214,9 +288,7 @@ impl RemoteFeed {
     /// Acts on what the listening connection heard.
     fn heard(&self, heard: Heard, listening: &mut Listening) {
         match heard {
-            Heard::Notice(Notice::Run(id)) => {
-                let _ = self.sender.send(Remote::Committed(id));
-            }
+            Heard::Notice(Notice::Run(id)) => self.deliver(id, Remote::Committed),
             Heard::Notice(Notice::Queued) => self.queued.notify_one(),
             Heard::Notice(Notice::Cancel(id)) => {
                 let _ = self.cancels.send(id);
@@ -235,9 +307,7 @@ impl RemoteFeed {
                 };
                 // Another instance's words: read as the bounded, typed message they must be.
                 match serde_json::from_str::<Forming>(&message) {
-                    Ok(forming) => {
-                        let _ = self.sender.send(Remote::Forming(run, Arc::new(forming)));
-                    }
+                    Ok(forming) => self.deliver(run, Remote::Forming(Arc::new(forming))),
                     Err(err) => {
                         tracing::warn!(%err, run_id = %run, "an unreadable forming message")
                     }
@@ -248,10 +318,7 @@ impl RemoteFeed {
 
     /// Holds a place for a stream of run `id` driven elsewhere: its feed, and the following of
     /// its response; `None` over the cap.
-    pub(super) fn subscribe(
-        self: &Arc<Self>,
-        id: Uuid,
-    ) -> Option<(broadcast::Receiver<Remote>, RemoteSlot, Watching)> {
+    pub(super) fn subscribe(self: &Arc<Self>, id: Uuid) -> Option<(RunFeed, RemoteSlot, Watching)> {
         let open = self.open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let slot = RemoteSlot(Arc::clone(self));
         if open >= self.limit {
@@ -266,12 +333,7 @@ impl RemoteFeed {
             feed: Arc::clone(self),
             id,
         };
-        Some((self.sender.subscribe(), slot, watching))
-    }
-
-    /// Every commit announced from now on, for a wait (not counted as a stream).
-    pub(super) fn commits(&self) -> broadcast::Receiver<Remote> {
-        self.sender.subscribe()
+        Some((self.run_feed(id), slot, watching))
     }
 
     /// Waits until the tool settings may have changed (another instance changed them, or the
@@ -365,7 +427,7 @@ pub(super) struct RemoteTail {
     pub(super) store: Arc<dyn RunStore>,
     pub(super) id: Uuid,
     pub(super) last: i64,
-    pub(super) receiver: broadcast::Receiver<Remote>,
+    pub(super) receiver: RunFeed,
     pub(super) _slot: RemoteSlot,
     pub(super) _watching: Watching,
     pub(super) done: bool,
@@ -379,27 +441,15 @@ impl RemoteTail {
             return None;
         }
         loop {
-            let id = self.id;
-            let receiver = &mut self.receiver;
-            let woke = tokio::time::timeout(REMOTE_RECHECK, async move {
-                loop {
-                    match receiver.recv().await {
-                        Ok(Remote::Committed(run)) if run == id => return Some(None),
-                        Ok(Remote::Forming(run, forming)) if run == id => {
-                            return Some(Some(forming))
-                        }
-                        Ok(_) => continue,
-                        Err(broadcast::error::RecvError::Lagged(_)) => return Some(None),
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    }
-                }
-            })
-            .await;
+            let woke = tokio::time::timeout(REMOTE_RECHECK, self.receiver.recv()).await;
             match woke {
-                Ok(None) => return None,
-                Ok(Some(Some(forming))) => return Some((vec![forming_event(&forming)], self)),
-                // A commit, a lost notice or none for a while: read the run.
-                Ok(Some(None)) | Err(_) => {}
+                Ok(Err(broadcast::error::RecvError::Closed)) => return None,
+                Ok(Ok(Remote::Forming(forming))) => {
+                    return Some((vec![forming_event(&forming)], self))
+                }
+                // A commit, lost notices or none for a while: read the run.
+                Ok(Ok(Remote::Committed) | Err(broadcast::error::RecvError::Lagged(_)))
+                | Err(_) => {}
             }
             // A read that fails ends the stream; the browser reconnects. The status first: the
             // steps committed with it are then read too.

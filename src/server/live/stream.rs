@@ -124,7 +124,7 @@ async fn once_taken(
     (last, slot): (Arc<AtomicI64>, Slot),
 ) -> Steps {
     // Another instance's worker may take it: its first commit says so.
-    let mut commits = remote.as_ref().map(|feed| feed.commits());
+    let mut commits = remote.as_ref().map(|feed| feed.run_feed(id));
     loop {
         // Made before the look, so that a run started meanwhile wakes it.
         let started = hub.started.notified();
@@ -138,7 +138,7 @@ async fn once_taken(
         // one taken by another instance at its first commit, or at the next look.
         tokio::select! {
             _ = started => {}
-            _ = committed_elsewhere(&mut commits, id) => {}
+            _ = committed_elsewhere(&mut commits) => {}
             _ = tokio::time::sleep(QUEUE_RECHECK) => {}
         }
     }
@@ -151,21 +151,17 @@ async fn once_taken(
     }
 }
 
-/// Until a commit of run `id` is announced (never without a feed; at once if announcements
+/// Until a commit of the run is announced (never without a feed; at once if announcements
 /// were missed).
-pub(super) async fn committed_elsewhere(
-    commits: &mut Option<tokio::sync::broadcast::Receiver<Remote>>,
-    id: Uuid,
-) {
+pub(super) async fn committed_elsewhere(commits: &mut Option<RunFeed>) {
     use tokio::sync::broadcast::error::RecvError;
     let Some(receiver) = commits else {
         return std::future::pending().await;
     };
     loop {
         match receiver.recv().await {
-            Ok(Remote::Committed(run)) if run == id => return,
-            Ok(_) => {}
-            Err(RecvError::Lagged(_)) => return,
+            Ok(Remote::Committed) | Err(RecvError::Lagged(_)) => return,
+            Ok(Remote::Forming(_)) => {}
             Err(RecvError::Closed) => return std::future::pending().await,
         }
     }
@@ -219,11 +215,7 @@ async fn elsewhere_tail(
     store: Arc<dyn RunStore>,
     id: Uuid,
     (last, prices): (i64, Prices),
-    elsewhere: Option<(
-        tokio::sync::broadcast::Receiver<Remote>,
-        RemoteSlot,
-        Watching,
-    )>,
+    elsewhere: Option<(RunFeed, RemoteSlot, Watching)>,
 ) -> Steps {
     let still_running = matches!(
         store.get(id).await,

@@ -610,17 +610,58 @@ async fn a_stream_that_looks_as_a_quick_run_ends_here_does_not_wait_out_the_grac
 
 #[tokio::test]
 async fn a_queued_runs_stream_wakes_at_another_instances_commit_of_that_run() {
-    let (feed, _) = tokio::sync::broadcast::channel(8);
+    use super::remote::RemoteFeed;
+    let (_dir, store) = store().await;
+    let db = store.database().clone();
+    let feed = Arc::new(RemoteFeed::new(
+        "unused",
+        10,
+        Arc::new(LiveHub::default()),
+        db,
+    ));
     let id = Uuid::now_v7();
-    let mut commits = Some(feed.subscribe());
+    let mut commits = Some(feed.run_feed(id));
     let within = |ms| std::time::Duration::from_millis(ms);
-    feed.send(Remote::Committed(Uuid::now_v7())).unwrap();
-    let other = tokio::time::timeout(within(50), committed_elsewhere(&mut commits, id)).await;
+    feed.deliver(Uuid::now_v7(), Remote::Committed);
+    let other = tokio::time::timeout(within(50), committed_elsewhere(&mut commits)).await;
     assert!(other.is_err(), "another run's commit woke it");
-    feed.send(Remote::Committed(id)).unwrap();
-    tokio::time::timeout(within(1000), committed_elsewhere(&mut commits, id))
+    feed.deliver(id, Remote::Committed);
+    tokio::time::timeout(within(1000), committed_elsewhere(&mut commits))
         .await
         .expect("woken by its run's commit");
-    let alone = tokio::time::timeout(within(50), committed_elsewhere(&mut None, id)).await;
+    let alone = tokio::time::timeout(within(50), committed_elsewhere(&mut None)).await;
     assert!(alone.is_err(), "without a feed nothing announces commits");
+}
+
+#[tokio::test]
+async fn each_run_driven_elsewhere_has_its_own_channel_while_someone_listens() {
+    use super::remote::RemoteFeed;
+    let (_dir, store) = store().await;
+    let db = store.database().clone();
+    let feed = Arc::new(RemoteFeed::new(
+        "unused",
+        10,
+        Arc::new(LiveHub::default()),
+        db,
+    ));
+    let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+    let (mut first, mut second, mut of_b) = (feed.run_feed(a), feed.run_feed(a), feed.run_feed(b));
+    assert_eq!(feed.channels(), 2);
+    // A commit of A reaches both listeners of A, and nothing reaches B's.
+    feed.deliver(a, Remote::Committed);
+    for listener in [&mut first, &mut second] {
+        assert!(matches!(listener.recv().await, Ok(Remote::Committed)));
+    }
+    let quiet = tokio::time::timeout(std::time::Duration::from_millis(50), of_b.recv()).await;
+    assert!(quiet.is_err(), "B's listener heard A's commit");
+    // A commit of a run nobody here follows opens no channel.
+    feed.deliver(Uuid::now_v7(), Remote::Committed);
+    assert_eq!(feed.channels(), 2);
+    // The channel goes with its last listener, not before.
+    drop(first);
+    assert_eq!(feed.channels(), 2);
+    drop(second);
+    assert_eq!(feed.channels(), 1);
+    drop(of_b);
+    assert_eq!(feed.channels(), 0);
 }
