@@ -608,17 +608,17 @@ async fn a_stream_that_looks_as_a_quick_run_ends_here_does_not_wait_out_the_grac
     );
 }
 
+/// A feed that never listens to a database: the test delivers what it would have heard.
+async fn unheard_feed() -> (tempfile::TempDir, Arc<super::remote::RemoteFeed>) {
+    let (dir, store) = store().await;
+    let hub = Arc::new(LiveHub::default());
+    let feed = super::remote::RemoteFeed::new("unused", 10, hub, store.database().clone());
+    (dir, Arc::new(feed))
+}
+
 #[tokio::test]
 async fn a_queued_runs_stream_wakes_at_another_instances_commit_of_that_run() {
-    use super::remote::RemoteFeed;
-    let (_dir, store) = store().await;
-    let db = store.database().clone();
-    let feed = Arc::new(RemoteFeed::new(
-        "unused",
-        10,
-        Arc::new(LiveHub::default()),
-        db,
-    ));
+    let (_dir, feed) = unheard_feed().await;
     let id = Uuid::now_v7();
     let mut commits = Some(feed.run_feed(id));
     let within = |ms| std::time::Duration::from_millis(ms);
@@ -635,15 +635,7 @@ async fn a_queued_runs_stream_wakes_at_another_instances_commit_of_that_run() {
 
 #[tokio::test]
 async fn each_run_driven_elsewhere_has_its_own_channel_while_someone_listens() {
-    use super::remote::RemoteFeed;
-    let (_dir, store) = store().await;
-    let db = store.database().clone();
-    let feed = Arc::new(RemoteFeed::new(
-        "unused",
-        10,
-        Arc::new(LiveHub::default()),
-        db,
-    ));
+    let (_dir, feed) = unheard_feed().await;
     let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
     let (mut first, mut second, mut of_b) = (feed.run_feed(a), feed.run_feed(a), feed.run_feed(b));
     assert_eq!(feed.channels(), 2);
