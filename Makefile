@@ -93,11 +93,11 @@ bench-deltas:
 
 ## The approve cycle through the whole server (release build): HTTP_RUNS runs waiting for approval,
 ## approved over HTTP by one client deciding every 10 ms (latency), then by 1 and 32 clients as fast
-## as answered (capacity), with tokens and digests while browsers follow live
-## streams, on SQLite NORMAL and FULL and Postgres (and there with the browsers on a second
-## instance, also with 32 clients each deciding every 100 ms: a load it sustains); decisions/s, HTTP p50/p99/p99.9, approve -> effect,
-## approve -> completed and step commit -> browser. The store's
-## own cycle (hitl) at 32 clients runs in the same sitting, for the ratio BENCHMARKS.md reports.
+## as answered (capacity), with tokens and digests while browsers follow live streams, on SQLite
+## NORMAL and FULL and Postgres (and there with the browsers on a second instance, also with 32
+## clients each deciding every 100 ms: a load it sustains); decisions/s, HTTP p50/p99/p99.9,
+## approve -> effect, approve -> completed and step commit -> browser. The store's own cycle
+## (hitl) at 32 clients runs in the same sitting, for the ratio BENCHMARKS.md reports.
 HTTP_RUNS ?= 300
 bench-http:
 	cargo bench -p nrllm-playground --features ssr --bench http --no-run
