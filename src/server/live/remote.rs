@@ -42,18 +42,22 @@ pub(super) enum Remote {
 /// How many announcements of one run a stream may fall behind by before it reads the run again.
 const RUN_CHANNEL_CAPACITY: usize = 16;
 
-/// The channel of one run driven elsewhere, with how many listen to it.
+/// The channel of one run driven elsewhere, with how many listen to it and how many of those
+/// are streams (which follow its forming response too).
 struct RunChannel {
     sender: broadcast::Sender<Remote>,
     listeners: usize,
+    streams: usize,
 }
 
 /// What the feed announces of one run, to one listener: each listener hears only its run, so
-/// a commit wakes the streams of that run and no other. The last one dropped closes the channel.
+/// a commit wakes the streams of that run and no other. The last one dropped closes the channel;
+/// the last stream's stops the following of the run's response.
 pub(super) struct RunFeed {
     feed: Arc<RemoteFeed>,
     id: Uuid,
     receiver: broadcast::Receiver<Remote>,
+    stream: bool,
 }
 
 impl RunFeed {
@@ -67,6 +71,12 @@ impl Drop for RunFeed {
     fn drop(&mut self) {
         let mut channels = self.feed.lock_channels();
         if let Some(channel) = channels.get_mut(&self.id) {
+            if self.stream {
+                channel.streams -= 1;
+                if channel.streams == 0 {
+                    let _ = self.feed.follow.send((self.id, false));
+                }
+            }
             channel.listeners -= 1;
             if channel.listeners == 0 {
                 channels.remove(&self.id);
@@ -80,7 +90,7 @@ impl Drop for RunFeed {
 /// streams.
 pub struct RemoteFeed {
     pub(super) url: String,
-    /// The channels of the runs someone here listens to.
+    /// The channels of the runs someone here listens to (a stream, or a wait for a queued run).
     channels: Mutex<HashMap<Uuid, RunChannel>>,
     pub(super) open: std::sync::atomic::AtomicUsize,
     pub(super) limit: usize,
@@ -90,8 +100,6 @@ pub struct RemoteFeed {
     pub(super) queued: tokio::sync::Notify,
     /// Runs someone asked to cancel.
     pub(super) cancels: broadcast::Sender<Uuid>,
-    /// The runs driven elsewhere that streams here follow, with how many streams.
-    watched: Mutex<HashMap<Uuid, usize>>,
     /// To the listening task: follow a run's forming response (`true`), or no more.
     follow: mpsc::UnboundedSender<(Uuid, bool)>,
     following: Mutex<Option<mpsc::UnboundedReceiver<(Uuid, bool)>>>,
@@ -101,25 +109,6 @@ pub struct RemoteFeed {
     db: Database,
     /// This instance's name as the owner of the leases it takes (`None`: not known).
     instance: Option<String>,
-}
-
-/// A stream's following of a run driven elsewhere; the last one dropped stops it.
-pub(super) struct Watching {
-    feed: Arc<RemoteFeed>,
-    id: Uuid,
-}
-
-impl Drop for Watching {
-    fn drop(&mut self) {
-        let mut watched = self.feed.lock_watched();
-        if let Some(count) = watched.get_mut(&self.id) {
-            *count -= 1;
-            if *count == 0 {
-                watched.remove(&self.id);
-                let _ = self.feed.follow.send((self.id, false));
-            }
-        }
-    }
 }
 
 /// A stream's place in [`RemoteFeed`]'s count, given back when the stream is dropped.
@@ -146,7 +135,6 @@ impl RemoteFeed {
             tool_settings: tokio::sync::Notify::new(),
             queued: tokio::sync::Notify::new(),
             cancels: broadcast::channel(CHANNEL_CAPACITY).0,
-            watched: Mutex::default(),
             follow,
             following: Mutex::new(Some(following)),
             hub,
@@ -171,32 +159,37 @@ impl RemoteFeed {
         }
     }
 
-    fn lock_watched(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, usize>> {
-        self.watched
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     fn lock_channels(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, RunChannel>> {
         self.channels
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// What is announced of run `id` from now on.
+    /// What is announced of run `id` from now on (not counted as a stream).
     pub(super) fn run_feed(self: &Arc<Self>, id: Uuid) -> RunFeed {
+        self.listen(id, false)
+    }
+
+    /// A listener of run `id`'s channel; a `stream` also follows its forming response, asked for
+    /// under the channels' lock (see [`RemoteFeed::run`]).
+    fn listen(self: &Arc<Self>, id: Uuid, stream: bool) -> RunFeed {
         let mut channels = self.lock_channels();
         let channel = channels.entry(id).or_insert_with(|| RunChannel {
             sender: broadcast::channel(RUN_CHANNEL_CAPACITY).0,
             listeners: 0,
+            streams: 0,
         });
         channel.listeners += 1;
-        let receiver = channel.sender.subscribe();
-        drop(channels);
+        if stream {
+            channel.streams += 1;
+            // Every new stream asks for everything written so far (its browser has nothing yet).
+            let _ = self.follow.send((id, true));
+        }
         RunFeed {
             feed: Arc::clone(self),
             id,
-            receiver,
+            receiver: channel.sender.subscribe(),
+            stream,
         }
     }
 
@@ -246,9 +239,13 @@ impl RemoteFeed {
             // The runs followed now, once each: what was asked before is in the list (asking
             // happens under the same lock).
             let followed: Vec<Uuid> = {
-                let watched = self.lock_watched();
+                let channels = self.lock_channels();
                 while follow.try_recv().is_ok() {}
-                watched.keys().copied().collect()
+                channels
+                    .iter()
+                    .filter(|(_, channel)| channel.streams > 0)
+                    .map(|(id, _)| *id)
+                    .collect()
             };
             for id in followed {
                 if let Err(err) = listening.follow(&mut notifications, &self.db, id).await {
@@ -318,22 +315,13 @@ impl RemoteFeed {
 
     /// Holds a place for a stream of run `id` driven elsewhere: its feed, and the following of
     /// its response; `None` over the cap.
-    pub(super) fn subscribe(self: &Arc<Self>, id: Uuid) -> Option<(RunFeed, RemoteSlot, Watching)> {
+    pub(super) fn subscribe(self: &Arc<Self>, id: Uuid) -> Option<(RunFeed, RemoteSlot)> {
         let open = self.open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let slot = RemoteSlot(Arc::clone(self));
         if open >= self.limit {
             return None;
         }
-        let mut watched = self.lock_watched();
-        *watched.entry(id).or_default() += 1;
-        // Every new stream asks for everything written so far (its browser has nothing yet).
-        let _ = self.follow.send((id, true));
-        drop(watched);
-        let watching = Watching {
-            feed: Arc::clone(self),
-            id,
-        };
-        Some((self.run_feed(id), slot, watching))
+        Some((self.listen(id, true), slot))
     }
 
     /// Waits until the tool settings may have changed (another instance changed them, or the
@@ -429,7 +417,6 @@ pub(super) struct RemoteTail {
     pub(super) last: i64,
     pub(super) receiver: RunFeed,
     pub(super) _slot: RemoteSlot,
-    pub(super) _watching: Watching,
     pub(super) done: bool,
     /// What the run's steps cost.
     pub(super) prices: nrllm_core::provider::Prices,

@@ -215,21 +215,20 @@ async fn elsewhere_tail(
     store: Arc<dyn RunStore>,
     id: Uuid,
     (last, prices): (i64, Prices),
-    elsewhere: Option<(RunFeed, RemoteSlot, Watching)>,
+    elsewhere: Option<(RunFeed, RemoteSlot)>,
 ) -> Steps {
     let still_running = matches!(
         store.get(id).await,
         Ok(Some(run)) if run.status == RunStatus::Running
     );
     match (still_running, elsewhere) {
-        (true, Some((receiver, slot, watching))) => futures::stream::unfold(
+        (true, Some((receiver, slot))) => futures::stream::unfold(
             RemoteTail {
                 store,
                 id,
                 last,
                 receiver,
                 _slot: slot,
-                _watching: watching,
                 done: false,
                 prices,
             },
