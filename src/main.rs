@@ -108,7 +108,7 @@ fn load_traced(
             message_contents: settings.trace_message_contents,
             service_name: "nrllm-playground".to_owned(),
         })
-        .map_err(|err| format!("setting `otlp_endpoint`: {err}"))?,
+        .map_err(|err| format!("the OTLP export (`otlp_endpoint`, OTEL_*): {err}"))?,
         false => None,
     };
     // Colours for a terminal; plain text for a file or a log collector.

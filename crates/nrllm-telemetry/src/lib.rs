@@ -7,18 +7,15 @@
 //! With the `receiver` feature, [`receiver`] is a small OTLP receiver that keeps what it is
 //! sent, for tests and benchmarks.
 
+mod batch;
+mod env;
 mod export;
 #[cfg(feature = "receiver")]
 pub mod receiver;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use opentelemetry::InstrumentationScope;
-use opentelemetry_otlp::{Protocol, WithExportConfig};
-use opentelemetry_sdk::trace::{BatchSpanProcessor, SpanProcessor as _};
-use opentelemetry_sdk::Resource;
-
-pub use export::OtelSpans;
+pub use batch::OtlpSpans;
 
 /// How spans travel to the endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,62 +89,73 @@ impl Config {
 
 /// Spans being exported: flush with [`Telemetry::shutdown`] before the process ends.
 pub struct Telemetry {
-    spans: Arc<OtelSpans>,
+    spans: Arc<OtlpSpans>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Telemetry {
-    /// Builds the exporter `config` asks for and installs the core's span export; `None` when
-    /// export is off. Call inside the Tokio runtime, once per process.
+    /// Builds the export `config` (and OpenTelemetry's environment variables) asks for, starts
+    /// its thread and installs it as the core's span export; `None` when export is off.
+    /// Once per process.
     pub fn install(config: &Config) -> Result<Option<Telemetry>, String> {
         let env = |name: &str| std::env::var(name).ok();
         if !config.enabled(&env) {
             return Ok(None);
         }
-        let exporter = match config.protocol(&env)? {
-            OtlpProtocol::HttpProtobuf => {
-                let mut builder = opentelemetry_otlp::SpanExporter::builder()
-                    .with_http()
-                    .with_protocol(Protocol::HttpBinary);
-                if let Some(endpoint) = &config.endpoint {
-                    builder = builder
-                        .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')));
-                }
-                builder.build()
-            }
-            OtlpProtocol::Grpc => {
-                let mut builder = opentelemetry_otlp::SpanExporter::builder()
-                    .with_tonic()
-                    .with_protocol(Protocol::Grpc);
-                if let Some(endpoint) = &config.endpoint {
-                    builder = builder.with_endpoint(endpoint.clone());
-                }
-                builder.build()
-            }
+        let protocol = config.protocol(&env)?;
+        let url = env::endpoint(config.endpoint.as_deref(), protocol, &env)
+            .ok_or("no OTLP endpoint is set")?;
+        if let Some(compression) = env::unsupported_compression(&env) {
+            return Err(format!(
+                "OTLP compression `{}` is not built in: unset OTEL_EXPORTER_OTLP_COMPRESSION",
+                compression.chars().take(40).collect::<String>()
+            ));
         }
-        .map_err(|err| format!("the OTLP exporter could not be set up: {err}"))?;
+        let headers = env::headers(&env)?;
+        let timeout = env::timeout(&env)?;
+        let batching = env::Batching::from_env(&env)?;
         // Each process is its own instance: a trace shows which one did what.
-        let resource = Resource::builder()
-            .with_service_name(config.service_name.clone())
-            .with_attribute(opentelemetry::KeyValue::new(
-                "service.instance.id",
-                format!("{}-{}", hostname(), std::process::id()),
-            ))
-            .build();
-        let mut processor = BatchSpanProcessor::builder(exporter).build();
-        processor.set_resource(&resource);
-        let spans = Arc::new(OtelSpans {
-            processor,
-            scope: InstrumentationScope::builder("nrllm").build(),
-            message_contents: config.message_contents,
-        });
+        let instance = format!("{}-{}", hostname(), std::process::id());
+        let resource: Vec<_> = env::resource(&env, &config.service_name, instance)
+            .into_iter()
+            .map(|(key, value)| export::text(&key, value))
+            .collect();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|err| format!("the OTLP export's runtime: {err}"))?;
+        let transport = match protocol {
+            OtlpProtocol::HttpProtobuf => batch::Transport::http(url, &headers, timeout)?,
+            OtlpProtocol::Grpc => {
+                let _inside = runtime.enter();
+                batch::Transport::grpc(url, &headers, timeout)?
+            }
+        };
+        let spans = Arc::new(OtlpSpans::new(batching, config.message_contents));
+        let thread = std::thread::Builder::new()
+            .name("nrllm-otlp".into())
+            .spawn({
+                let spans = Arc::clone(&spans);
+                move || batch::run(&spans, &runtime, transport, &resource)
+            })
+            .map_err(|err| format!("the OTLP export's thread: {err}"))?;
         nrllm_core::spans::install(spans.clone());
-        Ok(Some(Telemetry { spans }))
+        Ok(Some(Telemetry {
+            spans,
+            thread: Mutex::new(Some(thread)),
+        }))
     }
 
-    /// Sends what is still buffered, and stops.
+    /// Sends what is still waiting, and stops (each request within the export's timeout).
     pub fn shutdown(&self) {
-        if let Err(err) = self.spans.processor.shutdown() {
-            tracing::warn!(%err, "the OTLP exporter did not flush its last spans");
+        self.spans.close();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if thread.is_some_and(|thread| thread.join().is_err()) {
+            tracing::warn!("the OTLP export's thread failed before it sent its last spans");
         }
     }
 }
