@@ -12,6 +12,7 @@ use sqlx::Row;
 use crate::db::Database;
 use crate::error::backend;
 pub use crate::secret::{new_secret, secret_hash};
+use crate::transition::{Cells as _, Statement};
 
 /// Names are short, printable and never look like a token's (`token:`).
 pub fn check_name(name: &str) -> Result<(), String> {
@@ -437,23 +438,35 @@ impl AccountStore {
     /// role and theirs, while that user is enabled.
     pub async fn token(&self, secret: &str, now_ms: i64) -> Result<Option<Principal>, StoreError> {
         let hash = secret_hash(secret);
-        let row = sqlx::query(
-            "SELECT t.name, t.role, t.last_used_at_ms, u.name AS user_name, u.role AS user_role \
-             FROM api_token t JOIN app_user u ON u.name = t.user_name \
-             WHERE t.token_hash = $1 AND u.disabled = 0",
-        )
-        .bind(&hash)
-        .fetch_optional(self.db.pool())
-        .await
-        .map_err(backend)?;
-        // "Last used" to the minute: a busy script does not turn every request into a write.
-        let stale = match &row {
-            Some(row) => row
-                .try_get::<Option<i64>, _>("last_used_at_ms")
-                .map_err(backend)?
-                .is_none_or(|at| now_ms - at > 60_000),
-            None => false,
+        // Asked on every API request: a point read on the store's own connections (on SQLite
+        // this thread or the idle writer, not a trip to sqlx's worker thread).
+        let rows = self
+            .db
+            .query(
+                &Statement::new(
+                    "SELECT t.name, t.role, t.last_used_at_ms, u.name AS user_name, \
+                     u.role AS user_role \
+                     FROM api_token t JOIN app_user u ON u.name = t.user_name \
+                     WHERE t.token_hash = $1 AND u.disabled = 0",
+                )
+                .bind(hash.as_str()),
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
         };
+        let principal = Principal::through_token(
+            row.required_text("user_name")?,
+            parse_role(row.required_text("user_role")?)?,
+            row.required_text("name")?,
+            parse_role(row.required_text("role")?)?,
+        );
+        // "Last used" to the minute: a busy script does not turn every request into a write.
+        let stale = row
+            .int("last_used_at_ms")?
+            .is_none_or(|at| now_ms - at > 60_000);
+        // A row is read on one thread: it goes before the write's await.
+        drop(rows);
         if stale {
             let statement =
                 sqlx::query("UPDATE api_token SET last_used_at_ms = $1 WHERE token_hash = $2")
@@ -461,15 +474,7 @@ impl AccountStore {
                     .bind(&hash);
             self.db.write(statement).await.map_err(backend)?;
         }
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        Ok(Some(Principal::through_token(
-            row.try_get::<String, _>("user_name").map_err(backend)?,
-            role_of(&row, "user_role")?,
-            row.try_get::<String, _>("name").map_err(backend)?,
-            role_of(&row, "role")?,
-        )))
+        Ok(Some(principal))
     }
 
     /// A one-time login link's secret for `name`, valid for `lifetime_ms`.
@@ -541,6 +546,9 @@ async fn checked_hash(password: &str) -> Result<String, AccountError> {
 }
 
 fn role_of(row: &sqlx::any::AnyRow, column: &str) -> Result<Role, StoreError> {
-    let role: String = row.try_get(column).map_err(backend)?;
+    parse_role(row.try_get(column).map_err(backend)?)
+}
+
+fn parse_role(role: String) -> Result<Role, StoreError> {
     Role::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("role {role}")))
 }
