@@ -90,7 +90,10 @@ impl Config {
 /// Spans being exported: flush with [`Telemetry::shutdown`] before the process ends.
 pub struct Telemetry {
     spans: Arc<OtlpSpans>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Hears when the export's thread has sent its last spans.
+    finished: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    /// How long [`Telemetry::shutdown`] waits for that.
+    last_wait: std::time::Duration,
 }
 
 impl Telemetry {
@@ -132,33 +135,58 @@ impl Telemetry {
             }
         };
         let spans = Arc::new(OtlpSpans::new(batching, config.message_contents));
-        let thread = std::thread::Builder::new()
+        let telemetry = Telemetry::start(Arc::clone(&spans), runtime, transport, resource)?;
+        nrllm_core::spans::install(spans);
+        Ok(Some(telemetry))
+    }
+
+    /// Starts the export's thread, which sends what `spans` gathers until shut down.
+    fn start(
+        spans: Arc<OtlpSpans>,
+        runtime: tokio::runtime::Runtime,
+        transport: batch::Transport,
+        resource: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+    ) -> Result<Telemetry, String> {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
             .name("nrllm-otlp".into())
             .spawn({
                 let spans = Arc::clone(&spans);
-                move || batch::run(&spans, &runtime, transport, &resource)
+                move || {
+                    batch::run(&spans, &runtime, transport, &resource);
+                    let _ = done.send(());
+                }
             })
             .map_err(|err| format!("the OTLP export's thread: {err}"))?;
-        nrllm_core::spans::install(spans.clone());
-        Ok(Some(Telemetry {
+        Ok(Telemetry {
             spans,
-            thread: Mutex::new(Some(thread)),
-        }))
+            finished: Mutex::new(Some(finished)),
+            last_wait: SHUTDOWN_WAIT,
+        })
     }
 
-    /// Sends what is still waiting, and stops (each request within the export's timeout).
+    /// Sends what is still waiting, and stops; gives up after a few seconds (an endpoint that
+    /// does not answer must not hold up the process's stop), saying so in the log.
     pub fn shutdown(&self) {
         self.spans.close();
-        let thread = self
-            .thread
+        let finished = self
+            .finished
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        if thread.is_some_and(|thread| thread.join().is_err()) {
-            tracing::warn!("the OTLP export's thread failed before it sent its last spans");
+        if let Some(finished) = finished {
+            if finished.recv_timeout(self.last_wait).is_err() {
+                tracing::warn!(
+                    wait_s = self.last_wait.as_secs_f64(),
+                    "the OTLP export's last spans were not sent in time; they are dropped"
+                );
+            }
         }
     }
 }
+
+/// How long a shutdown waits for the last spans to leave.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// This machine's name, as the kernel has it (empty if it cannot be read).
 fn hostname() -> String {
@@ -187,6 +215,76 @@ mod tests {
             message_contents: false,
             service_name: "test".into(),
         }
+    }
+
+    #[test]
+    fn a_shutdown_sends_the_last_spans_and_gives_up_on_an_endpoint_that_never_answers() {
+        use nrllm_core::spans::SpanExport as _;
+        use std::io::Read as _;
+        use std::time::{Duration, Instant, UNIX_EPOCH};
+        let span = || nrllm_core::spans::SpanRecord {
+            name: "invoke_agent demo".into(),
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+            span_id: "00f067aa0ba902b7".into(),
+            parent_span_id: None,
+            sampled: true,
+            client: false,
+            start: UNIX_EPOCH,
+            end: UNIX_EPOCH,
+            attributes: Vec::new(),
+            link: None,
+            error: None,
+        };
+        let batching = env::Batching::from_env(&env_of(&[])).unwrap();
+        let start = |url: String, wait: Duration| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let transport = batch::Transport::http(url, &[], Duration::from_secs(60)).unwrap();
+            let spans = Arc::new(OtlpSpans::new(batching, false));
+            let mut telemetry =
+                Telemetry::start(Arc::clone(&spans), runtime, transport, Vec::new()).unwrap();
+            telemetry.last_wait = wait;
+            (spans, telemetry)
+        };
+
+        // An endpoint that answers: the span waiting at shutdown reaches it.
+        let answering = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1/traces", answering.local_addr().unwrap());
+        let (heard, served) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut stream, _) = answering.accept().unwrap();
+            let mut request = vec![0; 64 * 1024];
+            let read = stream.read(&mut request).unwrap();
+            use std::io::Write as _;
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .unwrap();
+            let _ = heard.send(String::from_utf8_lossy(&request[..read]).into_owned());
+        });
+        let (spans, telemetry) = start(url, Duration::from_secs(30));
+        spans.export(span());
+        telemetry.shutdown();
+        let request = served
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the last span's request reached the endpoint");
+        assert!(request.starts_with("POST /v1/traces"), "{request}");
+        assert!(request.contains("application/x-protobuf"), "{request}");
+
+        // One that takes the connection and never answers: the stop waits only so long.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1/traces", silent.local_addr().unwrap());
+        let (spans, telemetry) = start(url, Duration::from_millis(200));
+        spans.export(span());
+        let asked = Instant::now();
+        telemetry.shutdown();
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            asked.elapsed()
+        );
+        drop(silent);
     }
 
     #[test]
