@@ -248,24 +248,8 @@ pub(crate) fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::root;
     use std::sync::Arc;
-    use std::time::UNIX_EPOCH;
-
-    fn record(n: u64, sampled: bool) -> SpanRecord {
-        SpanRecord {
-            name: format!("span {n}"),
-            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
-            span_id: format!("{:016x}", n + 1),
-            parent_span_id: None,
-            sampled,
-            client: false,
-            start: UNIX_EPOCH,
-            end: UNIX_EPOCH,
-            attributes: Vec::new(),
-            link: None,
-            error: None,
-        }
-    }
 
     fn batching(delay_ms: u64, queue: usize, batch: usize) -> Batching {
         Batching {
@@ -278,9 +262,9 @@ mod tests {
     #[test]
     fn a_full_queue_drops_and_counts_and_an_unsampled_span_never_waits() {
         let spans = OtlpSpans::new(batching(60_000, 3, 2), false);
-        spans.export(record(0, false));
+        spans.export(root(0, false));
         for n in 0..5 {
-            spans.export(record(n, true));
+            spans.export(root(n, true));
         }
         let queue = spans.lock();
         assert_eq!(queue.spans.len(), 3);
@@ -292,7 +276,7 @@ mod tests {
     fn a_full_batch_leaves_at_once_and_the_rest_waits_for_the_next() {
         let spans = OtlpSpans::new(batching(60_000, 10, 2), false);
         for n in 0..3 {
-            spans.export(record(n, true));
+            spans.export(root(n, true));
         }
         let started = Instant::now();
         let batch = spans.next_batch().expect("a full batch");
@@ -307,13 +291,13 @@ mod tests {
     #[test]
     fn a_lone_span_leaves_after_the_delay_and_shutdown_sends_the_rest_then_stops() {
         let spans = OtlpSpans::new(batching(30, 10, 5), false);
-        spans.export(record(0, true));
+        spans.export(root(0, true));
         let started = Instant::now();
         assert_eq!(spans.next_batch().map(|b| b.len()), Some(1));
         assert!(started.elapsed() >= Duration::from_millis(30));
 
         let spans = Arc::new(OtlpSpans::new(batching(60_000, 10, 5), false));
-        spans.export(record(1, true));
+        spans.export(root(1, true));
         let waiting = {
             let spans = Arc::clone(&spans);
             std::thread::spawn(move || (spans.next_batch(), spans.next_batch()))

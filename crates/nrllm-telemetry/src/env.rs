@@ -172,15 +172,7 @@ pub(crate) fn unsupported_compression(env: Env<'_>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |name| {
-            pairs
-                .iter()
-                .find(|(key, _)| *key == name)
-                .map(|(_, value)| (*value).to_owned())
-        }
-    }
+    use crate::testing::env_of;
 
     #[test]
     fn the_endpoint_is_the_setting_else_the_traces_variable_as_it_is_else_the_base_one() {

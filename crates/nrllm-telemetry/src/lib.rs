@@ -12,6 +12,8 @@ mod env;
 mod export;
 #[cfg(feature = "receiver")]
 pub mod receiver;
+#[cfg(test)]
+mod testing;
 
 use std::sync::{Arc, Mutex};
 
@@ -198,15 +200,7 @@ fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |name| {
-            pairs
-                .iter()
-                .find(|(key, _)| *key == name)
-                .map(|(_, value)| (*value).to_owned())
-        }
-    }
+    use crate::testing::env_of;
 
     fn config() -> Config {
         Config {
@@ -221,20 +215,7 @@ mod tests {
     fn a_shutdown_sends_the_last_spans_and_gives_up_on_an_endpoint_that_never_answers() {
         use nrllm_core::spans::SpanExport as _;
         use std::io::Read as _;
-        use std::time::{Duration, Instant, UNIX_EPOCH};
-        let span = || nrllm_core::spans::SpanRecord {
-            name: "invoke_agent demo".into(),
-            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
-            span_id: "00f067aa0ba902b7".into(),
-            parent_span_id: None,
-            sampled: true,
-            client: false,
-            start: UNIX_EPOCH,
-            end: UNIX_EPOCH,
-            attributes: Vec::new(),
-            link: None,
-            error: None,
-        };
+        use std::time::{Duration, Instant};
         let batching = env::Batching::from_env(&env_of(&[])).unwrap();
         let start = |url: String, wait: Duration| {
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -264,7 +245,7 @@ mod tests {
             let _ = heard.send(String::from_utf8_lossy(&request[..read]).into_owned());
         });
         let (spans, telemetry) = start(url, Duration::from_secs(30));
-        spans.export(span());
+        spans.export(crate::testing::root(0, true));
         telemetry.shutdown();
         let request = served
             .recv_timeout(Duration::from_secs(10))
@@ -276,7 +257,7 @@ mod tests {
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/v1/traces", silent.local_addr().unwrap());
         let (spans, telemetry) = start(url, Duration::from_millis(200));
-        spans.export(span());
+        spans.export(crate::testing::root(0, true));
         let asked = Instant::now();
         telemetry.shutdown();
         assert!(
