@@ -4,7 +4,28 @@
 
 use std::time::Duration;
 
-use crate::OtlpProtocol;
+/// How spans travel to the endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// OTLP/HTTP with protobuf bodies (`POST <endpoint>/v1/traces`).
+    HttpProtobuf,
+    /// OTLP/gRPC.
+    Grpc,
+}
+
+impl OtlpProtocol {
+    /// The protocol as OpenTelemetry's settings spell it (`http/protobuf`, `grpc`).
+    pub fn parse(text: &str) -> Result<OtlpProtocol, String> {
+        match text.trim() {
+            "http/protobuf" | "http" => Ok(OtlpProtocol::HttpProtobuf),
+            "grpc" => Ok(OtlpProtocol::Grpc),
+            other => Err(format!(
+                "`{}` is not an OTLP protocol this server speaks: use http/protobuf or grpc",
+                other.chars().take(40).collect::<String>()
+            )),
+        }
+    }
+}
 
 /// A process's environment: a variable's value by name.
 pub(crate) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
