@@ -31,7 +31,7 @@ impl OtlpProtocol {
 pub(crate) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// The first of `names` that is set and not blank.
-fn first(env: Env<'_>, names: &[&str]) -> Option<(String, String)> {
+pub(crate) fn first(env: Env<'_>, names: &[&str]) -> Option<(String, String)> {
     names.iter().find_map(|name| {
         env(name)
             .filter(|value| !value.trim().is_empty())
@@ -39,29 +39,59 @@ fn first(env: Env<'_>, names: &[&str]) -> Option<(String, String)> {
     })
 }
 
-/// Where the spans go: the setting (a base URL, as `OTEL_EXPORTER_OTLP_ENDPOINT`), else the
-/// traces' own variable (used as it is), else the general one; OTLP/HTTP adds `/v1/traces` to
-/// a base URL.
-pub(crate) fn endpoint(
-    setting: Option<&str>,
-    protocol: OtlpProtocol,
-    env: Env<'_>,
-) -> Option<String> {
-    let base = |url: &str| match protocol {
-        OtlpProtocol::HttpProtobuf => format!("{}/v1/traces", url.trim_end_matches('/')),
-        OtlpProtocol::Grpc => url.to_owned(),
-    };
+/// Where the spans go, before the protocol is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    url: String,
+    /// A base URL (the setting, or `OTEL_EXPORTER_OTLP_ENDPOINT`), to which OTLP/HTTP adds
+    /// `/v1/traces`; else the traces' own URL, used as it is.
+    base: bool,
+}
+
+impl Endpoint {
+    /// The URL requests go to over `protocol`.
+    pub(crate) fn url(&self, protocol: OtlpProtocol) -> String {
+        match (self.base, protocol) {
+            (true, OtlpProtocol::HttpProtobuf) => {
+                format!("{}/v1/traces", self.url.trim_end_matches('/'))
+            }
+            _ => self.url.clone(),
+        }
+    }
+}
+
+/// Where the spans go: the setting, else the traces' own variable, else the general one; none
+/// (export off) without any of them.
+pub(crate) fn endpoint(setting: Option<&str>, env: Env<'_>) -> Option<Endpoint> {
+    let base = |url: String| Endpoint { url, base: true };
     if let Some(url) = setting {
-        return Some(base(url));
+        return Some(base(url.to_owned()));
     }
     if let Some((_, url)) = first(env, &["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]) {
-        return Some(url);
+        return Some(Endpoint { url, base: false });
     }
-    first(env, &["OTEL_EXPORTER_OTLP_ENDPOINT"]).map(|(_, url)| base(&url))
+    first(env, &["OTEL_EXPORTER_OTLP_ENDPOINT"]).map(|(_, url)| base(url))
+}
+
+/// The pairs of a `key=value,…` list with percent-encoded values (OpenTelemetry's headers and
+/// resource attributes), keys trimmed; `None` for a pair that is not one (no `=`, no key, a
+/// value not UTF-8). Blank entries are skipped.
+fn pairs(list: &str) -> impl Iterator<Item = Option<(String, String)>> + '_ {
+    list.split(',')
+        .filter(|pair| !pair.trim().is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=')?;
+            let value = percent_encoding::percent_decode_str(value.trim())
+                .decode_utf8()
+                .ok()?;
+            let key = key.trim();
+            (!key.is_empty()).then(|| (key.to_owned(), value.into_owned()))
+        })
 }
 
 /// The headers every export request carries (`key=value,…`, values percent-encoded), as
-/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` or else `OTEL_EXPORTER_OTLP_HEADERS` gives them.
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` or else `OTEL_EXPORTER_OTLP_HEADERS` gives them; a
+/// malformed pair refuses the list.
 pub(crate) fn headers(env: Env<'_>) -> Result<Vec<(String, String)>, String> {
     let Some((name, list)) = first(
         env,
@@ -72,17 +102,10 @@ pub(crate) fn headers(env: Env<'_>) -> Result<Vec<(String, String)>, String> {
     ) else {
         return Ok(Vec::new());
     };
-    list.split(',')
-        .filter(|pair| !pair.trim().is_empty())
+    pairs(&list)
         .map(|pair| {
-            let (key, value) = pair
-                .split_once('=')
-                .filter(|(key, _)| !key.trim().is_empty())
-                .ok_or_else(|| format!("`{name}`: each header is key=value"))?;
-            let value = percent_encoding::percent_decode_str(value.trim())
-                .decode_utf8()
-                .map_err(|_| format!("`{name}`: a header's value is not UTF-8"))?;
-            Ok((key.trim().to_ascii_lowercase(), value.into_owned()))
+            pair.map(|(key, value)| (key.to_ascii_lowercase(), value))
+                .ok_or_else(|| format!("`{name}`: each header is key=value, its value UTF-8"))
         })
         .collect()
 }
@@ -151,18 +174,7 @@ pub(crate) fn resource(
     instance: String,
 ) -> Vec<(String, String)> {
     let mut attributes: Vec<(String, String)> = first(env, &["OTEL_RESOURCE_ATTRIBUTES"])
-        .map(|(_, list)| {
-            list.split(',')
-                .filter_map(|pair| {
-                    let (key, value) = pair.split_once('=')?;
-                    let value = percent_encoding::percent_decode_str(value.trim())
-                        .decode_utf8()
-                        .ok()?;
-                    let key = key.trim();
-                    (!key.is_empty()).then(|| (key.to_owned(), value.into_owned()))
-                })
-                .collect()
-        })
+        .map(|(_, list)| pairs(&list).flatten().collect())
         .unwrap_or_default();
     let service = first(env, &["OTEL_SERVICE_NAME"]).map_or(service_name.to_owned(), |(_, v)| v);
     for (key, value) in [
@@ -199,30 +211,30 @@ mod tests {
     fn the_endpoint_is_the_setting_else_the_traces_variable_as_it_is_else_the_base_one() {
         let none = env_of(&[]);
         let http = OtlpProtocol::HttpProtobuf;
-        assert_eq!(endpoint(None, http, &none), None);
+        let url = |setting: Option<&str>, protocol, env: Env<'_>| {
+            endpoint(setting, env).map(|endpoint| endpoint.url(protocol))
+        };
+        assert_eq!(url(None, http, &none), None);
         assert_eq!(
-            endpoint(Some("http://a:4318/"), http, &none).as_deref(),
+            url(Some("http://a:4318/"), http, &none).as_deref(),
             Some("http://a:4318/v1/traces")
         );
         assert_eq!(
-            endpoint(Some("http://a:4317"), OtlpProtocol::Grpc, &none).as_deref(),
+            url(Some("http://a:4317"), OtlpProtocol::Grpc, &none).as_deref(),
             Some("http://a:4317")
         );
         let both = env_of(&[
             ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:1/custom"),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://b:2"),
         ]);
-        assert_eq!(
-            endpoint(None, http, &both).as_deref(),
-            Some("http://t:1/custom")
-        );
+        assert_eq!(url(None, http, &both).as_deref(), Some("http://t:1/custom"));
         let base = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://b:2")]);
         assert_eq!(
-            endpoint(None, http, &base).as_deref(),
+            url(None, http, &base).as_deref(),
             Some("http://b:2/v1/traces")
         );
         assert_eq!(
-            endpoint(Some("http://s:3"), http, &both).as_deref(),
+            url(Some("http://s:3"), http, &both).as_deref(),
             Some("http://s:3/v1/traces")
         );
     }

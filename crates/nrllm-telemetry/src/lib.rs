@@ -35,19 +35,10 @@ pub struct Config {
     pub service_name: String,
 }
 
-/// The environment variables that turn export on without the `otlp_endpoint` setting.
-const ENDPOINT_VARIABLES: [&str; 2] = [
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-];
-
 impl Config {
-    /// Whether spans are exported, with `env` the process's environment.
+    /// Whether spans are exported, with `env` the process's environment: an endpoint is set.
     pub fn enabled(&self, env: &dyn Fn(&str) -> Option<String>) -> bool {
-        self.endpoint.is_some()
-            || ENDPOINT_VARIABLES
-                .iter()
-                .any(|name| env(name).is_some_and(|value| !value.trim().is_empty()))
+        env::endpoint(self.endpoint.as_deref(), env).is_some()
     }
 
     /// The protocol in force, with `env` the process's environment.
@@ -55,13 +46,14 @@ impl Config {
         if let Some(protocol) = self.protocol {
             return Ok(protocol);
         }
-        [
-            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-            "OTEL_EXPORTER_OTLP_PROTOCOL",
-        ]
-        .iter()
-        .find_map(|name| env(name).filter(|value| !value.trim().is_empty()))
-        .map_or(Ok(OtlpProtocol::HttpProtobuf), |value| {
+        let named = env::first(
+            env,
+            &[
+                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+                "OTEL_EXPORTER_OTLP_PROTOCOL",
+            ],
+        );
+        named.map_or(Ok(OtlpProtocol::HttpProtobuf), |(_, value)| {
             OtlpProtocol::parse(&value)
         })
     }
@@ -82,12 +74,11 @@ impl Telemetry {
     /// Once per process.
     pub fn install(config: &Config) -> Result<Option<Telemetry>, String> {
         let env = |name: &str| std::env::var(name).ok();
-        if !config.enabled(&env) {
+        let Some(endpoint) = env::endpoint(config.endpoint.as_deref(), &env) else {
             return Ok(None);
-        }
+        };
         let protocol = config.protocol(&env)?;
-        let url = env::endpoint(config.endpoint.as_deref(), protocol, &env)
-            .ok_or("no OTLP endpoint is set")?;
+        let url = endpoint.url(protocol);
         if let Some(compression) = env::unsupported_compression(&env) {
             return Err(format!(
                 "OTLP compression `{}` is not built in: unset OTEL_EXPORTER_OTLP_COMPRESSION",
