@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::provider::{ChatResponse, FinishReason, ModelOptions, ProviderError};
 use crate::run_store::RunRecord;
 use crate::tool::ToolError;
-use crate::trace::RunTrace;
+use crate::trace::{lower_hex, RunTrace, TraceParent};
 use nrllm_types::RunStatus;
 
 /// The most of one message content put on a span, in bytes (the rest is cut, marked `…`).
@@ -45,14 +45,14 @@ pub enum Attr {
     Texts(Vec<String>),
 }
 
-/// A finished span, as the export receives it (ids in lower-case hex, as stored).
+/// A finished span, as the export receives it (ids as bytes, as OTLP sends them).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpanRecord {
     pub name: String,
-    pub trace_id: String,
-    pub span_id: String,
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
     /// None: a root (its trace begins here).
-    pub parent_span_id: Option<String>,
+    pub parent_span_id: Option<[u8; 8]>,
     /// Whether the trace is sampled (the caller's flag, for a run started under a caller).
     pub sampled: bool,
     /// A request to another service (a model): `client`; else `internal`.
@@ -61,7 +61,7 @@ pub struct SpanRecord {
     pub end: SystemTime,
     pub attributes: Vec<(&'static str, Attr)>,
     /// A span of another trace it points to: (trace id, span id).
-    pub link: Option<(String, String)>,
+    pub link: Option<([u8; 16], [u8; 8])>,
     /// Why it failed, when it did.
     pub error: Option<String>,
 }
@@ -91,14 +91,14 @@ pub fn exporting() -> bool {
 }
 
 tokio::task_local! {
-    /// The `traceparent` of the span the task is in (a model request, a tool call).
-    static OUTBOUND: String;
+    /// The span the task is in (a model request, a tool call).
+    static OUTBOUND: TraceParent;
 }
 
 /// The `traceparent` an outgoing request made now (to a model, to a tool's server) carries:
 /// the `chat` or `execute_tool` span it is made in; none outside them or without an export.
 pub fn outbound_traceparent() -> Option<String> {
-    OUTBOUND.try_with(Clone::clone).ok()
+    OUTBOUND.try_with(TraceParent::header).ok()
 }
 
 /// A span being timed: finished by [`OpenSpan::end`].
@@ -124,13 +124,14 @@ impl OpenSpan {
     fn under(trace: Option<&RunTrace>, name: String, client: bool) -> Option<OpenSpan> {
         export()?;
         let trace = trace?;
+        let (trace_id, root) = trace.ids()?;
         let now = SystemTime::now();
         Some(OpenSpan {
             record: SpanRecord {
                 name,
-                trace_id: trace.trace_id.clone(),
-                span_id: const_hex::encode(crate::trace::random_span_id()),
-                parent_span_id: Some(trace.span_id.clone()),
+                trace_id,
+                span_id: crate::trace::random_span_id(),
+                parent_span_id: Some(root),
                 sampled: trace.sampled,
                 client,
                 start: now,
@@ -150,9 +151,14 @@ impl OpenSpan {
         self.set(key, Attr::Text(bounded(value.to_owned(), MAX_TEXT_BYTES)));
     }
 
-    fn traceparent(&self) -> String {
+    /// The span, as requests made in it name it.
+    fn parent(&self) -> TraceParent {
         let record = &self.record;
-        crate::trace::traceparent(&record.trace_id, &record.span_id, record.sampled)
+        TraceParent {
+            trace_id: record.trace_id,
+            span_id: record.span_id,
+            sampled: record.sampled,
+        }
     }
 
     fn failed(&mut self, kind: &str) {
@@ -183,7 +189,7 @@ impl OpenSpan {
 /// Runs `work` inside `span` (its requests name it), if there is one.
 async fn within<F: Future>(span: Option<&OpenSpan>, work: F) -> F::Output {
     match span {
-        Some(span) => OUTBOUND.scope(span.traceparent(), work).await,
+        Some(span) => OUTBOUND.scope(span.parent(), work).await,
         None => work.await,
     }
 }
@@ -392,6 +398,9 @@ pub(crate) fn run_ended(run: &RunRecord) {
     let (Some(export), Some(trace), true) = (export(), &run.trace, run.status.is_terminal()) else {
         return;
     };
+    let Some((trace_id, span_id)) = trace.ids() else {
+        return;
+    };
     let configuration = run.configuration.as_ref();
     let agent = configuration.map_or("", |c| c.provider.as_str());
     let mut attributes = vec![
@@ -422,9 +431,9 @@ pub(crate) fn run_ended(run: &RunRecord) {
     let ended = time(run.finished_at_ms.unwrap_or(run.updated_at_ms));
     export.export(SpanRecord {
         name: bounded(format!("invoke_agent {agent}"), MAX_TEXT_BYTES),
-        trace_id: trace.trace_id.clone(),
-        span_id: trace.span_id.clone(),
-        parent_span_id: trace.parent_span_id.clone(),
+        trace_id,
+        span_id,
+        parent_span_id: trace.parent_span_id.as_deref().and_then(lower_hex),
         sampled: trace.sampled,
         client: false,
         start: time(run.created_at_ms),
@@ -433,7 +442,7 @@ pub(crate) fn run_ended(run: &RunRecord) {
         link: trace
             .link
             .as_ref()
-            .map(|link| (link.trace_id.clone(), link.span_id.clone())),
+            .and_then(|link| Some((lower_hex(&link.trace_id)?, lower_hex(&link.span_id)?))),
         error: (run.status == RunStatus::Failed).then(|| {
             bounded(
                 run.error_summary.clone().unwrap_or_else(|| "failed".into()),
@@ -497,9 +506,15 @@ mod tests {
     #[tokio::test]
     async fn a_request_outside_a_span_names_none_and_inside_names_it() {
         assert_eq!(outbound_traceparent(), None);
-        let named = OUTBOUND
-            .scope("00-ab-cd-01".to_owned(), async { outbound_traceparent() })
-            .await;
-        assert_eq!(named.as_deref(), Some("00-ab-cd-01"));
+        let span = TraceParent {
+            trace_id: [0xab; 16],
+            span_id: [0xcd; 8],
+            sampled: true,
+        };
+        let named = OUTBOUND.scope(span, async { outbound_traceparent() }).await;
+        assert_eq!(
+            named.as_deref(),
+            Some("00-abababababababababababababababab-cdcdcdcdcdcdcdcd-01")
+        );
     }
 }

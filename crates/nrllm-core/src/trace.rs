@@ -162,6 +162,11 @@ impl RunTrace {
         traceparent(&self.trace_id, &self.span_id, self.sampled)
     }
 
+    /// The run's trace id and root span id as bytes; none if the stored ones are not ids.
+    pub fn ids(&self) -> Option<([u8; 16], [u8; 8])> {
+        Some((lower_hex(&self.trace_id)?, lower_hex(&self.span_id)?))
+    }
+
     /// The stored form.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
@@ -202,7 +207,7 @@ pub(crate) fn random_span_id() -> [u8; 8] {
 }
 
 /// `text` as exactly `N` bytes of lower-case hex (W3C forbids upper case).
-fn lower_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+pub(crate) fn lower_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     // Exactly two digits a byte: `const_hex` would also take a `0x` before them.
     if text.len() != N * 2 || text.bytes().any(|b| b.is_ascii_uppercase()) {
         return None;

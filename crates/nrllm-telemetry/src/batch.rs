@@ -1,19 +1,18 @@
 //! Finished spans wait in one queue and leave in batches, from one thread of the export's own:
 //! a run's worker only pushes its record (no conversion, no channel message a span, no wake
-//! until a batch is full); the thread turns a batch into one OTLP request and sends it, on
-//! its own single-threaded runtime, over HTTP/protobuf (`reqwest`) or gRPC (`tonic`, with
-//! `opentelemetry-proto`'s client).
+//! until a batch is full); the thread writes a batch as one OTLP request's bytes
+//! ([`crate::export`]) and sends them, on its own single-threaded runtime, over HTTP/protobuf
+//! (`reqwest`) or gRPC (`tonic`).
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nrllm_core::spans::{SpanExport, SpanRecord};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
-use prost::Message as _;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
 use crate::env::Batching;
-use crate::export::{request, span_proto};
+use crate::export::Requests;
 
 /// Spans waiting to leave.
 #[derive(Default)]
@@ -125,9 +124,53 @@ pub(crate) enum Transport {
         url: String,
     },
     Grpc {
-        client: Box<TraceServiceClient<tonic::transport::Channel>>,
+        client: Box<tonic::client::Grpc<tonic::transport::Channel>>,
         headers: tonic::metadata::MetadataMap,
     },
+}
+
+/// The gRPC method an OTLP trace export calls.
+const EXPORT_METHOD: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// gRPC's codec for a request already encoded ([`Requests`]); the answer (at most a count of
+/// spans the endpoint rejected) is not read.
+#[derive(Clone, Copy, Default)]
+struct Encoded;
+
+impl Codec for Encoded {
+    type Encode = Vec<u8>;
+    type Decode = ();
+    type Encoder = Encoded;
+    type Decoder = Encoded;
+
+    fn encoder(&mut self) -> Encoded {
+        Encoded
+    }
+
+    fn decoder(&mut self) -> Encoded {
+        Encoded
+    }
+}
+
+impl Encoder for Encoded {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, body: Vec<u8>, out: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(out, &body);
+        Ok(())
+    }
+}
+
+impl Decoder for Encoded {
+    type Item = ();
+    type Error = tonic::Status;
+
+    fn decode(&mut self, answer: &mut DecodeBuf<'_>) -> Result<Option<()>, tonic::Status> {
+        let unread = bytes::Buf::remaining(answer);
+        bytes::Buf::advance(answer, unread);
+        Ok(Some(()))
+    }
 }
 
 impl Transport {
@@ -184,23 +227,18 @@ impl Transport {
             .timeout(timeout)
             .connect_lazy();
         Ok(Transport::Grpc {
-            client: Box::new(TraceServiceClient::new(channel)),
+            client: Box::new(tonic::client::Grpc::new(channel)),
             headers: metadata,
         })
     }
 
-    /// Sends `spans` as one request; why not, if it failed.
-    async fn send(&mut self, resource: &[KeyValue], spans: Vec<SpanRecord>) -> Result<(), String> {
-        let spans: Vec<_> = spans.into_iter().filter_map(span_proto).collect();
-        if spans.is_empty() {
-            return Ok(());
-        }
-        let request = request(resource, spans);
+    /// Sends one request (`body`, encoded); why not, if it failed.
+    async fn send(&mut self, body: Vec<u8>) -> Result<(), String> {
         match self {
             Transport::Http { client, url } => {
                 let response = client
                     .post(url.as_str())
-                    .body(request.encode_to_vec())
+                    .body(body)
                     .send()
                     .await
                     .map_err(|err| err.without_url().to_string())?;
@@ -210,13 +248,23 @@ impl Transport {
                 }
             }
             Transport::Grpc { client, headers } => {
-                let mut request = tonic::Request::new(request);
+                let answered =
+                    |status: tonic::Status| format!("the endpoint answered {:?}", status.code());
+                client
+                    .ready()
+                    .await
+                    .map_err(|err| format!("the endpoint could not be reached: {err}"))?;
+                let mut request = tonic::Request::new(body);
                 *request.metadata_mut() = headers.clone();
                 client
-                    .export(request)
+                    .unary(
+                        request,
+                        http::uri::PathAndQuery::from_static(EXPORT_METHOD),
+                        Encoded,
+                    )
                     .await
                     .map(drop)
-                    .map_err(|status| format!("the endpoint answered {:?}", status.code()))
+                    .map_err(answered)
             }
         }
     }
@@ -228,13 +276,18 @@ pub(crate) fn run(
     spans: &OtlpSpans,
     runtime: &tokio::runtime::Runtime,
     mut transport: Transport,
-    resource: &[KeyValue],
+    resource: Vec<KeyValue>,
 ) {
+    let mut requests = Requests::new(resource);
     let mut last_warning: Option<Instant> = None;
     let mut failed = 0_u64;
     while let Some(batch) = spans.next_batch() {
         let count = batch.len() as u64;
-        if let Err(err) = runtime.block_on(transport.send(resource, batch)) {
+        let Some(body) = requests.request(&batch) else {
+            continue;
+        };
+        drop(batch);
+        if let Err(err) = runtime.block_on(transport.send(body)) {
             failed += count;
             if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
                 tracing::warn!(%err, spans = failed, "the OTLP endpoint did not take spans");

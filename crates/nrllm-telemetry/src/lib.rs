@@ -124,7 +124,7 @@ impl Telemetry {
             .spawn({
                 let spans = Arc::clone(&spans);
                 move || {
-                    batch::run(&spans, &runtime, transport, &resource);
+                    batch::run(&spans, &runtime, transport, resource);
                     let _ = done.send(());
                 }
             })

@@ -20,8 +20,8 @@ pub(crate) fn env_of(
 pub(crate) fn root(n: u64, sampled: bool) -> SpanRecord {
     SpanRecord {
         name: format!("span {n}"),
-        trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
-        span_id: format!("{:016x}", n + 1),
+        trace_id: [0x4b; 16],
+        span_id: (n + 1).to_be_bytes(),
         parent_span_id: None,
         sampled,
         client: false,
