@@ -15,18 +15,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use nrllm_core::spans::{Attr, SpanRecord};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status, SpanFlags};
 use prost::Message as _;
 
 /// W3C trace flags: the trace is sampled.
 const SAMPLED: u32 = 0x01;
-/// OTLP's span flags: whether the parent is remote is known (bit 8), and it is (bit 9).
-const HAS_IS_REMOTE: u32 = 0x100;
-const IS_REMOTE: u32 = 0x200;
-/// `Span.SpanKind`: internal, client.
-const KIND_INTERNAL: u64 = 1;
-const KIND_CLIENT: u64 = 3;
-/// `Status.StatusCode`: error.
-const STATUS_ERROR: u64 = 2;
+/// OTLP's span flags: whether the parent is remote is known, and that it is.
+const HAS_IS_REMOTE: u32 = SpanFlags::ContextHasIsRemoteMask as u32;
+const IS_REMOTE: u32 = SpanFlags::ContextIsRemoteMask as u32;
+const STATUS_ERROR: u64 = status::StatusCode::Error as u64;
 
 /// A text attribute (of the resource).
 pub(crate) fn text(key: &str, text: String) -> KeyValue {
@@ -45,39 +42,29 @@ fn nanos(time: SystemTime) -> u64 {
     })
 }
 
-/// Protobuf's wire format, as much of it as a span needs.
+/// Protobuf's fields, as much of them as a span needs, on `prost`'s own varints and keys.
 mod wire {
-    /// Wire types.
-    pub(super) const VARINT: u32 = 0;
-    pub(super) const FIXED64: u32 = 1;
-    pub(super) const LEN: u32 = 2;
-    pub(super) const FIXED32: u32 = 5;
-
-    pub(super) fn varint(out: &mut Vec<u8>, mut value: u64) {
-        while value >= 0x80 {
-            out.push((value as u8) | 0x80);
-            value >>= 7;
-        }
-        out.push(value as u8);
-    }
-
-    pub(super) fn varint_len(value: u64) -> usize {
-        (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
-    }
-
-    pub(super) fn key(out: &mut Vec<u8>, field: u32, wire_type: u32) {
-        varint(out, u64::from(field << 3 | wire_type));
-    }
+    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 
     /// A field of `len` bytes (a string, bytes, a message) as written: key, length, bytes.
     pub(super) fn len_field(field: u32, len: usize) -> usize {
-        varint_len(u64::from(field << 3)) + varint_len(len as u64) + len
+        key_len(field) + encoded_len_varint(len as u64) + len
+    }
+
+    /// The length of a fixed-width field (`width` bytes: 4 or 8).
+    pub(super) fn fixed_field(field: u32, width: usize) -> usize {
+        key_len(field) + width
+    }
+
+    /// The length of a varint field.
+    pub(super) fn uint_field(field: u32, value: u64) -> usize {
+        key_len(field) + encoded_len_varint(value)
     }
 
     /// The key and the length of a field of `len` bytes, which the caller writes next.
     pub(super) fn len_head(out: &mut Vec<u8>, field: u32, len: usize) {
-        key(out, field, LEN);
-        varint(out, len as u64);
+        encode_key(field, WireType::LengthDelimited, out);
+        encode_varint(len as u64, out);
     }
 
     pub(super) fn bytes(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
@@ -86,17 +73,17 @@ mod wire {
     }
 
     pub(super) fn uint(out: &mut Vec<u8>, field: u32, value: u64) {
-        key(out, field, VARINT);
-        varint(out, value);
+        encode_key(field, WireType::Varint, out);
+        encode_varint(value, out);
     }
 
     pub(super) fn fixed64(out: &mut Vec<u8>, field: u32, value: u64) {
-        key(out, field, FIXED64);
+        encode_key(field, WireType::SixtyFourBit, out);
         out.extend_from_slice(&value.to_le_bytes());
     }
 
     pub(super) fn fixed32(out: &mut Vec<u8>, field: u32, value: u32) {
-        key(out, field, FIXED32);
+        encode_key(field, WireType::ThirtyTwoBit, out);
         out.extend_from_slice(&value.to_le_bytes());
     }
 }
@@ -106,8 +93,8 @@ fn value_len(attr: &Attr) -> usize {
     match attr {
         Attr::Static(text) => wire::len_field(1, text.len()),
         Attr::Text(text) => wire::len_field(1, text.len()),
-        Attr::Int(number) => 1 + wire::varint_len(*number as u64),
-        Attr::Float(_) => 1 + 8,
+        Attr::Int(number) => wire::uint_field(3, *number as u64),
+        Attr::Float(_) => wire::fixed_field(4, 8),
         Attr::Texts(texts) => wire::len_field(5, array_len(texts)),
     }
 }
@@ -171,9 +158,9 @@ fn write_span(out: &mut Vec<u8>, span: &SpanRecord) -> bool {
         out,
         6,
         match span.client {
-            true => KIND_CLIENT,
-            false => KIND_INTERNAL,
-        },
+            true => SpanKind::Client,
+            false => SpanKind::Internal,
+        } as u64,
     );
     wire::fixed64(out, 7, nanos(span.start));
     wire::fixed64(out, 8, nanos(span.end));
@@ -181,7 +168,7 @@ fn write_span(out: &mut Vec<u8>, span: &SpanRecord) -> bool {
         write_attribute(out, 9, attribute);
     }
     if let Some((trace, linked)) = span.link.filter(|(t, s)| *t != [0; 16] && *s != [0; 8]) {
-        let len = wire::len_field(1, 16) + wire::len_field(2, 8) + 1 + 4;
+        let len = wire::len_field(1, 16) + wire::len_field(2, 8) + wire::fixed_field(6, 4);
         wire::len_head(out, 13, len);
         wire::bytes(out, 1, &trace);
         wire::bytes(out, 2, &linked);
@@ -189,7 +176,7 @@ fn write_span(out: &mut Vec<u8>, span: &SpanRecord) -> bool {
     }
     match &span.error {
         Some(message) => {
-            let len = wire::len_field(2, message.len()) + 1 + wire::varint_len(STATUS_ERROR);
+            let len = wire::len_field(2, message.len()) + wire::uint_field(3, STATUS_ERROR);
             wire::len_head(out, 15, len);
             wire::bytes(out, 2, message.as_bytes());
             wire::uint(out, 3, STATUS_ERROR);
@@ -262,7 +249,7 @@ impl Requests {
 mod tests {
     use super::*;
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use opentelemetry_proto::tonic::trace::v1::{span, status, Span, Status};
+    use opentelemetry_proto::tonic::trace::v1::{span, Span, Status};
     use std::time::Duration;
 
     const TRACE: [u8; 16] = [0x4b; 16];
