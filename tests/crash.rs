@@ -603,43 +603,113 @@ async fn sigterm_lets_a_running_run_finish_its_step() {
     let site = Site::new().await;
     // The model thinks for a second: SIGTERM arrives while the run is mid-step.
     let server = site.start_thinking(None, 1000).await;
-    let (_, body) = site
+    let id = start_run(&site, &server).await;
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let view = site.run(&server, &id).await.expect("the server answers");
+        if view.summary.status == RunStatus::Running {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a worker takes the run");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    terminate(server).await;
+    let (status, reason) = status_of(&site, &id).await;
+    assert_eq!(status, "completed", "{reason:?}");
+    check_untouched(&site, &id).await;
+}
+
+/// SIGTERM at once after a run is queued, at a few delays: the run was either taken before the
+/// stop and finished its step in the stopping process, or never taken and still queued — never
+/// taken and left `running` for the next start to recover. A queued one goes on at the next
+/// start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_a_run_is_taken_leaves_it_finished_or_queued() {
+    let site = Site::new().await;
+    let mut queued = Vec::new();
+    for delay_ms in [0, 0, 1, 2, 3, 5] {
+        let server = site.start_thinking(None, 50).await;
+        let id = start_run(&site, &server).await;
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        terminate(server).await;
+        let (status, reason) = status_of(&site, &id).await;
+        println!("SIGTERM {delay_ms} ms after the start: the run is {status}");
+        assert!(
+            status == "completed" || status == "queued",
+            "SIGTERM {delay_ms} ms after the start left the run {status} ({reason:?})"
+        );
+        check_untouched(&site, &id).await;
+        if status == "queued" {
+            queued.push(id);
+        }
+    }
+    let server = site.start_thinking(None, 50).await;
+    for id in &queued {
+        let deadline = Instant::now() + SETTLE;
+        while site
+            .run(&server, id)
+            .await
+            .expect("a run view")
+            .summary
+            .status
+            != RunStatus::Completed
+        {
+            assert!(Instant::now() < deadline, "the queued run {id} goes on");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        check_untouched(&site, id).await;
+    }
+    server.kill().await;
+}
+
+/// Starts "What time is it?" (a read-only tool, then an answer): the run's id.
+async fn start_run(site: &Site, server: &Server) -> String {
+    let (status, body) = site
         .call(
-            &server,
+            server,
             "nrllm_tool_run",
             json!({ "prompt": "What time is it?" }),
         )
         .await
         .unwrap();
-    let id = body.as_str().unwrap().to_owned();
+    assert_eq!(status, 200, "{body}");
+    body.as_str().unwrap().to_owned()
+}
+
+/// SIGTERM, and the server exits cleanly within its grace period.
+async fn terminate(mut server: Server) {
     let pid = server.child.id().unwrap();
-    tokio::time::sleep(Duration::from_millis(5)).await;
     let status = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    let mut server = server;
     let exit = tokio::time::timeout(Duration::from_secs(15), server.child.wait())
         .await
         .expect("the server exits within its grace period")
         .unwrap();
     assert!(exit.success(), "{exit:?}");
-    check_finished_untouched(&site, &id).await;
 }
 
-/// The run finished in the stopping process: completed, with no recovery step.
-async fn check_finished_untouched(site: &Site, id: &str) {
+/// The run's status and termination reason, read from the database.
+async fn status_of(site: &Site, id: &str) -> (String, Option<String>) {
     let db = nrllm_store::db::Database::connect(&site.database_url())
         .await
         .unwrap();
-    let (status, reason): (String, Option<String>) =
-        sqlx::query_as("SELECT status, termination_reason FROM agent_run WHERE id = $1")
-            .bind(id)
-            .fetch_one(db.pool())
-            .await
-            .unwrap();
-    assert_eq!(status, "completed", "{reason:?}");
+    let row = sqlx::query_as("SELECT status, termination_reason FROM agent_run WHERE id = $1")
+        .bind(id)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    db.pool().close().await;
+    row
+}
+
+/// The run has no recovery step: nothing of it was cut off.
+async fn check_untouched(site: &Site, id: &str) {
+    let db = nrllm_store::db::Database::connect(&site.database_url())
+        .await
+        .unwrap();
     let recovered: (i64,) = sqlx::query_as(
         "SELECT COUNT(*) FROM agent_run_event WHERE run_id = $1 AND kind = 'recovered'",
     )

@@ -361,6 +361,10 @@ impl Leases {
                 _ = tokio::time::sleep(beat) => {}
             }
             self.heartbeat().await;
+            // No run is taken over once the server stops.
+            if shutdown.is_cancelled() {
+                return;
+            }
             if let Err(err) = self.reap().await {
                 tracing::error!(%err, "looking for runs whose lease ran out");
             }

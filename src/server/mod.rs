@@ -71,7 +71,8 @@ pub struct AppState {
     pub tool_settings: ToolSettingsStore,
     pub live: Arc<LiveHub>,
     pub configurations: Arc<Configurations>,
-    /// Every run segment the server drives in the background, so a shutdown can wait for them.
+    /// Every run segment the server drives in the background, and the two loops that take runs
+    /// (they end at shutdown), so a shutdown can wait for them.
     pub tasks: TaskTracker,
     /// Cancelled when the server is shutting down: no new runs or decisions are taken, and live
     /// streams end.
@@ -205,7 +206,11 @@ impl AppState {
     /// heartbeat and reaper, the queue's worker, the search indexer, the webhook sender, and on
     /// Postgres the listener for other instances' commits and tool settings.
     pub fn start_background(&self) {
-        tokio::spawn(Arc::clone(&self.leases).run(self.shutdown.clone()));
+        // The two loops that take runs (the reaper's takeovers, the queue's worker) are tracked
+        // like the runs they drive: a shutdown waits until a take in flight has handed its run
+        // to a task, rather than leaving it taken and never driven until the next start.
+        self.tasks
+            .spawn(Arc::clone(&self.leases).run(self.shutdown.clone()));
         // The rate limiters forget the keys whose limits refilled: what failed logins and run
         // starts leave behind does not pile up.
         let (limits, shutdown) = (Arc::clone(&self.limits), self.shutdown.clone());
@@ -217,7 +222,8 @@ impl AppState {
                 }
             }
         });
-        tokio::spawn(Arc::clone(&self.queue).run(self.remote.clone(), self.shutdown.clone()));
+        self.tasks
+            .spawn(Arc::clone(&self.queue).run(self.remote.clone(), self.shutdown.clone()));
         tokio::spawn(indexer::run(self.sql_store.clone(), self.shutdown.clone()));
         if let Some(remote) = &self.remote {
             tokio::spawn(Arc::clone(remote).run(self.shutdown.clone()));

@@ -117,6 +117,10 @@ impl Queue {
     ) {
         let mut cancels = remote.as_ref().map(|feed| feed.cancels());
         loop {
+            // No run is taken once the server stops, even when the bell rang at the same time.
+            if shutdown.is_cancelled() {
+                return;
+            }
             if let Err(err) = self.fill().await {
                 tracing::error!(%err, "taking queued runs");
             }
