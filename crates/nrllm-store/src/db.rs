@@ -5,7 +5,8 @@
 //! [`Database::backend`]. They run through sqlx's `Any` driver, except the write transitions
 //! and the point reads of the hot path ([`Database::transact`], [`Database::query`]): on SQLite
 //! the file's direct connections carry them out ([`crate::sqlite`]), on Postgres pipelining
-//! connections ([`crate::postgres`]).
+//! connections ([`crate::postgres`]). A transaction of typed statements for another crate (the
+//! demo site's changes, [`Database::begin_typed`]) runs on SQLite's write connection too.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -19,10 +20,11 @@ use sqlx::{Any, AnyConnection, AnyPool, Executor, Transaction};
 use uuid::Uuid;
 
 use crate::chain::AuditKey;
+use crate::error::backend;
 use crate::notify::{Announcer, Notice};
 use crate::postgres::Pipeline;
 pub use crate::sqlite::SqliteSync;
-use crate::sqlite::{Readers, Writer};
+use crate::sqlite::{Readers, SqliteTx, Writer};
 use crate::transition::{Row, Statement, Transition};
 
 /// A statement with its arguments bound, for sqlx's `Any` driver.
@@ -53,6 +55,57 @@ impl std::ops::Deref for WriteTx {
 impl std::ops::DerefMut for WriteTx {
     fn deref_mut(&mut self) -> &mut AnyConnection {
         &mut self.tx
+    }
+}
+
+/// A write transaction of [`Statement`]s ([`Database::begin_typed`]).
+pub struct TypedTx(OpenTx);
+
+enum OpenTx {
+    /// On the write connection, on the caller's thread.
+    Sqlite(SqliteTx),
+    /// Through sqlx's pool.
+    Pool(WriteTx),
+}
+
+impl TypedTx {
+    /// The rows `statement` returns (none for a write that returns none), in the transaction.
+    pub async fn query(&mut self, statement: &Statement) -> Result<Vec<Row>, StoreError> {
+        match &mut self.0 {
+            OpenTx::Sqlite(tx) => tx.query(statement),
+            OpenTx::Pool(tx) => {
+                let rows = statement
+                    .query()
+                    .fetch_all(&mut **tx)
+                    .await
+                    .map_err(backend)?;
+                rows.iter().map(Row::from_any).collect()
+            }
+        }
+    }
+
+    /// The first row `statement` returns, if any.
+    pub async fn query_one(&mut self, statement: &Statement) -> Result<Option<Row>, StoreError> {
+        Ok(self.query(statement).await?.into_iter().next())
+    }
+
+    pub async fn commit(self) -> Result<(), StoreError> {
+        match self.0 {
+            OpenTx::Sqlite(tx) => tx.commit(),
+            OpenTx::Pool(tx) => tx.commit().await.map_err(backend),
+        }
+    }
+
+    /// Rolls back what the transaction wrote (as dropping it does, but here the caller hears
+    /// when it is done, and whether it failed).
+    pub async fn roll_back(self) -> Result<(), StoreError> {
+        match self.0 {
+            OpenTx::Sqlite(tx) => {
+                drop(tx);
+                Ok(())
+            }
+            OpenTx::Pool(tx) => tx.tx.rollback().await.map_err(backend),
+        }
     }
 }
 
@@ -210,7 +263,7 @@ impl Database {
     /// The rows a point read returns (a run by id, a run's rules): on SQLite read on this
     /// thread, on the write connection if it is free (see [`crate::sqlite`]); on Postgres on a
     /// pipelining connection.
-    pub(crate) async fn query(&self, statement: &Statement) -> Result<Vec<Row>, StoreError> {
+    pub async fn query(&self, statement: &Statement) -> Result<Vec<Row>, StoreError> {
         match &*self.direct {
             Direct::Sqlite {
                 writer, readers, ..
@@ -281,6 +334,25 @@ impl Database {
             Backend::Postgres => self.pool.begin().await?,
         };
         Ok(WriteTx { tx, _turn: turn })
+    }
+
+    /// Begins a write transaction of [`Statement`]s, for a part of the program outside the run
+    /// store (the demo site's changes). On SQLite it runs on the write connection, in this
+    /// process's turn to write, statement by statement on the caller's thread — where
+    /// [`Database::begin_write`] makes a trip to a pool connection's thread and back for each
+    /// statement, `BEGIN` and `COMMIT` included. On Postgres it goes through sqlx's pool, as
+    /// [`Database::begin_write`] does: the pipelining connections are the transitions', and a
+    /// site change holding one for its eight round trips slowed them (BENCHMARKS.md). Dropped
+    /// before it is committed, it rolls back.
+    pub async fn begin_typed(&self) -> Result<TypedTx, StoreError> {
+        let tx = match &*self.direct {
+            Direct::Sqlite { writer, turn, .. } => {
+                let turn = Arc::clone(turn).lock_owned().await;
+                OpenTx::Sqlite(writer.begin_lent(turn).await?)
+            }
+            Direct::Postgres { .. } => OpenTx::Pool(self.begin_write().await.map_err(backend)?),
+        };
+        Ok(TypedTx(tx))
     }
 
     /// Carries out one writing statement through the pool, in this process's turn to write.

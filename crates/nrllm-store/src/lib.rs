@@ -23,3 +23,4 @@ mod wal_writes;
 pub mod webhooks;
 
 pub use run_store::SqlRunStore;
+pub use transition::{Cells, Row, Statement, Value};

@@ -19,7 +19,7 @@ use crate::error::backend;
 
 /// A statement's parameter, with its type even when it is null (Postgres wants to know).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Value {
+pub enum Value {
     Int(Option<i64>),
     Text(Option<String>),
 }
@@ -74,13 +74,13 @@ impl From<Option<&str>> for Value {
 
 /// One SQL statement with its parameters, `$1`, `$2`, … in order.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Statement {
+pub struct Statement {
     pub(crate) sql: String,
     pub(crate) args: Vec<Value>,
 }
 
 impl Statement {
-    pub(crate) fn new(sql: impl Into<String>) -> Statement {
+    pub fn new(sql: impl Into<String>) -> Statement {
         Statement {
             sql: sql.into(),
             args: Vec::new(),
@@ -88,7 +88,7 @@ impl Statement {
     }
 
     /// The statement with its next parameter.
-    pub(crate) fn bind(mut self, value: impl Into<Value>) -> Statement {
+    pub fn bind(mut self, value: impl Into<Value>) -> Statement {
         self.args.push(value.into());
         self
     }
@@ -116,7 +116,7 @@ impl Statement {
 }
 
 /// Reading a column of a returned row by name, whatever read it.
-pub(crate) trait Cells {
+pub trait Cells {
     /// An integer column (`None`: null).
     fn int(&self, column: &str) -> Result<Option<i64>, StoreError>;
     /// A text column (`None`: null).
@@ -148,7 +148,7 @@ impl Cells for AnyRow {
 /// A row a transition's fence returned, by column name. The rows of one statement share their
 /// column names.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Row {
+pub struct Row {
     columns: Arc<[String]>,
     /// One a column, in the columns' order.
     pub(crate) values: Vec<Value>,
@@ -179,6 +179,37 @@ impl Row {
     pub(crate) fn of(cells: Vec<(String, Value)>) -> Row {
         let (columns, values): (Vec<String>, Vec<Value>) = cells.into_iter().unzip();
         Row::new(columns.into(), values)
+    }
+
+    /// A row sqlx's `Any` driver read, column by column (integers and booleans as numbers).
+    pub(crate) fn from_any(row: &AnyRow) -> Result<Row, StoreError> {
+        use sqlx::any::AnyTypeInfoKind as Kind;
+        use sqlx::{Column as _, TypeInfo as _};
+        let mut values = Vec::with_capacity(row.columns().len());
+        for (i, column) in row.columns().iter().enumerate() {
+            let value = match column.type_info().kind() {
+                Kind::Null => Value::Text(None),
+                Kind::Bool => Value::Int(
+                    row.try_get::<Option<bool>, _>(i)
+                        .map_err(backend)?
+                        .map(i64::from),
+                ),
+                Kind::SmallInt | Kind::Integer | Kind::BigInt => {
+                    Value::Int(row.try_get(i).map_err(backend)?)
+                }
+                Kind::Text => Value::Text(row.try_get(i).map_err(backend)?),
+                _ => {
+                    return Err(StoreError::Corrupt(format!(
+                        "column `{}` has a type the store does not read ({})",
+                        column.name(),
+                        column.type_info().name()
+                    )))
+                }
+            };
+            values.push(value);
+        }
+        let columns = row.columns().iter().map(|c| c.name().to_owned()).collect();
+        Ok(Row::new(columns, values))
     }
 
     /// Whether the row has `column` at all.

@@ -5,15 +5,24 @@ use super::records::*;
 use super::store::*;
 use nrllm_core::clock::now_ms;
 use nrllm_core::failpoint;
-use nrllm_store::db::Backend;
-use sqlx::Row;
+use nrllm_core::run_store::StoreError;
+use nrllm_store::db::{Backend, TypedTx};
+use nrllm_store::{Cells, Statement};
+
+/// A change's transaction, begun.
+enum Change {
+    /// Open, for the change to be written in.
+    Open(TypedTx),
+    /// Over: the change's effect key was applied before, with this result.
+    AppliedBefore(String),
+}
 
 impl SiteStore {
     /// Refuses, in the change's transaction, an author whose run is no longer at the version the
     /// applying instance holds it at (a takeover moved it on). On Postgres the run's row stays
     /// locked until the change commits, so a takeover waits for it and then finds its effect.
     pub(super) async fn still_holds(
-        tx: &mut sqlx::AnyConnection,
+        tx: &mut TypedTx,
         backend: Backend,
         author: &Author,
     ) -> Result<(), SiteError> {
@@ -27,11 +36,13 @@ impl SiteStore {
             // Writers are serialized already (BEGIN IMMEDIATE).
             Backend::Sqlite => "SELECT version FROM agent_run WHERE id = $1 AND status = $2",
         };
-        let version: Option<i64> = sqlx::query_scalar(sql)
+        let statement = Statement::new(sql)
             .bind(run)
-            .bind(nrllm_core::run_store::RunStatus::Running.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
+            .bind(nrllm_core::run_store::RunStatus::Running.as_str());
+        let version = match tx.query_one(&statement).await? {
+            Some(row) => row.int("version")?,
+            None => None,
+        };
         match version {
             Some(version) if version == epoch => Ok(()),
             _ => Err(SiteError::LeaseLost),
@@ -40,36 +51,78 @@ impl SiteStore {
 
     /// The result of the effect applied under `key` before, if one was.
     pub(super) async fn applied_before(
-        tx: &mut sqlx::AnyConnection,
+        tx: &mut TypedTx,
         key: Option<&str>,
     ) -> Result<Option<String>, SiteError> {
         let Some(key) = key else {
             return Ok(None);
         };
-        let row = sqlx::query("SELECT result FROM site_effect WHERE effect_key = $1")
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
-        Ok(row.map(|row| row.try_get("result")).transpose()?)
+        let statement =
+            Statement::new("SELECT result FROM site_effect WHERE effect_key = $1").bind(key);
+        Ok(match tx.query_one(&statement).await? {
+            Some(row) => Some(row.required_text("result")?),
+            None => None,
+        })
     }
 
     /// Records that the effect under `key` was applied, with its result, in its transaction.
     pub(super) async fn record_effect(
-        tx: &mut sqlx::AnyConnection,
+        tx: &mut TypedTx,
         key: Option<&str>,
         result: &str,
     ) -> Result<(), SiteError> {
         if let Some(key) = key {
-            sqlx::query(
-                "INSERT INTO site_effect (effect_key, result, created_at_ms) VALUES ($1, $2, $3)",
+            tx.query(
+                &Statement::new(
+                    "INSERT INTO site_effect (effect_key, result, created_at_ms) VALUES ($1, $2, $3)",
+                )
+                .bind(key)
+                .bind(result)
+                .bind(now_ms()),
             )
-            .bind(key)
-            .bind(result)
-            .bind(now_ms())
-            .execute(&mut *tx)
             .await?;
         }
         Ok(())
+    }
+
+    /// Begins a change's transaction and checks that its author may make it: the run still
+    /// held (see [`SiteStore::still_holds`]), and its effect key not applied before.
+    async fn begin_change(&self, author: &Author) -> Result<Change, SiteError> {
+        let mut tx = self.db.begin_typed().await?;
+        let checked = match Self::still_holds(&mut tx, self.db.backend(), author).await {
+            Ok(()) => Self::applied_before(&mut tx, author.effect_key.as_deref()).await,
+            Err(err) => Err(err),
+        };
+        match checked {
+            Ok(None) => Ok(Change::Open(tx)),
+            Ok(Some(result)) => {
+                tx.roll_back().await?;
+                Ok(Change::AppliedBefore(result))
+            }
+            Err(err) => Self::refuse(tx, err).await,
+        }
+    }
+
+    /// Ends a change's transaction: committed if it was `written` (then the crash tests' point
+    /// after an effect is reached), rolled back if it was refused.
+    async fn finish(tx: TypedTx, written: Result<String, SiteError>) -> Result<String, SiteError> {
+        match written {
+            Ok(result) => {
+                tx.commit().await?;
+                failpoint::reach("in_tool_after_effect");
+                Ok(result)
+            }
+            Err(err) => Self::refuse(tx, err).await,
+        }
+    }
+
+    /// Rolls back a change refused with `err`, which the caller hears whatever the rollback came
+    /// to (a failed rollback is logged; nothing of the change was committed either way).
+    async fn refuse<T>(tx: TypedTx, err: SiteError) -> Result<T, SiteError> {
+        if let Err(rollback) = tx.roll_back().await {
+            tracing::warn!(error = %rollback, "rolling back a refused site change failed");
+        }
+        Err(err)
     }
 
     /// Applies `change` to the page `slug` (or creates it) and records the history row, in one
@@ -85,18 +138,32 @@ impl SiteStore {
         change: impl FnOnce(Option<Page>) -> Result<Option<Page>, SiteError>,
         describe: impl FnOnce(&Option<Page>, &Option<Page>) -> String,
     ) -> Result<String, SiteError> {
+        let mut tx = match self.begin_change(author).await? {
+            Change::Open(tx) => tx,
+            Change::AppliedBefore(result) => return Ok(result),
+        };
+        let written = Self::write_change(&mut tx, (slug, action), author, change, describe).await;
+        Self::finish(tx, written).await
+    }
+
+    /// [`SiteStore::change_page`]'s reads and writes, in its open transaction `tx`: what it
+    /// did, described.
+    async fn write_change(
+        tx: &mut TypedTx,
+        (slug, action): (&str, &str),
+        author: &Author,
+        change: impl FnOnce(Option<Page>) -> Result<Option<Page>, SiteError>,
+        describe: impl FnOnce(&Option<Page>, &Option<Page>) -> String,
+    ) -> Result<String, SiteError> {
         let key = author.effect_key.as_deref();
-        let mut tx = self.db.begin_write().await?;
-        Self::still_holds(&mut tx, self.db.backend(), author).await?;
-        if let Some(result) = Self::applied_before(&mut tx, key).await? {
-            return Ok(result);
-        }
-        let row = sqlx::query(
-            "SELECT slug, title, body, status, updated_at_ms FROM site_page WHERE slug = $1",
-        )
-        .bind(slug)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let row = tx
+            .query_one(
+                &Statement::new(
+                    "SELECT slug, title, body, status, updated_at_ms FROM site_page WHERE slug = $1",
+                )
+                .bind(slug),
+            )
+            .await?;
         let before = row.as_ref().map(read_page).transpose()?;
         // The operator approved a diff of the page as it was then; a page that changed since is
         // not touched. (A basis of another target, after an edit of the slug, says nothing here.)
@@ -108,66 +175,54 @@ impl SiteStore {
             }
         }
         let after = change(before.clone())?;
-        Self::write_page(&mut tx, slug, &before, &after).await?;
+        tx.query(&Self::write_page(slug, &before, &after)?).await?;
         let json = |page: &Option<Page>| page.as_ref().and_then(|p| serde_json::to_string(p).ok());
-        sqlx::query(
-            "INSERT INTO site_page_history (slug, action, actor, run_id, before_json, after_json, created_at_ms, effect_key) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        tx.query(
+            &Statement::new(
+                "INSERT INTO site_page_history (slug, action, actor, run_id, before_json, after_json, created_at_ms, effect_key) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(slug)
+            .bind(action)
+            .bind(&author.actor)
+            .bind(author.run_id.as_deref())
+            .bind(json(&before))
+            .bind(json(&after))
+            .bind(now_ms())
+            .bind(key),
         )
-        .bind(slug)
-        .bind(action)
-        .bind(&author.actor)
-        .bind(author.run_id.as_deref())
-        .bind(json(&before))
-        .bind(json(&after))
-        .bind(now_ms())
-        .bind(key)
-        .execute(&mut *tx)
         .await?;
         let result = describe(&before, &after);
-        Self::record_effect(&mut tx, key, &result).await?;
-        tx.commit().await?;
-        failpoint::reach("in_tool_after_effect");
+        Self::record_effect(tx, key, &result).await?;
         Ok(result)
     }
 
-    /// Writes the page as `change` left it: inserted, updated or deleted.
-    async fn write_page(
-        tx: &mut sqlx::AnyConnection,
+    /// The statement that writes the page as `change` left it: inserted, updated or deleted.
+    fn write_page(
         slug: &str,
         before: &Option<Page>,
         after: &Option<Page>,
-    ) -> Result<(), SiteError> {
-        match (before, after) {
-            (None, Some(page)) => {
-                sqlx::query("INSERT INTO site_page (slug, title, body, status, updated_at_ms) VALUES ($1, $2, $3, $4, $5)")
-                    .bind(&page.slug)
-                    .bind(&page.title)
-                    .bind(&page.body)
-                    .bind(page.status.as_str())
-                    .bind(page.updated_at_ms)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            (Some(_), Some(page)) => {
-                sqlx::query("UPDATE site_page SET title = $1, body = $2, status = $3, updated_at_ms = $4 WHERE slug = $5")
-                    .bind(&page.title)
-                    .bind(&page.body)
-                    .bind(page.status.as_str())
-                    .bind(page.updated_at_ms)
-                    .bind(&page.slug)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            (Some(_), None) => {
-                sqlx::query("DELETE FROM site_page WHERE slug = $1")
-                    .bind(slug)
-                    .execute(&mut *tx)
-                    .await?;
-            }
+    ) -> Result<Statement, SiteError> {
+        Ok(match (before, after) {
+            (None, Some(page)) => Statement::new(
+                "INSERT INTO site_page (slug, title, body, status, updated_at_ms) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(&page.slug)
+            .bind(&page.title)
+            .bind(&page.body)
+            .bind(page.status.as_str())
+            .bind(page.updated_at_ms),
+            (Some(_), Some(page)) => Statement::new(
+                "UPDATE site_page SET title = $1, body = $2, status = $3, updated_at_ms = $4 WHERE slug = $5",
+            )
+            .bind(&page.title)
+            .bind(&page.body)
+            .bind(page.status.as_str())
+            .bind(page.updated_at_ms)
+            .bind(&page.slug),
+            (Some(_), None) => Statement::new("DELETE FROM site_page WHERE slug = $1").bind(slug),
             (None, None) => return Err(SiteError::NotFound(slug.to_owned())),
-        }
-        Ok(())
+        })
     }
 
     /// Creates a draft page; `describe` says so, from the new page.
@@ -284,28 +339,43 @@ impl SiteStore {
         author: &Author,
         describe: impl FnOnce(&OutboxMessage) -> String,
     ) -> Result<String, SiteError> {
+        let mut tx = match self.begin_change(author).await? {
+            Change::Open(tx) => tx,
+            Change::AppliedBefore(result) => return Ok(result),
+        };
+        let written =
+            Self::write_message(&mut tx, (recipient, subject, body), author, describe).await;
+        Self::finish(tx, written).await
+    }
+
+    /// [`SiteStore::send_message`]'s writes, in its open transaction `tx`: what it did,
+    /// described.
+    async fn write_message(
+        tx: &mut TypedTx,
+        (recipient, subject, body): (&str, &str, &str),
+        author: &Author,
+        describe: impl FnOnce(&OutboxMessage) -> String,
+    ) -> Result<String, SiteError> {
         let key = author.effect_key.as_deref();
-        let mut tx = self.db.begin_write().await?;
-        Self::still_holds(&mut tx, self.db.backend(), author).await?;
-        if let Some(result) = Self::applied_before(&mut tx, key).await? {
-            return Ok(result);
-        }
         let now = now_ms();
-        let row = sqlx::query(
-            "INSERT INTO site_outbox (recipient, subject, body, actor, run_id, created_at_ms, effect_key) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-        )
-        .bind(recipient)
-        .bind(subject)
-        .bind(body)
-        .bind(&author.actor)
-        .bind(author.run_id.as_deref())
-        .bind(now)
-        .bind(key)
-        .fetch_one(&mut *tx)
-        .await?;
+        let row = tx
+            .query_one(
+                &Statement::new(
+                    "INSERT INTO site_outbox (recipient, subject, body, actor, run_id, created_at_ms, effect_key) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                )
+                .bind(recipient)
+                .bind(subject)
+                .bind(body)
+                .bind(&author.actor)
+                .bind(author.run_id.as_deref())
+                .bind(now)
+                .bind(key),
+            )
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("an outbox insert returned no id".into()))?;
         let message = OutboxMessage {
-            id: row.try_get("id")?,
+            id: row.required_int("id")?,
             recipient: recipient.to_owned(),
             subject: subject.to_owned(),
             body: body.to_owned(),
@@ -314,9 +384,7 @@ impl SiteStore {
             created_at_ms: now,
         };
         let result = describe(&message);
-        Self::record_effect(&mut tx, key, &result).await?;
-        tx.commit().await?;
-        failpoint::reach("in_tool_after_effect");
+        Self::record_effect(tx, key, &result).await?;
         Ok(result)
     }
 }

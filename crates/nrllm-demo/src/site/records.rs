@@ -119,4 +119,6 @@ pub enum SiteError {
     LeaseLost,
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    #[error("database error: {0}")]
+    Store(#[from] nrllm_core::run_store::StoreError),
 }

@@ -2,8 +2,9 @@
 
 use super::records::*;
 use nrllm_core::clock::now_ms;
+use nrllm_core::run_store::StoreError;
 use nrllm_store::db::Database;
-use sqlx::any::AnyRow;
+use nrllm_store::{Cells, Statement};
 use sqlx::Row;
 
 /// The demo site's pages, history and outbox.
@@ -51,13 +52,13 @@ pub(super) const SEED_PAGES: &[(&str, &str, &str, PageStatus)] = &[
     ),
 ];
 
-pub(super) fn read_page(row: &AnyRow) -> Result<Page, sqlx::Error> {
+pub(super) fn read_page(row: &impl Cells) -> Result<Page, StoreError> {
     Ok(Page {
-        slug: row.try_get("slug")?,
-        title: row.try_get("title")?,
-        body: row.try_get("body")?,
-        status: PageStatus::parse(&row.try_get::<String, _>("status")?),
-        updated_at_ms: row.try_get("updated_at_ms")?,
+        slug: row.required_text("slug")?,
+        title: row.required_text("title")?,
+        body: row.required_text("body")?,
+        status: PageStatus::parse(&row.required_text("status")?),
+        updated_at_ms: row.required_int("updated_at_ms")?,
     })
 }
 
@@ -104,16 +105,19 @@ impl SiteStore {
         Ok(rows.iter().map(read_page).collect::<Result<_, _>>()?)
     }
 
-    /// One page.
+    /// One page (a point read on the store's own connections: a preview makes one).
     pub async fn get_page(&self, slug: &str) -> Result<Page, SiteError> {
-        let row = sqlx::query(
-            "SELECT slug, title, body, status, updated_at_ms FROM site_page WHERE slug = $1",
-        )
-        .bind(slug)
-        .fetch_optional(self.db.pool())
-        .await?;
-        match row {
-            Some(row) => Ok(read_page(&row)?),
+        let rows = self
+            .db
+            .query(
+                &Statement::new(
+                    "SELECT slug, title, body, status, updated_at_ms FROM site_page WHERE slug = $1",
+                )
+                .bind(slug),
+            )
+            .await?;
+        match rows.first() {
+            Some(row) => Ok(read_page(row)?),
             None => Err(SiteError::NotFound(slug.to_owned())),
         }
     }

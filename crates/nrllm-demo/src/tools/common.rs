@@ -14,6 +14,7 @@ pub(super) fn site_error(err: SiteError) -> ToolError {
         | SiteError::Changed(_)
         | SiteError::LeaseLost => ToolError::Refused(err.to_string()),
         SiteError::Database(cause) => ToolError::internal(cause),
+        SiteError::Store(cause) => ToolError::internal(cause),
     }
 }
 

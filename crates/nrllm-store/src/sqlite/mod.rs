@@ -27,13 +27,18 @@
 //!   ([`Readers`]), whose page cache starts over after each commit of another connection. Such a
 //!   read takes microseconds; a trip to another thread and back costs more than the read. Pages
 //!   and scans stay on sqlx's pool.
+//! - A transaction of another part of the program (the demo site's changes) runs on the write
+//!   connection too, statement by statement on the caller's thread in the process's write turn
+//!   ([`SqliteTx`]), rather than a trip to a pool connection's thread for each statement.
 
 mod conn;
+mod lent;
 mod readers;
 #[cfg(test)]
 mod tests;
 mod writer;
 
 pub use conn::*;
+pub(crate) use lent::*;
 pub(crate) use readers::*;
 pub(crate) use writer::*;
