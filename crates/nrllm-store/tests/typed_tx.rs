@@ -43,7 +43,7 @@ fn add(name: &str, by: i64) -> Statement {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_direct_transaction_commits_whole_or_not_at_all() {
+async fn a_typed_transaction_commits_whole_or_not_at_all() {
     for test in backends().await {
         let db = &test.db;
         table(db, "direct_t").await;
@@ -110,7 +110,7 @@ async fn a_direct_transaction_commits_whole_or_not_at_all() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_sqlite_a_direct_transaction_holds_the_write_turn() {
+async fn on_sqlite_a_typed_transaction_holds_the_write_turn() {
     let test = sqlite().await;
     let db = &test.db;
     table(db, "turn_d").await;

@@ -16,6 +16,7 @@ use nrllm_core::spans::{Attr, SpanRecord};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status, SpanFlags};
+use prost::encoding::{double, fixed32, fixed64, int64, uint64};
 use prost::Message as _;
 
 /// W3C trace flags: the trace is sampled.
@@ -42,23 +43,15 @@ fn nanos(time: SystemTime) -> u64 {
     })
 }
 
-/// Protobuf's fields, as much of them as a span needs, on `prost`'s own varints and keys.
+/// Protobuf's length-delimited fields written from borrowed bytes, on `prost`'s own varints
+/// and keys (its `bytes` and `string` encoders take owned values); scalar fields go through
+/// `prost::encoding`'s own (`uint64`, `int64`, `double`, `fixed64`, `fixed32`).
 mod wire {
     use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
 
     /// A field of `len` bytes (a string, bytes, a message) as written: key, length, bytes.
     pub(super) fn len_field(field: u32, len: usize) -> usize {
         key_len(field) + encoded_len_varint(len as u64) + len
-    }
-
-    /// The length of a fixed-width field (`width` bytes: 4 or 8).
-    pub(super) fn fixed_field(field: u32, width: usize) -> usize {
-        key_len(field) + width
-    }
-
-    /// The length of a varint field.
-    pub(super) fn uint_field(field: u32, value: u64) -> usize {
-        key_len(field) + encoded_len_varint(value)
     }
 
     /// The key and the length of a field of `len` bytes, which the caller writes next.
@@ -71,21 +64,6 @@ mod wire {
         len_head(out, field, bytes.len());
         out.extend_from_slice(bytes);
     }
-
-    pub(super) fn uint(out: &mut Vec<u8>, field: u32, value: u64) {
-        encode_key(field, WireType::Varint, out);
-        encode_varint(value, out);
-    }
-
-    pub(super) fn fixed64(out: &mut Vec<u8>, field: u32, value: u64) {
-        encode_key(field, WireType::SixtyFourBit, out);
-        out.extend_from_slice(&value.to_le_bytes());
-    }
-
-    pub(super) fn fixed32(out: &mut Vec<u8>, field: u32, value: u32) {
-        encode_key(field, WireType::ThirtyTwoBit, out);
-        out.extend_from_slice(&value.to_le_bytes());
-    }
 }
 
 /// The length of an attribute's `AnyValue` message.
@@ -93,8 +71,8 @@ fn value_len(attr: &Attr) -> usize {
     match attr {
         Attr::Static(text) => wire::len_field(1, text.len()),
         Attr::Text(text) => wire::len_field(1, text.len()),
-        Attr::Int(number) => wire::uint_field(3, *number as u64),
-        Attr::Float(_) => wire::fixed_field(4, 8),
+        Attr::Int(number) => int64::encoded_len(3, number),
+        Attr::Float(number) => double::encoded_len(4, number),
         Attr::Texts(texts) => wire::len_field(5, array_len(texts)),
     }
 }
@@ -112,8 +90,8 @@ fn write_value(out: &mut Vec<u8>, attr: &Attr) {
     match attr {
         Attr::Static(text) => wire::bytes(out, 1, text.as_bytes()),
         Attr::Text(text) => wire::bytes(out, 1, text.as_bytes()),
-        Attr::Int(number) => wire::uint(out, 3, *number as u64),
-        Attr::Float(number) => wire::fixed64(out, 4, number.to_bits()),
+        Attr::Int(number) => int64::encode(3, number, out),
+        Attr::Float(number) => double::encode(4, number, out),
         Attr::Texts(texts) => {
             wire::len_head(out, 5, array_len(texts));
             for text in texts {
@@ -154,36 +132,34 @@ fn write_span(out: &mut Vec<u8>, span: &SpanRecord) -> bool {
         flags |= IS_REMOTE;
     }
     wire::bytes(out, 5, span.name.as_bytes());
-    wire::uint(
-        out,
-        6,
-        match span.client {
-            true => SpanKind::Client,
-            false => SpanKind::Internal,
-        } as u64,
-    );
-    wire::fixed64(out, 7, nanos(span.start));
-    wire::fixed64(out, 8, nanos(span.end));
+    let kind = match span.client {
+        true => SpanKind::Client,
+        false => SpanKind::Internal,
+    };
+    uint64::encode(6, &(kind as u64), out);
+    fixed64::encode(7, &nanos(span.start), out);
+    fixed64::encode(8, &nanos(span.end), out);
     for attribute in &span.attributes {
         write_attribute(out, 9, attribute);
     }
     if let Some((trace, linked)) = span.link.filter(|(t, s)| *t != [0; 16] && *s != [0; 8]) {
-        let len = wire::len_field(1, 16) + wire::len_field(2, 8) + wire::fixed_field(6, 4);
+        let flags = SAMPLED | HAS_IS_REMOTE;
+        let len = wire::len_field(1, 16) + wire::len_field(2, 8) + fixed32::encoded_len(6, &flags);
         wire::len_head(out, 13, len);
         wire::bytes(out, 1, &trace);
         wire::bytes(out, 2, &linked);
-        wire::fixed32(out, 6, SAMPLED | HAS_IS_REMOTE);
+        fixed32::encode(6, &flags, out);
     }
     match &span.error {
         Some(message) => {
-            let len = wire::len_field(2, message.len()) + wire::uint_field(3, STATUS_ERROR);
+            let len = wire::len_field(2, message.len()) + uint64::encoded_len(3, &STATUS_ERROR);
             wire::len_head(out, 15, len);
             wire::bytes(out, 2, message.as_bytes());
-            wire::uint(out, 3, STATUS_ERROR);
+            uint64::encode(3, &STATUS_ERROR, out);
         }
         None => wire::len_head(out, 15, 0),
     }
-    wire::fixed32(out, 16, flags);
+    fixed32::encode(16, &flags, out);
     true
 }
 

@@ -5,7 +5,7 @@
 
 use super::conn::*;
 use super::readers::rows;
-use super::writer::{checkpoint_due, locked, Writer};
+use super::writer::{checkpoint_due, locked, on_multi_thread_runtime, without_waiting, Writer};
 use crate::transition::{Row, Statement};
 use nrllm_core::run_store::StoreError;
 use std::time::{Duration, Instant};
@@ -59,17 +59,12 @@ impl Writer {
 
 /// `BEGIN IMMEDIATE` on `conn`, failing at once (busy) if the file's write lock is taken.
 fn begin_now(conn: &Shared) -> rusqlite::Result<()> {
-    let conn = locked(conn);
-    conn.db.busy_timeout(Duration::ZERO)?;
-    let begun = conn
-        .db
-        .prepare_cached("BEGIN IMMEDIATE")
-        .and_then(|mut begin| begin.execute([]))
-        .map(drop);
-    if let Err(err) = conn.db.busy_timeout(BUSY_TIMEOUT) {
-        tracing::error!(error = %err, "the SQLite write connection refused its busy timeout");
-    }
-    begun
+    without_waiting(&mut locked(conn), |conn| {
+        conn.db
+            .prepare_cached("BEGIN IMMEDIATE")
+            .and_then(|mut begin| begin.execute([]))
+            .map(drop)
+    })?
 }
 
 impl SqliteTx {
@@ -95,11 +90,8 @@ impl SqliteTx {
                 .prepare_cached("COMMIT")
                 .and_then(|mut commit| commit.execute([]))
         };
-        let multi_thread = tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
-            runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-        });
         let committed = match self.sync {
-            SqliteSync::Full if multi_thread => tokio::task::block_in_place(commit),
+            SqliteSync::Full if on_multi_thread_runtime() => tokio::task::block_in_place(commit),
             _ => commit(),
         };
         committed.map_err(sqlite)?;

@@ -106,9 +106,7 @@ impl Writer {
     pub(super) fn inline(&self) -> bool {
         match self.sync {
             SqliteSync::Normal => true,
-            SqliteSync::Full => tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
-                runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-            }),
+            SqliteSync::Full => on_multi_thread_runtime(),
         }
     }
 
@@ -274,14 +272,31 @@ pub(super) enum Attempt {
 /// for it). Any error rolls it back (the transaction's drop). The connection then waits for
 /// locks again as it does at rest — for the writer thread's transactions and the point reads.
 pub(super) fn carry_out_now(conn: &mut Conn, transition: Transition) -> Attempt {
-    if let Err(err) = conn.db.busy_timeout(Duration::ZERO) {
-        return Attempt::Done(Err(sqlite(err)));
+    match without_waiting(conn, |conn| begin_now(conn, transition)) {
+        Ok(attempt) => attempt,
+        Err(err) => Attempt::Done(Err(sqlite(err))),
     }
-    let attempt = begin_now(conn, transition);
+}
+
+/// `work` on `conn` while it does not wait for locks (a lock taken elsewhere fails at once,
+/// busy); then the connection waits for them again as it does at rest.
+pub(super) fn without_waiting<T>(
+    conn: &mut Conn,
+    work: impl FnOnce(&mut Conn) -> T,
+) -> rusqlite::Result<T> {
+    conn.db.busy_timeout(Duration::ZERO)?;
+    let done = work(conn);
     if let Err(err) = conn.db.busy_timeout(BUSY_TIMEOUT) {
         tracing::error!(error = %err, "the SQLite write connection refused its busy timeout");
     }
-    attempt
+    Ok(done)
+}
+
+/// Whether this thread is a worker of a multi-threaded runtime: one that can lend its other
+/// tasks to another thread while this one waits for a flush (`block_in_place`).
+pub(super) fn on_multi_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|runtime| runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }
 
 /// [`carry_out_now`] on a connection that does not wait for locks.
