@@ -56,7 +56,10 @@ fn starting<'a>(spans: &'a [Received], prefix: &str) -> Vec<&'a Received> {
         .collect()
 }
 
-#[tokio::test]
+// On two threads: the receiver is served by this runtime while the test blocks waiting for the
+// first process to exit (on one thread, that process's last export would wait for an answer
+// until its shutdown gave up, and its spans could be lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_trace_across_a_suspend_a_restart_and_a_resume_in_another_process() {
     let receiver = Receiver::http().await.unwrap();
     let endpoint = receiver.endpoint();
@@ -78,9 +81,14 @@ async fn one_trace_across_a_suspend_a_restart_and_a_resume_in_another_process() 
     // so it is given the time to stop (dropped at once, it would be killed mid-flush).
     first.signal("TERM");
     let stopped = first.exited_within(Duration::from_secs(30));
+    let first_log = first.log_text();
     assert!(
         stopped.is_some_and(|status| status.success()),
-        "{stopped:?}"
+        "{stopped:?}: {first_log}"
+    );
+    assert!(
+        !first_log.contains("not sent in time") && !first_log.contains("did not take spans"),
+        "the first process's spans all left: {first_log}"
     );
     drop(first);
 
@@ -214,4 +222,70 @@ async fn message_contents_go_on_spans_only_when_the_setting_says_and_grpc_carrie
     assert!(tools[0].text("gen_ai.tool.call.result").is_some());
     // Never in the log.
     assert!(!server.log_text().contains("gen_ai.input.messages"));
+}
+
+/// A webhook receiver that keeps the `traceparent` of each delivery (`None`: sent without one).
+async fn hooks() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>>,
+) {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = std::sync::Arc::clone(&seen);
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let kept = std::sync::Arc::clone(&kept);
+            async move {
+                let traceparent = headers
+                    .get("traceparent")
+                    .and_then(|value| value.to_str().ok())
+                    .map(str::to_owned);
+                kept.lock().unwrap().push(traceparent);
+                axum::http::StatusCode::NO_CONTENT
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{address}/hook"), seen)
+}
+
+#[tokio::test]
+async fn a_webhook_delivery_names_the_runs_root_span_only_while_spans_are_exported() {
+    let receiver = Receiver::http().await.unwrap();
+    let endpoint = receiver.endpoint();
+    for exported in [true, false] {
+        let (hook, seen) = hooks().await;
+        let dir = tempfile::tempdir().unwrap();
+        let db = format!("sqlite:{}", dir.path().join("hooked.db").display());
+        let settings = format!("webhook_url = \"{hook}\"\n");
+        let mut env = match exported {
+            true => exporting(&endpoint, &db, "http/protobuf"),
+            false => vec![("NRLLM_DATABASE_URL", db.as_str())],
+        };
+        env.push(("NRLLM_WEBHOOK_SECRET", "whsec-otel-test-0123456789abcdef"));
+        let server = common::start(&settings, &env).await;
+        let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;
+        let run_id = start_traced(&server, &admin, "Create a page hooked titled \"Hooked\"").await;
+        let waiting = wait_for(&server, &admin, &run_id, "waiting_for_approval").await;
+        let root_id = waiting["trace"]["span_id"].as_str().unwrap().to_owned();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while seen.lock().unwrap().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "no delivery arrived");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let first = seen.lock().unwrap()[0].clone();
+        match exported {
+            // The delivery is about the run: its parent is the run's root span, in the caller's
+            // trace, sampled as the caller asked.
+            true => assert_eq!(
+                first,
+                Some(format!("00-{CALLER_TRACE}-{root_id}-01")),
+                "{}",
+                server.log_text()
+            ),
+            false => assert_eq!(first, None),
+        }
+    }
 }
