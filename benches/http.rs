@@ -366,6 +366,11 @@ async fn measure(args: &Args, db: &TestDb, token: &str) -> Result<Measured, Stri
     // The other instance's worker took some of the new runs; what it takes from now on are
     // decided runs.
     let other_before = other_took().await?;
+    eprintln!(
+        "http: {} runs wait for approval; {} clients decide",
+        waiting.len(),
+        args.clients
+    );
     let (mut decided, took) = approve_all(
         token,
         waiting,

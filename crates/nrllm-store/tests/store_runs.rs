@@ -2277,6 +2277,12 @@ async fn the_overdue_sweeps_find_only_overdue_runs_through_their_indexes() {
                 leases.contains("USING INDEX agent_run_status_created (status=?)"),
                 "{leases}"
             );
+            // The queue's order straight from its index: no sort of every queued run a take.
+            let take = plan("queue take");
+            assert!(
+                take.contains("USING INDEX agent_run_queue") && !take.contains("TEMP B-TREE"),
+                "{take}"
+            );
         }
         db.cleanup().await;
     }

@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use crate::db::Backend;
 use crate::error::backend;
+use crate::transition::{Cells as _, Statement};
 
 use super::queries::*;
 use super::write::*;
@@ -22,12 +23,12 @@ impl LeaseStore for SqlRunStore {
     }
 
     async fn take_run(&self, id: Uuid, now_ms: i64) -> Result<Option<RunRecord>, StoreError> {
-        let row = self
-            .bind_take(&take_sql("id = $6"), now_ms)
-            .bind(id.to_string())
-            .fetch_optional(self.db.pool())
-            .await
-            .map_err(backend)?;
+        let statement = self
+            .bind_take(take_sql("id = $6"), now_ms)
+            .bind(id.to_string());
+        let mut tx = self.db.begin_typed().await?;
+        let row = tx.query_one(&statement).await?;
+        tx.commit().await?;
         if row.is_some() {
             self.committed();
         }
@@ -111,6 +112,33 @@ impl LeaseStore for SqlRunStore {
 }
 
 impl SqlRunStore {
+    /// The queued runs, as a query's `FROM … WHERE` that the conditions of a take follow. The
+    /// status is written out, not bound, so that SQLite may read the queue's partial index
+    /// (`agent_run_queue`, in the queue's order): without statistics its planner read the
+    /// status index instead and sorted every queued run to take the first few — thousands a
+    /// take when decisions come faster than the workers finish. A take of runs held here
+    /// reads the index of held runs, which its planner finds.
+    fn queued(&self, held_here: bool) -> String {
+        let index = match held_here {
+            true => String::new(),
+            false => indexed_by(self.db.backend(), "agent_run_queue"),
+        };
+        format!(
+            "agent_run {index} WHERE status = '{}'",
+            RunStatus::Queued.as_str()
+        )
+    }
+
+    /// The first queued runs a take may have, in the queue's order (parameters: this
+    /// instance, now, how many); SQLite's, which picks before it takes.
+    pub(super) fn pick_sql(&self, held_here: bool) -> String {
+        format!(
+            "SELECT id FROM {} AND {} ORDER BY queued_at_ms, id LIMIT $3",
+            self.queued(held_here),
+            picked(held_here, 1, 2)
+        )
+    }
+
     /// Takes up to `limit` queued runs for this instance, oldest first: any it may take, or
     /// (`held_here`) only those held for it.
     async fn take(
@@ -123,20 +151,20 @@ impl SqlRunStore {
             return Ok(Vec::new());
         }
         // An idle queue is the common case: a read answers it without a write transaction.
-        let any: Option<String> = sqlx::query_scalar(&format!(
-            "SELECT id FROM agent_run WHERE status = $1 AND {} LIMIT 1",
-            picked(held_here, 2, 3)
+        // On SQLite the reads and the take run on this thread, on the store's own connections
+        // (`Database::query`, `Database::begin_typed`): through sqlx's pool each statement was
+        // a trip to its connection's thread and back, a decision's largest share of them.
+        let queued = self.queued(held_here);
+        let any = Statement::new(format!(
+            "SELECT id FROM {queued} AND {} LIMIT 1",
+            picked(held_here, 1, 2)
         ))
-        .bind(RunStatus::Queued.as_str())
         .bind(&*self.owner)
-        .bind(now)
-        .fetch_optional(self.db.pool())
-        .await
-        .map_err(backend)?;
-        if any.is_none() {
+        .bind(now);
+        if self.db.query(&any).await?.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.db.begin_write().await.map_err(backend)?;
+        let mut tx = self.db.begin_typed().await?;
         let rows = match self.db.backend() {
             // One statement; rows another instance is taking now are skipped, not waited for.
             Backend::Postgres => {
@@ -149,45 +177,29 @@ impl SqlRunStore {
                     picked(held_here, 2, 4),
                     take_sql("id IN (SELECT id FROM next)")
                 );
-                self.bind_take(&sql, now)
-                    .bind(i64::from(limit))
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(backend)?
+                tx.query(&self.bind_take(sql, now).bind(i64::from(limit)))
+                    .await?
             }
             // The immediate transaction lets one taker in at a time: pick, then take each (SQLite
             // would evaluate a LIMIT subquery again as the update goes).
             Backend::Sqlite => {
-                let ids: Vec<String> = sqlx::query_scalar(&format!(
-                    "SELECT id FROM agent_run WHERE status = $1 AND {} \
-                     ORDER BY queued_at_ms, id LIMIT $4",
-                    picked(held_here, 2, 3)
-                ))
-                .bind(RunStatus::Queued.as_str())
-                .bind(&*self.owner)
-                .bind(now)
-                .bind(i64::from(limit))
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(backend)?;
-                let sql = take_sql("id = $6");
+                let pick = Statement::new(self.pick_sql(held_here))
+                    .bind(&*self.owner)
+                    .bind(now)
+                    .bind(i64::from(limit));
+                let ids = tx.query(&pick).await?;
                 let mut rows = Vec::with_capacity(ids.len());
                 for id in ids {
-                    if let Some(row) = self
-                        .bind_take(&sql, now)
-                        .bind(id)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(backend)?
-                    {
-                        rows.push(row);
-                    }
+                    let take = self
+                        .bind_take(take_sql("id = $6"), now)
+                        .bind(id.required_text("id")?);
+                    rows.extend(tx.query_one(&take).await?);
                 }
                 rows
             }
         };
         let runs = rows.iter().map(read_run).collect::<Result<Vec<_>, _>>()?;
-        tx.commit().await.map_err(backend)?;
+        tx.commit().await?;
         if !runs.is_empty() {
             self.committed();
         }

@@ -130,8 +130,8 @@ fn search_text(backend: Backend, words: &SearchWords) -> String {
 
 impl SqlRunStore {
     /// How the database answers the queries that grow with the number of runs: the inbox's and
-    /// the runs page's first pages (and the run list searched) and the two sweeps for overdue
-    /// runs, as `EXPLAIN QUERY PLAN` (SQLite) or `EXPLAIN` (Postgres) prints them. For the
+    /// the runs page's first pages (and the run list searched), the two sweeps for overdue
+    /// runs and the queue's take, as `EXPLAIN QUERY PLAN` (SQLite) or `EXPLAIN` (Postgres) prints them. For the
     /// benchmark of many waiting runs.
     pub async fn query_plans(&self) -> Result<Vec<(&'static str, Vec<String>)>, StoreError> {
         let explain = match self.db.backend() {
@@ -166,6 +166,7 @@ impl SqlRunStore {
         let deadlines = format!("{explain} {}", Sweep::Deadlines.sql(self.db.backend()));
         let leases = format!("{explain} {}", Sweep::Leases.sql(self.db.backend()));
         let sweep = |sql| sqlx::query(sql).bind(0_i64).bind(50_i64);
+        let take = format!("{explain} {}", self.pick_sql(false));
         let mut plans = Vec::new();
         for (name, query) in [
             ("inbox, first page", waiting.query_as(&waiting_sql)),
@@ -180,6 +181,10 @@ impl SqlRunStore {
             ),
             ("approval deadline sweep", sweep(&deadlines)),
             ("lease sweep", sweep(&leases)),
+            (
+                "queue take",
+                sqlx::query(&take).bind("plans").bind(0_i64).bind(8_i64),
+            ),
         ] {
             let rows = query.fetch_all(self.db.pool()).await.map_err(backend)?;
             let lines = rows

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::db::Backend;
 use crate::error::backend;
-use crate::transition::Cells;
+use crate::transition::{Cells, Statement};
 
 use super::write::*;
 use super::*;
@@ -34,8 +34,8 @@ impl SqlRunStore {
 
     /// The take-from-the-queue update ([`take_sql`]) with its first five parameters bound:
     /// running, this instance's lease from `now_ms`, from queued.
-    pub(super) fn bind_take<'q>(&'q self, sql: &'q str, now_ms: i64) -> AnyQuery<'q> {
-        sqlx::query(sql)
+    pub(super) fn bind_take(&self, sql: String, now_ms: i64) -> Statement {
+        Statement::new(sql)
             .bind(RunStatus::Running.as_str())
             .bind(&*self.owner)
             .bind(now_ms + self.lease_ms)
