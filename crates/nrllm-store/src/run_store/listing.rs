@@ -131,8 +131,8 @@ fn search_text(backend: Backend, words: &SearchWords) -> String {
 impl SqlRunStore {
     /// How the database answers the queries that grow with the number of runs: the inbox's and
     /// the runs page's first pages (and the run list searched), the two sweeps for overdue
-    /// runs and the queue's take, as `EXPLAIN QUERY PLAN` (SQLite) or `EXPLAIN` (Postgres) prints them. For the
-    /// benchmark of many waiting runs.
+    /// runs and the queue's take, as `EXPLAIN QUERY PLAN` (SQLite) or `EXPLAIN` (Postgres)
+    /// prints them. For the benchmark of many waiting runs.
     pub async fn query_plans(&self) -> Result<Vec<(&'static str, Vec<String>)>, StoreError> {
         let explain = match self.db.backend() {
             Backend::Sqlite => "EXPLAIN QUERY PLAN",
