@@ -118,7 +118,7 @@ impl SqlRunStore {
     /// status index instead and sorted every queued run to take the first few — thousands a
     /// take when decisions come faster than the workers finish. A take of runs held here
     /// reads the index of held runs, which its planner finds.
-    fn queued(&self, held_here: bool) -> String {
+    pub(super) fn queued(&self, held_here: bool) -> String {
         let index = match held_here {
             true => String::new(),
             false => indexed_by(self.db.backend(), "agent_run_queue"),
@@ -126,16 +126,6 @@ impl SqlRunStore {
         format!(
             "agent_run {index} WHERE status = '{}'",
             RunStatus::Queued.as_str()
-        )
-    }
-
-    /// The first queued runs a take may have, in the queue's order (parameters: this
-    /// instance, now, how many); SQLite's, which picks before it takes.
-    pub(super) fn pick_sql(&self, held_here: bool) -> String {
-        format!(
-            "SELECT id FROM {} AND {} ORDER BY queued_at_ms, id LIMIT $3",
-            self.queued(held_here),
-            picked(held_here, 1, 2)
         )
     }
 
@@ -172,7 +162,7 @@ impl SqlRunStore {
                 // planner may run it again for every row, and each run skips the rows just
                 // taken — taking them all.
                 let sql = format!(
-                    "WITH next AS (SELECT id FROM agent_run WHERE status = $5 AND {} \
+                    "WITH next AS (SELECT id FROM {queued} AND {} \
                      ORDER BY queued_at_ms, id LIMIT $6 FOR UPDATE SKIP LOCKED) {}",
                     picked(held_here, 2, 4),
                     take_sql("id IN (SELECT id FROM next)")
@@ -183,15 +173,16 @@ impl SqlRunStore {
             // The immediate transaction lets one taker in at a time: pick, then take each (SQLite
             // would evaluate a LIMIT subquery again as the update goes).
             Backend::Sqlite => {
-                let pick = Statement::new(self.pick_sql(held_here))
+                let pick = Statement::new(pick_sql(&queued, held_here))
                     .bind(&*self.owner)
                     .bind(now)
                     .bind(i64::from(limit));
                 let ids = tx.query(&pick).await?;
+                let sql = take_sql("id = $6");
                 let mut rows = Vec::with_capacity(ids.len());
                 for id in ids {
                     let take = self
-                        .bind_take(take_sql("id = $6"), now)
+                        .bind_take(sql.clone(), now)
                         .bind(id.required_text("id")?);
                     rows.extend(tx.query_one(&take).await?);
                 }
@@ -205,4 +196,13 @@ impl SqlRunStore {
         }
         Ok(runs)
     }
+}
+
+/// The first of the `queued` runs ([`SqlRunStore::queued`]) a take may have, in the queue's
+/// order (parameters: this instance, now, how many); SQLite's, which picks before it takes.
+pub(super) fn pick_sql(queued: &str, held_here: bool) -> String {
+    format!(
+        "SELECT id FROM {queued} AND {} ORDER BY queued_at_ms, id LIMIT $3",
+        picked(held_here, 1, 2)
+    )
 }

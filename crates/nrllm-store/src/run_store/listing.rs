@@ -9,6 +9,7 @@ use sqlx::Row as _;
 
 use crate::db::Backend;
 
+use super::leases::pick_sql;
 use super::queries::{indexed_by, AnyQuery, Sweep, RUN_COLUMNS};
 use super::SqlRunStore;
 use crate::error::backend;
@@ -166,7 +167,7 @@ impl SqlRunStore {
         let deadlines = format!("{explain} {}", Sweep::Deadlines.sql(self.db.backend()));
         let leases = format!("{explain} {}", Sweep::Leases.sql(self.db.backend()));
         let sweep = |sql| sqlx::query(sql).bind(0_i64).bind(50_i64);
-        let take = format!("{explain} {}", self.pick_sql(false));
+        let take = format!("{explain} {}", pick_sql(&self.queued(false), false));
         let mut plans = Vec::new();
         for (name, query) in [
             ("inbox, first page", waiting.query_as(&waiting_sql)),
