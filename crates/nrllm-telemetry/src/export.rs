@@ -143,12 +143,13 @@ fn write_span(out: &mut Vec<u8>, span: &SpanRecord) -> bool {
         write_attribute(out, 9, attribute);
     }
     if let Some((trace, linked)) = span.link.filter(|(t, s)| *t != [0; 16] && *s != [0; 8]) {
-        let flags = SAMPLED | HAS_IS_REMOTE;
-        let len = wire::len_field(1, 16) + wire::len_field(2, 8) + fixed32::encoded_len(6, &flags);
+        let link_flags = SAMPLED | HAS_IS_REMOTE;
+        let len =
+            wire::len_field(1, 16) + wire::len_field(2, 8) + fixed32::encoded_len(6, &link_flags);
         wire::len_head(out, 13, len);
         wire::bytes(out, 1, &trace);
         wire::bytes(out, 2, &linked);
-        fixed32::encode(6, &flags, out);
+        fixed32::encode(6, &link_flags, out);
     }
     match &span.error {
         Some(message) => {
