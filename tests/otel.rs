@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{call, client, log_in, wait_for, ADMIN_PASSWORD};
+use common::{call, client, log_in, wait_for, wait_until, ADMIN_PASSWORD};
 use nrllm_telemetry::receiver::{Received, Receiver};
 use reqwest::header::COOKIE;
 use serde_json::{json, Value};
@@ -224,42 +224,15 @@ async fn message_contents_go_on_spans_only_when_the_setting_says_and_grpc_carrie
     assert!(!server.log_text().contains("gen_ai.input.messages"));
 }
 
-/// A webhook receiver that keeps the `traceparent` of each delivery (`None`: sent without one).
-async fn hooks() -> (
-    String,
-    std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>>,
-) {
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let kept = std::sync::Arc::clone(&seen);
-    let app = axum::Router::new().route(
-        "/hook",
-        axum::routing::post(move |headers: axum::http::HeaderMap| {
-            let kept = std::sync::Arc::clone(&kept);
-            async move {
-                let traceparent = headers
-                    .get("traceparent")
-                    .and_then(|value| value.to_str().ok())
-                    .map(str::to_owned);
-                kept.lock().unwrap().push(traceparent);
-                axum::http::StatusCode::NO_CONTENT
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{address}/hook"), seen)
-}
-
 #[tokio::test]
 async fn a_webhook_delivery_names_the_runs_root_span_only_while_spans_are_exported() {
     let receiver = Receiver::http().await.unwrap();
     let endpoint = receiver.endpoint();
     for exported in [true, false] {
-        let (hook, seen) = hooks().await;
+        let (hooks, received) = common::hooks::receiver().await;
         let dir = tempfile::tempdir().unwrap();
         let db = format!("sqlite:{}", dir.path().join("hooked.db").display());
-        let settings = format!("webhook_url = \"{hook}\"\n");
+        let settings = format!("webhook_url = \"{hooks}/ok\"\n");
         let mut env = match exported {
             true => exporting(&endpoint, &db, "http/protobuf"),
             false => vec![("NRLLM_DATABASE_URL", db.as_str())],
@@ -270,12 +243,15 @@ async fn a_webhook_delivery_names_the_runs_root_span_only_while_spans_are_export
         let run_id = start_traced(&server, &admin, "Create a page hooked titled \"Hooked\"").await;
         let waiting = wait_for(&server, &admin, &run_id, "waiting_for_approval").await;
         let root_id = waiting["trace"]["span_id"].as_str().unwrap().to_owned();
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while seen.lock().unwrap().is_empty() {
-            assert!(std::time::Instant::now() < deadline, "no delivery arrived");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let first = seen.lock().unwrap()[0].clone();
+        wait_until(&server, &admin, &run_id, "was announced", |view| {
+            view["webhooks"][0]["state"] == "delivered"
+        })
+        .await;
+        let deliveries = received.on("ok");
+        let first = deliveries[0]
+            .0
+            .get("traceparent")
+            .map(|value| value.to_str().unwrap().to_owned());
         match exported {
             // The delivery is about the run: its parent is the run's root span, in the caller's
             // trace, sampled as the caller asked.

@@ -9,61 +9,15 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
+use axum::http::HeaderMap;
+use common::hooks::receiver;
 use common::{call, log_in, start, start_run, wait_for, wait_until, ADMIN_PASSWORD};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 
 const SECRET: &str = "whsec-7c1d6f0e5b2a4c9e8d3f1a6b0c5e2d9f";
-
-/// What the receiver was sent, per path.
-#[derive(Clone, Default)]
-struct Received(Arc<Mutex<Vec<(String, HeaderMap, String)>>>);
-
-impl Received {
-    fn on(&self, path: &str) -> Vec<(HeaderMap, String)> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(p, _, _)| p == path)
-            .map(|(_, h, b)| (h.clone(), b.clone()))
-            .collect()
-    }
-}
-
-/// `/flaky` answers 500 to its first two deliveries and 204 after; `/ok` always 204; `/down`
-/// always 500.
-async fn receiver() -> (String, Received) {
-    let received = Received::default();
-    async fn hook(
-        State(received): State<Received>,
-        Path(path): Path<String>,
-        headers: HeaderMap,
-        body: String,
-    ) -> StatusCode {
-        let mut all = received.0.lock().unwrap();
-        all.push((path.clone(), headers, body));
-        let seen = all.iter().filter(|(p, _, _)| *p == path).count();
-        match path.as_str() {
-            "flaky" if seen > 2 => StatusCode::NO_CONTENT,
-            "ok" => StatusCode::NO_CONTENT,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-    let app = axum::Router::new()
-        .route("/{path}", post(hook))
-        .with_state(received.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{address}"), received)
-}
 
 /// Checks a delivery's signature the way a receiver would, with its own HMAC.
 fn signature_holds(headers: &HeaderMap, body: &str) -> bool {
