@@ -39,11 +39,14 @@ declare -A ratios
 shares=""
 for round in $(seq 1 "$rounds"); do
   for sync in full normal; do
-    read -r before before_share <<< "$(ours "$sync")"
+    # (An assignment, so that a failed run ends the script: set -e does not see into `<<<`.)
+    line=$(ours "$sync")
+    read -r before before_share <<< "$line"
     out=$(bench/peers/langgraph.sh --runs "$peer_runs" --synchronous "$sync")
     echo "peer:  $out"
     peer=$(echo "$out" | rate)
-    read -r after after_share <<< "$(ours "$sync")"
+    line=$(ours "$sync")
+    read -r after after_share <<< "$line"
     ratio=$(awk -v a="$before" -v b="$after" -v p="$peer" 'BEGIN { printf "%.1f", (a + b) / 2 / p }')
     awk -v r="$round" -v s="$sync" -v a="$before" -v b="$after" -v p="$peer" -v x="$ratio" \
       'BEGIN { printf "round %d, synchronous=%s: ours %.1f and %.1f cycles/s, langgraph %.1f cycles/s: %sx\n", r, s, a, b, p, x }'
