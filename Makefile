@@ -77,7 +77,8 @@ bench-hitl:
 	  cargo bench -p nrllm-store --bench hitl --quiet -- --runs $(RUNS) --concurrency $$n --db $(TEST_DATABASE_URL) || exit 1; \
 	done
 
-## Ours against LangGraph's approve cycle (bench/peers/, its own virtualenv), FULL and NORMAL, as ratios.
+## Ours against LangGraph's approve cycle (bench/peers/, its own virtualenv), FULL and NORMAL, as ratios;
+## at FULL also the share of the disk's fsync limit each round reached.
 bench-peers:
 	bench/peers/compare.sh
 
