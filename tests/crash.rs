@@ -110,6 +110,16 @@ impl Site {
 
     /// [`Site::start`] with the demo model thinking `think_ms` per answer.
     async fn start_thinking(&self, failpoint: Option<&str>, think_ms: u64) -> Server {
+        self.start_with(failpoint, think_ms, &[]).await
+    }
+
+    /// [`Site::start_thinking`] with more settings (`NRLLM_…` variables) set.
+    async fn start_with(
+        &self,
+        failpoint: Option<&str>,
+        think_ms: u64,
+        settings: &[(&str, &str)],
+    ) -> Server {
         let mut command = Command::new(env!("CARGO_BIN_EXE_nrllm-playground"));
         command
             .env("NRLLM_CONFIG", self.dir.path().join("crash.toml"))
@@ -124,6 +134,7 @@ impl Site {
         if let Some(point) = failpoint {
             command.env("NRLLM_FAILPOINT", point);
         }
+        command.envs(settings.iter().copied());
         let started = Instant::now();
         let mut child = command.spawn().expect("the server binary starts");
         let (tx, reached) = watch::channel(false);
@@ -603,20 +614,20 @@ async fn sigterm_lets_a_running_run_finish_its_step() {
     let site = Site::new().await;
     // The model thinks for a second: SIGTERM arrives while the run is mid-step.
     let server = site.start_thinking(None, 1000).await;
-    let id = start_run(&site, &server).await;
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        let view = site.run(&server, &id).await.expect("the server answers");
-        if view.summary.status == RunStatus::Running {
-            break;
-        }
-        assert!(Instant::now() < deadline, "a worker takes the run");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    terminate(server).await;
-    let (status, reason) = status_of(&site, &id).await;
-    assert_eq!(status, "completed", "{reason:?}");
-    check_untouched(&site, &id).await;
+    finishes_through_sigterm(&site, server).await;
+}
+
+/// A grace period longer than the lease: the stopping server renews the lease of the run it still
+/// drives, so the run finishes its step here instead of stopping at its lease's end (its step
+/// outlasts the lease) and being left `running` for a takeover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_renews_the_leases_of_the_runs_finishing_their_step() {
+    let site = Site::new().await;
+    // A lease of 1 s; each answer of the model takes 2.5 s.
+    let server = site
+        .start_with(None, 2500, &[("NRLLM_LEASE_SECS", "1")])
+        .await;
+    finishes_through_sigterm(&site, server).await;
 }
 
 /// SIGTERM at once after a run is queued, at a few delays: the run was either taken before the
@@ -660,6 +671,30 @@ async fn sigterm_while_a_run_is_taken_leaves_it_finished_or_queued() {
         check_untouched(&site, id).await;
     }
     server.kill().await;
+}
+
+/// Starts a run on `server`, sends SIGTERM once a worker drives it, and checks that it completed
+/// in the stopping process, untouched by any recovery.
+async fn finishes_through_sigterm(site: &Site, server: Server) {
+    let id = start_run(site, &server).await;
+    running(site, &server, &id).await;
+    terminate(server).await;
+    let (status, reason) = status_of(site, &id).await;
+    assert_eq!(status, "completed", "{reason:?}");
+    check_untouched(site, &id).await;
+}
+
+/// Waits until a worker has taken run `id` (it is `running`).
+async fn running(site: &Site, server: &Server, id: &str) {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let view = site.run(server, id).await.expect("the server answers");
+        if view.summary.status == RunStatus::Running {
+            return;
+        }
+        assert!(Instant::now() < deadline, "a worker takes the run");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Starts "What time is it?" (a read-only tool, then an answer): the run's id.

@@ -351,19 +351,41 @@ impl Leases {
         Ok(claimed)
     }
 
+    /// While the server stops, the runs still driven here go on to their next saved step (for
+    /// up to `shutdown_grace_secs`): their leases are renewed until the last has ended, so that
+    /// a grace period longer than a lease neither stops them at their lease's end nor lets
+    /// another instance take them over meanwhile. Nothing is taken over or expired.
+    async fn drain(&self, beat: Duration) {
+        // On the beat, however often a run's end rings the bell in between.
+        let mut next = tokio::time::Instant::now() + beat;
+        loop {
+            let notified = self.bell.notified();
+            if self.lock().is_empty() {
+                return;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep_until(next) => {
+                    self.heartbeat().await;
+                    next = tokio::time::Instant::now() + beat;
+                }
+            }
+        }
+    }
+
     /// Heartbeat, reaper, deadlines and daily allowances, every third of a lease, until
-    /// `shutdown`.
+    /// `shutdown`; then the heartbeat alone, until no run is driven here any more.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let beat = (self.lease / 3).max(Duration::from_millis(100));
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return self.drain(beat).await,
                 _ = tokio::time::sleep(beat) => {}
             }
             self.heartbeat().await;
             // No run is taken over once the server stops.
             if shutdown.is_cancelled() {
-                return;
+                return self.drain(beat).await;
             }
             if let Err(err) = self.reap().await {
                 tracing::error!(%err, "looking for runs whose lease ran out");
