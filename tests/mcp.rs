@@ -490,10 +490,8 @@ async fn a_call_held_open_keeps_its_runs_running_slot() {
 async fn a_tool_dropped_while_a_run_waits_is_refused_when_its_turn_is_decided() {
     use nrllm_mcp::demo::DemoServer;
     let web = DemoServer::open(None).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let router = nrllm_mcp::demo::serving::router(web.clone());
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    let url = format!("{}/mcp", common::fakes::serve(router).await);
     let settings = format!("[[mcp_servers]]\nname = \"web\"\nurl = \"{url}\"\n");
     let server = start(&settings, &[]).await;
     let admin = log_in(&server, "admin", ADMIN_PASSWORD).await;

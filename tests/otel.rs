@@ -229,7 +229,7 @@ async fn a_webhook_delivery_names_the_runs_root_span_only_while_spans_are_export
     let receiver = Receiver::http().await.unwrap();
     let endpoint = receiver.endpoint();
     for exported in [true, false] {
-        let (hooks, received) = common::hooks::receiver().await;
+        let (hooks, received) = common::fakes::receiver().await;
         let dir = tempfile::tempdir().unwrap();
         let db = format!("sqlite:{}", dir.path().join("hooked.db").display());
         let settings = format!("webhook_url = \"{hooks}/ok\"\n");

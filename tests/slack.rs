@@ -11,13 +11,13 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::Json;
+use common::fakes::{serve, Recorded};
 use common::{call, client, log_in, start, start_run, users, wait_for, Server, ADMIN_PASSWORD};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
@@ -26,21 +26,8 @@ const TOKEN: &str = "xoxb-test-token";
 const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
 const CHANNEL: &str = "C0SLACK1";
 
-/// What the fake Slack was called with: method, authorization header, body.
-#[derive(Clone, Default)]
-struct Calls(Arc<Mutex<Vec<(String, String, Value)>>>);
-
-impl Calls {
-    fn of(&self, method: &str) -> Vec<(String, Value)> {
-        self.0
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(m, _, _)| m == method)
-            .map(|(_, auth, body)| (auth.clone(), body.clone()))
-            .collect()
-    }
-}
+/// What the fake Slack was called with, per method: the authorization header, and the body.
+type Calls = Recorded<(String, Value)>;
 
 async fn fake_slack() -> (String, Calls) {
     let calls = Calls::default();
@@ -55,9 +42,8 @@ async fn fake_slack() -> (String, Calls) {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned();
-        let mut all = calls.0.lock().unwrap();
-        all.push((method.clone(), auth, body.clone()));
-        let ts = format!("1700000000.{:06}", all.len());
+        let seen = calls.record(&method, (auth, body.clone()));
+        let ts = format!("1700000000.{seen:06}");
         Json(match method.as_str() {
             "chat.postMessage" => json!({ "ok": true, "channel": body["channel"], "ts": ts }),
             _ => json!({ "ok": true }),
@@ -66,10 +52,7 @@ async fn fake_slack() -> (String, Calls) {
     let app = axum::Router::new()
         .route("/api/{method}", post(api))
         .with_state(calls.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{address}/api"), calls)
+    (format!("{}/api", serve(app).await), calls)
 }
 
 fn now_secs() -> i64 {
@@ -176,10 +159,10 @@ async fn a_waiting_run_is_posted_and_decided_in_slack_by_its_mapped_user_only() 
 
     // Posted in the channel with the bot's token; every run string in plain text.
     until("the run is posted", || {
-        !calls.of("chat.postMessage").is_empty()
+        !calls.on("chat.postMessage").is_empty()
     })
     .await;
-    let (auth, posted) = calls.of("chat.postMessage").remove(0);
+    let (auth, posted) = calls.on("chat.postMessage").remove(0);
     assert_eq!(auth, format!("Bearer {TOKEN}"));
     assert_eq!(posted["channel"], CHANNEL);
     let blocks = posted["blocks"].as_array().unwrap();
@@ -220,11 +203,11 @@ async fn a_waiting_run_is_posted_and_decided_in_slack_by_its_mapped_user_only() 
     let viewer = press_body("approve_all", &value, "U2");
     assert_eq!(post_press(&server, &viewer, SECRET, now_secs()).await, 200);
     until("both are told", || {
-        calls.of("chat.postEphemeral").len() == 2
+        calls.on("chat.postEphemeral").len() == 2
     })
     .await;
     let told: Vec<Value> = calls
-        .of("chat.postEphemeral")
+        .on("chat.postEphemeral")
         .into_iter()
         .map(|(_, b)| b)
         .collect();
@@ -253,10 +236,10 @@ async fn a_waiting_run_is_posted_and_decided_in_slack_by_its_mapped_user_only() 
     let done = wait_for(&server, &admin, &run_id, "completed").await;
     assert_eq!(done["summary"]["decided_by"], "bert");
     until("the message is updated", || {
-        !calls.of("chat.update").is_empty()
+        !calls.on("chat.update").is_empty()
     })
     .await;
-    let (_, updated) = calls.of("chat.update").remove(0);
+    let (_, updated) = calls.on("chat.update").remove(0);
     assert_eq!(updated["channel"], CHANNEL);
     assert_eq!(updated["ts"], "1700000000.000001");
     assert!(
@@ -269,7 +252,7 @@ async fn a_waiting_run_is_posted_and_decided_in_slack_by_its_mapped_user_only() 
     // A second press of the same button decides nothing more.
     assert_eq!(post_press(&server, &body, SECRET, now_secs()).await, 200);
     until("bert is told it was decided", || {
-        calls.of("chat.postEphemeral").len() == 3
+        calls.on("chat.postEphemeral").len() == 3
     })
     .await;
 
@@ -282,7 +265,7 @@ async fn a_waiting_run_is_posted_and_decided_in_slack_by_its_mapped_user_only() 
     .await;
     let view = wait_for(&server, &admin, &second, "waiting_for_approval").await;
     until("the second run is posted", || {
-        calls.of("chat.postMessage").len() == 2
+        calls.on("chat.postMessage").len() == 2
     })
     .await;
     let bert = log_in(&server, "bert", "bert-password-1").await;
@@ -295,10 +278,10 @@ async fn a_waiting_run_is_posted_and_decided_in_slack_by_its_mapped_user_only() 
     .await;
     assert_eq!(code, reqwest::StatusCode::OK, "{body}");
     until("the second message is updated", || {
-        calls.of("chat.update").len() == 2
+        calls.on("chat.update").len() == 2
     })
     .await;
-    let (_, updated) = calls.of("chat.update").remove(1);
+    let (_, updated) = calls.on("chat.update").remove(1);
     assert!(
         updated["text"].as_str().unwrap().contains("denied by bert"),
         "{updated}"

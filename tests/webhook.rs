@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use axum::http::HeaderMap;
-use common::hooks::receiver;
+use common::fakes::receiver;
 use common::{call, log_in, start, start_run, wait_for, wait_until, ADMIN_PASSWORD};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-pub mod hooks;
+pub mod fakes;
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
