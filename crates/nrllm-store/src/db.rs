@@ -91,7 +91,7 @@ impl TypedTx {
 
     pub async fn commit(self) -> Result<(), StoreError> {
         match self.0 {
-            OpenTx::Sqlite(tx) => tx.commit(),
+            OpenTx::Sqlite(tx) => tx.commit().await,
             OpenTx::Pool(tx) => tx.commit().await.map_err(backend),
         }
     }
@@ -315,11 +315,16 @@ impl Database {
     /// This process's turn to write, on SQLite (which lets one writer in at a time): writers
     /// queue here in order rather than in SQLite's busy handler, which sleeps and retries (up
     /// to 100 ms a try), and in which the run store's own writer would otherwise wait for a
-    /// write of microseconds. `None` on Postgres, where writers of different rows go ahead
-    /// together.
+    /// write of microseconds. A group of lent transactions left open on the write connection
+    /// is committed first: the pool's connection could not write while it is. `None` on
+    /// Postgres, where writers of different rows go ahead together.
     pub(crate) async fn write_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
         match &*self.direct {
-            Direct::Sqlite { turn, .. } => Some(Arc::clone(turn).lock_owned().await),
+            Direct::Sqlite { writer, turn, .. } => {
+                let turn = Arc::clone(turn).lock_owned().await;
+                writer.settle_open();
+                Some(turn)
+            }
             Direct::Postgres { .. } => None,
         }
     }
@@ -347,8 +352,7 @@ impl Database {
     pub async fn begin_typed(&self) -> Result<TypedTx, StoreError> {
         let tx = match &*self.direct {
             Direct::Sqlite { writer, turn, .. } => {
-                let turn = Arc::clone(turn).lock_owned().await;
-                OpenTx::Sqlite(writer.begin_lent(turn).await?)
+                OpenTx::Sqlite(writer.begin_lent(Arc::clone(turn)).await?)
             }
             Direct::Postgres { .. } => OpenTx::Pool(self.begin_write().await.map_err(backend)?),
         };

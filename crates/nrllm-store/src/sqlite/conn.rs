@@ -29,10 +29,16 @@ impl SqliteSync {
 /// Where a transition's outcome goes.
 pub(super) type Reply = tokio::sync::oneshot::Sender<Result<Option<Row>, StoreError>>;
 
-/// A transition waiting for the writer thread, and where its outcome goes.
-pub(super) struct Job {
-    pub(super) transition: Transition,
-    pub(super) reply: Reply,
+/// What the writer thread is asked to do.
+pub(super) enum Job {
+    /// A transition, and where its outcome goes.
+    Write {
+        transition: Transition,
+        reply: Reply,
+    },
+    /// Commit the group left open on the write connection, if one still is: a member waiting
+    /// for it gave up (its task was dropped), and nobody else may come to commit it.
+    Settle,
 }
 
 /// Transitions the writer thread commits together at most.
@@ -47,6 +53,11 @@ pub(super) type Shared = Arc<Mutex<Conn>>;
 pub(super) struct Conn {
     pub(super) db: Connection,
     pub(super) shapes: Shapes,
+    /// The transaction left open for the next writer to join ([`super::group`]), if any.
+    pub(super) open: Option<super::group::Open>,
+    /// Groups committed, for the tests of group commit.
+    #[cfg(test)]
+    pub(super) group_commits: usize,
 }
 
 impl Conn {
@@ -54,6 +65,9 @@ impl Conn {
         Conn {
             db,
             shapes: Shapes::default(),
+            open: None,
+            #[cfg(test)]
+            group_commits: 0,
         }
     }
 }

@@ -27,11 +27,14 @@
 //!   ([`Readers`]), whose page cache starts over after each commit of another connection. Such a
 //!   read takes microseconds; a trip to another thread and back costs more than the read. Pages
 //!   and scans stay on sqlx's pool.
-//! - A transaction of another part of the program (the demo site's changes) runs on the write
-//!   connection too, statement by statement on the caller's thread in the process's write turn
-//!   ([`SqliteTx`]), rather than a trip to a pool connection's thread for each statement.
+//! - A transaction of another part of the program (the demo site's changes, the queue's take)
+//!   runs on the write connection too, statement by statement on the caller's thread in the
+//!   process's write turn ([`SqliteTx`]), rather than a trip to a pool connection's thread for
+//!   each statement. Its part is left in an open transaction for the writers that follow it in
+//!   the turn, and commits with theirs ([`group`]): at `FULL`, one flush for all of them.
 
 mod conn;
+mod group;
 mod lent;
 mod readers;
 #[cfg(test)]

@@ -1,9 +1,10 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{SqliteSync, BUSY_TIMEOUT};
+use super::{locked, SqliteSync, BUSY_TIMEOUT};
 use crate::transition::scratch::{self, bump};
 use crate::transition::{Cells, Row, Statement};
+use std::sync::Arc;
 
 #[tokio::test]
 async fn transitions_queued_together_commit_together_and_fail_alone() {
@@ -276,5 +277,152 @@ async fn writes_through_the_pool_wait_for_the_process_write_turn() {
         .expect("the pool writes went on when the turn came")
         .unwrap();
     assert_eq!(touched(db.clone()).await, 22);
+    test.cleanup().await;
+}
+
+/// Adds one to row `id`'s version in a lent transaction ([`crate::db::Database::begin_typed`]),
+/// then commits — or, with `keep` false, rolls its part back.
+async fn lent_bump(
+    db: crate::db::Database,
+    name: &'static str,
+    id: &'static str,
+    keep: bool,
+) -> Result<(), nrllm_core::run_store::StoreError> {
+    let mut tx = db.begin_typed().await?;
+    let bump = Statement::new(format!(
+        "UPDATE {name} SET version = version + 1 WHERE id = $1"
+    ))
+    .bind(id);
+    tx.query(&bump).await?;
+    match keep {
+        true => tx.commit().await,
+        false => tx.roll_back().await,
+    }
+}
+
+/// Groups the write connection committed so far.
+fn group_commits(db: &crate::db::Database) -> usize {
+    super::locked(&db.sqlite_writer().unwrap().conn).group_commits
+}
+
+/// Spawns `write`, then lets it reach the queue for the write turn before the next is spawned
+/// (the turn's queue is first come, first served).
+async fn queued<T: Send + 'static>(
+    write: impl std::future::Future<Output = T> + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    let handle = tokio::spawn(write);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    handle
+}
+
+/// Lent transactions that queued for the write turn share one commit — one flush at `FULL` —
+/// where each committed alone before; one rolled back among them takes only its own part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lent_transactions_queued_together_share_one_commit_and_roll_back_alone() {
+    for sync in [SqliteSync::Full, SqliteSync::Normal] {
+        let test = crate::testing::sqlite_with(sync).await;
+        let db = &test.db;
+        scratch::table(db, "lent_t", &["a", "b", "c", "d"]).await;
+        let turn = db.write_turn().await;
+        let before = group_commits(db);
+        let mut writes = Vec::new();
+        for (id, keep) in [("a", true), ("b", true), ("c", false), ("d", true)] {
+            writes.push(queued(lent_bump(db.clone(), "lent_t", id, keep)).await);
+        }
+        drop(turn);
+        for write in writes {
+            tokio::time::timeout(Duration::from_secs(5), write)
+                .await
+                .expect("every lent transaction ended")
+                .unwrap()
+                .unwrap_or_else(|err| panic!("{sync:?}: {err}"));
+        }
+        assert_eq!(
+            group_commits(db) - before,
+            1,
+            "{sync:?}: one commit for all"
+        );
+        let mut stored = Vec::new();
+        for id in ["a", "b", "c", "d"] {
+            stored.push(scratch::version(db, "lent_t", id).await);
+        }
+        assert_eq!(stored, [2, 2, 1, 2], "{sync:?}: c's part alone went back");
+        test.cleanup().await;
+    }
+}
+
+/// The transitions the writer thread takes while a group is open commit in it, with the lent
+/// parts waiting there: one commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_thread_commits_a_group_with_its_transitions() {
+    let test = crate::testing::sqlite_with(SqliteSync::Full).await;
+    let db = &test.db;
+    scratch::table(db, "joined_t", &["a", "b"]).await;
+    let turn = db.write_turn().await;
+    let before = group_commits(db);
+    let lent = queued(lent_bump(db.clone(), "joined_t", "a", true)).await;
+    // The turn is taken: the transition goes to the writer thread, which queues behind.
+    let transition = queued({
+        let db = db.clone();
+        async move { db.transact(bump("joined_t", "b", 1)).await }
+    })
+    .await;
+    drop(turn);
+    lent.await.unwrap().unwrap();
+    let row = transition
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("b's fence matched");
+    assert_eq!(row.required_int("version").unwrap(), 2);
+    assert_eq!(group_commits(db) - before, 1, "one commit for both");
+    assert_eq!(scratch::version(db, "joined_t", "a").await, 2);
+    test.cleanup().await;
+}
+
+/// While a lent part waits in an open group, nothing reads it as committed; a member whose task
+/// is dropped while it waits does not leave the group open (it holds the file's write lock):
+/// the writer thread commits it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_whose_waiting_member_is_dropped_is_committed_by_the_writer_thread() {
+    let test = crate::testing::sqlite_with(SqliteSync::Full).await;
+    let db = &test.db;
+    scratch::table(db, "dropped_t", &["a"]).await;
+    let writer = db.sqlite_writer().unwrap();
+    // The turn, taken without committing the group (as a write through the pool would).
+    let turn = Arc::clone(&writer.turn).lock_owned().await;
+    let member = queued(lent_bump(db.clone(), "dropped_t", "a", true)).await;
+    let hold = queued(Arc::clone(&writer.turn).lock_owned()).await;
+    drop(turn);
+    // The member writes its part, gives the turn to `hold` and queues behind it.
+    let held = tokio::time::timeout(Duration::from_secs(5), hold)
+        .await
+        .expect("the member gave up the turn")
+        .unwrap();
+    assert!(locked(&writer.conn).open.is_some(), "the group is open");
+    assert_eq!(
+        scratch::version(db, "dropped_t", "a").await,
+        1,
+        "the waiting part is not read as committed"
+    );
+    member.abort();
+    assert!(member.await.unwrap_err().is_cancelled());
+    drop(held);
+    let path = test.url.trim_start_matches("sqlite:").to_owned();
+    let committed = tokio::task::spawn_blocking(move || {
+        let other = rusqlite::Connection::open(path).unwrap();
+        other.busy_timeout(Duration::from_secs(5)).unwrap();
+        // The file's write lock is free again.
+        other.execute_batch("BEGIN IMMEDIATE; COMMIT").unwrap();
+        other
+            .query_row("SELECT version FROM dropped_t WHERE id = 'a'", [], |row| {
+                row.get::<_, i64>(0)
+            })
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(committed, 2, "the dropped member's part was committed");
+    assert!(locked(&writer.conn).open.is_none());
     test.cleanup().await;
 }

@@ -6,7 +6,7 @@ use super::readers::*;
 use crate::transition::{Row, Statement, Transition};
 use nrllm_core::failpoint;
 use nrllm_core::run_store::StoreError;
-use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags};
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::mpsc;
@@ -82,6 +82,8 @@ impl Writer {
                         std::panic::catch_unwind(AssertUnwindSafe(|| together(&mut conn, batch)));
                     if done.is_err() {
                         tracing::error!("a transition panicked on the SQLite writer thread");
+                        // Nothing its transaction held may be committed by the next.
+                        conn.fail_group("the SQLite writer stopped mid-write");
                     }
                     checkpoint_due(&thread_wake);
                 }
@@ -120,11 +122,31 @@ impl Writer {
     ) -> Option<Result<Vec<Row>, StoreError>> {
         let _turn = self.turn.try_lock().ok()?;
         let mut conn = locked(&self.conn);
+        // What a group left open holds is not committed yet.
+        if conn.open.is_some() {
+            return None;
+        }
         #[cfg(test)]
         self.writer_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let Conn { db, shapes } = &mut *conn;
+        let Conn { db, shapes, .. } = &mut *conn;
         Some(rows(db, shapes, statement, usize::MAX))
+    }
+
+    /// Commits the group lent transactions left open on the write connection, if any, for a
+    /// writer through another connection, which the open transaction's lock would hold up.
+    /// Holding the write turn.
+    pub(crate) fn settle_open(&self) {
+        let mut conn = locked(&self.conn);
+        if conn.open.is_none() {
+            return;
+        }
+        // A failure is logged, and the group's members hear it.
+        let mut settle = || drop(conn.settle());
+        match self.sync {
+            SqliteSync::Full if on_multi_thread_runtime() => tokio::task::block_in_place(settle),
+            _ => settle(),
+        }
     }
 
     /// Carries out `transition` in one transaction: the row its fence returned, or `None` (then
@@ -134,6 +156,8 @@ impl Writer {
         // writer thread commits what queued together.
         let turn = self.inline().then(|| self.turn.try_lock().ok()).flatten();
         let transition = match turn {
+            // A group left open is committed by the writer thread, with this transition.
+            Some(_turn) if locked(&self.conn).open.is_some() => transition,
             Some(_turn) => {
                 let mut conn = locked(&self.conn);
                 let attempt = match self.sync {
@@ -160,7 +184,7 @@ impl Writer {
         };
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.jobs
-            .send(Job { transition, reply })
+            .send(Job::Write { transition, reply })
             .map_err(|_| StoreError::Backend("the SQLite writer thread has stopped".into()))?;
         answer
             .await
@@ -212,8 +236,9 @@ pub(super) fn checkpointer(
 
 /// Carries out `batch` in one transaction, each transition under a savepoint of its own: one
 /// whose fence matches nothing or that fails is rolled back alone, the others commit together —
-/// one sync of the log at `FULL` for all of them. Each caller hears its outcome once the commit
-/// did (or that it failed: then nothing of the batch was written).
+/// one sync of the log at `FULL` for all of them. A group that lent transactions left open
+/// ([`super::group`]) is joined, and commits with them. Each caller hears its outcome once the
+/// commit did (or that it failed: then nothing of the batch was written).
 pub(super) fn together(conn: &mut Conn, batch: Vec<Job>) {
     let fail_all = |replies: Vec<Reply>, why: &str| {
         for reply in replies {
@@ -222,22 +247,30 @@ pub(super) fn together(conn: &mut Conn, batch: Vec<Job>) {
     };
     let (transitions, replies): (Vec<_>, Vec<_>) = batch
         .into_iter()
-        .map(|job| (job.transition, job.reply))
+        .filter_map(|job| match job {
+            Job::Write { transition, reply } => Some((transition, reply)),
+            Job::Settle => None,
+        })
         .unzip();
-    let Conn { db, shapes } = conn;
-    let mut tx = match db.transaction_with_behavior(TransactionBehavior::Immediate) {
-        Ok(tx) => tx,
-        Err(err) => {
+    if transitions.is_empty() {
+        // Only a group left open to commit (its failure is logged, and its members hear it).
+        let _ = conn.settle();
+        return;
+    }
+    if conn.joinable().is_none() {
+        if let Err(err) = Immediate::begin(&conn.db).map(Immediate::keep_open) {
             tracing::error!(error = %err, "an SQLite write transaction could not begin");
             return fail_all(
                 replies,
                 "the SQLite file stayed locked or could not be written",
             );
         }
-    };
+        conn.opened();
+    }
     let mut outcomes = Vec::with_capacity(transitions.len());
     for transition in transitions {
-        let outcome = tx.savepoint().map_err(sqlite).and_then(|savepoint| {
+        let Conn { db, shapes, .. } = &mut *conn;
+        let outcome = db.savepoint().map_err(sqlite).and_then(|savepoint| {
             let written = write(&savepoint, shapes, transition)?;
             if written.is_some() {
                 savepoint.commit().map_err(sqlite)?;
@@ -246,14 +279,14 @@ pub(super) fn together(conn: &mut Conn, batch: Vec<Job>) {
         });
         // Some errors (a full disk, an I/O error) end the whole transaction, not only the
         // savepoint: nothing of the batch is kept then.
-        if tx.is_autocommit() {
+        if conn.db.is_autocommit() {
             tracing::error!("an SQLite write transaction ended under a failed transition");
+            conn.fail_group("the SQLite file could not be written");
             return fail_all(replies, "the SQLite file could not be written");
         }
         outcomes.push(outcome);
     }
-    if let Err(err) = tx.commit() {
-        tracing::error!(error = %err, "an SQLite commit failed");
+    if conn.settle().is_err() {
         return fail_all(replies, "the SQLite commit failed");
     }
     for (reply, outcome) in replies.into_iter().zip(outcomes) {
@@ -301,7 +334,7 @@ pub(super) fn on_multi_thread_runtime() -> bool {
 
 /// [`carry_out_now`] on a connection that does not wait for locks.
 pub(super) fn begin_now(conn: &mut Conn, transition: Transition) -> Attempt {
-    let Conn { db, shapes } = conn;
+    let Conn { db, shapes, .. } = conn;
     let tx = match Immediate::begin(db) {
         Ok(tx) => tx,
         Err(rusqlite::Error::SqliteFailure(err, _))
@@ -338,6 +371,11 @@ impl<'c> Immediate<'c> {
         self.conn.prepare_cached("COMMIT")?.execute([])?;
         self.committed = true;
         Ok(())
+    }
+
+    /// Leaves the transaction open, for the caller to end.
+    pub(super) fn keep_open(mut self) {
+        self.committed = true;
     }
 }
 
