@@ -4,7 +4,7 @@
 use crate::transition::{Row, Transition};
 use nrllm_core::run_store::StoreError;
 use rusqlite::Connection;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// How hard SQLite syncs commits to disk. `Full` survives power loss; `Normal` (with WAL) survives
@@ -54,7 +54,7 @@ pub(super) struct Conn {
     pub(super) db: Connection,
     pub(super) shapes: Shapes,
     /// The transaction left open for the next writer to join ([`super::group`]), if any.
-    pub(super) open: Option<super::group::Open>,
+    pub(super) open: Option<Open>,
     /// Groups committed, for the tests of group commit.
     #[cfg(test)]
     pub(super) group_commits: usize,
@@ -70,6 +70,34 @@ impl Conn {
             group_commits: 0,
         }
     }
+}
+
+/// A transaction left open on the write connection for the next writer in the turn to join
+/// ([`super::group`]), and how its commit came out, for the members waiting for it.
+#[derive(Debug, Default)]
+pub(crate) struct Group {
+    outcome: OnceLock<Result<(), &'static str>>,
+}
+
+impl Group {
+    /// The group's outcome, once it was committed or failed.
+    pub(super) fn outcome(&self) -> Option<Result<(), StoreError>> {
+        self.outcome
+            .get()
+            .map(|done| done.map_err(|why| StoreError::Backend(why.into())))
+    }
+
+    /// Its commit came out as `outcome` (the first outcome set stays).
+    pub(super) fn end(&self, outcome: Result<(), &'static str>) {
+        let _ = self.outcome.set(outcome);
+    }
+}
+
+/// The transaction open on the write connection, and how many members' parts wait in it.
+#[derive(Debug)]
+pub(super) struct Open {
+    pub(super) group: Arc<Group>,
+    pub(super) waiting: usize,
 }
 
 /// What binding a statement and reading its rows needs of its SQL text: the argument each of

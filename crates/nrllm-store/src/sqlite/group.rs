@@ -11,35 +11,9 @@
 //! round again) commits the group: one flush for all of it. A member hears its part committed
 //! only when the group's commit did.
 
-use super::conn::{sqlite, Conn};
+use super::conn::{sqlite, Conn, Group, Open};
 use nrllm_core::run_store::StoreError;
-use std::sync::{Arc, OnceLock};
-
-/// How a group's commit came out, for the members waiting for it.
-#[derive(Debug, Default)]
-pub(crate) struct Group {
-    outcome: OnceLock<Result<(), &'static str>>,
-}
-
-impl Group {
-    /// The group's outcome, once it was committed or failed.
-    pub(super) fn outcome(&self) -> Option<Result<(), StoreError>> {
-        self.outcome
-            .get()
-            .map(|done| done.map_err(|why| StoreError::Backend(why.into())))
-    }
-
-    fn end(&self, outcome: Result<(), &'static str>) {
-        let _ = self.outcome.set(outcome);
-    }
-}
-
-/// The transaction open on the write connection, and how many members' parts wait in it.
-#[derive(Debug)]
-pub(super) struct Open {
-    pub(super) group: Arc<Group>,
-    pub(super) waiting: usize,
-}
+use std::sync::Arc;
 
 impl Conn {
     /// The group open on the connection for a writer to join, if any. One whose transaction an

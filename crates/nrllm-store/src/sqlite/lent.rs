@@ -6,7 +6,6 @@
 //! the turn ([`super::group`]).
 
 use super::conn::*;
-use super::group::Group;
 use super::readers::rows;
 use super::writer::{
     checkpoint_due, locked, on_multi_thread_runtime, without_waiting, Immediate, Writer,
