@@ -6,9 +6,10 @@
 //! transitions share one a group (BENCHMARKS.md, issue #46). Instead, its part ends in a released
 //! savepoint of a transaction left open on the write connection — a [`Group`] — and it gives up
 //! the write turn and queues for it again. Whoever holds the turn next writes in the same
-//! transaction, and the first of them that does not leave it open (the writer thread, a commit
-//! on a caller's thread, a write through the pool, or the member itself when its turn comes
-//! round again) commits the group: one flush for all of it. A member hears its part committed
+//! transaction, and the first of them that does not leave it open (the writer thread with its
+//! transitions, a write through the pool, or the member itself when its turn comes round again)
+//! commits the group: one flush for all of it. A transition that would commit on its caller's
+//! thread goes to the writer thread while a group is open. A member hears its part committed
 //! only when the group's commit did.
 
 use super::conn::{sqlite, Conn, Group, Open};

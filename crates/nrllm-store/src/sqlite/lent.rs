@@ -110,10 +110,10 @@ impl SqliteTx {
 
     /// Commits: its part is released into the group's transaction, the turn goes to whoever
     /// waits for it (they write in the same transaction), and this waits for its turn again.
-    /// By then the group is committed — by the writer thread, a commit on another caller's
-    /// thread or a write through the pool — or this commits it (at `FULL`, on a multi-threaded
-    /// runtime, in `block_in_place`: the commit waits for the flush while the runtime's other
-    /// tasks go on on another thread). Done when the group's commit is.
+    /// By then the group is committed — by the writer thread or a write through the pool — or
+    /// this commits it (at `FULL`, on a multi-threaded runtime, in `block_in_place`: the commit
+    /// waits for the flush while the runtime's other tasks go on on another thread). Done when
+    /// the group's commit is.
     pub(crate) async fn commit(mut self) -> Result<(), StoreError> {
         {
             let mut conn = locked(&self.conn);
