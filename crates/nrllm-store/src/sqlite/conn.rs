@@ -75,7 +75,7 @@ impl Conn {
 /// A transaction left open on the write connection for the next writer in the turn to join
 /// ([`super::group`]), and how its commit came out, for the members waiting for it.
 #[derive(Debug, Default)]
-pub(crate) struct Group {
+pub(super) struct Group {
     outcome: OnceLock<Result<(), &'static str>>,
 }
 

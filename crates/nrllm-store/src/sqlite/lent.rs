@@ -7,9 +7,7 @@
 
 use super::conn::*;
 use super::readers::rows;
-use super::writer::{
-    checkpoint_due, locked, on_multi_thread_runtime, without_waiting, Immediate, Writer,
-};
+use super::writer::{checkpoint_due, flushing, locked, without_waiting, Immediate, Writer};
 use crate::transition::{Row, Statement};
 use nrllm_core::run_store::StoreError;
 use std::sync::{mpsc, Arc};
@@ -140,14 +138,9 @@ impl SqliteTx {
         }
         // Only a commit or a failure ends a group: this one is still the open one.
         let mut conn = locked(&self.conn);
-        let mut settle = || conn.settle();
-        let settled = match self.sync {
-            SqliteSync::Full if on_multi_thread_runtime() => tokio::task::block_in_place(settle),
-            _ => settle(),
-        };
+        let settled = flushing(self.sync, || conn.settle());
         checkpoint_due(&self.wake);
-        settled?;
-        self.group.outcome().unwrap_or(Ok(()))
+        settled
     }
 
     /// The group's transaction ended under an earlier error (a full disk): the group is

@@ -302,7 +302,7 @@ async fn lent_bump(
 
 /// Groups the write connection committed so far.
 fn group_commits(db: &crate::db::Database) -> usize {
-    super::locked(&db.sqlite_writer().unwrap().conn).group_commits
+    locked(&db.sqlite_writer().unwrap().conn).group_commits
 }
 
 /// Spawns `write`, then lets it reach the queue for the write turn before the next is spawned

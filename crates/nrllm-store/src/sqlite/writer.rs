@@ -142,11 +142,7 @@ impl Writer {
             return;
         }
         // A failure is logged, and the group's members hear it.
-        let mut settle = || drop(conn.settle());
-        match self.sync {
-            SqliteSync::Full if on_multi_thread_runtime() => tokio::task::block_in_place(settle),
-            _ => settle(),
-        }
+        flushing(self.sync, || drop(conn.settle()));
     }
 
     /// Carries out `transition` in one transaction: the row its fence returned, or `None` (then
@@ -156,19 +152,9 @@ impl Writer {
         // writer thread commits what queued together.
         let turn = self.inline().then(|| self.turn.try_lock().ok()).flatten();
         let transition = match turn {
-            // A group left open is committed by the writer thread, with this transition.
-            Some(_turn) if locked(&self.conn).open.is_some() => transition,
             Some(_turn) => {
                 let mut conn = locked(&self.conn);
-                let attempt = match self.sync {
-                    SqliteSync::Normal => carry_out_now(&mut conn, transition),
-                    // The commit waits for the flush: the runtime hands this thread's other
-                    // tasks to another thread meanwhile.
-                    SqliteSync::Full => {
-                        tokio::task::block_in_place(|| carry_out_now(&mut conn, transition))
-                    }
-                };
-                match attempt {
+                match flushing(self.sync, || carry_out_now(&mut conn, transition)) {
                     Attempt::Done(done) => {
                         checkpoint_due(&self.wake);
                         #[cfg(test)]
@@ -176,7 +162,8 @@ impl Writer {
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return done;
                     }
-                    // Another process holds the file's write lock: the thread waits for it.
+                    // The file's write lock is held elsewhere: the thread waits for it, or
+                    // commits the group holding it with this transition.
                     Attempt::Busy(transition) => transition,
                 }
             }
@@ -297,7 +284,8 @@ pub(super) fn together(conn: &mut Conn, batch: Vec<Job>) {
 /// What a transaction on the write connection came to.
 pub(super) enum Attempt {
     Done(Result<Option<Row>, StoreError>),
-    /// Another process holds the file's write lock: nothing was done.
+    /// Another process holds the file's write lock, or a group left open on the write
+    /// connection does: nothing was done.
     Busy(Transition),
 }
 
@@ -305,6 +293,9 @@ pub(super) enum Attempt {
 /// for it). Any error rolls it back (the transaction's drop). The connection then waits for
 /// locks again as it does at rest — for the writer thread's transactions and the point reads.
 pub(super) fn carry_out_now(conn: &mut Conn, transition: Transition) -> Attempt {
+    if conn.open.is_some() {
+        return Attempt::Busy(transition);
+    }
     match without_waiting(conn, |conn| begin_now(conn, transition)) {
         Ok(attempt) => attempt,
         Err(err) => Attempt::Done(Err(sqlite(err))),
@@ -323,6 +314,16 @@ pub(super) fn without_waiting<T>(
         tracing::error!(error = %err, "the SQLite write connection refused its busy timeout");
     }
     Ok(done)
+}
+
+/// `commit`, which may wait for the flush: at `FULL` on a multi-threaded runtime inside
+/// `block_in_place`, so that the runtime hands this thread's other tasks to another thread
+/// meanwhile; otherwise here.
+pub(super) fn flushing<T>(sync: SqliteSync, commit: impl FnOnce() -> T) -> T {
+    match sync {
+        SqliteSync::Full if on_multi_thread_runtime() => tokio::task::block_in_place(commit),
+        _ => commit(),
+    }
 }
 
 /// Whether this thread is a worker of a multi-threaded runtime: one that can lend its other
