@@ -186,11 +186,11 @@ impl NotificationStore {
     ) -> Result<Vec<DueTurn>, StoreError> {
         let rows = sqlx::query(&format!(
             "SELECT r.id, r.version, r.updated_at_ms FROM agent_run r \
-             WHERE r.status IN ({}) AND r.provider = $1 AND r.updated_at_ms >= $2 \
+             WHERE {} AND r.provider = $1 AND r.updated_at_ms >= $2 \
              AND r.updated_at_ms <= $3 AND NOT EXISTS (SELECT 1 FROM notification_round n \
              WHERE n.run_id = r.id AND n.run_version = r.version AND n.round = $4) \
              ORDER BY r.updated_at_ms LIMIT $5",
-            RunStatus::sql_list(&RunStatus::WAITING)
+            RunStatus::sql_any("r.status", &RunStatus::WAITING)
         ))
         .bind(configuration)
         .bind(since_ms)
@@ -335,9 +335,9 @@ impl NotificationStore {
         let rows = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM notification n WHERE n.state = $1 AND n.closed_at_ms IS NULL \
              AND n.message_ref IS NOT NULL AND NOT EXISTS (SELECT 1 FROM agent_run r \
-             WHERE r.id = n.run_id AND r.version = n.run_version AND r.status IN ({})) \
+             WHERE r.id = n.run_id AND r.version = n.run_version AND {}) \
              ORDER BY n.updated_at_ms LIMIT $2",
-            RunStatus::sql_list(&RunStatus::WAITING)
+            RunStatus::sql_any("r.status", &RunStatus::WAITING)
         ))
         .bind(DeliveryState::Delivered.as_str())
         .bind(i64::from(limit))

@@ -179,8 +179,8 @@ async fn take_lease(
 /// The version of run `run_id` if it waits (on that turn), else `None`.
 async fn waiting_version(db: &Database, run_id: Uuid) -> Result<Option<i64>, StoreError> {
     sqlx::query_scalar(&format!(
-        "SELECT version FROM agent_run WHERE id = $1 AND status IN ({})",
-        RunStatus::sql_list(&RunStatus::WAITING)
+        "SELECT version FROM agent_run WHERE id = $1 AND {}",
+        RunStatus::sql_any("status", &RunStatus::WAITING)
     ))
     .bind(run_id.to_string())
     .fetch_optional(db.pool())

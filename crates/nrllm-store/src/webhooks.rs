@@ -122,11 +122,11 @@ impl WebhookStore {
         let index = indexed_by(self.db.backend(), "agent_run_waiting");
         let rows = sqlx::query(&format!(
             "SELECT r.id, r.version, r.last_sequence, r.provider FROM agent_run r {index} \
-             WHERE r.status IN ({}) AND r.updated_at_ms >= $1 AND NOT EXISTS \
+             WHERE {} AND r.updated_at_ms >= $1 AND NOT EXISTS \
              (SELECT 1 FROM webhook_delivery d WHERE d.run_id = r.id AND d.run_version = r.version \
              AND (d.run_sequence IS NULL OR d.run_sequence = r.last_sequence)) \
              ORDER BY r.updated_at_ms LIMIT $2",
-            RunStatus::sql_list(&RunStatus::WAITING)
+            RunStatus::sql_any("r.status", &RunStatus::WAITING)
         ))
         .bind(since_ms)
         .bind(i64::from(limit))

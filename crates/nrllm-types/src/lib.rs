@@ -91,13 +91,19 @@ impl RunStatus {
         matches!(self, RunStatus::Queued | RunStatus::Running)
     }
 
-    /// `'a', 'b'`: the stored names of `statuses`, for an SQL `IN (…)` list.
-    pub fn sql_list(statuses: &[RunStatus]) -> String {
-        statuses
+    /// `(status = 'a' OR status = 'b')`: whether `column` holds one of `statuses`, written out
+    /// term by term. SQLite evaluates an `IN` list of three or more constants through a
+    /// temporary B-tree that it builds afresh each time the list is evaluated — for a partial
+    /// index's predicate, twice for every row a statement changes (the old row and the new) — so
+    /// the partial indexes of waiting runs and the statements of a run's transitions use this
+    /// form, and a query that reads through such an index repeats its predicate word for word
+    /// (SQLite uses a partial index only for a query that has its predicate as one of its terms).
+    pub fn sql_any(column: &str, statuses: &[RunStatus]) -> String {
+        let terms: Vec<String> = statuses
             .iter()
-            .map(|s| format!("'{}'", s.as_str()))
-            .collect::<Vec<_>>()
-            .join(", ")
+            .map(|s| format!("{column} = '{}'", s.as_str()))
+            .collect();
+        format!("({})", terms.join(" OR "))
     }
 
     /// The words a page shows for it.
@@ -264,6 +270,19 @@ pub const MAX_ANSWER_CHARS: usize = 20_000;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sql_any_writes_one_equality_a_status_joined_by_or() {
+        assert_eq!(
+            RunStatus::sql_any("status", &RunStatus::WAITING),
+            "(status = 'waiting_for_approval' OR status = 'waiting_for_input' \
+             OR status = 'waiting_for_budget')"
+        );
+        assert_eq!(
+            RunStatus::sql_any("r.status", &[RunStatus::Queued]),
+            "(r.status = 'queued')"
+        );
+    }
 
     #[test]
     fn the_string_form_is_the_serde_form_and_round_trips() {

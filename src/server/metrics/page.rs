@@ -51,8 +51,8 @@ async fn register_database(registry: &mut Registry, state: &AppState) -> Result<
 
     let waiting_age = Histogram::new(exponential_buckets(60.0, 4.0, 8));
     let waiting_since: Vec<i64> = sqlx::query_scalar(&format!(
-        "SELECT updated_at_ms FROM agent_run WHERE status IN ({}) ORDER BY updated_at_ms LIMIT $1",
-        RunStatus::sql_list(&RunStatus::WAITING)
+        "SELECT updated_at_ms FROM agent_run WHERE {} ORDER BY updated_at_ms LIMIT $1",
+        RunStatus::sql_any("status", &RunStatus::WAITING)
     ))
     .bind(MAX_WAITING_SAMPLED)
     .fetch_all(state.db.pool())

@@ -217,10 +217,9 @@ pub(super) fn waiting_query(backend: Backend, filter: &WaitingFilter) -> Listing
         WaitingOrder::Deadline => String::new(),
     };
     let mut conditions = Conditions::default();
-    conditions.clauses.push(format!(
-        "status IN ({})",
-        RunStatus::sql_list(&RunStatus::WAITING)
-    ));
+    conditions
+        .clauses
+        .push(RunStatus::sql_any("status", &RunStatus::WAITING));
     conditions.text("provider", filter.provider.as_deref());
     if let Some(tool) = &filter.tool {
         conditions.add(

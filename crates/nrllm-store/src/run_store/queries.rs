@@ -119,9 +119,9 @@ impl Sweep {
         // waiting run, each sweep (~100 ms at 100k waiting runs).
         let index = indexed_by(backend, index);
         format!(
-            "SELECT id FROM agent_run {index} WHERE status IN ({}) AND {column} <= $1 \
+            "SELECT id FROM agent_run {index} WHERE {} AND {column} <= $1 \
              ORDER BY {column} LIMIT $2",
-            RunStatus::sql_list(statuses)
+            RunStatus::sql_any("status", statuses)
         )
     }
 }

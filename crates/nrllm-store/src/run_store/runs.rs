@@ -135,13 +135,16 @@ impl RunStore for SqlRunStore {
         let (status, owner, until, queued) = self.placement(drive_here, now_ms);
         // The compare-and-set: exactly one claimer's update matches the row, and only while
         // the run's steps are as the claimer read them (an approval counted meanwhile adds one).
+        // The statuses are terms, not an `IN` list: SQLite counts parameters as constants and
+        // would build a temporary tree for a list of three (`RunStatus::sql_any`).
         let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, decided_by = $2, decided_at_ms = $3, decision = $4, \
              decision_record = $5, version = version + 1, updated_at_ms = $3, \
              last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END, \
              lease_owner = $12, lease_until_ms = $13, queued_at_ms = $14, approved_bases = $10, \
              approval_deadline_ms = NULL \
-             WHERE id = $7 AND status IN ($8, $11, '{budget}') AND version = $9 AND last_sequence = $15 \
+             WHERE id = $7 AND (status = $8 OR status = $11 OR status = '{budget}') \
+             AND version = $9 AND last_sequence = $15 \
              RETURNING version, {CHAIN_HEAD}",
             budget = RunStatus::WaitingForBudget.as_str()
         ))
@@ -187,9 +190,9 @@ impl RunStore for SqlRunStore {
         // The run stays at its version (open pages' digests hold); only its steps move on.
         let fence = Statement::new(format!(
             "UPDATE agent_run SET last_sequence = last_sequence + 1 \
-             WHERE id = $1 AND version = $2 AND last_sequence = $3 AND status IN ({}) \
+             WHERE id = $1 AND version = $2 AND last_sequence = $3 AND {} \
              RETURNING last_sequence, {CHAIN_HEAD}",
-            RunStatus::sql_list(&RunStatus::WAITING)
+            RunStatus::sql_any("status", &RunStatus::WAITING)
         ))
         .bind(id.to_string())
         .bind(version)
@@ -270,9 +273,9 @@ impl RunStore for SqlRunStore {
              version = version + 1, updated_at_ms = $13, finished_at_ms = $13, \
              lease_owner = NULL, lease_until_ms = 0, unreported_usage = $18, \
              cached_input_tokens = $19, cache_write_tokens = $20, reasoning_tokens = $21 \
-             WHERE id = $14 AND version = $15 AND status NOT IN ({}) \
+             WHERE id = $14 AND version = $15 AND NOT {} \
              AND (status <> $16 OR lease_owner = $17) RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
-            RunStatus::sql_list(&RunStatus::TERMINAL)
+            RunStatus::sql_any("status", &RunStatus::TERMINAL)
         ))
         .bind(finish.status.as_str())
         .bind(finish.reason.as_str())
@@ -310,9 +313,9 @@ impl RunStore for SqlRunStore {
             "UPDATE agent_run SET status = $1, termination_reason = $2, error_summary = $3, \
              version = version + 1, updated_at_ms = $4, finished_at_ms = $4, \
              last_sequence = last_sequence + 1 \
-             WHERE id = $5 AND version = $6 AND status NOT IN ({}) \
+             WHERE id = $5 AND version = $6 AND NOT {} \
              RETURNING last_sequence, {CHAIN_HEAD}",
-            RunStatus::sql_list(&RunStatus::TERMINAL)
+            RunStatus::sql_any("status", &RunStatus::TERMINAL)
         ))
         .bind(RunStatus::Failed.as_str())
         .bind(TerminationReason::StateCorrupted.as_str())
@@ -357,8 +360,8 @@ impl RunStore for SqlRunStore {
                  suspended_state = NULL, decided_by = $3, decided_at_ms = $4, \
                  decision = 'cancelled', decision_record = NULL, version = version + 1, \
                  updated_at_ms = $4, finished_at_ms = $4, last_sequence = last_sequence + 1 \
-                 WHERE id = $5 AND status IN ({}) RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
-                RunStatus::sql_list(&RunStatus::CANCELLABLE)
+                 WHERE id = $5 AND {} RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
+                RunStatus::sql_any("status", &RunStatus::CANCELLABLE)
             ))
             .bind(RunStatus::Cancelled.as_str())
             .bind(TerminationReason::Cancelled.as_str())
@@ -413,9 +416,9 @@ impl RunStore for SqlRunStore {
             let mut tx = self.db.begin_write().await.map_err(backend)?;
             // Which runs are due: checked again on each row, under its lock, just below.
             let due = format!(
-                "((status IN ({}) AND finished_at_ms < $1) OR (status IN ({}) AND updated_at_ms < $2))",
-                RunStatus::sql_list(&RunStatus::TERMINAL),
-                RunStatus::sql_list(&RunStatus::WAITING)
+                "(({} AND finished_at_ms < $1) OR ({} AND updated_at_ms < $2))",
+                RunStatus::sql_any("status", &RunStatus::TERMINAL),
+                RunStatus::sql_any("status", &RunStatus::WAITING)
             );
             let ids: Vec<String> = sqlx::query_scalar(&format!(
                 "SELECT id FROM agent_run WHERE {due} AND id > $3 ORDER BY id LIMIT $4"

@@ -426,3 +426,61 @@ async fn a_group_whose_waiting_member_is_dropped_is_committed_by_the_writer_thre
     assert!(locked(&writer.conn).open.is_none());
     test.cleanup().await;
 }
+
+/// The opcodes SQLite's plan of `sql` opens a temporary B-tree with.
+fn temporary_trees(conn: &rusqlite::Connection, sql: &str) -> usize {
+    let mut plan = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+    let unbound = vec![rusqlite::types::Null; plan.parameter_count()];
+    let opcodes: Vec<String> = plan
+        .query_map(rusqlite::params_from_iter(unbound), |row| {
+            row.get::<_, String>("opcode")
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(!opcodes.is_empty(), "no plan for {sql}");
+    opcodes.iter().filter(|op| *op == "OpenEphemeral").count()
+}
+
+/// Every partial index of a run is kept without a temporary B-tree: SQLite builds one afresh for
+/// each evaluation of an `IN` list of three or more constants, and a partial index's predicate is
+/// evaluated for the old and the new row of every run a statement changes (migration 31). The
+/// statements of a run's transitions do without one too, `RETURNING` aside (its rows wait in one).
+#[tokio::test]
+async fn a_run_moves_between_statuses_without_building_a_temporary_tree() {
+    use nrllm_core::run_store::RunStatus;
+
+    let test = crate::testing::sqlite().await;
+    let path = test.url.strip_prefix("sqlite:").unwrap();
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let moves = [
+        "INSERT INTO agent_run (id, status, configuration, requested_by, created_at_ms, \
+         updated_at_ms) VALUES ('r1', 'running', '{}', 'alice', 1, 1)"
+            .to_owned(),
+        "UPDATE agent_run SET status = 'waiting_for_budget', approval_deadline_ms = 5 \
+         WHERE id = 'r1'"
+            .to_owned(),
+        format!(
+            "UPDATE agent_run SET status = 'completed' WHERE id = 'r1' AND NOT {}",
+            RunStatus::sql_any("status", &RunStatus::TERMINAL)
+        ),
+        format!(
+            "UPDATE agent_run SET status = 'cancelled' WHERE id = 'r1' AND {}",
+            RunStatus::sql_any("status", &RunStatus::CANCELLABLE)
+        ),
+    ];
+    for sql in &moves {
+        assert_eq!(temporary_trees(&conn, sql), 0, "{sql}");
+    }
+    // The claim's fence, its statuses bound: as terms, no tree either.
+    let claim = "UPDATE agent_run SET status = $1 WHERE id = $2 \
+                 AND (status = $3 OR status = $4 OR status = 'waiting_for_budget')";
+    assert_eq!(temporary_trees(&conn, claim), 0);
+    // The yardstick: the lists written as `IN` build one each, parameters or not.
+    let listed = "UPDATE agent_run SET status = 'completed' WHERE id = 'r1' \
+                  AND status NOT IN ('completed', 'failed', 'cancelled')";
+    assert_eq!(temporary_trees(&conn, listed), 1);
+    let bound = "UPDATE agent_run SET status = $1 WHERE id = $2 \
+                 AND status IN ($3, $4, 'waiting_for_budget')";
+    assert_eq!(temporary_trees(&conn, bound), 1);
+}
