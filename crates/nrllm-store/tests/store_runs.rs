@@ -88,6 +88,25 @@ fn kinds(events: &[nrllm_core::run_store::StoredEvent]) -> Vec<String> {
     events.iter().map(|e| e.kind.clone()).collect()
 }
 
+/// `start` and `resume` hand a run's segment (its state machine was some 30 KB) to the heap, so
+/// what their callers hold and move at each await stays small: moved whole, those futures were
+/// copied several times a cycle (BENCHMARKS.md, issue #46).
+#[tokio::test]
+async fn the_futures_of_start_and_resume_stay_small() {
+    const AT_MOST: usize = 8 * 1024;
+    let db = nrllm_store::testing::sqlite().await;
+    let s = setup(&db.db, gated_then_answer());
+    let start = s.service.start(configuration("write hi"), "alice");
+    let bytes = std::mem::size_of_val(&start);
+    assert!(bytes <= AT_MOST, "start's future is {bytes} bytes");
+    let run = start.await.unwrap();
+    let (decision, actor) = (Decision::ApproveAll, Actor::headless("bob"));
+    let resume = s.service.resume(run.id, &decision, &actor, None);
+    let bytes = std::mem::size_of_val(&resume);
+    assert!(bytes <= AT_MOST, "resume's future is {bytes} bytes");
+    assert_eq!(resume.await.unwrap().status, RunStatus::Completed);
+}
+
 #[tokio::test]
 async fn suspend_stores_the_state_and_resume_continues_the_sequence_and_finish_clears_it() {
     for db in backends().await {

@@ -38,15 +38,15 @@ impl RunService {
         actor: &Actor,
         digest: Option<&str>,
     ) -> Result<RunRecord, ResumeError> {
-        let claimed = self
-            .claim_with(
-                id,
-                TurnMove::Decision(decision),
-                Some(actor),
-                digest,
-                Claiming::Here,
-            )
-            .await?;
+        // Boxed, as the segment after it ([`super::in_run_span`]): the claim's future is large.
+        let claimed = Box::pin(self.claim_with(
+            id,
+            TurnMove::Decision(decision),
+            Some(actor),
+            digest,
+            Claiming::Here,
+        ))
+        .await?;
         Ok(self.carry_out_here(claimed).await?)
     }
 

@@ -50,7 +50,7 @@ impl RunService {
             &claimed.configuration,
         );
         let (id, trace) = (claimed.id, claimed.trace.clone());
-        super::in_run_span(id, trace.as_ref(), self.carry_out(claimed, &sink)).await
+        super::in_run_span(id, trace.as_ref(), Box::pin(self.carry_out(claimed, &sink))).await
     }
 
     /// Carries out a claimed decision in `sink`'s segment, and persists how the segment ends.

@@ -196,7 +196,10 @@ fn run_span(id: Uuid, trace: Option<&crate::trace::RunTrace>) -> tracing::Span {
 }
 
 /// Does `work` on run `id` in its span ([`run_span`]), and logs where the run stands after it;
-/// a run that ended here exports its root span ([`crate::spans`]).
+/// a run that ended here exports its root span ([`crate::spans`]). Callers hand it their segment
+/// boxed: a segment's state machine is tens of kilobytes, and every future that held it inline
+/// (this one, the span's wrapper, `start`, `resume` and their callers) was copied whole at each
+/// move: boxed, an approve cycle runs 7 % fewer instructions (BENCHMARKS.md, issue #46).
 pub(crate) async fn in_run_span<E>(
     id: Uuid,
     trace: Option<&crate::trace::RunTrace>,

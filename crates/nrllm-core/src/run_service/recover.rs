@@ -26,7 +26,7 @@ impl RunService {
     pub async fn recover(&self, id: Uuid) -> Result<RunRecord, ServiceError> {
         let run = self.store.get(id).await?.ok_or(StoreError::NotFound(id))?;
         let trace = run.trace.clone();
-        super::in_run_span(id, trace.as_ref(), self.recover_run(run)).await
+        super::in_run_span(id, trace.as_ref(), Box::pin(self.recover_run(run))).await
     }
 
     async fn recover_run(&self, run: RunRecord) -> Result<RunRecord, ServiceError> {

@@ -168,7 +168,12 @@ impl RunService {
     /// continues) until it completes or suspends.
     pub async fn drive(&self, run: RunRecord) -> Result<RunRecord, ServiceError> {
         let (id, trace) = (run.id, run.trace.clone());
-        super::in_run_span(id, trace.as_ref(), self.drive_from_start(run, None)).await
+        super::in_run_span(
+            id,
+            trace.as_ref(),
+            Box::pin(self.drive_from_start(run, None)),
+        )
+        .await
     }
 
     pub(super) async fn drive_from_start(
