@@ -26,7 +26,9 @@ async function instance(base: string, database: string): Promise<ChildProcess> {
       NRLLM_CONFIG: "nrllm-e2e.toml",
       NRLLM_SITE_ADDR: base.replace("http://", ""),
       NRLLM_DATABASE_URL: database,
-      NRLLM_DEMO_THINK_MS: "3000",
+      // Long enough that B's page (a debug build, rendered cold) opens while A's model is still
+      // writing: at 3 s a slow machine rendered it after the run was already waiting.
+      NRLLM_DEMO_THINK_MS: "10000",
       // Instances sharing a database share its audit key, as their operators set it.
       NRLLM_AUDIT_KEY: "b2".repeat(32),
       NRLLM_LOG: "warn",
