@@ -88,9 +88,9 @@ fn kinds(events: &[nrllm_core::run_store::StoredEvent]) -> Vec<String> {
     events.iter().map(|e| e.kind.clone()).collect()
 }
 
-/// `start` and `resume` hand a run's segment (its state machine was some 30 KB) to the heap, so
-/// what their callers hold and move at each await stays small: moved whole, those futures were
-/// copied several times a cycle (BENCHMARKS.md, issue #46).
+/// `start` and `resume` hand a run's segment to the heap (with it inline their futures were some
+/// 36 KB), so what their callers hold and move at each await stays small: moved whole, those
+/// futures were copied several times a cycle (BENCHMARKS.md, issue #46).
 #[tokio::test]
 async fn the_futures_of_start_and_resume_stay_small() {
     const AT_MOST: usize = 8 * 1024;
