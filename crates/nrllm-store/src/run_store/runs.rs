@@ -135,18 +135,15 @@ impl RunStore for SqlRunStore {
         let (status, owner, until, queued) = self.placement(drive_here, now_ms);
         // The compare-and-set: exactly one claimer's update matches the row, and only while
         // the run's steps are as the claimer read them (an approval counted meanwhile adds one).
-        // The statuses are terms, not an `IN` list: SQLite counts parameters as constants and
-        // would build a temporary tree for a list of three (`RunStatus::sql_any`).
         let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, decided_by = $2, decided_at_ms = $3, decision = $4, \
              decision_record = $5, version = version + 1, updated_at_ms = $3, \
              last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END, \
-             lease_owner = $12, lease_until_ms = $13, queued_at_ms = $14, approved_bases = $10, \
+             lease_owner = $10, lease_until_ms = $11, queued_at_ms = $12, approved_bases = $9, \
              approval_deadline_ms = NULL \
-             WHERE id = $7 AND (status = $8 OR status = $11 OR status = '{budget}') \
-             AND version = $9 AND last_sequence = $15 \
+             WHERE id = $7 AND {waiting} AND version = $8 AND last_sequence = $13 \
              RETURNING version, {CHAIN_HEAD}",
-            budget = RunStatus::WaitingForBudget.as_str()
+            waiting = RunStatus::sql_any("status", &RunStatus::WAITING)
         ))
         .bind(status.as_str())
         .bind(&claim.decided_by)
@@ -155,10 +152,8 @@ impl RunStore for SqlRunStore {
         .bind(&claim.decision)
         .bind(last_sequence(&claim.events).unwrap_or(0))
         .bind(id.to_string())
-        .bind(RunStatus::WaitingForApproval.as_str())
         .bind(version)
         .bind(&claim.approved_bases)
-        .bind(RunStatus::WaitingForInput.as_str())
         .bind(owner)
         .bind(until)
         .bind(queued)

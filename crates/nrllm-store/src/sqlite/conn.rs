@@ -146,6 +146,12 @@ impl Shape {
 pub(super) struct Shapes(foldhash::HashMap<Box<str>, Arc<Shape>>);
 
 impl Shapes {
+    /// The texts of the statements the connection ran (as many as it keeps prepared).
+    #[cfg(test)]
+    pub(super) fn texts(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(|text| &**text)
+    }
+
     pub(super) fn of(
         &mut self,
         sql: &str,

@@ -472,7 +472,7 @@ async fn a_run_moves_between_statuses_without_building_a_temporary_tree() {
     for sql in &moves {
         assert_eq!(temporary_trees(&conn, sql), 0, "{sql}");
     }
-    // The claim's fence, its statuses bound: as terms, no tree either.
+    // Statuses bound as parameters, written as terms: no tree either.
     let claim = "UPDATE agent_run SET status = $1 WHERE id = $2 \
                  AND (status = $3 OR status = $4 OR status = 'waiting_for_budget')";
     assert_eq!(temporary_trees(&conn, claim), 0);
@@ -483,4 +483,68 @@ async fn a_run_moves_between_statuses_without_building_a_temporary_tree() {
     let bound = "UPDATE agent_run SET status = $1 WHERE id = $2 \
                  AND status IN ($3, $4, 'waiting_for_budget')";
     assert_eq!(temporary_trees(&conn, bound), 1);
+}
+
+/// The statements an approve cycle really runs on the write connection — its transitions and its
+/// point reads, as the store writes them — build no temporary B-tree but `RETURNING`'s own.
+#[tokio::test]
+async fn an_approve_cycle_runs_no_statement_that_builds_a_temporary_tree() {
+    use nrllm_core::authority::Actor;
+    use nrllm_core::run_service::{RunService, SingleLoop};
+    use nrllm_core::run_store::{RunConfiguration, RunStatus};
+    use nrllm_core::testing::{call_turn, probe_registry, usage, Probe, ScriptedProvider};
+    use nrllm_core::{Decision, ToolLoop};
+
+    let test = crate::testing::sqlite_with(SqliteSync::Normal).await;
+    let store = Arc::new(crate::SqlRunStore::new(test.db.clone()));
+    let provider = ScriptedProvider::new(vec![
+        call_turn(
+            "c1",
+            "write_note",
+            serde_json::json!({"text": "hi"}),
+            usage(100, 20),
+        ),
+        nrllm_core::provider::ChatResponse::text("Wrote it.", usage(50, 5)),
+    ]);
+    let probe = Probe::default();
+    let tool_loop = ToolLoop::new(Arc::new(provider), Arc::new(probe_registry(&probe)));
+    let service = RunService::new(store, Arc::new(SingleLoop(Arc::new(tool_loop))));
+    let configuration = RunConfiguration {
+        continues: None,
+        approval_timeout_ms: Some(60_000),
+        provider: "scripted".into(),
+        model: "script".into(),
+        prompt: "write hi".into(),
+        system_prompt: None,
+        skills: Vec::new(),
+        settings: nrllm_core::RunSettings::default(),
+    };
+    let run = service.start(configuration, "alice").await.unwrap();
+    assert_eq!(run.status, RunStatus::WaitingForApproval);
+    let (decision, actor) = (Decision::ApproveAll, Actor::headless("bob"));
+    let done = service
+        .resume(run.id, &decision, &actor, None)
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    assert_eq!(probe.count("write_note"), 1);
+
+    let writer = test.db.sqlite_writer().unwrap();
+    let texts: Vec<String> = locked(&writer.conn)
+        .shapes
+        .texts()
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        texts
+            .iter()
+            .any(|sql| sql.starts_with("UPDATE agent_run SET status")),
+        "the cycle's transitions ran elsewhere: {texts:?}"
+    );
+    let path = test.url.strip_prefix("sqlite:").unwrap();
+    let conn = rusqlite::Connection::open(path).unwrap();
+    for sql in &texts {
+        let allowed = usize::from(sql.contains("RETURNING"));
+        assert!(temporary_trees(&conn, sql) <= allowed, "{sql}");
+    }
 }
