@@ -277,7 +277,14 @@ pub(crate) struct Transition {
     pub(crate) before_commit: Option<&'static str>,
     /// The key the steps are chained by (the database's: set when it carries the transition out).
     pub(crate) audit: Option<AuditKey>,
+    /// The fence chained the steps and moved the run's keyed head itself, as it updated the run
+    /// (SQLite: [`crate::sqlite`]'s `nrllm_chain_head`): what follows only inserts them.
+    pub(crate) chained: bool,
 }
+
+/// What a fence that chains the steps itself returns for them (a column saying so): such a
+/// fence's row never reaches [`Transition::follow`] unchained.
+pub(crate) const CHAINED_IN_FENCE: &str = "1 AS chained_in_fence";
 
 /// Event rows per `INSERT` (9 parameters each: under SQLite's and Postgres's limits).
 const EVENT_ROWS_PER_INSERT: usize = 100;
@@ -294,70 +301,34 @@ impl Transition {
             notices: Vec::new(),
             before_commit: None,
             audit: None,
+            chained: false,
         }
     }
 
-    /// What follows the fence once it returned `row`: the steps chained on its `chain_head`,
-    /// in as few statements as the bind limits allow, then the rest.
+    /// What follows the fence once it returned `row`: the steps chained on its `chain_head`
+    /// (unless the fence chained them), in as few statements as the bind limits allow, the
+    /// run's new keyed head, then the rest.
     pub(crate) fn follow(
-        self,
+        mut self,
         row: &Row,
     ) -> Result<(Vec<Statement>, Option<&'static str>), StoreError> {
-        let mut statements = Vec::with_capacity(self.then.len() + 1);
+        let mut statements = Vec::with_capacity(self.then.len() + 2);
         if !self.steps.is_empty() {
-            // The log is a chain per run: each row follows the last one written.
-            // A fence that creates the run returns no head: it has no steps before its own.
-            let head = if row.has("chain_head") {
-                row.text("chain_head")?
-            } else {
-                None
+            let head = match self.chained {
+                true => None,
+                false => self.chain_on(row)?,
             };
-            let run_key = if row.has("chain_key") {
-                row.text("chain_key")?
-            } else {
-                None
-            };
-            let mut prev = head.unwrap_or_else(|| chain::GENESIS.to_owned());
-            let mut rows = self.steps;
-            if self.numbered_by_fence {
-                let last = row.required_int("last_sequence")?;
-                let count = rows.len() as i64;
-                for (i, step) in (0..).zip(rows.iter_mut()) {
-                    step.sequence = last - count + 1 + i;
-                }
-            }
-            let first = rows.first().map_or(1, |step| step.sequence);
-            let key = match (&self.audit, run_key.is_some() || first == 1) {
-                (Some(key), true) => Some(key),
-                (None, true) => {
-                    return Err(StoreError::Corrupt(
-                        "a transition was carried out without the audit key".into(),
-                    ))
-                }
-                (_, false) => None,
-            };
-            for row in &mut rows {
-                let hash = match key {
-                    Some(key) => key.row_mac(&self.run, &prev, row),
-                    None => chain::row_hash(&self.run, &prev, row),
-                };
-                row.prev_hash = Some(std::mem::replace(&mut prev, hash.clone()));
-                row.hash = Some(hash);
-            }
-            for chunk in rows.chunks(EVENT_ROWS_PER_INSERT) {
+            for chunk in self.steps.chunks(EVENT_ROWS_PER_INSERT) {
                 statements.push(insert_steps(&self.run, chunk));
             }
-            if let (Some(key), Some(last)) = (key, rows.last()) {
-                if run_key.as_deref().is_some_and(|id| id != key.id()) {
-                    tracing::warn!(run = %self.run, "a run keyed by another audit key gets steps keyed by this instance's: its log will not verify under either");
-                }
+            if let Some(Head { key_id, mac }) = head {
                 statements.push(
                     Statement::new(
                         "UPDATE agent_run SET audit_key_id = COALESCE(audit_key_id, $1), \
                          audit_head = $2 WHERE id = $3",
                     )
-                    .bind(key.id())
-                    .bind(key.head_mac(&self.run, last.sequence, &prev))
+                    .bind(key_id)
+                    .bind(mac)
                     .bind(self.run.as_str()),
                 );
             }
@@ -365,6 +336,109 @@ impl Transition {
         statements.extend(self.then);
         Ok((statements, self.before_commit))
     }
+
+    /// Chains the steps on what the fence returned: the `chain_head` column (none: the run's
+    /// first step comes now), the `chain_key` column and, where the fence numbers the steps,
+    /// `last_sequence` (the run's last step after them).
+    fn chain_on(&mut self, row: &Row) -> Result<Option<Head>, StoreError> {
+        if row.has("chained_in_fence") {
+            return Err(StoreError::Corrupt(
+                "a fence that chains the steps itself did not".into(),
+            ));
+        }
+        // A fence that creates the run returns no head: it has no steps before its own.
+        let head = match row.has("chain_head") {
+            true => row.text("chain_head")?,
+            false => None,
+        };
+        let run_key = match row.has("chain_key") {
+            true => row.text("chain_key")?,
+            false => None,
+        };
+        let before = match self.numbered_by_fence {
+            true => Some(row.required_int("last_sequence")? - self.steps.len() as i64),
+            false => None,
+        };
+        self.chain(head, run_key.as_deref(), before)
+    }
+
+    /// Chains the steps, in place, on `head` (the run's last step's MAC or hash; `None`: it has
+    /// none yet), numbering them first after `before` (the run's last step before them) where
+    /// the fence takes their numbers. A run is keyed from its first step on: `run_key` is the
+    /// key its log is chained by (`None`: none yet — then it is keyed now if these are its
+    /// first steps, and goes on in the older, unkeyed form otherwise). The run's new keyed
+    /// head, if its log is keyed.
+    pub(crate) fn chain(
+        &mut self,
+        head: Option<String>,
+        run_key: Option<&str>,
+        before: Option<i64>,
+    ) -> Result<Option<Head>, StoreError> {
+        // The log is a chain per run: each row follows the last one written.
+        let mut prev = head.unwrap_or_else(|| chain::GENESIS.to_owned());
+        if let (true, Some(before)) = (self.numbered_by_fence, before) {
+            for (i, step) in (1..).zip(self.steps.iter_mut()) {
+                step.sequence = before + i;
+            }
+        }
+        let key = match (
+            &self.audit,
+            run_key.is_some() || self.first_sequence(before) == 1,
+        ) {
+            (Some(key), true) => Some(key),
+            (None, true) => {
+                return Err(StoreError::Corrupt(
+                    "a transition was carried out without the audit key".into(),
+                ))
+            }
+            (_, false) => None,
+        };
+        for row in &mut self.steps {
+            let hash = match key {
+                Some(key) => key.row_mac(&self.run, &prev, row),
+                None => chain::row_hash(&self.run, &prev, row),
+            };
+            row.prev_hash = Some(std::mem::replace(&mut prev, hash.clone()));
+            row.hash = Some(hash);
+        }
+        let (Some(key), Some(last)) = (key, self.steps.last()) else {
+            return Ok(None);
+        };
+        if run_key.is_some_and(|id| id != key.id()) {
+            tracing::warn!(run = %self.run, "a run keyed by another audit key gets steps keyed by this instance's: its log will not verify under either");
+        }
+        Ok(Some(Head {
+            key_id: key.id().to_owned(),
+            mac: key.head_mac(&self.run, last.sequence, &prev),
+        }))
+    }
+
+    /// The sequence number of the first step (1 if none), numbered after `before` where the
+    /// fence takes the numbers.
+    pub(crate) fn first_sequence(&self, before: Option<i64>) -> i64 {
+        match (self.numbered_by_fence, before) {
+            (true, Some(before)) => before + 1,
+            _ => self.steps.first().map_or(1, |step| step.sequence),
+        }
+    }
+
+    /// The key a run's log is chained by once these steps are written, if it had none: this
+    /// database's, if they are its first steps (numbered after `before` where the fence takes
+    /// the numbers).
+    pub(crate) fn new_run_key(&self, before: Option<i64>) -> Option<&str> {
+        match (self.steps.is_empty(), self.first_sequence(before)) {
+            (false, 1) => self.audit.as_ref().map(AuditKey::id),
+            _ => None,
+        }
+    }
+}
+
+/// A run's keyed head after a transition: the MAC of its last step and sequence number under
+/// the key `key_id`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Head {
+    pub(crate) key_id: String,
+    pub(crate) mac: String,
 }
 
 /// One `INSERT` of `rows` (already chained) into run `run`'s log.
@@ -571,6 +645,58 @@ mod tests {
         let (statements, _) = transition.follow(&row).unwrap();
         assert_eq!(statements[0].args[1], Value::from(6));
         assert_eq!(statements[0].args[10], Value::from(7));
+    }
+
+    #[test]
+    fn a_run_is_keyed_by_the_database_from_its_first_steps_on() {
+        let key = AuditKey::from_bytes(&[3; 32]);
+        let mut transition = keyed("run-7");
+        assert_eq!(transition.new_run_key(None), None, "no steps, no key");
+        transition.steps = vec![step(1)];
+        assert_eq!(transition.new_run_key(None), Some(key.id()));
+        transition.steps = vec![step(3)];
+        assert_eq!(
+            transition.new_run_key(None),
+            None,
+            "an older run's later steps"
+        );
+        // Numbered by the fence: the first step follows the run's last.
+        transition.numbered_by_fence = true;
+        assert_eq!(transition.new_run_key(Some(0)), Some(key.id()));
+        assert_eq!(transition.new_run_key(Some(4)), None);
+    }
+
+    #[test]
+    fn a_chain_in_the_fence_and_after_it_come_to_the_same_rows_and_head() {
+        let key = AuditKey::from_bytes(&[3; 32]);
+        let mut transition = keyed("run-8");
+        transition.steps = vec![step(0), step(0)];
+        transition.numbered_by_fence = true;
+        // After the fence: it returned the run's last step after these (7).
+        let row = Row::of(vec![
+            ("last_sequence".into(), Value::from(7)),
+            ("chain_head".into(), Value::from("abc")),
+            ("chain_key".into(), Value::from(key.id())),
+        ]);
+        let (after, _) = transition.clone().follow(&row).unwrap();
+        // In the fence: it read the run's last step before them (5).
+        let head = transition
+            .chain(Some("abc".into()), Some(key.id()), Some(5))
+            .unwrap()
+            .unwrap();
+        transition.chained = true;
+        let fenced = Row::of(vec![("chained_in_fence".into(), Value::from(1))]);
+        let (within, _) = transition.clone().follow(&fenced).unwrap();
+        assert_eq!(within.len(), 1, "the steps only: the fence set the head");
+        assert_eq!(within[0], after[0]);
+        assert_eq!(
+            after[1].args[1],
+            Value::from(head.mac),
+            "the same head either way"
+        );
+        // A fence that was to chain them and did not is not taken for a run without steps.
+        transition.chained = false;
+        assert!(transition.follow(&fenced).is_err());
     }
 
     #[test]

@@ -82,6 +82,7 @@ impl RunStore for SqlRunStore {
             .elicited
             .as_ref()
             .is_some_and(|wait| wait.asked.held_until_ms.is_some());
+        let ChainSql { set, returning } = self.chain_sql();
         let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, suspended_state = $2, iterations = $3, tool_calls = $4, \
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, \
@@ -91,8 +92,8 @@ impl RunStore for SqlRunStore {
              lease_owner = NULL, lease_until_ms = 0, approval_deadline_ms = $15, \
              unreported_usage = $16, cached_input_tokens = $17, cache_write_tokens = $18, \
              reasoning_tokens = $19, approvals_required = $20, held_by = $21, held_until_ms = $22 \
-             WHERE id = $10 AND status = $11 AND version = $12 AND lease_owner = $14 \
-             AND cancel_by IS NULL RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
+             {set}WHERE id = $10 AND status = $11 AND version = $12 AND lease_owner = $14 \
+             AND cancel_by IS NULL RETURNING {RUN_COLUMNS}, {returning}",
         ))
         .bind(state.waiting_for().as_str())
         .bind(kept.json.into_owned())
@@ -135,14 +136,15 @@ impl RunStore for SqlRunStore {
         let (status, owner, until, queued) = self.placement(drive_here, now_ms);
         // The compare-and-set: exactly one claimer's update matches the row, and only while
         // the run's steps are as the claimer read them (an approval counted meanwhile adds one).
+        let ChainSql { set, returning } = self.chain_sql();
         let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, decided_by = $2, decided_at_ms = $3, decision = $4, \
              decision_record = $5, version = version + 1, updated_at_ms = $3, \
              last_sequence = CASE WHEN $6 > last_sequence THEN $6 ELSE last_sequence END, \
              lease_owner = $10, lease_until_ms = $11, queued_at_ms = $12, approved_bases = $9, \
              approval_deadline_ms = NULL \
-             WHERE id = $7 AND {waiting} AND version = $8 AND last_sequence = $13 \
-             RETURNING version, {CHAIN_HEAD}",
+             {set}WHERE id = $7 AND {waiting} AND version = $8 AND last_sequence = $13 \
+             RETURNING version, {returning}",
             waiting = RunStatus::sql_any("status", &RunStatus::WAITING)
         ))
         .bind(status.as_str())
@@ -183,10 +185,11 @@ impl RunStore for SqlRunStore {
         step: &SequencedEvent,
     ) -> Result<bool, StoreError> {
         // The run stays at its version (open pages' digests hold); only its steps move on.
+        let ChainSql { set, returning } = self.chain_sql();
         let fence = Statement::new(format!(
             "UPDATE agent_run SET last_sequence = last_sequence + 1 \
-             WHERE id = $1 AND version = $2 AND last_sequence = $3 AND {} \
-             RETURNING last_sequence, {CHAIN_HEAD}",
+             {set}WHERE id = $1 AND version = $2 AND last_sequence = $3 AND {} \
+             RETURNING last_sequence, {returning}",
             RunStatus::sql_any("status", &RunStatus::WAITING)
         ))
         .bind(id.to_string())
@@ -207,6 +210,7 @@ impl RunStore for SqlRunStore {
         now_ms: i64,
     ) -> Result<i64, StoreError> {
         let state = kept.state;
+        let ChainSql { set, returning } = self.chain_sql();
         let fence = Statement::new(format!(
             "UPDATE agent_run SET suspended_state = $1, iterations = $2, tool_calls = $3, \
              prompt_tokens = $4, completion_tokens = $5, total_tokens = $6, \
@@ -215,8 +219,8 @@ impl RunStore for SqlRunStore {
              decided_by = $10, decided_at_ms = $8, decision = $11, decision_record = $12, \
              approved_bases = $13, unreported_usage = $18, cached_input_tokens = $19, \
              cache_write_tokens = $20, reasoning_tokens = $21 \
-             WHERE id = $14 AND status = $15 AND version = $16 AND lease_owner = $17 \
-             AND cancel_by IS NULL RETURNING {CHAIN_HEAD}"
+             {set}WHERE id = $14 AND status = $15 AND version = $16 AND lease_owner = $17 \
+             AND cancel_by IS NULL RETURNING {returning}"
         ))
         .bind(kept.json.into_owned())
         .bind(i64::from(state.counters.iterations))
@@ -259,6 +263,7 @@ impl RunStore for SqlRunStore {
                 action: "a finishing status",
             });
         }
+        let ChainSql { set, returning } = self.chain_sql();
         let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, termination_reason = $2, iterations = $3, tool_calls = $4, \
              prompt_tokens = $5, completion_tokens = $6, total_tokens = $7, truncated = $8, final_answer = $9, \
@@ -268,8 +273,8 @@ impl RunStore for SqlRunStore {
              version = version + 1, updated_at_ms = $13, finished_at_ms = $13, \
              lease_owner = NULL, lease_until_ms = 0, unreported_usage = $18, \
              cached_input_tokens = $19, cache_write_tokens = $20, reasoning_tokens = $21 \
-             WHERE id = $14 AND version = $15 AND NOT {} \
-             AND (status <> $16 OR lease_owner = $17) RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
+             {set}WHERE id = $14 AND version = $15 AND NOT {} \
+             AND (status <> $16 OR lease_owner = $17) RETURNING {RUN_COLUMNS}, {returning}",
             RunStatus::sql_any("status", &RunStatus::TERMINAL)
         ))
         .bind(finish.status.as_str())
@@ -304,12 +309,13 @@ impl RunStore for SqlRunStore {
         event: &Event,
         now_ms: i64,
     ) -> Result<(), StoreError> {
+        let ChainSql { set, returning } = self.chain_sql();
         let fence = Statement::new(format!(
             "UPDATE agent_run SET status = $1, termination_reason = $2, error_summary = $3, \
              version = version + 1, updated_at_ms = $4, finished_at_ms = $4, \
              last_sequence = last_sequence + 1 \
-             WHERE id = $5 AND version = $6 AND NOT {} \
-             RETURNING last_sequence, {CHAIN_HEAD}",
+             {set}WHERE id = $5 AND version = $6 AND NOT {} \
+             RETURNING last_sequence, {returning}",
             RunStatus::sql_any("status", &RunStatus::TERMINAL)
         ))
         .bind(RunStatus::Failed.as_str())
@@ -350,12 +356,13 @@ impl RunStore for SqlRunStore {
         // it is in a status one of them takes.
         let mut attempts = 0;
         loop {
+            let ChainSql { set, returning } = self.chain_sql();
             let fence = Statement::new(format!(
                 "UPDATE agent_run SET status = $1, termination_reason = $2, \
                  suspended_state = NULL, decided_by = $3, decided_at_ms = $4, \
                  decision = 'cancelled', decision_record = NULL, version = version + 1, \
                  updated_at_ms = $4, finished_at_ms = $4, last_sequence = last_sequence + 1 \
-                 WHERE id = $5 AND {} RETURNING {RUN_COLUMNS}, {CHAIN_HEAD}",
+                 {set}WHERE id = $5 AND {} RETURNING {RUN_COLUMNS}, {returning}",
                 RunStatus::sql_any("status", &RunStatus::CANCELLABLE)
             ))
             .bind(RunStatus::Cancelled.as_str())

@@ -12,6 +12,7 @@ use sqlx::Row as _;
 use uuid::Uuid;
 
 use crate::chain::ChainRow;
+use crate::db::Backend;
 use crate::notify::Notice;
 use crate::transition::{Cells, Row, Statement, Transition};
 
@@ -234,6 +235,31 @@ pub(super) fn vote_upsert(id: Uuid, version: i64, vote: &Vote) -> Statement {
 pub(super) const CHAIN_HEAD: &str =
     "(SELECT hash FROM agent_run_event WHERE agent_run_event.run_id = agent_run.id \
      ORDER BY sequence DESC LIMIT 1) AS chain_head, audit_key_id AS chain_key";
+
+/// How a fenced update of a run chains the transition's steps: what it sets after its other
+/// columns (`set`, before its `WHERE`) and what it returns for them (`returning`, last).
+pub(super) struct ChainSql {
+    pub(super) set: &'static str,
+    pub(super) returning: &'static str,
+}
+
+impl SqlRunStore {
+    /// On SQLite the fence chains the steps and sets the run's keyed head itself
+    /// ([`crate::sqlite::CHAIN_SET`]); on Postgres it returns the head the steps chain on
+    /// ([`CHAIN_HEAD`]), and the head is written after them.
+    pub(super) fn chain_sql(&self) -> ChainSql {
+        match self.db.backend() {
+            Backend::Sqlite => ChainSql {
+                set: crate::sqlite::CHAIN_SET,
+                returning: crate::transition::CHAINED_IN_FENCE,
+            },
+            Backend::Postgres => ChainSql {
+                set: "",
+                returning: CHAIN_HEAD,
+            },
+        }
+    }
+}
 
 pub(super) fn outcome_name(outcome: ToolOutcome) -> &'static str {
     match outcome {

@@ -53,6 +53,9 @@ pub(super) type Shared = Arc<Mutex<Conn>>;
 pub(super) struct Conn {
     pub(super) db: Connection,
     pub(super) shapes: Shapes,
+    /// The transition whose fence runs, for the fence's SQL functions (the write connection's:
+    /// [`super::chain`]).
+    pub(super) chain: super::chain::Slot,
     /// The transaction left open for the next writer to join ([`super::group`]), if any.
     pub(super) open: Option<Open>,
     /// Groups committed, for the tests of group commit.
@@ -65,6 +68,7 @@ impl Conn {
         Conn {
             db,
             shapes: Shapes::default(),
+            chain: super::chain::Slot::default(),
             open: None,
             #[cfg(test)]
             group_commits: 0,

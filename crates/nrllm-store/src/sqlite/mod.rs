@@ -15,6 +15,9 @@
 //!   write lock: then the writer thread waits for it, not the caller. Either way it takes the
 //!   process's write turn ([`crate::db::Database::write_turn`]), so that it and the writes still
 //!   made through sqlx take turns in order rather than meeting in SQLite's sleeping busy handler.
+//! - A run's fence chains the transition's steps and sets the run's keyed head as it updates
+//!   the run ([`chain`]'s SQL functions, on the write connection), where an update of its own
+//!   would rewrite the run's row a second time.
 //! - The write connection opens the file through [`crate::wal_writes`], which writes each
 //!   commit's log frames in one write where SQLite's own layer makes two a frame.
 //! - A checkpointer thread copies the write-ahead log into the database file beside the writer
@@ -33,6 +36,7 @@
 //!   each statement. Its part is left in an open transaction for the writers that follow it in
 //!   the turn, and commits with theirs ([`group`]): at `FULL`, one flush for all of them.
 
+mod chain;
 mod conn;
 mod group;
 mod lent;
@@ -41,6 +45,7 @@ mod readers;
 mod tests;
 mod writer;
 
+pub(crate) use chain::CHAIN_SET;
 pub use conn::*;
 pub(crate) use lent::*;
 pub(crate) use readers::*;

@@ -485,10 +485,14 @@ async fn a_run_moves_between_statuses_without_building_a_temporary_tree() {
     assert_eq!(temporary_trees(&conn, bound), 1);
 }
 
-/// The statements an approve cycle really runs on the write connection — its transitions and its
-/// point reads, as the store writes them — build no temporary B-tree but `RETURNING`'s own.
-#[tokio::test]
-async fn an_approve_cycle_runs_no_statement_that_builds_a_temporary_tree() {
+/// An approve cycle through [`RunService`] on a fresh file at `NORMAL`: the file, its store,
+/// the run, and the texts of the statements the write connection ran.
+async fn an_approve_cycle() -> (
+    crate::testing::TestDb,
+    Arc<crate::SqlRunStore>,
+    uuid::Uuid,
+    Vec<String>,
+) {
     use nrllm_core::authority::Actor;
     use nrllm_core::run_service::{RunService, SingleLoop};
     use nrllm_core::run_store::{RunConfiguration, RunStatus};
@@ -508,7 +512,7 @@ async fn an_approve_cycle_runs_no_statement_that_builds_a_temporary_tree() {
     ]);
     let probe = Probe::default();
     let tool_loop = ToolLoop::new(Arc::new(provider), Arc::new(probe_registry(&probe)));
-    let service = RunService::new(store, Arc::new(SingleLoop(Arc::new(tool_loop))));
+    let service = RunService::new(store.clone(), Arc::new(SingleLoop(Arc::new(tool_loop))));
     let configuration = RunConfiguration {
         continues: None,
         approval_timeout_ms: Some(60_000),
@@ -541,10 +545,52 @@ async fn an_approve_cycle_runs_no_statement_that_builds_a_temporary_tree() {
             .any(|sql| sql.starts_with("UPDATE agent_run SET status")),
         "the cycle's transitions ran elsewhere: {texts:?}"
     );
+    (test, store, run.id, texts)
+}
+
+/// The statements an approve cycle really runs on the write connection — its transitions and its
+/// point reads, as the store writes them — build no temporary B-tree but `RETURNING`'s own.
+#[tokio::test]
+async fn an_approve_cycle_runs_no_statement_that_builds_a_temporary_tree() {
+    let (test, _, _, texts) = an_approve_cycle().await;
     let path = test.url.strip_prefix("sqlite:").unwrap();
     let conn = rusqlite::Connection::open(path).unwrap();
+    // The fences call the write connection's functions.
+    super::chain::register(&conn, &super::chain::Slot::default()).unwrap();
     for sql in &texts {
         let allowed = usize::from(sql.contains("RETURNING"));
         assert!(temporary_trees(&conn, sql) <= allowed, "{sql}");
     }
+}
+
+/// A run's fences chain its steps and move its keyed head as they update it: no transition of
+/// an approve cycle writes the head by an update of its own, and the run's log verifies under
+/// the database's key, head included.
+#[tokio::test]
+async fn the_fences_of_an_approve_cycle_move_the_run_head_themselves() {
+    let (test, store, id, texts) = an_approve_cycle().await;
+    let heads: Vec<&String> = texts
+        .iter()
+        .filter(|sql| sql.contains("SET audit_key_id"))
+        .collect();
+    assert!(heads.is_empty(), "the head written apart: {heads:?}");
+    assert_eq!(
+        texts
+            .iter()
+            .filter(|sql| sql.contains("nrllm_chain_head("))
+            .count(),
+        3,
+        "the suspend, the claim and the finish chain in their fences"
+    );
+    let verdict = store.verify_log(id).await.unwrap().unwrap();
+    assert!(verdict.is_verified(), "{}", verdict.describe());
+    let (key, head): (Option<String>, Option<String>) =
+        sqlx::query_as("SELECT audit_key_id, audit_head FROM agent_run WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_one(test.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(key.as_deref(), Some(test.db.audit_key().id()));
+    assert!(head.is_some());
+    test.cleanup().await;
 }

@@ -60,7 +60,9 @@ impl Writer {
         conn.pragma_update(None, "synchronous", synchronous)?;
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
         conn.set_prepared_statement_cache_capacity(PREPARED);
-        let conn: Shared = Arc::new(Mutex::new(Conn::new(conn)));
+        let conn = Conn::new(conn);
+        super::chain::register(&conn.db, &conn.chain)?;
+        let conn: Shared = Arc::new(Mutex::new(conn));
         let wake = checkpointer(path, synchronous)?;
         let (jobs, inbox) = mpsc::channel::<Job>();
         let thread_conn = Arc::clone(&conn);
@@ -256,9 +258,11 @@ pub(super) fn together(conn: &mut Conn, batch: Vec<Job>) {
     }
     let mut outcomes = Vec::with_capacity(transitions.len());
     for transition in transitions {
-        let Conn { db, shapes, .. } = &mut *conn;
+        let Conn {
+            db, shapes, chain, ..
+        } = &mut *conn;
         let outcome = db.savepoint().map_err(sqlite).and_then(|savepoint| {
-            let written = write(&savepoint, shapes, transition)?;
+            let written = write(&savepoint, shapes, chain, transition)?;
             if written.is_some() {
                 savepoint.commit().map_err(sqlite)?;
             }
@@ -335,7 +339,9 @@ pub(super) fn on_multi_thread_runtime() -> bool {
 
 /// [`carry_out_now`] on a connection that does not wait for locks.
 pub(super) fn begin_now(conn: &mut Conn, transition: Transition) -> Attempt {
-    let Conn { db, shapes, .. } = conn;
+    let Conn {
+        db, shapes, chain, ..
+    } = conn;
     let tx = match Immediate::begin(db) {
         Ok(tx) => tx,
         Err(rusqlite::Error::SqliteFailure(err, _))
@@ -345,7 +351,7 @@ pub(super) fn begin_now(conn: &mut Conn, transition: Transition) -> Attempt {
         }
         Err(err) => return Attempt::Done(Err(sqlite(err))),
     };
-    Attempt::Done(write(&tx, shapes, transition).and_then(|written| {
+    Attempt::Done(write(&tx, shapes, chain, transition).and_then(|written| {
         tx.commit().map_err(sqlite)?;
         Ok(written)
     }))
@@ -400,13 +406,17 @@ impl Drop for Immediate<'_> {
 }
 
 /// `transition`'s statements, in a transaction open on `conn`, up to its crash point before the
-/// commit: the row its fence returned, or `None` (then nothing was written).
+/// commit: the row its fence returned, or `None` (then nothing was written). A fence that sets
+/// the run's head ([`super::CHAIN_SET`]) chains the steps as it runs.
 pub(super) fn write(
     conn: &Connection,
     shapes: &mut Shapes,
-    transition: Transition,
+    chain: &super::chain::Slot,
+    mut transition: Transition,
 ) -> Result<Option<Row>, StoreError> {
-    let Some(row) = rows(conn, shapes, &transition.fence, 1)?.pop() else {
+    let fence = std::mem::replace(&mut transition.fence, Statement::new(""));
+    let found = super::chain::during(chain, &mut transition, || rows(conn, shapes, &fence, 1))?;
+    let Some(row) = found.into_iter().next() else {
         return Ok(None);
     };
     let (statements, point) = transition.follow(&row)?;
