@@ -10,6 +10,13 @@
 //! cargo bench -p nrllm-store --bench hitl -- --runs 1000 --db postgres://postgres@127.0.0.1/test
 //! cargo bench -p nrllm-store --bench hitl -- --runs 50 --state-kb 1024   (a 1 MB suspended state)
 //! cargo bench -p nrllm-store --bench hitl -- --runs 2000 --synchronous normal --otlp
+//! cargo bench -p nrllm-store --bench hitl -- --runs 3000 --synchronous normal --floor
+//!
+//! `--floor` measures what the database alone asks of a cycle on this machine, for comparison:
+//! four commits (as many as a cycle makes), each of one 600-byte row inserted into a table of
+//! one B-tree, on one connection of the same SQLite (WAL, the same `synchronous`) and nothing
+//! else — no model, no tool, no run row, no steps' chain, no checkpoint (the log only grows).
+//! At `synchronous=normal` only: at `full` the disk's flushes are the floor (the probe).
 //!
 //! `--otlp` installs the server's span export (`nrllm-telemetry`, batched OTLP/HTTP) to a local
 //! OTLP receiver in the same process, and checks that every cycle's spans arrived.
@@ -47,6 +54,8 @@ struct Args {
     state_kb: usize,
     /// Export the spans over OTLP to a local receiver, as the server does.
     otlp: bool,
+    /// Measure four bare commits a cycle instead (see the top).
+    floor: bool,
 }
 
 fn number(value: Option<String>, flag: &str) -> Result<usize, String> {
@@ -63,6 +72,7 @@ fn parse_args() -> Result<Args, String> {
         sync: SqliteSync::Full,
         state_kb: 0,
         otlp: false,
+        floor: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -79,6 +89,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--state-kb" => args.state_kb = number(it.next(), "--state-kb")?,
             "--otlp" => args.otlp = true,
+            "--floor" => args.floor = true,
             // cargo bench passes --bench to every bench binary.
             "--bench" => {}
             other => return Err(format!("unknown flag `{other}`")),
@@ -205,10 +216,75 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    if args.floor {
+        if let Err(message) = floor(&args) {
+            eprintln!("hitl: {message}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if let Err(message) = runtime.block_on(bench(args)) {
         eprintln!("hitl: {message}");
         std::process::exit(1);
     }
+}
+
+/// Four bare commits a cycle, `args.runs` cycles, on a fresh SQLite file at the bench's path:
+/// prints their rate (see the top).
+fn floor(args: &Args) -> Result<(), String> {
+    let path = args
+        .db
+        .strip_prefix("sqlite:")
+        .ok_or("--floor measures SQLite only")?;
+    if args.sync == SqliteSync::Full {
+        // Its log would only grow, and a growing file's flush costs more than a log written
+        // over: at FULL the floor is the disk's, which the probe measures.
+        return Err(
+            "--floor measures synchronous=normal (at full, the fsync probe is the floor)".into(),
+        );
+    }
+    fresh_sqlite(path, SqliteSync::Normal)?;
+    let db = |err: rusqlite::Error| format!("the floor's file: {err}");
+    let conn = rusqlite::Connection::open(path).map_err(db)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(db)?;
+    let synchronous = match args.sync {
+        SqliteSync::Full => "FULL",
+        SqliteSync::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)
+        .map_err(db)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
+        .map_err(db)?;
+    conn.execute_batch(
+        "CREATE TABLE step (run TEXT NOT NULL, n INTEGER NOT NULL, body TEXT NOT NULL, \
+         PRIMARY KEY (run, n)) WITHOUT ROWID",
+    )
+    .map_err(db)?;
+    let body = "x".repeat(600);
+    let (started, cpu_before) = (Instant::now(), cpu_ms());
+    for _ in 0..args.runs {
+        let run = uuid::Uuid::new_v4().to_string();
+        for n in 1..=4 {
+            let tx = conn.unchecked_transaction().map_err(db)?;
+            tx.prepare_cached("INSERT INTO step (run, n, body) VALUES (?1, ?2, ?3)")
+                .and_then(|mut insert| insert.execute(rusqlite::params![run, n, body]))
+                .map_err(db)?;
+            tx.commit().map_err(db)?;
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "floor synchronous={:?} runs={} cycles_per_s={:.1} (four bare commits a cycle)",
+        args.sync,
+        args.runs,
+        args.runs as f64 / elapsed
+    );
+    println!(
+        "cpu_us_per_cycle={:.1}",
+        (cpu_ms() - cpu_before) * 1000.0 / args.runs as f64
+    );
+    Ok(())
 }
 
 /// This process's CPU time so far, in milliseconds (NaN where `/proc` cannot be read).
