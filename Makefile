@@ -140,6 +140,7 @@ bench-smoke:
 	cargo test -p nrllm-store --bench hitl -- --runs 64 --concurrency 8 --synchronous normal
 	cargo test -p nrllm-store --bench hitl -- --runs 32 --concurrency 8 --db $(TEST_DATABASE_URL)
 	cargo test -p nrllm-store --bench hitl -- --runs 32 --concurrency 4 --synchronous normal --otlp
+	cargo test -p nrllm-store --bench hitl -- --runs 32 --synchronous normal --floor
 	cargo test -p nrllm-playground --features ssr --bench fill -- --sizes 20,200
 	cargo test -p nrllm-playground --features ssr --bench long_run
 	cargo test -p nrllm-playground --features ssr --bench deltas -- --runs 2 --chunks 20
