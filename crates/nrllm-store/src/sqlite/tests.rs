@@ -594,3 +594,85 @@ async fn the_fences_of_an_approve_cycle_move_the_run_head_themselves() {
     assert!(head.is_some());
     test.cleanup().await;
 }
+
+/// The fence's functions chain the steps it carries and set the run's head in the update — and
+/// a transition they cannot chain (no audit key for a run's first steps) fails whole, with the
+/// store's own error, nothing written.
+#[tokio::test]
+async fn a_fence_that_cannot_chain_its_steps_writes_nothing() {
+    use crate::chain::{AuditKey, ChainRow};
+    use crate::transition::{Transition, CHAINED_IN_FENCE};
+    use nrllm_core::run_store::StoreError;
+
+    let test = crate::testing::sqlite_with(SqliteSync::Normal).await;
+    sqlx::query(
+        "INSERT INTO agent_run (id, status, configuration, requested_by, created_at_ms, \
+         updated_at_ms) VALUES ('r1', 'running', '{}', 'alice', 1, 1)",
+    )
+    .execute(test.db.pool())
+    .await
+    .unwrap();
+    let transition = |audit: Option<AuditKey>| {
+        let fence = Statement::new(format!(
+            "UPDATE agent_run SET version = version + 1 {}WHERE id = 'r1' RETURNING {}",
+            super::CHAIN_SET,
+            CHAINED_IN_FENCE
+        ));
+        let mut transition = Transition::new(fence, "r1".into());
+        transition.steps = vec![ChainRow {
+            sequence: 1,
+            kind: "model".into(),
+            round: Some(1),
+            duration_ms: None,
+            payload: "{}".into(),
+            created_at_ms: 2,
+            prev_hash: None,
+            hash: None,
+        }];
+        transition.audit = audit;
+        transition
+    };
+    let writer = test.db.sqlite_writer().unwrap();
+    let read = || async {
+        sqlx::query_as::<_, (i64, Option<String>, i64)>(
+            "SELECT version, audit_head, (SELECT COUNT(*) FROM agent_run_event) \
+             FROM agent_run WHERE id = 'r1'",
+        )
+        .fetch_one(test.db.pool())
+        .await
+        .unwrap()
+    };
+
+    let failed = {
+        let mut conn = locked(&writer.conn);
+        let super::Conn {
+            db, shapes, chain, ..
+        } = &mut *conn;
+        let tx = super::Immediate::begin(db).unwrap();
+        super::write(&tx, shapes, chain, transition(None))
+    };
+    assert!(
+        matches!(&failed, Err(StoreError::Corrupt(why)) if why.contains("without the audit key")),
+        "{failed:?}"
+    );
+    assert_eq!(read().await, (0, None, 0), "nothing of it was written");
+
+    let key = AuditKey::from_bytes(&[5; 32]);
+    {
+        let mut conn = locked(&writer.conn);
+        let super::Conn {
+            db, shapes, chain, ..
+        } = &mut *conn;
+        let tx = super::Immediate::begin(db).unwrap();
+        let row = super::write(&tx, shapes, chain, transition(Some(key.clone()))).unwrap();
+        assert!(row.is_some());
+        tx.commit().unwrap();
+    }
+    let mac = key.row_mac("r1", crate::chain::GENESIS, &transition(None).steps[0]);
+    assert_eq!(
+        read().await,
+        (1, Some(key.head_mac("r1", 1, &mac)), 1),
+        "the fence set the head over the step it chained"
+    );
+    test.cleanup().await;
+}
