@@ -257,8 +257,10 @@ impl Cells for Row {
 /// back and nothing else runs (another writer moved the run on). Otherwise the run's steps are
 /// chained on the `chain_head` column the fence returned (none: the run's first step) and
 /// written with the run's new keyed head, then the other statements run, and all of it commits.
-/// A run is keyed from its first step on; one whose log was begun in an older form (the fence's
-/// `chain_key` is empty, and steps came before) goes on in that form.
+/// (On SQLite a fenced update of a run chains the steps and sets the head itself, as it updates
+/// the row: see [`Transition::chained`].) A run is keyed from its first step on; one whose log
+/// was begun in an older form (the fence's `chain_key` is empty, and steps came before) goes on
+/// in that form.
 #[derive(Debug, Clone)]
 pub(crate) struct Transition {
     pub(crate) fence: Statement,
