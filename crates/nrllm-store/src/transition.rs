@@ -284,6 +284,16 @@ pub(crate) struct Transition {
     pub(crate) chained: bool,
 }
 
+/// The MAC of the last step of the run a statement on `agent_run` is at (a subquery): what a
+/// transition's steps chain on, read by its fence.
+macro_rules! last_step_mac {
+    () => {
+        "(SELECT hash FROM agent_run_event WHERE agent_run_event.run_id = agent_run.id \
+         ORDER BY sequence DESC LIMIT 1)"
+    };
+}
+pub(crate) use last_step_mac;
+
 /// What a fence that chains the steps itself returns for them (a column saying so): such a
 /// fence's row never reaches [`Transition::follow`] unchained.
 pub(crate) const CHAINED_IN_FENCE: &str = "1 AS chained_in_fence";
@@ -417,7 +427,7 @@ impl Transition {
 
     /// The sequence number of the first step (1 if none), numbered after `before` where the
     /// fence takes the numbers.
-    pub(crate) fn first_sequence(&self, before: Option<i64>) -> i64 {
+    fn first_sequence(&self, before: Option<i64>) -> i64 {
         match (self.numbered_by_fence, before) {
             (true, Some(before)) => before + 1,
             _ => self.steps.first().map_or(1, |step| step.sequence),

@@ -232,9 +232,10 @@ pub(super) fn vote_upsert(id: Uuid, version: i64, vote: &Vote) -> Statement {
 /// The MAC of a run's last step and the id of the key its log is chained by, as columns of a
 /// statement on `agent_run` (a fenced update's `RETURNING`), so that a transition learns where
 /// its steps chain on without a read of its own.
-pub(super) const CHAIN_HEAD: &str =
-    "(SELECT hash FROM agent_run_event WHERE agent_run_event.run_id = agent_run.id \
-     ORDER BY sequence DESC LIMIT 1) AS chain_head, audit_key_id AS chain_key";
+pub(super) const CHAIN_HEAD: &str = concat!(
+    crate::transition::last_step_mac!(),
+    " AS chain_head, audit_key_id AS chain_key"
+);
 
 /// How a fenced update of a run chains the transition's steps: what it sets after its other
 /// columns (`set`, before its `WHERE`) and what it returns for them (`returning`, last).

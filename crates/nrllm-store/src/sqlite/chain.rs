@@ -22,10 +22,12 @@ use rusqlite::Connection;
 use crate::transition::{Statement, Transition};
 
 /// What a fenced update of a run sets on SQLite, before its `WHERE` (after its other columns).
-pub(crate) const CHAIN_SET: &str = ", audit_key_id = COALESCE(audit_key_id, \
-     nrllm_chain_key(last_sequence)), audit_head = nrllm_chain_head(\
-     (SELECT hash FROM agent_run_event WHERE agent_run_event.run_id = agent_run.id \
-     ORDER BY sequence DESC LIMIT 1), audit_key_id, audit_head, last_sequence) ";
+pub(crate) const CHAIN_SET: &str = concat!(
+    ", audit_key_id = COALESCE(audit_key_id, nrllm_chain_key(last_sequence)), \
+     audit_head = nrllm_chain_head(",
+    crate::transition::last_step_mac!(),
+    ", audit_key_id, audit_head, last_sequence) "
+);
 
 /// The transition whose fence runs on the connection, while it runs.
 #[derive(Debug, Default)]
@@ -40,7 +42,10 @@ pub(super) struct Pending {
 /// A connection's [`Pending`] transition.
 pub(super) type Slot = Arc<Mutex<Pending>>;
 
-fn lock(slot: &Slot) -> std::sync::MutexGuard<'_, Pending> {
+/// The slot. One a panic left poisoned is still sound: [`during`] sets it whole each time.
+/// (The writer's `locked` is for the connection; chain.rs may not import writer.rs, which
+/// imports it.)
+fn locked(slot: &Slot) -> std::sync::MutexGuard<'_, Pending> {
     slot.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -52,7 +57,7 @@ pub(super) fn register(conn: &Connection, slot: &Slot) -> rusqlite::Result<()> {
     let pending = Arc::clone(slot);
     conn.create_scalar_function("nrllm_chain_key", 1, flags, move |ctx| {
         let before: i64 = ctx.get(0)?;
-        let pending = lock(&pending);
+        let pending = locked(&pending);
         let transition = pending.transition.as_ref().ok_or_else(outside)?;
         Ok(transition
             .new_run_key(numbered(transition, before))
@@ -64,7 +69,7 @@ pub(super) fn register(conn: &Connection, slot: &Slot) -> rusqlite::Result<()> {
         let run_key: Option<String> = ctx.get(1)?;
         let head: Option<String> = ctx.get(2)?;
         let before: i64 = ctx.get(3)?;
-        let mut pending = lock(&pending);
+        let mut pending = locked(&pending);
         if let Some(set) = &pending.head {
             return Ok(set.clone());
         }
@@ -110,7 +115,7 @@ pub(super) fn during<T>(
         transition,
         Transition::new(Statement::new(""), String::new()),
     );
-    *lock(slot) = Pending {
+    *locked(slot) = Pending {
         transition: Some(parked),
         head: None,
         failed: None,
@@ -120,7 +125,7 @@ pub(super) fn during<T>(
         transition: parked,
         failed,
         ..
-    } = std::mem::take(&mut *lock(slot));
+    } = std::mem::take(&mut *locked(slot));
     if let Some(parked) = parked {
         *transition = parked;
     }

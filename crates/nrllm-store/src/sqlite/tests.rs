@@ -513,15 +513,10 @@ async fn an_approve_cycle() -> (
     let probe = Probe::default();
     let tool_loop = ToolLoop::new(Arc::new(provider), Arc::new(probe_registry(&probe)));
     let service = RunService::new(store.clone(), Arc::new(SingleLoop(Arc::new(tool_loop))));
+    // With a deadline: the waiting run enters the deadline index too.
     let configuration = RunConfiguration {
-        continues: None,
         approval_timeout_ms: Some(60_000),
-        provider: "scripted".into(),
-        model: "script".into(),
-        prompt: "write hi".into(),
-        system_prompt: None,
-        skills: Vec::new(),
-        settings: nrllm_core::RunSettings::default(),
+        ..crate::testing::demo_configuration("write hi")
     };
     let run = service.start(configuration, "alice").await.unwrap();
     assert_eq!(run.status, RunStatus::WaitingForApproval);
@@ -643,14 +638,20 @@ async fn a_fence_that_cannot_chain_its_steps_writes_nothing() {
         .unwrap()
     };
 
-    let failed = {
+    // One transaction on the write connection, committed if the transition was written.
+    let carry_out = |transition| {
         let mut conn = locked(&writer.conn);
         let super::Conn {
             db, shapes, chain, ..
         } = &mut *conn;
         let tx = super::Immediate::begin(db).unwrap();
-        super::write(&tx, shapes, chain, transition(None))
+        let written = super::write(&tx, shapes, chain, transition);
+        if written.is_ok() {
+            tx.commit().unwrap();
+        }
+        written
     };
+    let failed = carry_out(transition(None));
     assert!(
         matches!(&failed, Err(StoreError::Corrupt(why)) if why.contains("without the audit key")),
         "{failed:?}"
@@ -658,16 +659,8 @@ async fn a_fence_that_cannot_chain_its_steps_writes_nothing() {
     assert_eq!(read().await, (0, None, 0), "nothing of it was written");
 
     let key = AuditKey::from_bytes(&[5; 32]);
-    {
-        let mut conn = locked(&writer.conn);
-        let super::Conn {
-            db, shapes, chain, ..
-        } = &mut *conn;
-        let tx = super::Immediate::begin(db).unwrap();
-        let row = super::write(&tx, shapes, chain, transition(Some(key.clone()))).unwrap();
-        assert!(row.is_some());
-        tx.commit().unwrap();
-    }
+    let row = carry_out(transition(Some(key.clone()))).unwrap();
+    assert!(row.is_some());
     let mac = key.row_mac("r1", crate::chain::GENESIS, &transition(None).steps[0]);
     assert_eq!(
         read().await,
