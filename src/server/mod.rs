@@ -4,6 +4,7 @@
 
 pub mod accept;
 pub mod approvals;
+pub mod assets;
 pub mod audit;
 pub mod auth;
 pub mod configurations;

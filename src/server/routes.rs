@@ -1,12 +1,15 @@
 //! The server's routes and the layers around them: the pages and server functions (Leptos), the
-//! live step stream, the downloads; JSON bodies for server functions, a body size cap, the
-//! security headers, gzip. And the listener they are served on.
+//! live step stream, the downloads, the built assets and the not-found page (assets.rs); JSON
+//! bodies for server functions, a body size cap, the security headers, gzip. And the listener
+//! they are served on.
 
 use axum::serve::{ListenerExt, TapIo};
 use axum::Router;
 use leptos_axum::{generate_route_list, LeptosRoutes};
 
-use super::{auth, export, health, json_body, list_export, live, metrics, security, AppState};
+use super::{
+    assets, auth, export, health, json_body, list_export, live, metrics, security, AppState,
+};
 use crate::app::{shell, App};
 use crate::settings::Settings;
 
@@ -58,7 +61,7 @@ pub fn router(state: AppState, settings: &Settings) -> Router {
             axum::routing::get(export::preview_diff),
         )
         .leptos_routes(&state, routes, move || shell(options.clone()))
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .fallback_service(assets::site_files(state.clone()))
         .layer(axum::middleware::from_fn(json_body::accept_json))
         // Who is asking, from which site, with which token (auth.rs); inside the body cap.
         .layer(axum::middleware::from_fn_with_state(
