@@ -4,7 +4,6 @@
 
 pub mod accept;
 pub mod approvals;
-pub mod assets;
 pub mod audit;
 pub mod auth;
 pub mod configurations;

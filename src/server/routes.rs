@@ -1,15 +1,19 @@
 //! The server's routes and the layers around them: the pages and server functions (Leptos), the
-//! live step stream, the downloads, the built assets and the not-found page (assets.rs); JSON
-//! bodies for server functions, a body size cap, the security headers, gzip. And the listener
-//! they are served on.
+//! live step stream, the downloads, the built assets and the not-found page; JSON bodies for
+//! server functions, a body size cap, the security headers, gzip. And the listener they are
+//! served on.
 
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::MethodRouter;
 use axum::serve::{ListenerExt, TapIo};
 use axum::Router;
+use leptos::prelude::provide_context;
 use leptos_axum::{generate_route_list, LeptosRoutes};
+use tower_http::services::ServeDir;
 
-use super::{
-    assets, auth, export, health, json_body, list_export, live, metrics, security, AppState,
-};
+use super::{auth, export, health, json_body, list_export, live, metrics, security, AppState};
 use crate::app::{shell, App};
 use crate::settings::Settings;
 
@@ -61,7 +65,7 @@ pub fn router(state: AppState, settings: &Settings) -> Router {
             axum::routing::get(export::preview_diff),
         )
         .leptos_routes(&state, routes, move || shell(options.clone()))
-        .fallback_service(assets::site_files(state.clone()))
+        .fallback_service(site_files(state.clone()))
         .layer(axum::middleware::from_fn(json_body::accept_json))
         // Who is asking, from which site, with which token (auth.rs); inside the body cap.
         .layer(axum::middleware::from_fn_with_state(
@@ -99,6 +103,36 @@ pub fn router(state: AppState, settings: &Settings) -> Router {
         // default predicate leaves the live step stream (text/event-stream) uncompressed.
         .layer(tower_http::compression::CompressionLayer::new())
         .with_state(state)
+}
+
+/// Everything the routes do not name: the built asset under the site's folder that the path
+/// names (`GET` and `HEAD`; never outside the folder), else the app's not-found page.
+/// Compression is the router's.
+///
+/// Not `leptos_axum::file_and_error_handler`: it answers an asset inside a reactive owner it
+/// makes as a child of the thread's current one, and a page rendering on that thread leaves its
+/// own there while it waits. The asset then found the page's `ResponseOptions` and took its
+/// headers: the page went out without its Content-Security-Policy (so its script was refused)
+/// or its cookies, and the asset went out with them. Here an asset is a plain file answer that
+/// never looks at any page's context (`tests/assets.rs`).
+fn site_files(state: AppState) -> ServeDir<MethodRouter> {
+    ServeDir::new(&*state.leptos_options.site_root)
+        .call_fallback_on_method_not_allowed(true)
+        .fallback(axum::routing::any(not_found).with_state(state))
+}
+
+/// The app's page for an address nothing answers: 404, unless the page set its own status.
+async fn not_found(State(state): State<AppState>, request: Request) -> Response {
+    let options = state.leptos_options.clone();
+    let render = leptos_axum::render_app_async_with_context(
+        move || provide_context(state.clone()),
+        move || shell(options.clone()),
+    );
+    let mut response = render(request).await;
+    if response.status() == StatusCode::OK {
+        *response.status_mut() = StatusCode::NOT_FOUND;
+    }
+    response
 }
 
 #[cfg(test)]
