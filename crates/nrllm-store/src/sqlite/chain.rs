@@ -19,6 +19,7 @@ use nrllm_core::run_store::StoreError;
 use rusqlite::functions::FunctionFlags;
 use rusqlite::Connection;
 
+use super::lock::locked;
 use crate::transition::{Statement, Transition};
 
 /// What a fenced update of a run sets on SQLite, before its `WHERE` (after its other columns).
@@ -41,14 +42,6 @@ pub(super) struct Pending {
 
 /// A connection's [`Pending`] transition.
 pub(super) type Slot = Arc<Mutex<Pending>>;
-
-/// The slot. One a panic left poisoned is still sound: [`during`] sets it whole each time.
-/// (The writer's `locked` is for the connection; chain.rs may not import writer.rs, which
-/// imports it.)
-fn locked(slot: &Slot) -> std::sync::MutexGuard<'_, Pending> {
-    slot.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Gives `conn` the two functions, reading transitions from `slot`.
 pub(super) fn register(conn: &Connection, slot: &Slot) -> rusqlite::Result<()> {

@@ -40,6 +40,7 @@ mod chain;
 mod conn;
 mod group;
 mod lent;
+mod lock;
 mod readers;
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 //! gathered into one write, and the checkpoints between them.
 
 use super::conn::*;
+pub(super) use super::lock::locked;
 use super::readers::*;
 use crate::transition::{Row, Statement, Transition};
 use nrllm_core::failpoint;
@@ -179,13 +180,6 @@ impl Writer {
             .await
             .map_err(|_| StoreError::Backend("the SQLite writer thread stopped mid-write".into()))?
     }
-}
-
-/// The write connection. One that a panicking transition left poisoned is still sound: the
-/// transaction rolled back as it unwound.
-pub(super) fn locked(conn: &Mutex<Conn>) -> std::sync::MutexGuard<'_, Conn> {
-    conn.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A checkpoint is due (if one is already, this adds nothing).
