@@ -19,6 +19,7 @@ pub mod live;
 pub mod metrics;
 pub mod notify;
 pub mod outbox;
+pub mod owner;
 pub mod present;
 pub mod queue;
 pub mod recovery;

@@ -13,7 +13,9 @@ use leptos::prelude::provide_context;
 use leptos_axum::{generate_route_list, LeptosRoutes};
 use tower_http::services::ServeDir;
 
-use super::{auth, export, health, json_body, list_export, live, metrics, security, AppState};
+use super::{
+    auth, export, health, json_body, list_export, live, metrics, owner, security, AppState,
+};
 use crate::app::{shell, App};
 use crate::settings::Settings;
 
@@ -66,6 +68,8 @@ pub fn router(state: AppState, settings: &Settings) -> Router {
         )
         .leptos_routes(&state, routes, move || shell(options.clone()))
         .fallback_service(site_files(state.clone()))
+        // Each request under a reactive owner of its own, never under another's (owner.rs).
+        .layer(axum::middleware::from_fn(owner::own_owner))
         .layer(axum::middleware::from_fn(json_body::accept_json))
         // Who is asking, from which site, with which token (auth.rs); inside the body cap.
         .layer(axum::middleware::from_fn_with_state(
