@@ -6,8 +6,9 @@
 //! the turn ([`super::group`]).
 
 use super::conn::*;
+use super::lock::locked;
 use super::readers::rows;
-use super::writer::{checkpoint_due, flushing, locked, without_waiting, Immediate, Writer};
+use super::writer::{checkpoint_due, flushing, without_waiting, Immediate, Writer};
 use crate::transition::{Row, Statement};
 use nrllm_core::run_store::StoreError;
 use std::sync::{mpsc, Arc};

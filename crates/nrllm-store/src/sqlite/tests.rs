@@ -1,7 +1,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{locked, SqliteSync, BUSY_TIMEOUT};
+use super::lock::locked;
+use super::{SqliteSync, BUSY_TIMEOUT};
 use crate::transition::scratch::{self, bump};
 use crate::transition::{Cells, Row, Statement};
 use std::sync::Arc;

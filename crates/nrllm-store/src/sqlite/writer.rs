@@ -2,7 +2,7 @@
 //! gathered into one write, and the checkpoints between them.
 
 use super::conn::*;
-pub(super) use super::lock::locked;
+use super::lock::locked;
 use super::readers::*;
 use crate::transition::{Row, Statement, Transition};
 use nrllm_core::failpoint;
