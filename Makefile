@@ -6,6 +6,11 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 export TEST_DATABASE_URL
 
+# Leptos reads the wasm's name when it is compiled (`option_env!`), as cargo-leptos sets it. Every
+# build here sets it the same way: the server the Rust tests build is the one Playwright drives
+# (`e2e`), and its pages must ask for the wasm by the name cargo-leptos writes.
+export LEPTOS_OUTPUT_NAME := nrllm-playground
+
 # Playwright's server gets a database of its own, new for every run.
 E2E_DB_DIR := target/e2e
 
@@ -35,14 +40,24 @@ lint: structure
 structure:
 	cargo run -q -p nrllm-lint --bin structure-lint
 
+## Every `cargo test` here resolves the workspace's features as one: the whole workspace, with the
+## server's `ssr`. A `-p` of one crate would resolve them differently (another crate's dev-dependencies
+## left out) and rebuild most of the dependency graph again.
+TEST := cargo test --workspace --features nrllm-playground/ssr
+
 ## Tests that need Postgres are #[ignore = "needs Postgres …"] (a plain `cargo test` lists them as
 ## ignored); this runs them too, on TEST_DATABASE_URL.
 unit:
-	cargo test --workspace --features nrllm-playground/ssr -- --include-ignored
+	$(TEST) -- --include-ignored
 
+## Playwright drives the server binary the Rust tests built and killed (target/debug/nrllm-playground,
+## made by `cargo test … --no-run`, nothing to do after `unit`); cargo-leptos builds only the browser's
+## wasm and the CSS. Its own server build would be a third build of the whole graph: it sets
+## RUSTFLAGS (`--cfg erase_components`) and leaves the dev-dependencies' features out.
 e2e:
+	$(TEST) --no-run
 	rm -rf $(E2E_DB_DIR) && mkdir -p $(E2E_DB_DIR)
-	NRLLM_CONFIG=end2end/nrllm-e2e.toml NRLLM_DATABASE_URL=sqlite:$(E2E_DB_DIR)/e2e.db NRLLM_DEMO_THINK_MS=700 NRLLM_ADMIN_PASSWORD=e2e-admin-password-1 cargo leptos end-to-end
+	NRLLM_CONFIG=end2end/nrllm-e2e.toml NRLLM_DATABASE_URL=sqlite:$(E2E_DB_DIR)/e2e.db NRLLM_DEMO_THINK_MS=700 NRLLM_ADMIN_PASSWORD=e2e-admin-password-1 cargo leptos end-to-end --frontend-only
 
 ## What the browser downloads for a page (release build), against the 250 KB gzip budget.
 size: setup
@@ -63,7 +78,7 @@ bench-long-run:
 ## (`make test` runs 8 at each point). Prints kills per point and restart times.
 N ?= 140
 crash-test:
-	NRLLM_CRASH_KILLS=$(N) cargo test --workspace --features nrllm-playground/ssr --test crash every_failpoint -- --nocapture
+	NRLLM_CRASH_KILLS=$(N) $(TEST) --test crash every_failpoint -- --nocapture
 
 ## The approve cycle, one client and many: cycles/s and p50/p99 at N = 1, 8 and 64 clients on
 ## SQLite (synchronous FULL, then NORMAL) and Postgres (a scratch database on TEST_DATABASE_URL's
@@ -135,17 +150,18 @@ bench-mix:
 	cargo bench -p nrllm-playground --features ssr --bench mix --no-run
 	cargo bench -p nrllm-playground --features ssr --bench mix --quiet -- --secs $(SECS) --clients 8 --db normal
 
-## Short runs of the long benchmarks (debug build, figures not checked): they must run through.
+## Short runs of the long benchmarks (debug build, figures not checked): they must run through. They
+## reuse the build of `unit` (the same $(TEST)).
 bench-smoke:
-	cargo test -p nrllm-store --bench hitl -- --runs 64 --concurrency 8 --synchronous normal
-	cargo test -p nrllm-store --bench hitl -- --runs 32 --concurrency 8 --db $(TEST_DATABASE_URL)
-	cargo test -p nrllm-store --bench hitl -- --runs 32 --concurrency 4 --synchronous normal --otlp
-	cargo test -p nrllm-store --bench hitl -- --runs 32 --synchronous normal --floor
-	cargo test -p nrllm-playground --features ssr --bench fill -- --sizes 20,200
-	cargo test -p nrllm-playground --features ssr --bench long_run
-	cargo test -p nrllm-playground --features ssr --bench deltas -- --runs 2 --chunks 20
-	cargo test -p nrllm-playground --features ssr --bench http -- --runs 24 --clients 4 --db normal
-	cargo test -p nrllm-playground --features ssr --bench restart -- --db sqlite --running 4 --waiting 20
-	cargo test -p nrllm-playground --features ssr --bench mix -- --secs 8 --clients 4 --db normal
-	cargo test -p nrllm-playground --features ssr --bench http -- --runs 16 --clients 4 --db postgres --follow-on-other
-	cargo test -p nrllm-playground --features ssr --bench restart -- --db postgres --running 4 --waiting 10 --lease-secs 2
+	$(TEST) --bench hitl -- --runs 64 --concurrency 8 --synchronous normal
+	$(TEST) --bench hitl -- --runs 32 --concurrency 8 --db $(TEST_DATABASE_URL)
+	$(TEST) --bench hitl -- --runs 32 --concurrency 4 --synchronous normal --otlp
+	$(TEST) --bench hitl -- --runs 32 --synchronous normal --floor
+	$(TEST) --bench fill -- --sizes 20,200
+	$(TEST) --bench long_run
+	$(TEST) --bench deltas -- --runs 2 --chunks 20
+	$(TEST) --bench http -- --runs 24 --clients 4 --db normal
+	$(TEST) --bench restart -- --db sqlite --running 4 --waiting 20
+	$(TEST) --bench mix -- --secs 8 --clients 4 --db normal
+	$(TEST) --bench http -- --runs 16 --clients 4 --db postgres --follow-on-other
+	$(TEST) --bench restart -- --db postgres --running 4 --waiting 10 --lease-secs 2
