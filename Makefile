@@ -52,8 +52,8 @@ unit:
 
 ## Playwright drives the server binary the Rust tests built and killed (target/debug/nrllm-playground,
 ## made by `cargo test … --no-run`, nothing to do after `unit`); cargo-leptos builds only the browser's
-## wasm and the CSS. Its own server build would be a third build of the whole graph: it sets
-## RUSTFLAGS (`--cfg erase_components`) and leaves the dev-dependencies' features out.
+## wasm and the CSS. Its own server build would build the graph again: a `cargo build` leaves the
+## dev-dependencies' features out.
 e2e:
 	$(TEST) --no-run
 	rm -rf $(E2E_DB_DIR) && mkdir -p $(E2E_DB_DIR)
@@ -67,7 +67,7 @@ size: setup
 ## Server memory under abuse (release build): streams for unknown ids, 1,100 streams on one run,
 ## streams that connect and drop, a 50 MB body. Fails if a case ends 20 MB above where it began.
 abuse:
-	LEPTOS_OUTPUT_NAME=nrllm-playground cargo build --release --features ssr --bin nrllm-playground
+	cargo build --release --features ssr --bin nrllm-playground
 	cargo bench -p nrllm-playground --features ssr --bench abuse -- target/release/nrllm-playground
 
 ## Stored bytes, page bytes and server-side render time of 10-, 100- and 200-round runs.
