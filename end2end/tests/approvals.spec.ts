@@ -108,16 +108,18 @@ test.describe("with JavaScript", () => {
 
   test("live steps appear without a reload", async ({ page }) => {
     await startRun(page, "List the pages");
-    // Mark this document: a reload would drop the mark.
-    await page.evaluate(() => ((window as unknown as { __mark: number }).__mark = 1));
-    await page.waitForFunction(
-      () =>
-        document.querySelectorAll('[data-testid="step"]').length >= 3 &&
-        (window as unknown as { __mark?: number }).__mark === 1,
-      undefined,
-      { timeout: 15_000 },
-    );
+    // Watch this document: a step added to it, not rendered by a page load, is noted in the
+    // tab's session storage. The note outlives the reload the run's final status makes, which
+    // may come right after the last step (a mark on the window would race that reload).
+    await page.evaluate(() => {
+      const steps = () => document.querySelectorAll('[data-testid="step"]').length;
+      const before = steps();
+      new MutationObserver(() => {
+        if (steps() > before) sessionStorage.setItem("live-step", "seen");
+      }).observe(document.body, { childList: true, subtree: true });
+    });
     await waitFor(page, "final-answer", false);
+    expect(await page.evaluate(() => sessionStorage.getItem("live-step"))).toBe("seen");
   });
 
   test("leaving a running run's page: the run stopping meanwhile does not cancel the navigation", async ({ page }) => {
