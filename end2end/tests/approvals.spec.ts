@@ -159,13 +159,26 @@ test.describe("with JavaScript", () => {
 
   test("a navigation away that does not happen: the run's page listens again and shows its end", async ({ page }) => {
     // The next page answers 204: the browser stays on the run's page, which stopped listening
-    // when the operator clicked away.
+    // when the operator clicked away. Its first stream is held until then, so that the page
+    // learns nothing of the run's end before the click, however slow the machine (the run takes
+    // about 1.4 s; a page that heard its end first would reload and show it without listening again).
+    let clicked!: () => void;
+    const away = new Promise<void>((resolve) => (clicked = resolve));
+    await page.route(
+      "**/api/runs/*/events*",
+      async (route) => {
+        await away;
+        await route.continue().catch(() => undefined);
+      },
+      { times: 1 },
+    );
     await page.route("**/approvals", (route) => route.fulfill({ status: 204 }), { times: 1 });
     const listening = page.waitForRequest(/\/api\/runs\/[0-9a-f-]{36}\/events/);
     await startRun(page, "List the pages");
     await listening;
     await expect(page.getByTestId("status")).toHaveText(/^(Queued|Running)$/);
     await page.locator('header a[href="/approvals"]').click();
+    clicked();
     await expect(page.getByTestId("final-answer")).toBeVisible({ timeout: 20_000 });
     await expect(page.getByTestId("status")).toHaveText("Completed");
     expect(new URL(page.url()).pathname).toMatch(/^\/runs\//);
